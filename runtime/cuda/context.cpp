@@ -1,0 +1,33 @@
+#include "runtime/cuda/context.h"
+
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/driver.h"
+#include "support/error.h"
+
+namespace kjit::cuda {
+
+Context::Context(int ordinal) : ordinal_(ordinal) {
+  int count = device_count();
+  if (count == 0)
+    throw CudaError("cuDeviceGetCount", static_cast<int>(CUDA_ERROR_NO_DEVICE),
+                    "CUDA_ERROR_NO_DEVICE", "the driver reports no CUDA device");
+  if (ordinal < 0 || ordinal >= count)
+    throw UserError("device " + std::to_string(ordinal) + " does not exist; this machine has " +
+                    std::to_string(count) + " CUDA device(s)");
+  KJIT_CU(cuDeviceGet, &device_, ordinal);
+  KJIT_CU(cuDevicePrimaryCtxRetain, &context_, device_);
+  make_current();
+}
+
+Context::~Context() {
+  if (context_ != nullptr) Driver::get().api().cuDevicePrimaryCtxRelease(device_);
+}
+
+void Context::make_current() const { KJIT_CU(cuCtxSetCurrent, context_); }
+
+void Context::synchronize() const {
+  make_current();
+  KJIT_CU(cuCtxSynchronize);
+}
+
+}  // namespace kjit::cuda

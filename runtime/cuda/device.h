@@ -1,0 +1,44 @@
+// What kjit needs to know about a GPU: read once from the driver, used by the
+// lowering (SM count for whole-wave grids), the tuner (limits, bandwidth) and
+// `kjit info`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kjit::cuda {
+
+struct DeviceProperties {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  int max_threads_per_block = 0;
+  int max_threads_per_sm = 0;
+  int max_blocks_per_sm = 0;
+  int warp_size = 32;
+  int64_t shared_per_block = 0;        // default limit, bytes
+  int64_t shared_per_block_optin = 0;  // the most a kernel can opt in to, bytes
+  int64_t shared_per_sm = 0;
+  int64_t registers_per_sm = 0;
+  int64_t registers_per_block = 0;
+  int64_t l2_bytes = 0;
+  int64_t total_memory = 0;
+  int sm_clock_khz = 0;      // peak SM clock
+  int memory_clock_khz = 0;  // peak memory clock
+  int memory_bus_bits = 0;
+
+  // "sm_90" for compute capability 9.0.
+  std::string arch() const { return "sm_" + std::to_string(cc_major * 10 + cc_minor); }
+  // Datasheet-style DRAM bandwidth: 2 transfers per clock × bus width.
+  double theoretical_bandwidth_gbs() const {
+    return 2.0 * memory_clock_khz * 1e3 * (memory_bus_bits / 8.0) / 1e9;
+  }
+  // Identifies a GPU model for tuning results: name, compute capability, SM count.
+  std::string model_key() const;
+};
+
+int device_count();
+DeviceProperties device_properties(int ordinal);
+
+}  // namespace kjit::cuda

@@ -1,0 +1,49 @@
+// Device memory, owned (RAII) with byte-level copies. Kernels take raw
+// CUdeviceptr values, so callers can pass their own allocations too.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace kjit::cuda {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  CUdeviceptr get() const { return pointer_; }
+  size_t bytes() const { return bytes_; }
+
+  void upload(const void* host, size_t bytes, size_t offset = 0);
+  void download(void* host, size_t bytes, size_t offset = 0) const;
+  // Fills every byte with `value` (tests poison outputs with 0xFF: NaN in every float type).
+  void fill_bytes(unsigned char value);
+
+  template <typename T>
+  static DeviceBuffer from(const std::vector<T>& host) {
+    DeviceBuffer buffer(host.size() * sizeof(T));
+    buffer.upload(host.data(), host.size() * sizeof(T));
+    return buffer;
+  }
+  template <typename T>
+  std::vector<T> to_host() const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    download(host.data(), host.size() * sizeof(T));
+    return host;
+  }
+
+ private:
+  void release() noexcept;
+  CUdeviceptr pointer_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace kjit::cuda

@@ -1,0 +1,2 @@
+// A user's source may include kjit's templates.
+#include "kjit/demo.cuh"

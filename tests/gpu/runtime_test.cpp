@@ -1,0 +1,128 @@
+// The runtime core on a real GPU: load, launch, copy, time, and typed errors.
+#include <gtest/gtest.h>
+
+#include "runtime/cuda/memory.h"
+#include "runtime/cuda/module.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/cuda/stream.h"
+#include "support/error.h"
+#include "templates/embedded.h"
+#include "tests/support/gpu_test.h"
+#include "tests/support/numeric.h"
+
+namespace kjit {
+namespace {
+
+using testing::GpuTest;
+
+std::vector<cuda::SourceHeader> headers() {
+  std::vector<cuda::SourceHeader> out;
+  for (const TemplateHeader& t : embedded_templates()) out.push_back({t.name, t.content});
+  return out;
+}
+
+class RuntimeGpu : public GpuTest {
+ protected:
+  std::shared_ptr<cuda::Module> demo_module() {
+    cuda::NvrtcOptions options;
+    options.arch = device().arch();
+    cuda::CompiledProgram p =
+        cuda::nvrtc_compile("#include \"kjit/demo.cuh\"\n", "demo.cu", options, headers());
+    return cuda::Module::load(p.cubin);
+  }
+};
+
+TEST_F(RuntimeGpu, DevicePropertiesAreSane) {
+  EXPECT_GT(device().sm_count, 0);
+  EXPECT_GE(device().cc_major, 7);
+  EXPECT_GT(device().shared_per_block_optin, 0);
+  EXPECT_GE(device().shared_per_block_optin, device().shared_per_block);
+  EXPECT_GT(device().l2_bytes, 0);
+  EXPECT_GT(device().theoretical_bandwidth_gbs(), 100);
+}
+
+TEST_F(RuntimeGpu, SaxpyMatchesReferenceOnEveryElement) {
+  cuda::Function saxpy = demo_module()->function("kjit_demo_saxpy");
+  for (long long n : {1LL, 3LL, 1023LL, (1LL << 20) + 7}) {
+    SCOPED_TRACE(n);
+    std::vector<float> x = testing::random_floats(n), y = testing::random_floats(n);
+    cuda::DeviceBuffer dx = cuda::DeviceBuffer::from(x), dy = cuda::DeviceBuffer::from(y);
+    float a = 1.5f;
+    CUdeviceptr px = dx.get(), py = dy.get();
+    void* args[] = {&a, &px, &py, &n};
+    cuda::Stream stream;
+    cuda::LaunchConfig launch;
+    launch.block = {128, 1, 1};
+    launch.grid = {static_cast<unsigned>(device().sm_count), 1, 1};
+    launch.stream = stream.get();
+    saxpy.launch(launch, args);
+    stream.synchronize();
+    std::vector<float> out = dy.to_host<float>();
+    std::vector<double> got(out.begin(), out.end()), want(n);
+    for (long long i = 0; i < n; ++i) want[i] = 1.5 * x[i] + y[i];
+    EXPECT_LE(testing::relative_l2_error(got, want), 1e-6);
+  }
+}
+
+TEST_F(RuntimeGpu, FunctionAttributesAndOccupancy) {
+  cuda::Function saxpy = demo_module()->function("kjit_demo_saxpy");
+  cuda::FunctionAttributes a = saxpy.attributes();
+  EXPECT_GT(a.registers, 0);
+  EXPECT_EQ(a.local_bytes, 0);
+  EXPECT_GE(a.max_threads_per_block, 256);
+  EXPECT_GE(saxpy.max_active_blocks_per_sm(256, 0), 1);
+}
+
+TEST_F(RuntimeGpu, MissingKernelIsAUserError) {
+  EXPECT_THROW(demo_module()->function("no_such_kernel"), UserError);
+}
+
+TEST_F(RuntimeGpu, InvalidLaunchIsACudaErrorNotACrash) {
+  cuda::Function saxpy = demo_module()->function("kjit_demo_saxpy");
+  float a = 1;
+  CUdeviceptr p = 0;
+  long long n = 0;
+  void* args[] = {&a, &p, &p, &n};
+  cuda::LaunchConfig launch;
+  launch.block = {4096, 1, 1};  // over the 1024-thread limit
+  try {
+    saxpy.launch(launch, args);
+    FAIL() << "expected CudaError";
+  } catch (const CudaError& e) {
+    EXPECT_EQ(e.call(), "cuLaunchKernel");
+    EXPECT_EQ(e.code_name(), "CUDA_ERROR_INVALID_VALUE");
+  }
+}
+
+TEST_F(RuntimeGpu, BufferCopiesRoundTripAndCheckBounds) {
+  std::vector<float> host = testing::random_floats(1000);
+  cuda::DeviceBuffer buffer = cuda::DeviceBuffer::from(host);
+  EXPECT_EQ(buffer.to_host<float>(), host);
+  buffer.fill_bytes(0xff);
+  for (float v : buffer.to_host<float>()) EXPECT_TRUE(std::isnan(v));
+  float extra[2] = {};
+  EXPECT_THROW(buffer.upload(extra, sizeof extra, buffer.bytes() - 4), UserError);
+}
+
+TEST_F(RuntimeGpu, EventsMeasurePositiveTime) {
+  cuda::Function saxpy = demo_module()->function("kjit_demo_saxpy");
+  long long n = 1 << 24;
+  cuda::DeviceBuffer x(n * 4), y(n * 4);
+  x.fill_bytes(0);
+  y.fill_bytes(0);
+  float a = 1;
+  CUdeviceptr px = x.get(), py = y.get();
+  void* args[] = {&a, &px, &py, &n};
+  cuda::LaunchConfig launch;
+  launch.block = {256, 1, 1};
+  launch.grid = {static_cast<unsigned>(device().sm_count * 8), 1, 1};
+  cuda::Event start, stop;
+  start.record();
+  saxpy.launch(launch, args);
+  stop.record();
+  stop.synchronize();
+  EXPECT_GT(stop.elapsed_ms_since(start), 0);
+}
+
+}  // namespace
+}  // namespace kjit

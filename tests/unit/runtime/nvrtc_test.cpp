@@ -1,0 +1,115 @@
+#include "runtime/cuda/nvrtc.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "support/error.h"
+
+namespace kjit::cuda {
+namespace {
+
+constexpr const char* kAxpy = R"(extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+)";
+
+TEST(Nvrtc, CompilesToCubinAndPtxWithStats) {
+  CompiledProgram p = nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{});
+  ASSERT_FALSE(p.cubin.empty());
+  // A cubin is an ELF file.
+  EXPECT_EQ(std::string(p.cubin.data() + 1, 3), "ELF");
+  EXPECT_NE(p.ptx.find(".entry axpy"), std::string::npos);
+  EXPECT_NE(p.ptx.find(".target sm_90"), std::string::npos);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].name, "axpy");
+  EXPECT_GT(p.kernels[0].registers, 0);
+  EXPECT_EQ(p.kernels[0].spill_store_bytes, 0);
+  EXPECT_GT(p.compile_ms, 0);
+}
+
+TEST(Nvrtc, CompileErrorNamesTheLineAndShowsIt) {
+  const std::string bad = "extern \"C\" __global__ void k(float* x) {\n"
+                          "  x[0] = not_declared;\n"
+                          "}\n";
+  try {
+    nvrtc_compile(bad, "bad.cu", NvrtcOptions{});
+    FAIL() << "expected a CompileError";
+  } catch (const CompileError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("bad.cu(2)"), std::string::npos) << what;
+    EXPECT_NE(what.find("2 |   x[0] = not_declared;"), std::string::npos) << what;
+    EXPECT_NE(e.log().find("not_declared"), std::string::npos);
+    EXPECT_EQ(e.source(), bad);
+    EXPECT_FALSE(e.options().empty());
+  }
+}
+
+TEST(Nvrtc, UnknownArchListsSupportedOnes) {
+  NvrtcOptions options;
+  options.arch = "sm_99";
+  try {
+    nvrtc_compile(kAxpy, "axpy.cu", options);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("sm_99"), std::string::npos);
+    EXPECT_NE(what.find("sm_90"), std::string::npos) << what;
+  }
+  EXPECT_THROW(validate_arch("compute_90"), UserError);
+  EXPECT_NO_THROW(validate_arch("sm_90a"));
+}
+
+TEST(Nvrtc, ArchSpecificTargetCompiles) {
+  NvrtcOptions options;
+  options.arch = "sm_90a";
+  CompiledProgram p = nvrtc_compile(kAxpy, "axpy.cu", options);
+  EXPECT_NE(p.ptx.find(".target sm_90a"), std::string::npos);
+}
+
+TEST(Nvrtc, VersionAndArchs) {
+  EXPECT_FALSE(nvrtc_version().empty());
+  std::vector<int> archs = nvrtc_supported_archs();
+  EXPECT_NE(std::find(archs.begin(), archs.end(), 90), archs.end());
+}
+
+TEST(Nvrtc, ParsesPtxasReport) {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'first' for 'sm_90'\n"
+      "ptxas info    : Function properties for first\n"
+      "ptxas         .     24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 49152 bytes smem, 400 bytes cmem[0]\n"
+      "ptxas info    : Compiling entry function 'second' for 'sm_90'\n"
+      "ptxas info    : Function properties for second\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 10 registers, used 0 barriers, 368 bytes cmem[0]\n";
+  std::vector<KernelStats> stats = parse_ptxas_stats(log);
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].name, "first");
+  EXPECT_EQ(stats[0].registers, 168);
+  EXPECT_EQ(stats[0].barriers, 1);
+  EXPECT_EQ(stats[0].shared_bytes, 49152);
+  EXPECT_EQ(stats[0].constant_bytes, 400);
+  EXPECT_EQ(stats[0].stack_bytes, 24);
+  EXPECT_EQ(stats[0].spill_store_bytes, 8);
+  EXPECT_EQ(stats[0].spill_load_bytes, 12);
+  EXPECT_EQ(stats[1].name, "second");
+  EXPECT_EQ(stats[1].registers, 10);
+  EXPECT_EQ(stats[1].shared_bytes, 0);
+}
+
+TEST(Nvrtc, CompilesConcurrently) {
+  std::vector<std::thread> threads;
+  std::vector<size_t> sizes(4);
+  for (size_t t = 0; t < sizes.size(); ++t)
+    threads.emplace_back([t, &sizes] {
+      sizes[t] = nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{}).cubin.size();
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t s : sizes) EXPECT_EQ(s, sizes[0]);
+}
+
+}  // namespace
+}  // namespace kjit::cuda

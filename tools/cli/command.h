@@ -1,0 +1,63 @@
+// The `kjit` command line: one file per subcommand in this folder. Each file
+// registers itself with KJIT_REGISTER_COMMAND(order, add_fn): `add_fn(CLI::App&)`
+// adds the subcommand and its options and sets its callback; `order` places it
+// in `kjit --help`. Adding a subcommand touches no other file. Callbacks return through `exit_code` and
+// report errors by throwing kjit's typed errors; tools/kjit.cpp maps those to
+// messages and exit codes:
+//   0 success · 1 failure (compile error, CUDA error, a check failed) ·
+//   2 bad usage or bad input · 3 internal error
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/nvrtc.h"
+
+namespace kjit::cli {
+
+// Set by a subcommand's callback; the process exits with it.
+extern int exit_code;
+
+using AddCommand = void (*)(CLI::App&);
+bool register_command(int order, AddCommand add);
+// Adds every registered subcommand to `app`, in order.
+void add_registered_commands(CLI::App& app);
+
+#define KJIT_REGISTER_COMMAND(order, add) \
+  static const bool kjit_registered_##add = ::kjit::cli::register_command(order, add)
+
+// `kjit demo` runs every registered section in order; each kernel family adds
+// one (tools/cli/demo_<family>.cpp). A section gets whether a GPU is usable,
+// prints what it did and returns false when a check failed.
+using DemoSection = bool (*)(bool have_gpu);
+bool register_demo_section(int order, const char* title, DemoSection section);
+#define KJIT_REGISTER_DEMO(order, title, section) \
+  static const bool kjit_demo_registered_##section = \
+      ::kjit::cli::register_demo_section(order, title, section)
+struct DemoEntry {
+  int order;
+  const char* title;
+  DemoSection run;
+};
+std::vector<DemoEntry> demo_sections();
+
+// The architecture to compile for when none is given: GPU 0's, else sm_90.
+std::string default_arch();
+// Whether a driver and at least one GPU are usable; `reason` says why not.
+bool gpu_available(std::string* reason = nullptr);
+// Every embedded template, as NVRTC headers.
+std::vector<cuda::SourceHeader> template_headers();
+// ptxas statistics as a table (text) or objects (JSON).
+void print_stats_table(const std::vector<cuda::KernelStats>& kernels);
+nlohmann::json stats_json(const cuda::KernelStats& kernel);
+
+// Reads a whole file; a UserError names the path and the OS error.
+std::string read_file(const std::string& path);
+
+// Prints JSON, two-space indented, to stdout.
+void print_json(const nlohmann::json& value);
+
+}  // namespace kjit::cli

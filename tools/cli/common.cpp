@@ -1,0 +1,106 @@
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/driver.h"
+#include "support/error.h"
+#include "templates/embedded.h"
+#include "tools/cli/command.h"
+
+namespace kjit::cli {
+
+int exit_code = 0;
+
+namespace {
+std::vector<std::pair<int, AddCommand>>& registry() {
+  static std::vector<std::pair<int, AddCommand>> commands;
+  return commands;
+}
+}  // namespace
+
+bool register_command(int order, AddCommand add) {
+  registry().emplace_back(order, add);
+  return true;
+}
+
+void add_registered_commands(CLI::App& app) {
+  std::vector<std::pair<int, AddCommand>> commands = registry();
+  std::stable_sort(commands.begin(), commands.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [order, add] : commands) add(app);
+}
+
+namespace {
+std::vector<DemoEntry>& demo_registry() {
+  static std::vector<DemoEntry> sections;
+  return sections;
+}
+}  // namespace
+
+bool register_demo_section(int order, const char* title, DemoSection section) {
+  demo_registry().push_back({order, title, section});
+  return true;
+}
+
+std::vector<DemoEntry> demo_sections() {
+  std::vector<DemoEntry> sections = demo_registry();
+  std::stable_sort(sections.begin(), sections.end(),
+                   [](const DemoEntry& a, const DemoEntry& b) { return a.order < b.order; });
+  return sections;
+}
+
+bool gpu_available(std::string* reason) {
+  if (!cuda::Driver::available(reason)) return false;
+  if (cuda::device_count() == 0) {
+    if (reason) *reason = "the driver reports no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+std::string default_arch() { return gpu_available() ? cuda::device_properties(0).arch() : "sm_90"; }
+
+std::vector<cuda::SourceHeader> template_headers() {
+  std::vector<cuda::SourceHeader> headers;
+  for (const TemplateHeader& t : embedded_templates()) headers.push_back({t.name, t.content});
+  return headers;
+}
+
+nlohmann::json stats_json(const cuda::KernelStats& k) {
+  return {{"name", k.name},
+          {"registers", k.registers},
+          {"shared_bytes", k.shared_bytes},
+          {"stack_bytes", k.stack_bytes},
+          {"spill_store_bytes", k.spill_store_bytes},
+          {"spill_load_bytes", k.spill_load_bytes},
+          {"barriers", k.barriers},
+          {"constant_bytes", k.constant_bytes}};
+}
+
+void print_stats_table(const std::vector<cuda::KernelStats>& kernels) {
+  std::cout << fmt::format("{:<40} {:>5} {:>8} {:>6} {:>13}\n", "kernel", "regs", "smem B",
+                           "stack", "spills st/ld");
+  for (const cuda::KernelStats& k : kernels)
+    std::cout << fmt::format("{:<40} {:>5} {:>8} {:>6} {:>6}/{:<6}\n", k.name, k.registers,
+                             k.shared_bytes, k.stack_bytes, k.spill_store_bytes,
+                             k.spill_load_bytes);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError("cannot read '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw UserError("cannot read '" + path + "': " + std::strerror(errno));
+  return text.str();
+}
+
+void print_json(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
+
+}  // namespace kjit::cli
