@@ -1,0 +1,41 @@
+// `kjit emit|compile|run|bench WHAT ...` — WHAT is an elementwise expression
+// ("y = sin(x)^2 + cos(x)^2") or the name of a kernel family ("matmul"). The four
+// verbs share one option set; a family registers a handler for its name and
+// reads the options that concern it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kjit::cli {
+
+enum class Verb { Emit, Compile, Run, Bench };
+const char* to_string(Verb verb);
+
+struct KernelCommandOptions {
+  Verb verb = Verb::Emit;
+  std::string what;    // expression, or a family name such as "matmul"
+  std::string dtype;   // empty: the family's default
+  std::string config;  // "key=value,key=value"; empty: the default heuristic
+  std::string arch;    // empty: the GPU's, else sm_90
+  bool json = false;
+  bool ptx = false;  // compile: print PTX
+  // Sizes. Elementwise: --n is the element count. Matmul: M, N, K, batch.
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  std::string layout = "nn";  // matmul: op(A) op(B), n = row-major as given, t = transposed
+  std::string epilogue;       // matmul: elementwise IR over acc and extra operands
+  std::vector<std::string> inputs;   // run: name=path.npy
+  std::vector<std::string> outputs;  // run: name=path.npy
+  int repeats = 0;                   // bench: timed runs (0: the default)
+};
+
+using FamilyHandler = void (*)(const KernelCommandOptions& options);
+bool register_family(const char* name, FamilyHandler handler);
+// The handler registered for `name`, or nullptr (then `what` is an expression).
+FamilyHandler find_family(const std::string& name);
+
+#define KJIT_REGISTER_FAMILY(name, handler) \
+  static const bool kjit_family_registered_##handler = ::kjit::cli::register_family(name, handler)
+
+}  // namespace kjit::cli
