@@ -1,11 +1,15 @@
 // kjit compile FILE.cu — compile CUDA source with NVRTC and report each kernel's
 // registers, shared memory, stack and spills. Needs no GPU.
+// kjit compile EXPR|FAMILY — the same for a generated kernel: WHAT is a file when it
+// ends in .cu/.cuh or names an existing file, else an expression or a family name.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "runtime/cuda/nvrtc.h"
 #include "tools/cli/command.h"
+#include "tools/cli/kernel_options.h"
 
 namespace kjit::cli {
 
@@ -18,6 +22,16 @@ struct CompileOptions {
   bool json = false;
   bool lineinfo = false;
 };
+
+bool names_a_file(const std::string& what) {
+  auto ends_with = [&](const std::string& suffix) {
+    return what.size() >= suffix.size() &&
+           what.compare(what.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with(".cu") || ends_with(".cuh")) return true;
+  std::error_code error;
+  return std::filesystem::is_regular_file(what, error);
+}
 
 }  // namespace
 
@@ -43,24 +57,28 @@ static void run_compile(const CompileOptions& o) {
     std::cout << program.ptx;
     return;
   }
-  std::cout << fmt::format("{}: compiled for {} in {:.1f} ms, cubin {} bytes\n", o.file,
-                           nvrtc.arch, program.compile_ms, program.cubin.size());
+  std::cout << fmt::format("{}: compiled for {} in {:.1f} ms, cubin {} bytes\n", o.file, nvrtc.arch,
+                           program.compile_ms, program.cubin.size());
   print_stats_table(program.kernels);
 }
 
 namespace {
 void add_compile_command(CLI::App& app) {
-  auto options = std::make_shared<CompileOptions>();
+  auto options = std::make_shared<KernelCommandOptions>();
+  auto lineinfo = std::make_shared<bool>(false);
+  options->verb = Verb::Compile;
   CLI::App* cmd = app.add_subcommand(
-      "compile", "Compile CUDA source with NVRTC and report registers, shared memory and spills");
-  cmd->add_option("file", options->file, "CUDA source file (.cu); may include \"kjit/*.cuh\"")
-      ->required();
-  cmd->add_option("--arch", options->arch, "Target architecture, e.g. sm_90 (default: the GPU's, "
-                                           "else sm_90)");
+      "compile",
+      "Compile a CUDA file, an expression or a kernel family with NVRTC and report registers, "
+      "shared memory and spills");
+  add_kernel_options(cmd, *options);
   cmd->add_flag("--ptx", options->ptx, "Print the PTX");
-  cmd->add_flag("--json", options->json, "Print JSON");
-  cmd->add_flag("--lineinfo", options->lineinfo, "Keep source line information (for profilers)");
-  cmd->callback([options] { run_compile(*options); });
+  cmd->add_flag("--lineinfo", *lineinfo, "Keep source line information (for profilers; files)");
+  cmd->callback([options, lineinfo] {
+    if (!names_a_file(options->what)) return run_kernel_command(*options);
+    run_compile(
+        CompileOptions{options->what, options->arch, options->ptx, options->json, *lineinfo});
+  });
 }
 
 }  // namespace

@@ -1,0 +1,394 @@
+#include "compiler/ir/parser.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "support/error.h"
+
+namespace kjit::ir {
+
+namespace {
+
+enum class Tok { Ident, Number, Punct, Separator, End };
+
+struct Token {
+  Tok kind = Tok::End;
+  std::string text;
+  size_t offset = 0;  // into the source
+};
+
+class Parser {
+ public:
+  Parser(const std::string& text, const ParseOptions& options) : text_(text), options_(options) {
+    tokenize();
+  }
+
+  Graph run() {
+    std::vector<std::string> assigned;  // in order
+    std::set<std::string> read;         // names read by a later statement
+    std::vector<std::string> returned;
+    bool have_return = false;
+    while (peek().kind != Tok::End) {
+      if (peek().kind == Tok::Separator) {
+        next();
+        continue;
+      }
+      if (have_return) fail(peek(), "nothing may follow the return line");
+      const Token& first = peek();
+      if (first.kind == Tok::Ident && first.text == "return") {
+        next();
+        have_return = true;
+        do {
+          const Token& name = expect_ident("an output name");
+          if (!values_.count(name.text)) fail(name, "'" + name.text + "' is not assigned");
+          returned.push_back(name.text);
+        } while (accept(","));
+        continue;
+      }
+      if (first.kind == Tok::Ident && peek(1).text == ":") {
+        declaration();
+        continue;
+      }
+      std::string name = "y";
+      if (first.kind == Tok::Ident && peek(1).text == "=") {
+        name = next().text;
+        next();
+        if (graph_.find_input(name) >= 0)
+          fail(first, "'" + name + "' is an input; an assignment needs a new name");
+        if (values_.count(name)) fail(first, "'" + name + "' is assigned twice");
+      } else if (statements_ > 0 || has_more_statements()) {
+        fail(first, "expected a declaration (x:bf16[n]) or an assignment (y = ...)");
+      }
+      reads_.clear();
+      Value v = expression();
+      for (const std::string& r : reads_) read.insert(r);
+      if (peek().kind != Tok::Separator && peek().kind != Tok::End)
+        fail(peek(), "expected an operator, ';' or the end of the line");
+      values_[name] = v.id;
+      assigned.push_back(name);
+      ++statements_;
+    }
+    if (assigned.empty()) fail(peek(), "expected at least one assignment, e.g. y = sin(x)");
+    if (have_return) {
+      for (const std::string& name : returned) graph_.output(name, graph_.value(values_.at(name)));
+    } else {
+      for (const std::string& name : assigned) {
+        if (!read.count(name)) graph_.output(name, graph_.value(values_.at(name)));
+      }
+    }
+    return std::move(graph_);
+  }
+
+ private:
+  // ---- tokens
+  void tokenize() {
+    size_t i = 0;
+    int depth = 0;
+    while (i < text_.size()) {
+      char c = text_[i];
+      if (c == '#') {
+        while (i < text_.size() && text_[i] != '\n') ++i;
+        continue;
+      }
+      if (c == '\n' || c == ';') {
+        if (depth == 0) tokens_.push_back({Tok::Separator, std::string(1, c), i});
+        ++i;
+        continue;
+      }
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        ++i;
+        continue;
+      }
+      size_t start = i;
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        while (i < text_.size() &&
+               (std::isalnum(static_cast<unsigned char>(text_[i])) || text_[i] == '_'))
+          ++i;
+        tokens_.push_back({Tok::Ident, text_.substr(start, i - start), start});
+        continue;
+      }
+      if (std::isdigit(static_cast<unsigned char>(c)) ||
+          (c == '.' && i + 1 < text_.size() &&
+           std::isdigit(static_cast<unsigned char>(text_[i + 1])))) {
+        while (i < text_.size() &&
+               (std::isdigit(static_cast<unsigned char>(text_[i])) || text_[i] == '.'))
+          ++i;
+        if (i < text_.size() && (text_[i] == 'e' || text_[i] == 'E')) {
+          size_t j = i + 1;
+          if (j < text_.size() && (text_[j] == '+' || text_[j] == '-')) ++j;
+          if (j < text_.size() && std::isdigit(static_cast<unsigned char>(text_[j]))) {
+            i = j;
+            while (i < text_.size() && std::isdigit(static_cast<unsigned char>(text_[i]))) ++i;
+          }
+        }
+        tokens_.push_back({Tok::Number, text_.substr(start, i - start), start});
+        continue;
+      }
+      static const char* two[] = {"<=", ">=", "==", "!=", "**"};
+      bool matched = false;
+      for (const char* t : two) {
+        if (text_.compare(i, 2, t) == 0) {
+          tokens_.push_back({Tok::Punct, t, i});
+          i += 2;
+          matched = true;
+          break;
+        }
+      }
+      if (matched) continue;
+      if (std::string("+-*/^()[],:=<>").find(c) == std::string::npos)
+        fail_at(i, std::string("unexpected character '") + c + "'");
+      if (c == '(' || c == '[') ++depth;
+      if ((c == ')' || c == ']') && depth > 0) --depth;
+      tokens_.push_back({Tok::Punct, std::string(1, c), i});
+      ++i;
+    }
+    tokens_.push_back({Tok::End, "", text_.size()});
+  }
+
+  const Token& peek(size_t ahead = 0) const {
+    return tokens_[std::min(position_ + ahead, tokens_.size() - 1)];
+  }
+  const Token& next() {
+    const Token& t = tokens_[position_];
+    if (position_ + 1 < tokens_.size()) ++position_;
+    return t;
+  }
+  bool accept(const char* punct) {
+    if (peek().kind == Tok::Punct && peek().text == punct) {
+      next();
+      return true;
+    }
+    return false;
+  }
+  void expect(const char* punct) {
+    if (!accept(punct)) fail(peek(), std::string("expected '") + punct + "'");
+  }
+  const Token& expect_ident(const char* what) {
+    if (peek().kind != Tok::Ident) fail(peek(), std::string("expected ") + what);
+    return next();
+  }
+  bool has_more_statements() const {
+    for (size_t i = position_; i < tokens_.size(); ++i) {
+      if (tokens_[i].kind == Tok::Separator) {
+        for (size_t j = i + 1; j < tokens_.size(); ++j) {
+          if (tokens_[j].kind != Tok::Separator && tokens_[j].kind != Tok::End) return true;
+        }
+        return false;
+      }
+    }
+    return false;
+  }
+
+  [[noreturn]] void fail(const Token& at, const std::string& message) const {
+    fail_at(at.offset, at.kind == Tok::End ? message + " at the end of the input" : message);
+  }
+  [[noreturn]] void fail_at(size_t offset, const std::string& message) const {
+    size_t line_start = text_.rfind('\n', offset == 0 ? 0 : offset - 1);
+    line_start = (line_start == std::string::npos || offset == 0) ? 0 : line_start + 1;
+    if (offset < text_.size() && text_[offset] == '\n' && offset > 0) {
+      // A separator: point at the end of its line.
+      size_t previous = text_.rfind('\n', offset - 1);
+      line_start = previous == std::string::npos ? 0 : previous + 1;
+    }
+    size_t line_end = text_.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = text_.size();
+    int line = 1;
+    for (size_t i = 0; i < line_start; ++i) line += text_[i] == '\n';
+    size_t column = offset - line_start + 1;
+    std::string source_line = text_.substr(line_start, line_end - line_start);
+    throw UserError("parse error at line " + std::to_string(line) + ", column " +
+                    std::to_string(column) + ": " + message + "\n  " + source_line + "\n  " +
+                    std::string(column - 1, ' ') + "^");
+  }
+
+  // ---- statements
+  void declaration() {
+    const Token& name = next();
+    next();  // ':'
+    if (values_.count(name.text) || graph_.find_input(name.text) >= 0)
+      fail(name, "'" + name.text + "' is declared after it was used or assigned");
+    DType dtype = options_.default_dtype;
+    Shape shape = options_.default_shape;
+    bool any = false;
+    if (peek().kind == Tok::Ident) {
+      const Token& t = next();
+      std::optional<DType> d = parse_dtype(t.text);
+      if (!d) fail(t, "unknown dtype '" + t.text + "'; the dtypes are " + dtype_names());
+      dtype = *d;
+      any = true;
+    }
+    if (accept("[")) {
+      shape.clear();
+      if (!accept("]")) {
+        do {
+          const Token& t = next();
+          if (t.kind == Tok::Ident) {
+            shape.push_back(Dim::named(t.text));
+          } else if (t.kind == Tok::Number) {
+            int64_t size = 0;
+            auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), size);
+            if (r.ec != std::errc() || r.ptr != t.text.data() + t.text.size() || size < 1)
+              fail(t, "a dim is a positive integer or a name");
+            shape.push_back(Dim::of(size));
+          } else {
+            fail(t, "expected a dim (a positive integer or a name)");
+          }
+        } while (accept(","));
+        expect("]");
+      }
+      any = true;
+    }
+    if (!any) fail(peek(), "expected a dtype (" + dtype_names() + ") or a shape such as [n]");
+    graph_.input(name.text, dtype, shape);
+  }
+
+  // ---- expressions, lowest precedence first
+  Value expression() {
+    const Token& at = peek();
+    Value left = additive();
+    static const std::map<std::string, OpCode> compare = {{"<", OpCode::Lt},  {"<=", OpCode::Le},
+                                                          {">", OpCode::Gt},  {">=", OpCode::Ge},
+                                                          {"==", OpCode::Eq}, {"!=", OpCode::Ne}};
+    if (peek().kind == Tok::Punct && compare.count(peek().text)) {
+      OpCode op = compare.at(next().text);
+      Value right = additive();
+      return apply(at, op, {left, right});
+    }
+    return left;
+  }
+  Value additive() {
+    Value left = multiplicative();
+    while (peek().text == "+" || peek().text == "-") {
+      const Token& op = next();
+      Value right = multiplicative();
+      left = apply(op, op.text == "+" ? OpCode::Add : OpCode::Sub, {left, right});
+    }
+    return left;
+  }
+  Value multiplicative() {
+    Value left = unary();
+    while (peek().text == "*" || peek().text == "/") {
+      const Token& op = next();
+      Value right = unary();
+      left = apply(op, op.text == "*" ? OpCode::Mul : OpCode::Div, {left, right});
+    }
+    return left;
+  }
+  Value unary() {
+    if (peek().kind == Tok::Punct && peek().text == "-") {
+      const Token& minus = next();
+      // "-2.5" is a literal, so printed negative constants read back as constants.
+      if (peek().kind == Tok::Number && peek(1).text != "^" && peek(1).text != "**")
+        return number(next(), true);
+      return apply(minus, OpCode::Neg, {unary()});
+    }
+    return power();
+  }
+  Value power() {
+    Value base = primary();
+    if (peek().text == "^" || peek().text == "**") {
+      const Token& op = next();
+      Value exponent = unary();  // right-associative: 2^-x, a^b^c = a^(b^c)
+      return apply(op, OpCode::Pow, {base, exponent});
+    }
+    return base;
+  }
+  Value primary() {
+    const Token& t = peek();
+    if (t.kind == Tok::Number) return number(next(), false);
+    if (accept("(")) {
+      Value v = expression();
+      expect(")");
+      return v;
+    }
+    if (t.kind != Tok::Ident) fail(t, "expected a name, a number, a call or '('");
+    next();
+    if (t.text == "true" || t.text == "false")
+      return graph_.constant(t.text == "true" ? 1 : 0, DType::Bool);
+    if (accept("(")) return call(t);
+    return name(t);
+  }
+  Value call(const Token& function) {
+    std::string op_name = function.text == "where" ? "select" : function.text;
+    const OpInfo* info = find_op(op_name);
+    if (!info) {
+      std::string suggestions;
+      for (const std::string& s : nearest_op_names(function.text)) {
+        suggestions += (suggestions.empty() ? "" : ", ") + s;
+      }
+      fail(function, "unknown op '" + function.text + "'; did you mean " + suggestions + "?");
+    }
+    std::vector<Value> operands;
+    DType cast_to = DType::F32;
+    if (info->code == OpCode::Cast) {
+      operands.push_back(expression());
+      expect(",");
+      const Token& d = expect_ident("a dtype");
+      std::optional<DType> dtype = parse_dtype(d.text);
+      if (!dtype) fail(d, "unknown dtype '" + d.text + "'; the dtypes are " + dtype_names());
+      cast_to = *dtype;
+    } else if (!(peek().text == ")")) {
+      do operands.push_back(expression());
+      while (accept(","));
+    }
+    expect(")");
+    if (static_cast<int>(operands.size()) != info->arity)
+      fail(function, std::string(info->name) + " takes " + std::to_string(info->arity) +
+                         " operand(s), got " + std::to_string(operands.size()));
+    return apply(function, info->code, operands, cast_to);
+  }
+  Value name(const Token& t) {
+    auto it = values_.find(t.text);
+    if (it != values_.end()) {
+      reads_.push_back(t.text);
+      return graph_.value(it->second);
+    }
+    int input = graph_.find_input(t.text);
+    if (input >= 0) return graph_.value(input);
+    if (find_op(t.text) || t.text == "where")
+      fail(t, "'" + t.text + "' is an op; call it: " + t.text + "(...)");
+    // An undeclared name: an input of the default dtype and shape.
+    return graph_.input(t.text, options_.default_dtype, options_.default_shape);
+  }
+  Value number(const Token& t, bool negative) {
+    double value = 0;
+    const char* begin = t.text.data();
+    const char* end = begin + t.text.size();
+    auto r = std::from_chars(begin, end, value);
+    if (r.ec != std::errc() || r.ptr != end) fail(t, "'" + t.text + "' is not a number");
+    if (negative) value = -value;
+    bool integral = t.text.find_first_of(".eE") == std::string::npos;
+    if (integral && (value >= 2147483648.0 || value < -2147483648.0))
+      fail(t, "integer literal out of the i32 range; write it as a float (" + t.text + ".0)");
+    if (!std::isfinite(value)) fail(t, "literal is not finite");
+    return graph_.constant(value, integral ? DType::I32 : DType::F32);
+  }
+  Value apply(const Token& at, OpCode op, const std::vector<Value>& operands,
+              DType cast_to = DType::F32) {
+    try {
+      return graph_.apply(op, operands, cast_to);
+    } catch (const UserError& e) {
+      fail(at, e.what());
+    }
+  }
+
+  const std::string& text_;
+  ParseOptions options_;
+  std::vector<Token> tokens_;
+  size_t position_ = 0;
+  Graph graph_;
+  std::map<std::string, int> values_;  // assigned names -> node
+  std::vector<std::string> reads_;
+  int statements_ = 0;
+};
+
+}  // namespace
+
+Graph parse(const std::string& text, const ParseOptions& options) {
+  return Parser(text, options).run();
+}
+
+}  // namespace kjit::ir

@@ -1,0 +1,27 @@
+// Reads the text form: statements separated by ';' or newlines, '#' comments.
+//
+//   x:bf16[n]                      a declaration (dtype and/or shape; defaults below)
+//   t = x * sigmoid(x)             an assignment; operators + - * / ^ < <= > >= == !=
+//   y = t * g                      names never read again are the outputs...
+//   return y                       ...unless a return line lists them
+//   sin(x)^2 + cos(x)^2            a lone expression is the output y
+//
+// Undeclared names are inputs of the default dtype and shape. Functions are the op
+// table's names (plus where = select); cast(x, bf16) converts. Errors are
+// UserErrors naming line and column with a caret under the spot.
+#pragma once
+
+#include <string>
+
+#include "compiler/ir/graph.h"
+
+namespace kjit::ir {
+
+struct ParseOptions {
+  DType default_dtype = DType::F32;
+  Shape default_shape = {Dim::named("n")};
+};
+
+Graph parse(const std::string& text, const ParseOptions& options = {});
+
+}  // namespace kjit::ir

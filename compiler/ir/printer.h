@@ -1,0 +1,22 @@
+// The IR's text form. print() writes declarations, one op per line in function
+// form and a return line; parse() (parser.h) reads it back to the same graph:
+//
+//   x:f32[n]
+//   _1 = sin(x)
+//   _2 = pow(_1, 2)
+//   ...
+//   return y
+#pragma once
+
+#include <string>
+
+#include "compiler/ir/graph.h"
+
+namespace kjit::ir {
+
+std::string print(const Graph& graph);
+
+// A literal as the parser reads it back: "2" (i32), "2.0", "1e-05" (f32), "true".
+std::string format_literal(double value, DType dtype);
+
+}  // namespace kjit::ir

@@ -1,0 +1,472 @@
+#include "compiler/lowering/elementwise.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <map>
+
+#include "compiler/ir/printer.h"
+#include "support/error.h"
+#include "support/hash.h"
+
+namespace kjit::ir {
+
+const char* to_string(Access access) {
+  switch (access) {
+    case Access::Full:
+      return "full";
+    case Access::Scalar:
+      return "scalar";
+    case Access::Row:
+      return "row";
+    case Access::Column:
+      return "column";
+    case Access::Strided:
+      return "strided";
+  }
+  return "?";
+}
+
+std::optional<Access> parse_access(const std::string& name) {
+  for (Access a : {Access::Full, Access::Scalar, Access::Row, Access::Column, Access::Strided}) {
+    if (name == to_string(a)) return a;
+  }
+  return std::nullopt;
+}
+
+std::string ElementwiseProblem::text() const {
+  std::string in, out;
+  std::vector<int> inputs = graph.inputs();
+  KJIT_CHECK(inputs.size() == access.size(), "one access pattern per input");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& n = graph.node(inputs[i]);
+    in += fmt::format("{}{}:{}:{}", i ? "," : "", n.name, ir::to_string(n.dtype),
+                      to_string(access[i]));
+  }
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    const auto& [name, id] = graph.outputs()[i];
+    out += fmt::format("{}{}:{}", i ? "," : "", name, ir::to_string(graph.node(id).dtype));
+  }
+  return fmt::format("elementwise ir={} in={} out={} align={}", hex64(hash64(print(graph))), in,
+                     out, aligned ? "16" : "1");
+}
+
+std::string ElementwiseConfig::text() const {
+  return fmt::format("block={},vec={},unroll={}", block_threads, vector_width, unroll);
+}
+
+ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
+  ElementwiseConfig config;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    int value = 0;
+    bool ok = eq != std::string::npos;
+    if (ok) {
+      const char* b = item.data() + eq + 1;
+      const char* e = item.data() + item.size();
+      auto r = std::from_chars(b, e, value);
+      ok = r.ec == std::errc() && r.ptr == e && b != e;
+    }
+    if (!ok)
+      throw UserError("bad config item '" + item + "'",
+                      "write key=integer, e.g. block=256,unroll=4");
+    auto power_of_two = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+    if (key == "block") {
+      if (value < 32 || value > 1024 || value % 32 != 0)
+        throw UserError("block=" + std::to_string(value) +
+                        " is not a multiple of 32 in [32, 1024]");
+      config.block_threads = value;
+    } else if (key == "vec") {
+      if (value != 0 && (!power_of_two(value) || value > 16))
+        throw UserError("vec=" + std::to_string(value) +
+                        " is not 0 (auto) or a power of two <= 16");
+      config.vector_width = value;
+    } else if (key == "unroll") {
+      if (value < 1 || value > 16)
+        throw UserError("unroll=" + std::to_string(value) + " is not in [1, 16]");
+      config.unroll = value;
+    } else {
+      throw UserError("unknown config key '" + key + "'", "the keys are block, vec and unroll");
+    }
+  }
+  return config;
+}
+
+namespace {
+
+bool vector_read(Access a) {
+  return a == Access::Full || a == Access::Row;
+}
+
+std::string float_literal(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.9g", static_cast<double>(static_cast<float>(value)));
+  std::string text = buffer;
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  text += "f";
+  return value < 0 ? "(" + text + ")" : text;
+}
+
+std::string literal(double value, const std::string& type) {
+  if (type == "float") return float_literal(value);
+  if (type == "bool") return value != 0 ? "true" : "false";
+  int64_t v = static_cast<int64_t>(value);
+  if (v == -2147483648LL) return "(-2147483647 - 1)";
+  return v < 0 ? "(" + std::to_string(v) + ")" : std::to_string(v);
+}
+
+// `expr` of compute type `from` as compute type `to`.
+std::string convert(const std::string& expr, const std::string& from, const std::string& to) {
+  if (from == to) return expr;
+  if (to == "float") return from == "bool" ? "(" + expr + " ? 1.0f : 0.0f)" : "(float)" + expr;
+  if (to == "int") return from == "bool" ? "(int)" + expr : "__float2int_rz(" + expr + ")";
+  return from == "float" ? "(" + expr + " != 0.0f)" : "(" + expr + " != 0)";
+}
+
+std::string replace_operands(std::string spelling, const std::vector<std::string>& operands) {
+  for (size_t k = 0; k < operands.size(); ++k) {
+    std::string placeholder = "{" + std::to_string(k) + "}";
+    for (size_t at = spelling.find(placeholder); at != std::string::npos;
+         at = spelling.find(placeholder, at + operands[k].size()))
+      spelling.replace(at, placeholder.size(), operands[k]);
+  }
+  return spelling;
+}
+
+// The C expression that computes a node from its operands.
+std::string node_expression(const Graph& graph, int id, const std::vector<std::string>& names) {
+  const Node& n = graph.node(id);
+  const OpInfo& info = op_info(n.op);
+  std::string result_type = compute_type(n.dtype);
+  // The compute type each operand is converted to.
+  std::vector<std::string> wanted(n.operands.size(), result_type);
+  if (info.rule == TypeRule::Compare) {
+    bool any_float = false;
+    for (int o : n.operands) any_float = any_float || is_floating(graph.node(o).dtype);
+    std::fill(wanted.begin(), wanted.end(), any_float ? "float" : "int");
+  } else if (info.rule == TypeRule::Select) {
+    wanted[0] = "bool";
+  } else if (info.rule == TypeRule::Cast) {
+    wanted[0] = compute_type(graph.node(n.operands[0]).dtype);
+  }
+  std::vector<std::string> operands;
+  for (size_t k = 0; k < n.operands.size(); ++k) {
+    const Node& o = graph.node(n.operands[k]);
+    if (o.op == OpCode::Const) {
+      operands.push_back(literal(o.value, wanted[k]));
+    } else {
+      operands.push_back(
+          convert(names[static_cast<size_t>(n.operands[k])], compute_type(o.dtype), wanted[k]));
+    }
+  }
+  if (n.op == OpCode::Cast) {
+    std::string value = convert(operands[0], wanted[0], result_type);
+    if (n.cast_to == DType::F16 || n.cast_to == DType::BF16)
+      return fmt::format("kjit::round_through<{}>({})", storage_type(n.cast_to), value);
+    return value;
+  }
+  if (n.op == OpCode::Pow) {
+    const Node& exponent = graph.node(n.operands[1]);
+    // x^2 is a multiply: exact to one rounding and far cheaper than powf.
+    if (exponent.op == OpCode::Const && exponent.value == 2.0)
+      return operands[0] + " * " + operands[0];
+  }
+  const char* spelling = result_type == "int" && info.cuda_int ? info.cuda_int : info.cuda_float;
+  return replace_operands(spelling, operands);
+}
+
+std::string ir_operand(const Graph& graph, int id) {
+  const Node& n = graph.node(id);
+  if (n.op == OpCode::Input) return n.name;
+  if (n.op == OpCode::Const) return format_literal(n.value, n.dtype);
+  return "t" + std::to_string(id);
+}
+
+}  // namespace
+
+std::string emit_chain_statements(const Graph& graph, const std::string& indent,
+                                  std::vector<std::string>* result_names) {
+  std::vector<std::string> names(graph.nodes().size());
+  std::string out;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    int id = static_cast<int>(i);
+    const Node& n = graph.node(id);
+    if (n.op == OpCode::Input) {
+      names[i] = "in_" + n.name;
+      continue;
+    }
+    if (n.op == OpCode::Const) {
+      names[i] = literal(n.value, compute_type(n.dtype));
+      continue;
+    }
+    names[i] = "t" + std::to_string(id);
+    std::string comment = names[i] + " = " + op_info(n.op).name + "(";
+    for (size_t k = 0; k < n.operands.size(); ++k)
+      comment += (k ? ", " : "") + ir_operand(graph, n.operands[k]);
+    if (n.op == OpCode::Cast) comment += std::string(", ") + ir::to_string(n.cast_to);
+    comment += ")  -> " + std::string(ir::to_string(n.dtype)) + ir::to_string(n.shape);
+    out += indent + "// " + comment + "\n";
+    out += fmt::format("{}const {} {} = {};\n", indent, compute_type(n.dtype), names[i],
+                       node_expression(graph, id, names));
+  }
+  if (result_names) {
+    result_names->clear();
+    for (const auto& [name, id] : graph.outputs())
+      result_names->push_back(names[static_cast<size_t>(id)]);
+  }
+  return out;
+}
+
+std::string emit_epilogue_function(const Graph& graph, const std::string& function_name) {
+  if (graph.outputs().size() != 1)
+    throw UserError("an epilogue has one output; this graph has " +
+                    std::to_string(graph.outputs().size()));
+  std::string parameters;
+  for (int id : graph.inputs()) {
+    const Node& n = graph.node(id);
+    if (!is_floating(n.dtype))
+      throw UserError("epilogue input '" + n.name + "' is " + ir::to_string(n.dtype) +
+                      "; an epilogue takes floating inputs");
+    parameters += (parameters.empty() ? "float in_" : ", float in_") + n.name;
+  }
+  std::vector<std::string> results;
+  std::string body = emit_chain_statements(graph, "  ", &results);
+  const Node& out = graph.node(graph.outputs()[0].second);
+  std::string result = convert(results[0], compute_type(out.dtype), "float");
+  std::string ir_text = print(graph);
+  std::string comment;
+  for (size_t start = 0; start < ir_text.size();) {
+    size_t end = ir_text.find('\n', start);
+    comment += "//   " + ir_text.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  return fmt::format(
+      "// Epilogue {}, fused from the IR:\n{}__device__ __forceinline__ float {}({}) {{\n{}"
+      "  return {};\n}}\n",
+      function_name, comment, function_name, parameters, body, result);
+}
+
+int effective_vector_width(const ElementwiseProblem& problem, const ElementwiseConfig& config) {
+  if (!problem.aligned) return 1;
+  if (config.vector_width > 0) return config.vector_width;
+  int narrowest = 4;
+  std::vector<int> inputs = problem.graph.inputs();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (vector_read(problem.access[i]))
+      narrowest = std::min(narrowest, size_bytes(problem.graph.node(inputs[i]).dtype));
+  }
+  for (const auto& [name, id] : problem.graph.outputs())
+    narrowest = std::min(narrowest, size_bytes(problem.graph.node(id).dtype));
+  // 16 bytes of the narrowest type, at most 8 elements (a bool output would ask
+  // for 16, tying up 16 registers per input vector).
+  return std::min(16 / narrowest, 8);
+}
+
+KernelSource lower_elementwise(const ElementwiseProblem& problem, const ElementwiseConfig& config) {
+  const Graph& graph = problem.graph;
+  std::vector<int> inputs = graph.inputs();
+  if (inputs.size() != problem.access.size())
+    throw InternalError("elementwise problem: one access pattern per input");
+  if (graph.outputs().empty()) throw UserError("the graph has no output");
+  const int V = effective_vector_width(problem, config);
+  const int U = config.unroll;
+  const std::string problem_text = problem.text();
+  const std::string config_text = config.text();
+  const std::string ir_text = print(graph);
+  const std::string id =
+      KeyHasher().add(kGeneratorVersion).add(ir_text).add(problem_text).add(config_text).hex();
+  const std::string kernel_name = "kjit_ew_" + id;
+
+  std::string s;
+  // ---- header comment
+  s += "// kjit elementwise kernel: the whole IR graph fused into one pass over memory.\n";
+  s += fmt::format("// Generated by {}; identical inputs give identical source.\n//\n",
+                   kGeneratorVersion);
+  s += "// IR (after verify, constant folding, CSE, DCE):\n";
+  for (size_t start = 0; start < ir_text.size();) {
+    size_t end = ir_text.find('\n', start);
+    s += "//   " + ir_text.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  s += fmt::format("// Problem: {}\n// Config:  {}\n// Kernel:  {} (id {})\n", problem_text,
+                   config_text, kernel_name, id);
+  s += fmt::format(
+      "//\n// Plan: the output is viewed as [rows, cols] with n = rows * cols elements.\n"
+      "// {}\n"
+      "// Each thread handles U = {} independent vectors per loop iteration (all loads\n"
+      "// issued before any math, so several are in flight), and the grid is sized to whole\n"
+      "// waves (SMs x resident blocks per SM) with a grid-stride loop over the rest.\n"
+      "// f16/bf16 values are computed in f32 and rounded once, at the store.\n\n",
+      V > 1 ? fmt::format("Aligned path: V = {} elements per vector, moved as 16-byte chunks; "
+                          "n and cols are\n// multiples of V and vector pointers are 16-byte "
+                          "aligned (the launcher checks).",
+                          V)
+            : std::string("Scalar path: one element per step (pointers or sizes are not "
+                          "16-byte / vector aligned)."),
+      U);
+  s += "#include \"kjit/types.cuh\"\n#include \"kjit/elementwise.cuh\"\n\n";
+
+  // ---- the chain for one element
+  std::string chain_parameters;
+  for (int in : inputs) {
+    const Node& n = graph.node(in);
+    chain_parameters += fmt::format("{}{} in_{}", chain_parameters.empty() ? "" : ", ",
+                                    compute_type(n.dtype), n.name);
+  }
+  for (const auto& [name, out] : graph.outputs())
+    chain_parameters += fmt::format("{}{}& out_{}", chain_parameters.empty() ? "" : ", ",
+                                    compute_type(graph.node(out).dtype), name);
+  std::vector<std::string> results;
+  std::string body = emit_chain_statements(graph, "  ", &results);
+  s += "// The chain for one element: every IR op in order, in registers.\n";
+  s += fmt::format("__device__ __forceinline__ void kjit_chain({}) {{\n{}", chain_parameters, body);
+  for (size_t k = 0; k < graph.outputs().size(); ++k)
+    s += fmt::format("  out_{} = {};\n", graph.outputs()[k].first, results[k]);
+  s += "}\n\n";
+
+  // ---- the kernel
+  std::string parameters;
+  for (int in : inputs) {
+    const Node& n = graph.node(in);
+    parameters += fmt::format("    const {}* __restrict__ in_{},\n", storage_type(n.dtype), n.name);
+  }
+  for (const auto& [name, out] : graph.outputs())
+    parameters +=
+        fmt::format("    {}* __restrict__ out_{},\n", storage_type(graph.node(out).dtype), name);
+  parameters += "    long long n, long long cols";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (problem.access[i] == Access::Strided) {
+      const std::string& name = graph.node(inputs[i]).name;
+      parameters += fmt::format(",\n    long long in_{0}_stride0, long long in_{0}_stride1", name);
+    }
+  }
+  s += fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}(\n{}) {{\n",
+                   config.block_threads, kernel_name, parameters);
+  s += fmt::format("  constexpr int V = {};  // elements per vector\n", V);
+  s += fmt::format("  constexpr int U = {};  // independent vectors per thread per iteration\n", U);
+  s += "  const long long vectors = n / V;\n";
+  // Scalars: one load per thread, before the loop.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (problem.access[i] != Access::Scalar) continue;
+    const Node& n = graph.node(inputs[i]);
+    s += fmt::format("  // {}: one element broadcast to every output element\n", n.name);
+    s +=
+        fmt::format("  const {} in_{}_scalar = in_{}[0];\n", storage_type(n.dtype), n.name, n.name);
+  }
+  s += "  // Grid-stride loop: thread t of the grid starts at vector t; consecutive threads\n"
+       "  // touch consecutive vectors, so every warp access is coalesced.\n";
+  s += "  const long long step = (long long)gridDim.x * blockDim.x * U;\n";
+  s += "  for (long long first = (long long)blockIdx.x * blockDim.x * U + threadIdx.x;\n"
+       "       first < vectors; first += step) {\n";
+  // Load phase.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& n = graph.node(inputs[i]);
+    const char* type = storage_type(n.dtype);
+    if (problem.access[i] == Access::Column)
+      s += fmt::format("    {} in_{}_column[U];\n", type, n.name);
+    else if (problem.access[i] != Access::Scalar)
+      s += fmt::format("    kjit::Vec<{}, V> in_{}_vec[U];\n", type, n.name);
+  }
+  s += "    // Load phase: every load of the U vectors is issued before any math.\n";
+  s += "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n";
+  s += "      const long long vec = first + (long long)u * blockDim.x;\n";
+  s += "      if (vec >= vectors) break;\n";
+  s += "      const long long i = vec * V;  // first element of this vector\n";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& n = graph.node(inputs[i]);
+    const char* type = storage_type(n.dtype);
+    switch (problem.access[i]) {
+      case Access::Full:
+        s += fmt::format("      in_{0}_vec[u] = kjit::load_vec<{1}, V>(in_{0} + i);  // {0}[i]\n",
+                         n.name, type);
+        break;
+      case Access::Row:
+        s += fmt::format(
+            "      in_{0}_vec[u] = kjit::load_vec<{1}, V>(in_{0} + i % cols);  // {0}[col], a row "
+            "broadcast down\n",
+            n.name, type);
+        break;
+      case Access::Column:
+        s += fmt::format(
+            "      in_{0}_column[u] = in_{0}[i / cols];  // {0}[row], a column broadcast across "
+            "(V divides cols)\n",
+            n.name);
+        break;
+      case Access::Strided:
+        s += fmt::format(
+            "#pragma unroll\n      for (int e = 0; e < V; ++e)  // {0}[row * stride0 + col * "
+            "stride1]\n"
+            "        in_{0}_vec[u].v[e] = in_{0}[((i + e) / cols) * in_{0}_stride0 + ((i + e) % "
+            "cols) * in_{0}_stride1];\n",
+            n.name);
+        break;
+      case Access::Scalar:
+        break;
+    }
+  }
+  s += "    }\n";
+  // Compute and store phase.
+  s += "    // Compute and store phase: the chain per element, one rounding at the store.\n";
+  s += "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n";
+  s += "      const long long vec = first + (long long)u * blockDim.x;\n";
+  s += "      if (vec >= vectors) break;\n";
+  for (const auto& [name, out] : graph.outputs())
+    s += fmt::format("      kjit::Vec<{}, V> out_{}_vec;\n", storage_type(graph.node(out).dtype),
+                     name);
+  s += "#pragma unroll\n      for (int e = 0; e < V; ++e) {\n";
+  std::string call_arguments;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& n = graph.node(inputs[i]);
+    std::string element;
+    switch (problem.access[i]) {
+      case Access::Scalar:
+        element = "in_" + n.name + "_scalar";
+        break;
+      case Access::Column:
+        element = "in_" + n.name + "_column[u]";
+        break;
+      default:
+        element = "in_" + n.name + "_vec[u].v[e]";
+        break;
+    }
+    if (is_floating(n.dtype)) element = "kjit::to_f32(" + element + ")";
+    call_arguments += (call_arguments.empty() ? "" : ", ") + element;
+  }
+  for (const auto& [name, out] : graph.outputs()) {
+    s += fmt::format("        {} value_{};\n", compute_type(graph.node(out).dtype), name);
+    call_arguments += (call_arguments.empty() ? "value_" : ", value_") + name;
+  }
+  s += fmt::format("        kjit_chain({});\n", call_arguments);
+  for (const auto& [name, out] : graph.outputs()) {
+    DType d = graph.node(out).dtype;
+    std::string value = is_floating(d)
+                            ? fmt::format("kjit::from_f32<{}>(value_{})", storage_type(d), name)
+                            : "value_" + name;
+    s += fmt::format("        out_{}_vec.v[e] = {};\n", name, value);
+  }
+  s += "      }\n";
+  for (const auto& [name, out] : graph.outputs())
+    s += fmt::format("      kjit::store_vec<{}, V>(out_{} + vec * V, out_{}_vec);\n",
+                     storage_type(graph.node(out).dtype), name, name);
+  s += "    }\n  }\n}\n";
+
+  KernelSource source;
+  source.name = kernel_name;
+  source.source = std::move(s);
+  source.family = "elementwise";
+  source.problem = problem_text;
+  source.config = config_text;
+  source.block_threads = config.block_threads;
+  return source;
+}
+
+}  // namespace kjit::ir

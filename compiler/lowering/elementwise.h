@@ -1,0 +1,79 @@
+// Lowering of a fused elementwise graph to one CUDA kernel.
+//
+// Problem (what): the optimized graph, how each input is read (its access
+// pattern) and the alignment class. Config (how): threads per block, vector
+// width, independent vectors per thread. Both have canonical text forms that
+// enter the generated header comment and so the cache key.
+//
+// The kernel views the output as [rows, cols] (a 1-D output has rows = 1) and
+// takes n = rows * cols and cols at run time; it is specialized on the access
+// patterns and the alignment class, never on exact sizes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/ir/graph.h"
+#include "compiler/kernel_source.h"
+
+namespace kjit::ir {
+
+// How an input element is found from the output index i (row = i / cols, col = i % cols).
+enum class Access {
+  Full,     // same shape as the output, contiguous: in[i]
+  Scalar,   // one element: in[0], loaded once per thread
+  Row,      // one row [cols] broadcast down the rows: in[i % cols]
+  Column,   // one column [rows, 1] broadcast across: in[i / cols]
+  Strided,  // the output's shape with any strides: in[row * stride0 + col * stride1]
+};
+const char* to_string(Access access);
+std::optional<Access> parse_access(const std::string& name);
+
+struct ElementwiseProblem {
+  Graph graph;                 // optimized (pipeline.h), one kernel group
+  std::vector<Access> access;  // one per input, in declaration order
+  // The alignment class. true: every vector-read input and every output pointer is
+  // 16-byte aligned, and n and cols are multiples of the vector width, so the kernel
+  // moves whole 16-byte vectors with no tail. false: one element at a time.
+  bool aligned = false;
+
+  // "elementwise ir=<hash> in=x:f32:full,g:bf16:row out=y:bf16 align=16"
+  std::string text() const;
+};
+
+struct ElementwiseConfig {
+  int block_threads = 256;
+  int vector_width =
+      0;           // elements per vector on the aligned path; 0: 16 bytes of the narrowest dtype
+  int unroll = 4;  // independent vectors per thread per loop iteration (loads in flight)
+
+  // "block=256,vec=0,unroll=4"
+  std::string text() const;
+  // Parses "block=128,vec=8,unroll=2" (any subset, any order); a UserError names a
+  // bad key or value.
+  static ElementwiseConfig parse(const std::string& text);
+};
+
+// The elements per vector the kernel uses: 1 off the aligned path, else the
+// config's width or 16 bytes of the narrowest dtype that moves as vectors.
+int effective_vector_width(const ElementwiseProblem& problem, const ElementwiseConfig& config);
+
+// One kernel for the problem. Identical inputs give byte-identical source.
+KernelSource lower_elementwise(const ElementwiseProblem& problem, const ElementwiseConfig& config);
+
+// The chain as a device function over named scalar values, for fusing a graph into
+// another kernel (a matmul epilogue). The graph must have exactly one output and
+// floating inputs only; the parameters are the inputs in declaration order, all
+// `float`, named in_<name>:
+//   __device__ __forceinline__ float NAME(float in_acc, float in_bias) { ... return t3; }
+// The text is stable: the same graph gives the same function.
+std::string emit_epilogue_function(const Graph& graph, const std::string& function_name);
+
+// The body of the chain: one `const <type> t<id> = ...;` line per op, each under a
+// comment naming the IR op; inputs are read as `in_<name>` (in their compute
+// type). Returns the lines, each prefixed with `indent`; `result_names` gets the
+// C expression of each output, in output order.
+std::string emit_chain_statements(const Graph& graph, const std::string& indent,
+                                  std::vector<std::string>* result_names);
+
+}  // namespace kjit::ir

@@ -1,0 +1,21 @@
+#include "compiler/passes/dce.h"
+
+#include "compiler/passes/rebuild.h"
+
+namespace kjit::ir {
+
+Graph dce(const Graph& graph) {
+  std::vector<bool> live(graph.nodes().size(), false);
+  for (const auto& [name, id] : graph.outputs()) live[static_cast<size_t>(id)] = true;
+  for (size_t i = graph.nodes().size(); i-- > 0;) {
+    if (!live[i]) continue;
+    for (int operand : graph.nodes()[i].operands) live[static_cast<size_t>(operand)] = true;
+  }
+  size_t index = 0;
+  return rebuild(graph, [&](Node node, Graph& out) {
+    bool keep = live[index++] || node.op == OpCode::Input;
+    return keep ? out.add_node_unchecked(std::move(node)) : -1;
+  });
+}
+
+}  // namespace kjit::ir

@@ -1,0 +1,44 @@
+#include "compiler/passes/pipeline.h"
+
+#include <iostream>
+
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/constant_fold.h"
+#include "compiler/passes/cse.h"
+#include "compiler/passes/dce.h"
+#include "support/options.h"
+
+namespace kjit::ir {
+
+bool dump_passes_requested() {
+  std::optional<std::string> dump = env("KJIT_DUMP");
+  if (!dump) return false;
+  std::string list = "," + *dump + ",";
+  return list.find(",passes,") != std::string::npos || list.find(",all,") != std::string::npos;
+}
+
+Graph optimize(const Graph& input, std::ostream* log) {
+  if (!log && dump_passes_requested()) log = &std::cerr;
+  Graph graph = input;
+  std::string previous = print(graph);
+  auto step = [&](const char* name, auto&& pass) {
+    graph = pass(graph);
+    if (!log) return;
+    std::string now = print(graph);
+    *log << "=== after " << name << " ===\n" << (now == previous ? "(unchanged)\n" : now);
+    previous = now;
+  };
+  if (log) *log << "=== input ===\n" << previous;
+  step("verify", [](const Graph& g) {
+    verify(g);
+    return g;
+  });
+  step("constant_fold", constant_fold);
+  step("cse", cse);
+  step("dce", dce);
+  verify(graph);
+  return graph;
+}
+
+}  // namespace kjit::ir

@@ -1,0 +1,27 @@
+#include "compiler/passes/rebuild.h"
+
+#include "support/error.h"
+
+namespace kjit::ir {
+
+Graph rebuild(const Graph& graph, const std::function<int(Node node, Graph& out)>& visit) {
+  Graph out;
+  std::vector<int> remap(graph.nodes().size(), -1);
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    Node node = graph.nodes()[i];
+    for (int& operand : node.operands) {
+      operand = remap[static_cast<size_t>(operand)];
+      KJIT_CHECK(operand >= 0, "a pass dropped a node that is still used");
+    }
+    remap[i] = visit(std::move(node), out);
+  }
+  std::vector<std::pair<std::string, int>> outputs;
+  for (const auto& [name, id] : graph.outputs()) {
+    KJIT_CHECK(remap[static_cast<size_t>(id)] >= 0, "a pass dropped an output");
+    outputs.emplace_back(name, remap[static_cast<size_t>(id)]);
+  }
+  out.set_outputs(std::move(outputs));
+  return out;
+}
+
+}  // namespace kjit::ir

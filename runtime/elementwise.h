@@ -1,0 +1,103 @@
+// The embedding API for elementwise chains: an ElementwiseKernel holds an
+// optimized graph and launches it on the caller's stream with the caller's device
+// pointers. Everything is checked before anything runs: counts, dtypes, shapes,
+// null and misaligned pointers give a UserError.
+//
+//   kjit::Graph g = kjit::ir::parse("y = x * sigmoid(x) * g", {kjit::DType::BF16});
+//   kjit::ElementwiseKernel kernel(g);
+//   kernel.launch({{x_ptr, DType::BF16, {n}}, {g_ptr, DType::BF16, {n}}},
+//                 {{y_ptr, DType::BF16, {n}}}, stream);
+//
+// The kernel is specialized on each input's access pattern (full, scalar, row,
+// column, strided) and on the alignment class, chosen from the actual pointers and
+// sizes at launch (or forced). Each specialization is compiled once (NVRTC, for the
+// current context's device) and kept; the generated source is available.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/graph.h"
+#include "compiler/kernel_source.h"
+#include "compiler/lowering/elementwise.h"
+#include "runtime/cuda/module.h"
+
+namespace kjit {
+
+// A device tensor as the caller owns it.
+struct TensorArg {
+  CUdeviceptr data = 0;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;    // {} for a scalar
+  std::vector<int64_t> strides;  // in elements, one per dim; empty: contiguous
+};
+
+// How one launch maps onto the kernel: the problem it needs and the sizes.
+struct ElementwisePlan {
+  ir::ElementwiseProblem problem;
+  int64_t n = 0;     // output elements
+  int64_t cols = 1;  // the output's last dim (n for a 1-D output)
+  // Per input: {stride0, stride1} in elements over the [rows, cols] view (strided only).
+  std::vector<std::pair<int64_t, int64_t>> strides;
+};
+
+enum class Alignment { Auto, Aligned, Unaligned };
+
+class ElementwiseKernel {
+ public:
+  // Verifies and optimizes `graph` (KJIT_DUMP=passes shows each pass). Launches run
+  // on device `device` (its primary context must be current on the calling thread).
+  explicit ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config = {}, int device = 0);
+
+  const Graph& graph() const { return graph_; }
+  const ir::ElementwiseConfig& config() const { return config_; }
+
+  // Checks the arguments and picks the specialization; a UserError says what is
+  // wrong before anything runs. Needs no GPU.
+  ElementwisePlan plan(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
+                       Alignment alignment = Alignment::Auto) const;
+  // The CUDA source for a plan.
+  KernelSource source(const ElementwisePlan& plan) const;
+
+  // Checks, compiles on first use, and launches asynchronously on `stream`.
+  void launch(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
+              CUstream stream = nullptr, Alignment alignment = Alignment::Auto);
+
+  // What the last launch used: its source, grid, and whether NVRTC ran for it.
+  struct LaunchInfo {
+    std::string kernel_name;
+    std::string source;
+    unsigned grid_blocks = 0;
+    int block_threads = 0;
+    int blocks_per_sm = 0;
+    bool compiled_now = false;
+    double compile_ms = 0;
+  };
+  LaunchInfo last_launch() const;
+
+ private:
+  struct Compiled {
+    cuda::Function function;
+    KernelSource source;
+    int blocks_per_sm = 0;
+    int sm_count = 0;
+    double compile_ms = 0;
+  };
+  std::shared_ptr<const Compiled> compiled(const ElementwisePlan& plan, bool* compiled_now);
+
+  Graph graph_;
+  ir::ElementwiseConfig config_;
+  int device_ = 0;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const Compiled>> cache_;  // by problem text
+  LaunchInfo last_;
+};
+
+}  // namespace kjit

@@ -1,0 +1,316 @@
+// The elementwise side of `kjit emit|compile|run|bench EXPR`: parse the expression,
+// bind sizes (--n, --m, or the shapes of --input files), plan, lower, and then
+// print, compile, check against the fp64 reference, or time.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "compiler/interpreter/interpreter.h"
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/passes/fuse.h"
+#include "runtime/cuda/context.h"
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/memory.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/elementwise.h"
+#include "support/error.h"
+#include "support/npy.h"
+#include "tools/cli/command.h"
+#include "tools/cli/elementwise_support.h"
+#include "tools/cli/kernel_options.h"
+
+namespace kjit::cli {
+
+namespace {
+
+struct Setup {
+  Graph graph;  // as parsed
+  ir::ElementwiseConfig config;
+  Alignment alignment = Alignment::Auto;
+  std::map<std::string, NpyArray> given;    // --input files by input name
+  std::map<std::string, std::string> save;  // --output paths by output name
+  std::vector<TensorArg> inputs, outputs;   // dtypes and shapes; pointers set later
+};
+
+Setup make_setup(const KernelCommandOptions& o, int64_t default_n) {
+  Setup s;
+  ir::ParseOptions parse_options;
+  if (!o.dtype.empty()) {
+    std::optional<DType> d = ir::parse_dtype(o.dtype);
+    if (!d)
+      throw UserError("unknown --dtype '" + o.dtype + "'; the dtypes are " + ir::dtype_names());
+    parse_options.default_dtype = *d;
+  }
+  s.graph = ir::parse(o.what, parse_options);
+  // "align=..." is the Problem's alignment class; the rest is the Config.
+  std::string config_text;
+  for (size_t start = 0; start <= o.config.size();) {
+    size_t end = std::min(o.config.find(',', start), o.config.size());
+    std::string item = o.config.substr(start, end - start);
+    start = end + 1;
+    if (item.rfind("align=", 0) == 0) {
+      std::string v = item.substr(6);
+      if (v == "16")
+        s.alignment = Alignment::Aligned;
+      else if (v == "1")
+        s.alignment = Alignment::Unaligned;
+      else if (v == "auto")
+        s.alignment = Alignment::Auto;
+      else
+        throw UserError("align=" + v + ": write align=16, align=1 or align=auto");
+    } else if (!item.empty()) {
+      config_text += (config_text.empty() ? "" : ",") + item;
+    }
+  }
+  s.config = ir::ElementwiseConfig::parse(config_text);
+  auto split = [](const std::string& item, const char* flag) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      throw UserError(std::string(flag) + " " + item + ": write NAME=path.npy");
+    return std::make_pair(item.substr(0, eq), item.substr(eq + 1));
+  };
+  for (const std::string& item : o.inputs) {
+    auto [name, path] = split(item, "--input");
+    if (s.graph.find_input(name) < 0)
+      throw UserError("--input " + name + ": the expression has no input '" + name + "'");
+    s.given[name] = read_npy(path);
+  }
+  for (const std::string& item : o.outputs) {
+    auto [name, path] = split(item, "--output");
+    bool known = false;
+    for (const auto& [out, id] : s.graph.outputs()) known = known || out == name;
+    if (!known)
+      throw UserError("--output " + name + ": the expression has no output '" + name + "'");
+    s.save[name] = path;
+  }
+  // Bind symbolic dims: from given files first, then --n / --m / --k.
+  ir::Bindings sizes;
+  for (int id : s.graph.inputs()) {
+    const ir::Node& n = s.graph.node(id);
+    auto it = s.given.find(n.name);
+    if (it == s.given.end()) continue;
+    if (it->second.shape.size() != n.shape.size())
+      throw UserError(fmt::format("--input {}: the file has rank {}, the expression declares {}",
+                                  n.name, it->second.shape.size(), ir::to_string(n.shape)));
+    for (size_t d = 0; d < n.shape.size(); ++d) {
+      if (n.shape[d].is_symbolic()) sizes.emplace(n.shape[d].symbol, it->second.shape[d]);
+    }
+  }
+  std::map<std::string, int64_t> flags = {
+      {"n", o.n > 0 ? o.n : default_n}, {"m", o.m > 0 ? o.m : 1024}, {"k", o.k > 0 ? o.k : 1}};
+  for (int id : s.graph.inputs()) {
+    const ir::Node& n = s.graph.node(id);
+    TensorArg t;
+    t.dtype = n.dtype;
+    for (const ir::Dim& d : n.shape) {
+      if (!d.is_symbolic()) {
+        t.shape.push_back(d.size);
+        continue;
+      }
+      if (!sizes.count(d.symbol)) {
+        if (!flags.count(d.symbol))
+          throw UserError("no size for dim '" + d.symbol + "'",
+                          "name dims n, m or k (set with --n, --m, --k), or pass --input files");
+        sizes[d.symbol] = flags[d.symbol];
+      }
+      t.shape.push_back(sizes[d.symbol]);
+    }
+    if (s.given.count(n.name) && s.given[n.name].shape != t.shape)
+      throw UserError(fmt::format("--input {}: shape {} does not match the other inputs", n.name,
+                                  shape_string(s.given[n.name].shape)));
+    s.inputs.push_back(std::move(t));
+  }
+  std::vector<int64_t> out_shape = ir::concrete(s.graph.output_shape(), sizes);
+  for (const auto& [name, id] : s.graph.outputs())
+    s.outputs.push_back(TensorArg{0, s.graph.node(id).dtype, out_shape, {}});
+  return s;
+}
+
+// Plans with made-up 16-byte-aligned addresses: what a launch on fresh buffers picks.
+ElementwisePlan plan_without_gpu(const ElementwiseKernel& kernel, Setup& s) {
+  CUdeviceptr address = 0x100000000ull;
+  for (TensorArg& t : s.inputs) t.data = (address += 0x10000000ull);
+  for (TensorArg& t : s.outputs) t.data = (address += 0x10000000ull);
+  return kernel.plan(s.inputs, s.outputs, s.alignment);
+}
+
+void emit(const KernelCommandOptions& o) {
+  Setup s = make_setup(o, 1 << 20);
+  ElementwiseKernel kernel(s.graph, s.config);
+  KernelSource source = kernel.source(plan_without_gpu(kernel, s));
+  if (o.json) {
+    return print_json({{"name", source.name},
+                       {"family", source.family},
+                       {"problem", source.problem},
+                       {"config", source.config},
+                       {"block_threads", source.block_threads},
+                       {"source", source.source}});
+  }
+  std::cout << source.source;
+}
+
+void compile(const KernelCommandOptions& o) {
+  Setup s = make_setup(o, 1 << 20);
+  ElementwiseKernel kernel(s.graph, s.config);
+  KernelSource source = kernel.source(plan_without_gpu(kernel, s));
+  cuda::NvrtcOptions nvrtc;
+  nvrtc.arch = o.arch.empty() ? default_arch() : o.arch;
+  nvrtc.extra = source.options;
+  cuda::CompiledProgram program =
+      cuda::nvrtc_compile(source.source, source.name + ".cu", nvrtc, template_headers());
+  if (o.json) {
+    nlohmann::json out = {{"expression", o.what},
+                          {"name", source.name},
+                          {"problem", source.problem},
+                          {"config", source.config},
+                          {"arch", nvrtc.arch},
+                          {"nvrtc_version", cuda::nvrtc_version()},
+                          {"compile_ms", program.compile_ms},
+                          {"cubin_bytes", program.cubin.size()},
+                          {"options", program.options},
+                          {"kernels", nlohmann::json::array()}};
+    for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
+    if (o.ptx) out["ptx"] = program.ptx;
+    return print_json(out);
+  }
+  if (o.ptx) {
+    std::cout << program.ptx;
+    return;
+  }
+  std::cout << fmt::format(
+      "{}: compiled for {} in {:.1f} ms, cubin {} bytes\nproblem: {}\nconfig:  {}\n", source.name,
+      nvrtc.arch, program.compile_ms, program.cubin.size(), source.problem, source.config);
+  print_stats_table(program.kernels);
+}
+
+void require_gpu(const char* verb) {
+  std::string reason;
+  if (!gpu_available(&reason))
+    throw UserError(std::string("kjit ") + verb + " needs a GPU: " + reason,
+                    "kjit emit and kjit compile --arch sm_90 work without one");
+}
+
+void run(const KernelCommandOptions& o) {
+  require_gpu("run");
+  Setup s = make_setup(o, 1 << 20);
+  cuda::Context context(0);
+  ElementwiseKernel kernel(s.graph, s.config);
+  std::vector<int> ids = s.graph.inputs();
+  std::map<std::string, ir::HostTensor> reference_inputs;
+  std::vector<cuda::DeviceBuffer> buffers;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const ir::Node& n = s.graph.node(ids[i]);
+    NpyArray array;
+    if (s.given.count(n.name)) {
+      // Given values are rounded to the input's dtype first.
+      const NpyArray& file = s.given[n.name];
+      array = npy_from_values(npy_descr(n.dtype), file.shape, npy_values(file));
+    } else {
+      array = random_array(s.graph, ids[i], s.inputs[i].shape, 0x5eed + i);
+    }
+    reference_inputs[n.name] = ir::HostTensor{array.shape, npy_values(array)};
+    buffers.emplace_back(std::max<size_t>(array.data.size(), 1));
+    if (!array.data.empty()) buffers.back().upload(array.data.data(), array.data.size());
+    s.inputs[i].data = buffers.back().get();
+  }
+  for (TensorArg& t : s.outputs) {
+    size_t bytes = static_cast<size_t>(ir::element_count(t.shape)) *
+                   static_cast<size_t>(ir::size_bytes(t.dtype));
+    buffers.emplace_back(std::max<size_t>(bytes, 1));
+    buffers.back().fill_bytes(0xFF);  // poison: an unwritten element fails the check
+    t.data = buffers.back().get();
+  }
+  kernel.launch(s.inputs, s.outputs, nullptr, s.alignment);
+  KJIT_CU(cuCtxSynchronize);
+  ElementwiseKernel::LaunchInfo info = kernel.last_launch();
+  std::map<std::string, ir::HostTensor> expected = ir::interpret(s.graph, reference_inputs);
+  bool ok = true;
+  nlohmann::json results = nlohmann::json::array();
+  for (size_t k = 0; k < s.outputs.size(); ++k) {
+    const std::string& name = s.graph.outputs()[k].first;
+    const TensorArg& t = s.outputs[k];
+    NpyArray out{npy_descr(t.dtype), t.shape,
+                 std::vector<char>(static_cast<size_t>(ir::element_count(t.shape)) *
+                                   static_cast<size_t>(ir::size_bytes(t.dtype)))};
+    cuda::DeviceBuffer& buffer = buffers[ids.size() + k];
+    if (!out.data.empty()) buffer.download(out.data.data(), out.data.size());
+    std::vector<double> got = npy_values(out);
+    std::vector<double> want = expected.at(name).data;
+    for (double& v : want) v = ir::round_to(t.dtype, v);
+    double error = relative_l2(got, want);
+    double tolerance = tolerance_for(t.dtype);
+    bool pass = error <= tolerance;
+    ok = ok && pass;
+    results.push_back(
+        {{"output", name},
+         {"dtype", ir::to_string(t.dtype)},
+         {"shape", t.shape},
+         {"relative_l2", std::isfinite(error) ? nlohmann::json(error) : nlohmann::json("inf")},
+         {"tolerance", tolerance},
+         {"pass", pass}});
+    if (s.save.count(name)) write_npy(s.save[name], out);
+  }
+  if (o.json) {
+    print_json({{"expression", o.what},
+                {"kernel", info.kernel_name},
+                {"problem", kernel.plan(s.inputs, s.outputs, s.alignment).problem.text()},
+                {"grid", info.grid_blocks},
+                {"block", info.block_threads},
+                {"compile_ms", info.compile_ms},
+                {"outputs", results},
+                {"pass", ok}});
+  } else {
+    std::cout << fmt::format("{}: grid {} x {} threads ({} blocks/SM), compiled in {:.1f} ms\n",
+                             info.kernel_name, info.grid_blocks, info.block_threads,
+                             info.blocks_per_sm, info.compile_ms);
+    for (const nlohmann::json& r : results)
+      std::cout << fmt::format("{:<10} {:<5} relative L2 vs fp64 = {:<12} (tolerance {:.0e}) {}\n",
+                               r["output"].get<std::string>(), r["dtype"].get<std::string>(),
+                               r["relative_l2"].dump(), r["tolerance"].get<double>(),
+                               r["pass"].get<bool>() ? "PASS" : "FAIL");
+  }
+  if (!ok) exit_code = 1;
+}
+
+void bench(const KernelCommandOptions& o) {
+  require_gpu("bench");
+  Setup s = make_setup(o, 1 << 24);
+  cuda::Context context(0);
+  cuda::DeviceProperties device = cuda::device_properties(0);
+  BenchResult r = bench_elementwise(s.graph, s.config, s.alignment, s.inputs, s.outputs,
+                                    o.repeats > 0 ? o.repeats : 20, device);
+  nlohmann::json out = bench_json(r);
+  out["expression"] = o.what;
+  out["device"] = device.name;
+  if (o.json) return print_json(out);
+  std::cout << fmt::format(
+      "{} on {}\n  fused:   {:.4f} ms  {:.0f} GB/s  = {:.1f}% of copy ({:.0f} GB/s, {:.4f} ms)\n"
+      "  unfused: {:.4f} ms  ({} kernels)  -> fused is {:.2f}x faster\n  kernel {} grid {} x {}\n",
+      o.what, device.name, r.fused_ms, r.fused_gbs, 100 * r.fused_gbs / r.copy_gbs, r.copy_gbs,
+      r.copy_ms, r.unfused_ms, r.unfused_kernels, r.unfused_ms / r.fused_ms, r.kernel_name,
+      r.grid_blocks, r.block_threads);
+}
+
+}  // namespace
+
+void run_elementwise_command(const KernelCommandOptions& options) {
+  switch (options.verb) {
+    case Verb::Emit:
+      return emit(options);
+    case Verb::Compile:
+      return compile(options);
+    case Verb::Run:
+      return run(options);
+    case Verb::Bench:
+      return bench(options);
+  }
+}
+
+}  // namespace kjit::cli

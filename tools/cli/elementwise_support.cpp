@@ -1,0 +1,231 @@
+#include "tools/cli/elementwise_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "compiler/interpreter/interpreter.h"
+#include "compiler/passes/fuse.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/memory.h"
+#include "runtime/cuda/stream.h"
+#include "support/error.h"
+
+namespace kjit::cli {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string npy_descr(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "<f4";
+    case DType::F16:
+      return "<f2";
+    case DType::BF16:
+      return "<u2";
+    case DType::I32:
+      return "<i4";
+    case DType::Bool:
+      return "|b1";
+  }
+  return "";
+}
+
+NpyArray random_array(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
+                      uint64_t seed) {
+  const ir::Node& node = graph.node(input_id);
+  auto [lo, hi] = ir::input_domain(graph, input_id);
+  int64_t count = ir::element_count(shape);
+  NpyArray array{npy_descr(node.dtype), shape, {}};
+  array.data.reserve(static_cast<size_t>(count) * static_cast<size_t>(ir::size_bytes(node.dtype)));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&state] {  // xorshift64*: fast enough for 2^28 values
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return (state * 0x2545F4914F6CDD1Dull) >> 11;  // 53 bits
+  };
+  double int_lo = std::ceil(lo), int_hi = std::floor(hi);
+  if (int_lo > int_hi) int_lo = int_hi = 1;
+  const int64_t chunk = 1 << 20;
+  std::vector<double> values;
+  for (int64_t start = 0; start < count; start += chunk) {
+    int64_t size = std::min(chunk, count - start);
+    values.resize(static_cast<size_t>(size));
+    for (double& v : values) {
+      double u = static_cast<double>(next()) / 9007199254740992.0;  // [0, 1)
+      if (node.dtype == DType::Bool) {
+        v = u < 0.5 ? 0 : 1;
+      } else if (node.dtype == DType::I32) {
+        v = std::min(int_hi, int_lo + std::floor(u * (int_hi - int_lo + 1)));
+      } else {
+        v = lo + u * (hi - lo);
+      }
+    }
+    NpyArray part = npy_from_values(array.descr, {size}, values);
+    array.data.insert(array.data.end(), part.data.begin(), part.data.end());
+  }
+  return array;
+}
+
+double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(want[i])) {
+      if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))) return INFINITY;
+      continue;
+    }
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  if (norm == 0) return diff == 0 ? 0 : INFINITY;
+  return std::sqrt(diff / norm);
+}
+
+double tolerance_for(DType dtype) {
+  return dtype == DType::F16 || dtype == DType::BF16 ? 1e-2 : 1e-5;
+}
+
+namespace {
+
+size_t tensor_bytes(const TensorArg& t) {
+  return static_cast<size_t>(ir::element_count(t.shape)) *
+         static_cast<size_t>(ir::size_bytes(t.dtype));
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+BenchResult bench_elementwise(const Graph& graph, const ir::ElementwiseConfig& config,
+                              Alignment alignment, std::vector<TensorArg> inputs,
+                              std::vector<TensorArg> outputs, int repeats,
+                              const cuda::DeviceProperties& device) {
+  ElementwiseKernel fused(graph, config);
+  const Graph& optimized = fused.graph();
+  std::map<std::string, cuda::DeviceBuffer> buffers;
+  std::map<std::string, TensorArg> tensors;
+  BenchResult r;
+  r.repeats = repeats;
+  std::vector<int> ids = optimized.inputs();
+  ir::Bindings bindings;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const ir::Node& n = optimized.node(ids[i]);
+    NpyArray values = random_array(optimized, ids[i], inputs[i].shape, 1000 + i);
+    cuda::DeviceBuffer& b = buffers[n.name] =
+        cuda::DeviceBuffer(std::max<size_t>(values.data.size(), 16));
+    if (!values.data.empty()) b.upload(values.data.data(), values.data.size());
+    inputs[i].data = b.get();
+    tensors[n.name] = inputs[i];
+    r.bytes += static_cast<int64_t>(tensor_bytes(inputs[i]));
+    for (size_t d = 0; d < n.shape.size(); ++d) {
+      if (n.shape[d].is_symbolic()) bindings[n.shape[d].symbol] = inputs[i].shape[d];
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const std::string& name = optimized.outputs()[k].first;
+    cuda::DeviceBuffer& b = buffers[name] =
+        cuda::DeviceBuffer(std::max<size_t>(tensor_bytes(outputs[k]), 16));
+    outputs[k].data = b.get();
+    tensors[name] = outputs[k];
+    r.bytes += static_cast<int64_t>(tensor_bytes(outputs[k]));
+    r.n = ir::element_count(outputs[k].shape);
+  }
+  cuda::Stream stream;
+  // L2 is flushed before every timed run by overwriting a buffer twice its size.
+  size_t flush_bytes = static_cast<size_t>(std::max<int64_t>(2 * device.l2_bytes, 64 << 20));
+  cuda::DeviceBuffer flush(flush_bytes);
+  auto time_ms = [&](const std::function<void()>& work) {
+    work();  // warm-up (and compilation)
+    stream.synchronize();
+    std::vector<double> times;
+    for (int i = 0; i < repeats; ++i) {
+      KJIT_CU(cuMemsetD8Async, flush.get(), static_cast<unsigned char>(i), flush_bytes,
+              stream.get());
+      cuda::Event start, stop;
+      start.record(stream.get());
+      work();
+      stop.record(stream.get());
+      stop.synchronize();
+      times.push_back(stop.elapsed_ms_since(start));
+    }
+    return median(times);
+  };
+
+  r.fused_ms = time_ms([&] { fused.launch(inputs, outputs, stream.get(), alignment); });
+  ElementwiseKernel::LaunchInfo info = fused.last_launch();
+  r.kernel_name = info.kernel_name;
+  r.grid_blocks = info.grid_blocks;
+  r.block_threads = info.block_threads;
+  r.problem = fused.plan(inputs, outputs, alignment).problem.text();
+  r.fused_gbs = static_cast<double>(r.bytes) / (r.fused_ms * 1e-3) / 1e9;
+
+  // A copy that reads and writes as many bytes as the kernel moves in total.
+  size_t half = static_cast<size_t>((r.bytes / 2 + 15) / 16 * 16);
+  {
+    cuda::DeviceBuffer src(half), dst(half);
+    src.fill_bytes(1);
+    r.copy_ms =
+        time_ms([&] { KJIT_CU(cuMemcpyDtoDAsync, dst.get(), src.get(), half, stream.get()); });
+    r.copy_gbs = 2.0 * static_cast<double>(half) / (r.copy_ms * 1e-3) / 1e9;
+  }
+
+  // Unfused: one kernel per op, intermediates through memory.
+  std::vector<ir::KernelGroup> stages = ir::unfuse(optimized);
+  std::vector<std::unique_ptr<ElementwiseKernel>> kernels;
+  std::vector<std::pair<std::vector<TensorArg>, std::vector<TensorArg>>> arguments;
+  for (const ir::KernelGroup& stage : stages) {
+    std::vector<TensorArg> in, out;
+    for (int id : stage.graph.inputs()) in.push_back(tensors.at(stage.graph.node(id).name));
+    for (const auto& [name, id] : stage.graph.outputs()) {
+      if (!tensors.count(name)) {
+        const ir::Node& n = stage.graph.node(id);
+        TensorArg t{0, n.dtype, ir::concrete(n.shape, bindings), {}};
+        cuda::DeviceBuffer& b = buffers[name] =
+            cuda::DeviceBuffer(std::max<size_t>(tensor_bytes(t), 16));
+        t.data = b.get();
+        tensors[name] = t;
+      }
+      out.push_back(tensors.at(name));
+    }
+    kernels.push_back(std::make_unique<ElementwiseKernel>(stage.graph, config));
+    arguments.emplace_back(std::move(in), std::move(out));
+  }
+  r.unfused_kernels = static_cast<int>(kernels.size());
+  r.unfused_ms = time_ms([&] {
+    for (size_t i = 0; i < kernels.size(); ++i)
+      kernels[i]->launch(arguments[i].first, arguments[i].second, stream.get());
+  });
+  return r;
+}
+
+nlohmann::json bench_json(const BenchResult& r) {
+  return {{"kernel", r.kernel_name},
+          {"problem", r.problem},
+          {"n", r.n},
+          {"bytes", r.bytes},
+          {"repeats", r.repeats},
+          {"median_ms", r.fused_ms},
+          {"gbs", r.fused_gbs},
+          {"copy_median_ms", r.copy_ms},
+          {"copy_gbs", r.copy_gbs},
+          {"fraction_of_copy", r.fused_gbs / r.copy_gbs},
+          {"unfused_median_ms", r.unfused_ms},
+          {"unfused_kernels", r.unfused_kernels},
+          {"fused_speedup", r.unfused_ms / r.fused_ms},
+          {"grid_blocks", r.grid_blocks},
+          {"block_threads", r.block_threads}};
+}
+
+}  // namespace kjit::cli

@@ -1,0 +1,53 @@
+// Helpers shared by the elementwise CLI verbs and the demo: random inputs in each
+// op's domain, error checks, and the benchmark (fused vs copy vs unfused).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/graph.h"
+#include "compiler/lowering/elementwise.h"
+#include "runtime/cuda/device.h"
+#include "runtime/elementwise.h"
+#include "support/npy.h"
+
+namespace kjit::cli {
+
+std::string shape_string(const std::vector<int64_t>& shape);
+// The .npy descr of a dtype: <f4, <f2, <u2 (bf16 bits), <i4, |b1.
+std::string npy_descr(DType dtype);
+// Random values for input `input_id` in its ops' domain, stored as its dtype.
+NpyArray random_array(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
+                      uint64_t seed);
+// ||got - want|| / ||want||; infinity when a NaN appears where `want` is finite.
+double relative_l2(const std::vector<double>& got, const std::vector<double>& want);
+// 1e-5 for f32/i32/bool, 1e-2 for f16/bf16 (against the reference rounded to the dtype).
+double tolerance_for(DType dtype);
+
+struct BenchResult {
+  std::string kernel_name;
+  std::string problem;
+  int64_t n = 0;
+  int64_t bytes = 0;  // inputs read + outputs written, once each
+  double fused_ms = 0, fused_gbs = 0;
+  double copy_ms = 0, copy_gbs = 0;  // device-to-device copy moving the same bytes
+  double unfused_ms = 0;
+  int unfused_kernels = 0;
+  unsigned grid_blocks = 0;
+  int block_threads = 0;
+  int repeats = 0;
+};
+
+// Allocates and fills inputs on device 0 (current context), times the fused kernel,
+// a copy of the same traffic and the unfused chain (one kernel per op), each as the
+// median of `repeats` runs with L2 flushed before each.
+BenchResult bench_elementwise(const Graph& graph, const ir::ElementwiseConfig& config,
+                              Alignment alignment, std::vector<TensorArg> inputs,
+                              std::vector<TensorArg> outputs, int repeats,
+                              const cuda::DeviceProperties& device);
+nlohmann::json bench_json(const BenchResult& result);
+
+}  // namespace kjit::cli

@@ -1,0 +1,22 @@
+// kjit emit WHAT — print the CUDA source kjit generates (no GPU needed).
+#include <memory>
+
+#include "tools/cli/command.h"
+#include "tools/cli/kernel_options.h"
+
+namespace kjit::cli {
+
+namespace {
+void add_emit_command(CLI::App& app) {
+  auto options = std::make_shared<KernelCommandOptions>();
+  options->verb = Verb::Emit;
+  CLI::App* cmd = app.add_subcommand(
+      "emit", "Print the generated CUDA source for an expression or a kernel family");
+  add_kernel_options(cmd, *options);
+  cmd->callback([options] { run_kernel_command(*options); });
+}
+}  // namespace
+
+KJIT_REGISTER_COMMAND(20, add_emit_command);
+
+}  // namespace kjit::cli
