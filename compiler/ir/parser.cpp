@@ -145,7 +145,13 @@ class Parser {
       tokens_.push_back({Tok::Punct, std::string(1, c), i});
       ++i;
     }
-    tokens_.push_back({Tok::End, "", text_.size()});
+    // The end points just past the last visible character, so a message about a
+    // missing ')' shows the line that needs it.
+    size_t end = text_.size();
+    while (end > 0 &&
+           (std::isspace(static_cast<unsigned char>(text_[end - 1])) || text_[end - 1] == ';'))
+      --end;
+    tokens_.push_back({Tok::End, "", end});
   }
 
   const Token& peek(size_t ahead = 0) const {

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include "compiler/ir/parser.h"
+#include "compiler/lowering/elementwise.h"
+#include "compiler/passes/pipeline.h"
+#include "support/error.h"
+
+namespace kjit::ir {
+namespace {
+
+ElementwiseProblem problem(const std::string& text, bool aligned, std::vector<Access> access = {}) {
+  ElementwiseProblem p;
+  p.graph = optimize(parse(text));
+  p.access = access.empty() ? std::vector<Access>(p.graph.inputs().size(), Access::Full) : access;
+  p.aligned = aligned;
+  return p;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Lowering, ByteIdenticalForIdenticalInput) {
+  auto a = lower_elementwise(problem("y = sin(x)^2 + cos(x)^2", true), {});
+  auto b = lower_elementwise(problem("y = sin(x)^2 + cos(x)^2", true), {});
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.name, b.name);
+  auto c = lower_elementwise(problem("y = sin(x)^2 + cos(x)^2", false), {});
+  EXPECT_NE(a.name, c.name);  // the alignment class is part of the problem
+}
+
+TEST(Lowering, HeaderCommentAndOneKernel) {
+  KernelSource s =
+      lower_elementwise(problem("x:bf16[n]; g:bf16[n]; y = x * sigmoid(x) * g", true), {});
+  EXPECT_EQ(count(s.source, "__global__"), 1);
+  EXPECT_NE(s.source.find("// Problem: elementwise ir="), std::string::npos);
+  EXPECT_NE(s.source.find("// Config:  block=256,vec=0,unroll=4"), std::string::npos);
+  EXPECT_NE(s.source.find(kGeneratorVersion), std::string::npos);
+  EXPECT_NE(s.source.find("//   x:bf16[n]"), std::string::npos);
+  EXPECT_NE(s.source.find("// t2 = sigmoid(x)"), std::string::npos) << s.source;
+  // 8 bf16 per 16-byte vector, math in f32.
+  EXPECT_NE(s.source.find("constexpr int V = 8;"), std::string::npos);
+  EXPECT_NE(s.source.find("kjit::load_vec<kjit::bf16, V>(in_x + i)"), std::string::npos);
+  EXPECT_NE(s.source.find("kjit::to_f32(in_x_vec[u].v[e])"), std::string::npos);
+  EXPECT_NE(s.source.find("kjit::from_f32<kjit::bf16>(value_y)"), std::string::npos);
+  EXPECT_EQ(s.family, "elementwise");
+  EXPECT_EQ(s.block_threads, 256);
+}
+
+TEST(Lowering, ScalarPathOffTheAlignedClass) {
+  KernelSource s = lower_elementwise(problem("y = x + 1.0", false), {});
+  EXPECT_NE(s.source.find("constexpr int V = 1;"), std::string::npos);
+  EXPECT_NE(s.source.find("Scalar path"), std::string::npos);
+}
+
+TEST(Lowering, AccessPatternsAndStrides) {
+  KernelSource s = lower_elementwise(
+      problem("x:f32[m,n]; b:f32[n]; c:f32[m,1]; s:f32[]; y = x * b + c * s", true,
+              {Access::Strided, Access::Row, Access::Column, Access::Scalar}),
+      {});
+  EXPECT_NE(s.source.find("long long in_x_stride0, long long in_x_stride1"), std::string::npos);
+  EXPECT_NE(s.source.find("in_b + i % cols"), std::string::npos);
+  EXPECT_NE(s.source.find("in_c[i / cols]"), std::string::npos);
+  EXPECT_NE(s.source.find("const float in_s_scalar = in_s[0];"), std::string::npos);
+}
+
+TEST(Lowering, MixedTypesConvert) {
+  KernelSource s = lower_elementwise(
+      problem("i:i32[n]; b:bool[n]; y = where(b, i * 2, i); z = cast(x, bf16); w = i < x", true),
+      {});
+  EXPECT_NE(s.source.find("const int t"), std::string::npos) << s.source;
+  EXPECT_NE(s.source.find("kjit::round_through<kjit::bf16>(in_x)"), std::string::npos);
+  EXPECT_NE(s.source.find("(float)in_i < in_x"), std::string::npos) << s.source;
+}
+
+TEST(Lowering, PowOfTwoIsAMultiply) {
+  KernelSource s = lower_elementwise(problem("y = x^2 + x^3", true), {});
+  EXPECT_NE(s.source.find("in_x * in_x"), std::string::npos);
+  EXPECT_NE(s.source.find("powf(in_x, 3.0f)"), std::string::npos) << s.source;
+}
+
+TEST(Lowering, EpilogueFunctionIsStable) {
+  Graph g = parse("acc:f32[m,n]; bias:f32[n]; y = gelu(acc + bias)");
+  std::string f = emit_epilogue_function(g, "kjit_epilogue");
+  EXPECT_NE(f.find("__device__ __forceinline__ float kjit_epilogue(float in_acc, float in_bias)"),
+            std::string::npos)
+      << f;
+  EXPECT_NE(f.find("erff("), std::string::npos);
+  EXPECT_NE(f.find("return t"), std::string::npos);
+  EXPECT_EQ(f, emit_epilogue_function(parse("acc:f32[m,n]; bias:f32[n]; y = gelu(acc + bias)"),
+                                      "kjit_epilogue"));
+  EXPECT_THROW(emit_epilogue_function(parse("a = x; b = x + 1"), "f"), UserError);
+  EXPECT_THROW(emit_epilogue_function(parse("i:i32[n]; y = i"), "f"), UserError);
+}
+
+TEST(Config, ParsesAndRejects) {
+  ElementwiseConfig c = ElementwiseConfig::parse("block=128,unroll=2,vec=8");
+  EXPECT_EQ(c.block_threads, 128);
+  EXPECT_EQ(c.unroll, 2);
+  EXPECT_EQ(c.vector_width, 8);
+  EXPECT_EQ(c.text(), "block=128,vec=8,unroll=2");
+  EXPECT_THROW(ElementwiseConfig::parse("block=100"), UserError);
+  EXPECT_THROW(ElementwiseConfig::parse("vec=3"), UserError);
+  EXPECT_THROW(ElementwiseConfig::parse("tile=3"), UserError);
+  EXPECT_THROW(ElementwiseConfig::parse("block"), UserError);
+}
+
+}  // namespace
+}  // namespace kjit::ir

@@ -1,0 +1,86 @@
+#include <gtest/gtest.h>
+
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "support/error.h"
+#include "tests/unit/compiler/corpus.h"
+
+namespace kjit::ir {
+namespace {
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Parser, RoundTripsTheCorpus) {
+  for (const char* text : kCorpus) {
+    Graph g = parse(text);
+    std::string printed = print(g);
+    Graph again = parse(printed);
+    EXPECT_EQ(print(again), printed) << "for: " << text;
+  }
+}
+
+TEST(Parser, PrecedenceAndAssociativity) {
+  // -x^2 is -(x^2); a - b - c is (a - b) - c; 2^-x parses.
+  EXPECT_EQ(print(parse("y = -x^2")), "x:f32[n]\n_1 = pow(x, 2)\ny = neg(_1)\nreturn y\n");
+  EXPECT_EQ(print(parse("y = a - b - c")),
+            "a:f32[n]\nb:f32[n]\nc:f32[n]\n_1 = sub(a, b)\ny = sub(_1, c)\nreturn y\n");
+  EXPECT_EQ(print(parse("y = 2^-x")), "x:f32[n]\n_1 = neg(x)\ny = pow(2, _1)\nreturn y\n");
+  EXPECT_EQ(print(parse("y = x * -2.5")), "x:f32[n]\ny = mul(x, -2.5)\nreturn y\n");
+}
+
+TEST(Parser, StatementsOutputsAndDeclarations) {
+  Graph g = parse("x:bf16[n]\ng:bf16[n]  # gate\nt = x * sigmoid(x); y = t * g");
+  ASSERT_EQ(g.outputs().size(), 1u);
+  EXPECT_EQ(g.outputs()[0].first, "y");
+  EXPECT_EQ(g.node(g.outputs()[0].second).dtype, DType::BF16);
+  Graph lone = parse("sin(x)");
+  EXPECT_EQ(lone.outputs()[0].first, "y");
+  Graph two = parse("a = sin(x); b = cos(x)");
+  EXPECT_EQ(two.outputs().size(), 2u);
+  Graph defaults = parse("y = x + 1", ParseOptions{DType::F16, {Dim::named("n")}});
+  EXPECT_EQ(defaults.node(defaults.inputs()[0]).dtype, DType::F16);
+  Graph shaped = parse("x:[m,n]; y = x");
+  EXPECT_EQ(to_string(shaped.node(shaped.inputs()[0]).shape), "[m,n]");
+}
+
+TEST(Parser, ErrorsNameLineColumnWithCaret) {
+  std::string e = error_of("x:f32[n]\ny = sin(x\n");
+  EXPECT_NE(e.find("line 2, column 10"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected ')'"), std::string::npos) << e;
+  EXPECT_NE(e.find("\n  y = sin(x\n           ^"), std::string::npos) << e;
+  e = error_of("y = x $ 2");
+  EXPECT_NE(e.find("line 1, column 7: unexpected character '$'"), std::string::npos) << e;
+  EXPECT_NE(e.find("\n  y = x $ 2\n        ^"), std::string::npos) << e;
+}
+
+TEST(Parser, UnknownOpSuggestsNearest) {
+  std::string e = error_of("y = sinn(x)");
+  EXPECT_NE(e.find("unknown op 'sinn'; did you mean sin"), std::string::npos) << e;
+  e = error_of("y = sigmod(x)");
+  EXPECT_NE(e.find("did you mean sigmoid"), std::string::npos) << e;
+}
+
+TEST(Parser, DtypeAndShapeErrors) {
+  EXPECT_NE(error_of("x:f64[n]; y = x").find("unknown dtype 'f64'; the dtypes are f32"),
+            std::string::npos);
+  std::string e = error_of("x:f32[n]; k:f32[k]; y = x + k");
+  EXPECT_NE(e.find("x:f32[n] and k:f32[k]"), std::string::npos) << e;
+  EXPECT_NE(error_of("y = where(x, x, x)").find("condition must be bool"), std::string::npos);
+  EXPECT_NE(error_of("y = max(x)").find("max takes 2 operand(s), got 1"), std::string::npos);
+  EXPECT_NE(error_of("y = x; y = x").find("assigned twice"), std::string::npos);
+  EXPECT_NE(error_of("y = sin").find("'sin' is an op"), std::string::npos);
+  EXPECT_NE(error_of("").find("expected at least one assignment"), std::string::npos);
+  EXPECT_NE(error_of("y = x; return q").find("'q' is not assigned"), std::string::npos);
+  EXPECT_NE(error_of("y = 99999999999").find("i32 range"), std::string::npos);
+  EXPECT_NE(error_of("x:f32[0]; y = x").find("positive integer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kjit::ir

@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/passes/constant_fold.h"
+#include "compiler/passes/cse.h"
+#include "compiler/passes/dce.h"
+#include "compiler/passes/fuse.h"
+#include "compiler/passes/pipeline.h"
+
+namespace kjit::ir {
+namespace {
+
+int count_ops(const Graph& g, OpCode op) {
+  int count = 0;
+  for (const Node& n : g.nodes()) count += n.op == op;
+  return count;
+}
+
+TEST(ConstantFold, FoldsLiteralSubtrees) {
+  Graph g = constant_fold(parse("y = x * (2.0 * 3.0) + sin(0.0) + max(2, 7)"));
+  EXPECT_EQ(count_ops(g, OpCode::Sin), 0);
+  EXPECT_EQ(count_ops(g, OpCode::Max), 0);
+  std::string printed = print(dce(g));
+  EXPECT_NE(printed.find("mul(x, 6.0)"), std::string::npos) << printed;
+  EXPECT_NE(printed.find(", 7)"), std::string::npos) << printed;
+}
+
+TEST(ConstantFold, KeepsNonFiniteAndIntegerWraps) {
+  // log(0) is -inf: kept as an op, so the kernel shows it.
+  EXPECT_EQ(count_ops(constant_fold(parse("y = x + log(0.0)")), OpCode::Log), 1);
+  Graph wrap = dce(constant_fold(parse("i:i32[n]; y = i + 2147483647 * 2")));
+  EXPECT_NE(print(wrap).find("add(i, -2)"), std::string::npos) << print(wrap);
+}
+
+TEST(Cse, MergesIdenticalNodes) {
+  Graph g = parse("y = sin(x) * sin(x) + sin(x)");
+  EXPECT_EQ(count_ops(g, OpCode::Sin), 3);
+  Graph merged = dce(cse(g));
+  EXPECT_EQ(count_ops(merged, OpCode::Sin), 1);
+  // Different operands or target dtypes are not merged.
+  EXPECT_EQ(count_ops(cse(parse("y = sin(x) + sin(z)")), OpCode::Sin), 2);
+  EXPECT_EQ(count_ops(cse(parse("y = cast(x, bf16) + cast(x, f16)")), OpCode::Cast), 2);
+}
+
+TEST(Dce, DropsDeadNodesKeepsInputs) {
+  Graph g;
+  Value x = g.input("x", DType::F32, {Dim::named("n")});
+  Value unused_input = g.input("u", DType::F32, {Dim::named("n")});
+  (void)kjit::exp(unused_input);  // dead
+  (void)kjit::cos(x);             // dead
+  g.output("y", kjit::sin(x));
+  Graph live = dce(g);
+  EXPECT_EQ(count_ops(live, OpCode::Exp), 0);
+  EXPECT_EQ(count_ops(live, OpCode::Cos), 0);
+  EXPECT_EQ(count_ops(live, OpCode::Sin), 1);
+  EXPECT_EQ(live.inputs().size(), 2u);
+}
+
+TEST(Fuse, OneGroupFusedOneKernelPerOpUnfused) {
+  Graph g = optimize(parse("y = sin(x)^2 + cos(x)^2"));
+  EXPECT_EQ(fuse(g).size(), 1u);
+  std::vector<KernelGroup> stages = unfuse(g);
+  ASSERT_EQ(stages.size(), 5u);  // sin, pow, cos, pow, add
+  EXPECT_EQ(stages.back().graph.outputs()[0].first, "y");
+  EXPECT_EQ(stages[0].graph.inputs().size(), 1u);
+  EXPECT_EQ(stages.back().graph.inputs().size(), 2u);  // two intermediates from memory
+}
+
+TEST(Pipeline, DumpsEachPassAndUnchanged) {
+  std::ostringstream log;
+  Graph g = optimize(parse("y = sin(x) + sin(x) + 1.0 * 2.0"), &log);
+  std::string text = log.str();
+  EXPECT_NE(text.find("=== after verify ===\n(unchanged)"), std::string::npos) << text;
+  EXPECT_NE(text.find("=== after constant_fold ===\nx:f32[n]"), std::string::npos) << text;
+  EXPECT_NE(text.find("=== after cse ==="), std::string::npos) << text;
+  EXPECT_NE(text.find("=== after dce ==="), std::string::npos) << text;
+  EXPECT_EQ(count_ops(g, OpCode::Sin), 1);
+}
+
+}  // namespace
+}  // namespace kjit::ir
