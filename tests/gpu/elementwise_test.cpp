@@ -1,0 +1,364 @@
+// Fused elementwise kernels on a real GPU against the fp64 interpreter: every op in
+// every dtype, sizes 1, 3, 1023, 2^20, 2^20+7, pointers offset by one element (the
+// scalar path), broadcasting, strided 2-D inputs, several outputs, and random
+// expressions. Outputs are poisoned (0xFF) before each launch and inputs are fresh
+// random values in each op's domain; the seed is printed on failure.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "compiler/interpreter/interpreter.h"
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "runtime/cuda/memory.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/elementwise.h"
+#include "support/error.h"
+#include "support/npy.h"
+#include "tests/support/gpu_test.h"
+#include "tests/support/numeric.h"
+
+namespace kjit {
+namespace {
+
+using testing::GpuTest;
+
+std::string descr(DType d) {
+  switch (d) {
+    case DType::F32:
+      return "<f4";
+    case DType::F16:
+      return "<f2";
+    case DType::BF16:
+      return "<u2";
+    case DType::I32:
+      return "<i4";
+    case DType::Bool:
+      return "|b1";
+  }
+  return "";
+}
+
+double tolerance(DType d) {
+  return d == DType::F16 || d == DType::BF16 ? 1e-2 : 1e-5;
+}
+
+// How one input is laid out in device memory.
+struct Layout {
+  int64_t offset_elements = 0;  // the pointer is this many elements past a 256-byte boundary
+  bool transposed = false;      // 2-D: stored column-major (strides {1, rows})
+  int64_t row_padding = 0;      // 2-D: extra elements at the end of each row
+};
+
+struct Case {
+  std::string text;
+  ir::ParseOptions parse;
+  ir::Bindings sizes;                    // symbol -> size
+  std::map<std::string, Layout> layout;  // by input name
+  int64_t output_offset = 0;
+  Alignment alignment = Alignment::Auto;
+  ir::ElementwiseConfig config;
+};
+
+struct Result {
+  bool aligned = false;
+  std::string problem;
+};
+
+class ElementwiseGpu : public GpuTest {
+ protected:
+  // Runs the case on the GPU and checks every output; returns what the launcher picked.
+  Result check(const Case& c) {
+    uint64_t seed = std::random_device{}();
+    SCOPED_TRACE("expression: " + c.text + "  seed: " + std::to_string(seed));
+    Graph graph = ir::parse(c.text, c.parse);
+    ElementwiseKernel kernel(graph, c.config);
+    std::mt19937_64 rng(seed);
+    std::vector<cuda::DeviceBuffer> buffers;
+    std::vector<TensorArg> inputs, outputs;
+    std::map<std::string, ir::HostTensor> reference;
+    for (int id : graph.inputs()) {
+      const ir::Node& n = graph.node(id);
+      std::vector<int64_t> shape = ir::concrete(n.shape, c.sizes);
+      int64_t count = ir::element_count(shape);
+      auto [lo, hi] = ir::input_domain(graph, id);
+      std::vector<double> values(static_cast<size_t>(count));
+      std::uniform_real_distribution<double> uniform(lo, hi);
+      for (double& v : values) {
+        if (n.dtype == DType::Bool)
+          v = rng() % 2;
+        else if (n.dtype == DType::I32)
+          v = std::floor(uniform(rng));
+        else
+          v = uniform(rng);
+      }
+      // What the GPU stores is the reference's input.
+      NpyArray logical = npy_from_values(descr(n.dtype), shape, values);
+      values = npy_values(logical);
+      reference[n.name] = ir::HostTensor{shape, values};
+      Layout layout = c.layout.count(n.name) ? c.layout.at(n.name) : Layout{};
+      TensorArg arg{0, n.dtype, shape, {}};
+      const size_t size = static_cast<size_t>(ir::size_bytes(n.dtype));
+      std::vector<char> physical = logical.data;
+      if (shape.size() == 2 && (layout.transposed || layout.row_padding > 0)) {
+        int64_t rows = shape[0], cols = shape[1];
+        int64_t ld = layout.transposed ? rows + layout.row_padding : cols + layout.row_padding;
+        int64_t outer = layout.transposed ? cols : rows;
+        physical.assign(static_cast<size_t>(outer * ld) * size, 0);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t q = 0; q < cols; ++q) {
+            int64_t at = layout.transposed ? q * ld + r : r * ld + q;
+            std::memcpy(&physical[static_cast<size_t>(at) * size],
+                        &logical.data[static_cast<size_t>(r * cols + q) * size], size);
+          }
+        }
+        arg.strides = layout.transposed ? std::vector<int64_t>{1, ld} : std::vector<int64_t>{ld, 1};
+      }
+      size_t offset = static_cast<size_t>(layout.offset_elements) * size;
+      buffers.emplace_back(physical.size() + offset + 256);
+      buffers.back().fill_bytes(0xFF);
+      if (!physical.empty()) buffers.back().upload(physical.data(), physical.size(), offset);
+      arg.data = buffers.back().get() + offset;
+      inputs.push_back(arg);
+    }
+    std::vector<int64_t> out_shape = ir::concrete(kernel.graph().output_shape(), c.sizes);
+    std::vector<size_t> output_buffer;
+    for (const auto& [name, id] : graph.outputs()) {
+      DType d = graph.node(id).dtype;
+      size_t bytes = static_cast<size_t>(ir::element_count(out_shape) * ir::size_bytes(d));
+      size_t offset = static_cast<size_t>(c.output_offset * ir::size_bytes(d));
+      buffers.emplace_back(bytes + offset + 256);
+      buffers.back().fill_bytes(0xFF);  // poison: an unwritten element is NaN / garbage
+      output_buffer.push_back(buffers.size() - 1);
+      outputs.push_back(TensorArg{buffers.back().get() + offset, d, out_shape, {}});
+    }
+    Result result;
+    ElementwisePlan plan = kernel.plan(inputs, outputs, c.alignment);
+    result.aligned = plan.problem.aligned;
+    result.problem = plan.problem.text();
+    SCOPED_TRACE("problem: " + result.problem);
+    cuda::Stream stream;
+    kernel.launch(inputs, outputs, stream.get(), c.alignment);
+    stream.synchronize();
+    std::map<std::string, ir::HostTensor> expected = ir::interpret(graph, reference);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const std::string& name = graph.outputs()[k].first;
+      DType d = outputs[k].dtype;
+      NpyArray got{
+          descr(d), out_shape,
+          std::vector<char>(static_cast<size_t>(ir::element_count(out_shape) * ir::size_bytes(d)))};
+      size_t offset = static_cast<size_t>(c.output_offset * ir::size_bytes(d));
+      if (!got.data.empty())
+        buffers[output_buffer[k]].download(got.data.data(), got.data.size(), offset);
+      std::vector<double> want = expected.at(name).data;
+      for (double& v : want) v = ir::round_to(d, v);
+      double error = testing::relative_l2_error(npy_values(got), want);
+      EXPECT_LE(error, tolerance(d)) << "output " << name << " (" << ir::to_string(d) << ")";
+    }
+    return result;
+  }
+};
+
+const int64_t kSizes[] = {1, 3, 1023, 1 << 20, (1 << 20) + 7};
+
+std::string single_op_expression(const ir::OpInfo& op) {
+  switch (op.arity) {
+    case 1:
+      return std::string("y = ") + op.name + "(a)";
+    case 2:
+      return std::string("y = ") + op.name + "(a, b)";
+    default:
+      return std::string("y = ") + op.name + "(a, b, c)";
+  }
+}
+
+TEST_F(ElementwiseGpu, EveryOpEveryDtypeEverySize) {
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::I32}) {
+    for (const ir::OpInfo& op : ir::op_table()) {
+      if (op.arity == 0) continue;
+      std::vector<std::string> texts;
+      if (op.code == ir::OpCode::Select) {
+        texts = {"y = select(a > b, a, b)", "y = where(a <= b, a * 2, b)"};
+      } else if (op.code == ir::OpCode::Cast) {
+        for (const char* to : {"f32", "f16", "bf16", "i32", "bool"})
+          texts.push_back(std::string("y = cast(a * 3, ") + to + ")");
+      } else {
+        texts = {single_op_expression(op)};
+      }
+      for (const std::string& text : texts) {
+        for (int64_t n : kSizes) {
+          Case c{text, {dtype, {ir::Dim::named("n")}}, {{"n", n}}, {}, 0, Alignment::Auto, {}};
+          Result r = check(c);
+          // Whole vectors and fresh (aligned) buffers take the vector path.
+          if (n == (1 << 20)) {
+            EXPECT_TRUE(r.aligned) << text;
+          }
+          if (n == (1 << 20) + 7 || n == 3) {
+            EXPECT_FALSE(r.aligned) << text;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ElementwiseGpu, PointersOffsetByOneElementTakeTheScalarPath) {
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    Case c{"y = sin(x)^2 + cos(x)^2 + x * g",
+           {dtype, {ir::Dim::named("n")}},
+           {{"n", 1 << 20}},
+           {{"x", Layout{1, false, 0}}},
+           0,
+           Alignment::Auto,
+           {}};
+    EXPECT_FALSE(check(c).aligned);
+    c.layout.clear();
+    c.output_offset = 1;
+    EXPECT_FALSE(check(c).aligned);
+    c.output_offset = 0;
+    EXPECT_TRUE(check(c).aligned);
+    // The aligned class forced on misaligned pointers is a user error before any launch.
+    c.layout = {{"g", Layout{1, false, 0}}};
+    c.alignment = Alignment::Aligned;
+    EXPECT_THROW(check(c), UserError);
+  }
+}
+
+TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
+  const char* text =
+      "x:f32[m,n]; b:bf16[n]; c:f16[m,1]; s:f32[]; y = gelu(x * b + c) - s; "
+      "z = x > s";
+  for (int64_t cols : {1000, 1024, 7}) {
+    for (int64_t rows : {1, 37}) {
+      Case c{text, {}, {{"m", rows}, {"n", cols}}, {}, 0, Alignment::Auto, {}};
+      Result r = check(c);
+      EXPECT_NE(r.problem.find("b:bf16:row"), std::string::npos) << r.problem;
+      if (rows > 1) {
+        EXPECT_NE(r.problem.find("c:f16:column"), std::string::npos) << r.problem;
+      }
+      EXPECT_NE(r.problem.find("s:f32:scalar"), std::string::npos) << r.problem;
+      c.alignment = Alignment::Unaligned;
+      check(c);
+    }
+  }
+}
+
+TEST_F(ElementwiseGpu, StridedTwoDimensionalInputs) {
+  const char* text = "x:bf16[m,n]; w:f32[m,n]; y = x * sigmoid(w)";
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{64, 1024}, {33, 77}}) {
+    Case c{text, {}, {{"m", rows}, {"n", cols}}, {{"x", Layout{0, true, 0}}}, 0, Alignment::Auto,
+           {}};
+    EXPECT_NE(check(c).problem.find("x:bf16:strided"), std::string::npos);
+    c.layout = {{"w", Layout{0, false, 5}}, {"x", Layout{1, true, 3}}};
+    EXPECT_NE(check(c).problem.find("w:f32:strided"), std::string::npos);
+  }
+}
+
+TEST_F(ElementwiseGpu, SeveralOutputsMixedDtypes) {
+  Case c{
+      "x:bf16[n]; g:f32[n]; i:i32[n]; a = sin(x); b = cos(x) * g; c = x > 0; "
+      "d = i * 3 - 1; e = cast(g, f16)",
+      {},
+      {{"n", (1 << 20) + 16}},
+      {},
+      0,
+      Alignment::Auto,
+      {}};
+  EXPECT_TRUE(check(c).aligned);
+  c.sizes["n"] = 1021;
+  EXPECT_FALSE(check(c).aligned);
+}
+
+TEST_F(ElementwiseGpu, ConfigsAllAgree) {
+  for (const char* config :
+       {"block=64,unroll=1", "block=1024,unroll=8", "vec=2", "vec=16,unroll=2"}) {
+    Case c{"y = x * sigmoid(x) * g", {DType::BF16, {ir::Dim::named("n")}}, {{"n", 1 << 20}}, {}, 0,
+           Alignment::Auto,          ir::ElementwiseConfig::parse(config)};
+    SCOPED_TRACE(config);
+    check(c);
+  }
+}
+
+// Random expression trees over ops that stay finite for any finite operand. No
+// floor/ceil and no comparisons of computed values: an f32 result a hair from an
+// integer or a tie may round the other way than fp64, a true but unfair failure.
+std::string random_expression(std::mt19937_64& rng, int depth,
+                              const std::vector<std::string>& leaves) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  if (depth == 0 || pick(4) == 0) {
+    if (pick(5) == 0) return std::to_string(pick(7) - 3) + ".5";
+    return leaves[static_cast<size_t>(pick(static_cast<int>(leaves.size())))];
+  }
+  auto sub = [&] { return random_expression(rng, depth - 1, leaves); };
+  static const char* unary[] = {"neg",     "abs",  "sin",  "cos",       "tanh",
+                                "sigmoid", "relu", "gelu", "gelu_tanh", "silu"};
+  static const char* binary[] = {"+", "-", "*", "max", "min"};
+  switch (pick(7)) {
+    case 0:
+    case 1:
+      return std::string(unary[pick(10)]) + "(" + sub() + ")";
+    case 2: {
+      const char* op = binary[pick(5)];
+      if (op[0] == '+' || op[0] == '-' || op[0] == '*')
+        return "(" + sub() + " " + op + " " + sub() + ")";
+      return std::string(op) + "(" + sub() + ", " + sub() + ")";
+    }
+    case 3:
+      return "(" + sub() + " / (abs(" + sub() + ") + 1.0))";
+    case 4:
+      return "exp(tanh(" + sub() + ")) + log(abs(" + sub() + ") + 1.0) + sqrt(abs(" + sub() + "))";
+    case 5: {
+      auto leaf = [&] {
+        return leaves[static_cast<size_t>(pick(static_cast<int>(leaves.size())))];
+      };
+      return "where(" + leaf() + " > " + leaf() + ", " + sub() + ", " + sub() + ")";
+    }
+    default:
+      return "fma(" + sub() + ", tanh(" + sub() + "), softplus(" + sub() + "))";
+  }
+}
+
+TEST_F(ElementwiseGpu, RandomExpressionsMatchTheReference) {
+  std::mt19937_64 rng(20261129);
+  for (int i = 0; i < 60; ++i) {
+    DType dtype =
+        std::vector<DType>{DType::F32, DType::F16, DType::BF16}[static_cast<size_t>(i % 3)];
+    std::string text = "y = " + random_expression(rng, 4, {"a", "b", "c"}) +
+                       "; z = " + random_expression(rng, 3, {"a", "b"});
+    int64_t n = (i % 2) ? (1 << 16) : (1 << 16) + 3;
+    Case c{text, {dtype, {ir::Dim::named("n")}}, {{"n", n}}, {}, 0, Alignment::Auto, {}};
+    check(c);
+  }
+}
+
+TEST_F(ElementwiseGpu, CachesPerProblemAndRejectsBadLaunches) {
+  ElementwiseKernel kernel(ir::parse("y = x + 1.0"));
+  cuda::DeviceBuffer x(4096 * 4 + 16), y(4096 * 4 + 16);
+  TensorArg in{x.get(), DType::F32, {4096}, {}}, out{y.get(), DType::F32, {4096}, {}};
+  kernel.launch({in}, {out});
+  EXPECT_TRUE(kernel.last_launch().compiled_now);
+  kernel.launch({in}, {out});
+  EXPECT_FALSE(kernel.last_launch().compiled_now);
+  EXPECT_GT(kernel.last_launch().grid_blocks, 0u);
+  EXPECT_NE(kernel.last_launch().source.find("__global__"), std::string::npos);
+  TensorArg shifted = in;
+  shifted.data += 4;
+  kernel.launch({shifted}, {out});  // a new specialization: the scalar path
+  EXPECT_TRUE(kernel.last_launch().compiled_now);
+  TensorArg null = in;
+  null.data = 0;
+  EXPECT_THROW(kernel.launch({null}, {out}), UserError);
+  TensorArg wrong = in;
+  wrong.dtype = DType::F16;
+  EXPECT_THROW(kernel.launch({wrong}, {out}), UserError);
+  TensorArg empty_in{0, DType::F32, {0}, {}}, empty_out{0, DType::F32, {0}, {}};
+  EXPECT_NO_THROW(kernel.launch({empty_in}, {empty_out}));  // nothing to do, nothing launched
+  KJIT_CU(cuCtxSynchronize);
+}
+
+}  // namespace
+}  // namespace kjit
