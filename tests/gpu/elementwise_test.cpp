@@ -43,6 +43,15 @@ std::string descr(DType d) {
   return "";
 }
 
+// An integer in [ceil(lo), floor(hi)] from a uniform draw u in [lo, hi): log's
+// domain [0.1, 4] gives 1..4, never log(0).
+double integer_in(double lo, double hi, double u, double u_lo, double u_hi) {
+  double first = std::ceil(lo), last = std::floor(hi);
+  if (first > last) return 1;
+  double t = (u - u_lo) / (u_hi - u_lo);
+  return std::min(last, first + std::floor(t * (last - first + 1)));
+}
+
 double tolerance(DType d) {
   return d == DType::F16 || d == DType::BF16 ? 1e-2 : 1e-5;
 }
@@ -92,7 +101,7 @@ class ElementwiseGpu : public GpuTest {
         if (n.dtype == DType::Bool)
           v = rng() % 2;
         else if (n.dtype == DType::I32)
-          v = std::floor(uniform(rng));
+          v = integer_in(lo, hi, uniform(rng), lo, hi);
         else
           v = uniform(rng);
       }
@@ -185,7 +194,7 @@ TEST_F(ElementwiseGpu, EveryOpEveryDtypeEverySize) {
         texts = {"y = select(a > b, a, b)", "y = where(a <= b, a * 2, b)"};
       } else if (op.code == ir::OpCode::Cast) {
         for (const char* to : {"f32", "f16", "bf16", "i32", "bool"})
-          texts.push_back(std::string("y = cast(a * 3, ") + to + ")");
+          texts.push_back(std::string("y = cast(a * 4, ") + to + ")");  // *4 is exact
       } else {
         texts = {single_op_expression(op)};
       }
@@ -260,8 +269,8 @@ TEST_F(ElementwiseGpu, StridedTwoDimensionalInputs) {
 
 TEST_F(ElementwiseGpu, SeveralOutputsMixedDtypes) {
   Case c{
-      "x:bf16[n]; g:f32[n]; i:i32[n]; a = sin(x); b = cos(x) * g; c = x > 0; "
-      "d = i * 3 - 1; e = cast(g, f16)",
+      "x:bf16[n]; g:f32[n]; i:i32[n]; k:bool[n]; a = sin(x); b = cos(x) * g; c = x > 0; "
+      "d = i * 3 - 1; e = cast(g, f16); f = where(k, x, g)",
       {},
       {{"n", (1 << 20) + 16}},
       {},
