@@ -62,9 +62,10 @@ void Driver::load() {
   }
   auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(handle_, "cuGetProcAddress_v2"));
   if (get_proc == nullptr)
-    throw CudaError("dlsym(cuGetProcAddress_v2)", static_cast<int>(CUDA_ERROR_NOT_SUPPORTED),
-                    "CUDA_ERROR_NOT_SUPPORTED",
-                    "the driver is too old for kjit; install an NVIDIA driver for CUDA 12 or newer");
+    throw CudaError(
+        "dlsym(cuGetProcAddress_v2)", static_cast<int>(CUDA_ERROR_NOT_SUPPORTED),
+        "CUDA_ERROR_NOT_SUPPORTED",
+        "the driver is too old for kjit; install an NVIDIA driver for CUDA 12 or newer");
 
   auto resolve = [&](const char* name, void** pointer) {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -73,8 +74,7 @@ void Driver::load() {
       throw CudaError(std::string("cuGetProcAddress(") + name + ")",
                       static_cast<int>(CUDA_ERROR_NOT_FOUND), "CUDA_ERROR_NOT_FOUND",
                       "the driver does not provide this entry point for CUDA " +
-                          std::to_string(CUDA_VERSION / 1000) +
-                          "; update the NVIDIA driver");
+                          std::to_string(CUDA_VERSION / 1000) + "; update the NVIDIA driver");
   };
 #define KJIT_RESOLVE(name) resolve(#name, reinterpret_cast<void**>(&api_.name));
   KJIT_DRIVER_FUNCTIONS(KJIT_RESOLVE)
