@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "runtime/cuda/memory.h"
 #include "runtime/runtime.h"
 #include "tests/support/gpu_test.h"
 
