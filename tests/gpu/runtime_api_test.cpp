@@ -5,6 +5,7 @@
 
 #include "runtime/cuda/memory.h"
 #include "runtime/runtime.h"
+#include "support/error.h"
 #include "tests/support/gpu_test.h"
 
 namespace kjit {
