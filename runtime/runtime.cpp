@@ -116,8 +116,8 @@ std::shared_ptr<const CompiledKernel> Runtime::build(const KernelSource& source,
     kernel->function_.set_max_dynamic_shared(source.dynamic_shared_bytes);
   }
   kernel->load_ms_ = ms_since(load_started);
-  if (kernel->origin_ == KernelOrigin::DiskCache) {
-    // The store keeps the cubin; the register count comes from the driver.
+  if (kernel->stats_.name.empty()) {
+    // A cubin from the store (or a log without ptxas' report): ask the driver.
     cuda::FunctionAttributes attributes = kernel->function_.attributes();
     kernel->stats_.name = source.name;
     kernel->stats_.registers = attributes.registers;

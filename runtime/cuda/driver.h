@@ -1,8 +1,8 @@
 // The CUDA driver, loaded at run time.
 //
 // kjit never links libcuda: `Driver::get()` opens libcuda.so.1 with dlopen and
-// resolves every entry point through cuGetProcAddress, asking for the ABI of the
-// headers we were built with (CUDA_VERSION). A machine without a driver still runs
+// resolves every entry point through cuGetProcAddress, asking for the CUDA 12.0
+// interface of each (see driver.cpp for why). A machine without a driver still runs
 // every kjit binary; only calls that need the GPU fail, with a CudaError.
 #pragma once
 

@@ -33,7 +33,7 @@ TEST(BinaryKey, ChangesWithEverythingThatChangesTheCubin) {
 TEST(CompileForArch, CompilesWithTemplates) {
   cuda::CompiledProgram p = compile_for_arch(demo(), "sm_90");
   EXPECT_FALSE(p.cubin.empty());
-  ASSERT_EQ(p.kernels.size(), 1u);
+  ASSERT_EQ(p.kernels.size(), 1u) << "NVRTC log:\n" << p.log;
   EXPECT_EQ(p.kernels[0].name, "kjit_demo_saxpy");
 }
 
