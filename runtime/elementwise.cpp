@@ -6,10 +6,7 @@
 
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/pipeline.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/nvrtc.h"
 #include "support/error.h"
-#include "templates/embedded.h"
 
 namespace kjit {
 
@@ -38,8 +35,12 @@ void check_pointer(const TensorArg& t, const std::string& what, int64_t elements
 
 }  // namespace
 
-ElementwiseKernel::ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config, int device)
-    : graph_(ir::optimize(graph)), config_(config), device_(device) {}
+ElementwiseKernel::ElementwiseKernel(Runtime& runtime, const Graph& graph,
+                                     ir::ElementwiseConfig config)
+    : runtime_(&runtime), graph_(ir::optimize(graph)), config_(config) {}
+
+ElementwiseKernel::ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config)
+    : graph_(ir::optimize(graph)), config_(config) {}
 
 ElementwisePlan ElementwiseKernel::plan(const std::vector<TensorArg>& inputs,
                                         const std::vector<TensorArg>& outputs,
@@ -194,22 +195,15 @@ std::shared_ptr<const ElementwiseKernel::Compiled> ElementwiseKernel::compiled(
       return it->second;
     }
   }
+  if (!runtime_)
+    throw UserError(
+        "this ElementwiseKernel was made without a Runtime; it can plan and emit "
+        "source but not launch",
+        "construct it as ElementwiseKernel(runtime, graph)");
   auto result = std::make_shared<Compiled>();
-  result->source = source(plan);
-  cuda::DeviceProperties properties = cuda::device_properties(device_);
-  cuda::NvrtcOptions options;
-  options.arch = properties.arch();
-  options.extra = result->source.options;
-  std::vector<cuda::SourceHeader> headers;
-  for (const TemplateHeader& t : embedded_templates()) headers.push_back({t.name, t.content});
-  cuda::CompiledProgram program =
-      cuda::nvrtc_compile(result->source.source, result->source.name + ".cu", options, headers);
-  result->compile_ms = program.compile_ms;
-  std::shared_ptr<cuda::Module> module = cuda::Module::load(program.cubin);
-  result->function = module->function(result->source.name);
+  result->kernel = runtime_->compile(source(plan));
   result->blocks_per_sm =
-      std::max(1, result->function.max_active_blocks_per_sm(result->source.block_threads, 0));
-  result->sm_count = properties.sm_count;
+      std::max(1, result->kernel->function().max_active_blocks_per_sm(config_.block_threads, 0));
   *compiled_now = true;
   std::lock_guard<std::mutex> lock(mutex_);
   return cache_.emplace(key, std::move(result)).first->second;
@@ -223,19 +217,22 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
   std::shared_ptr<const Compiled> kernel = compiled(p, &compiled_now);
   const int V = ir::effective_vector_width(p.problem, config_);
   const int64_t vectors = p.n / V;
-  const int64_t per_block = int64_t{kernel->source.block_threads} * config_.unroll;
+  const KernelSource& source = kernel->kernel->source();
+  const int64_t per_block = int64_t{source.block_threads} * config_.unroll;
   // Whole waves: every SM gets its resident blocks; fewer when there is less work.
-  int64_t blocks = std::min<int64_t>(int64_t{kernel->sm_count} * kernel->blocks_per_sm,
+  int64_t blocks = std::min<int64_t>(int64_t{runtime_->device().sm_count} * kernel->blocks_per_sm,
                                      (vectors + per_block - 1) / per_block);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    last_ = LaunchInfo{kernel->source.name,
-                       kernel->source.source,
+    last_ = LaunchInfo{source.name,
+                       source.source,
+                       kernel->kernel->key(),
                        static_cast<unsigned>(blocks),
-                       kernel->source.block_threads,
+                       source.block_threads,
                        kernel->blocks_per_sm,
                        compiled_now,
-                       kernel->compile_ms};
+                       to_string(kernel->kernel->origin()),
+                       kernel->kernel->compile_ms()};
   }
   if (p.n == 0) return;
   std::vector<CUdeviceptr> pointers;
@@ -254,11 +251,7 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
     strides.push_back(p.strides[i].second);
   }
   for (long long& s : strides) args.push_back(&s);
-  cuda::LaunchConfig config;
-  config.grid = {static_cast<unsigned>(blocks), 1, 1};
-  config.block = {static_cast<unsigned>(kernel->source.block_threads), 1, 1};
-  config.stream = stream;
-  kernel->function.launch(config, args.data());
+  kernel->kernel->launch({static_cast<unsigned>(blocks), 1, 1}, args.data(), stream);
 }
 
 ElementwiseKernel::LaunchInfo ElementwiseKernel::last_launch() const {

@@ -3,15 +3,17 @@
 // pointers. Everything is checked before anything runs: counts, dtypes, shapes,
 // null and misaligned pointers give a UserError.
 //
+//   kjit::Runtime runtime;                     // device 0
 //   kjit::Graph g = kjit::ir::parse("y = x * sigmoid(x) * g", {kjit::DType::BF16});
-//   kjit::ElementwiseKernel kernel(g);
+//   kjit::ElementwiseKernel kernel(runtime, g);
 //   kernel.launch({{x_ptr, DType::BF16, {n}}, {g_ptr, DType::BF16, {n}}},
 //                 {{y_ptr, DType::BF16, {n}}}, stream);
 //
 // The kernel is specialized on each input's access pattern (full, scalar, row,
 // column, strided) and on the alignment class, chosen from the actual pointers and
-// sizes at launch (or forced). Each specialization is compiled once (NVRTC, for the
-// current context's device) and kept; the generated source is available.
+// sizes at launch (or forced). Each specialization is compiled once through the
+// Runtime (its in-process map, then the binary store, then NVRTC) and kept; the
+// generated source is available.
 #pragma once
 
 #include <cuda.h>
@@ -28,6 +30,7 @@
 #include "compiler/kernel_source.h"
 #include "compiler/lowering/elementwise.h"
 #include "runtime/cuda/module.h"
+#include "runtime/runtime.h"
 
 namespace kjit {
 
@@ -52,9 +55,12 @@ enum class Alignment { Auto, Aligned, Unaligned };
 
 class ElementwiseKernel {
  public:
-  // Verifies and optimizes `graph` (KJIT_DUMP=passes shows each pass). Launches run
-  // on device `device` (its primary context must be current on the calling thread).
-  explicit ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config = {}, int device = 0);
+  // Verifies and optimizes `graph` (KJIT_DUMP=passes shows each pass). Launches
+  // compile through `runtime` and run on its device; the runtime must outlive the
+  // kernel, and its context be current on the launching thread.
+  ElementwiseKernel(Runtime& runtime, const Graph& graph, ir::ElementwiseConfig config = {});
+  // Without a runtime: plan() and source() only (no GPU needed); launch() refuses.
+  explicit ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config = {});
 
   const Graph& graph() const { return graph_; }
   const ir::ElementwiseConfig& config() const { return config_; }
@@ -70,31 +76,31 @@ class ElementwiseKernel {
   void launch(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
               CUstream stream = nullptr, Alignment alignment = Alignment::Auto);
 
-  // What the last launch used: its source, grid, and whether NVRTC ran for it.
+  // What the last launch used: its source, grid, and whether it was a new
+  // specialization for this kernel object (then `origin` says where the runtime got it).
   struct LaunchInfo {
     std::string kernel_name;
     std::string source;
+    std::string key;  // the runtime's binary key
     unsigned grid_blocks = 0;
     int block_threads = 0;
     int blocks_per_sm = 0;
     bool compiled_now = false;
+    std::string origin;  // "compiled", "memory", "store" (see KernelOrigin)
     double compile_ms = 0;
   };
   LaunchInfo last_launch() const;
 
  private:
   struct Compiled {
-    cuda::Function function;
-    KernelSource source;
+    std::shared_ptr<const CompiledKernel> kernel;
     int blocks_per_sm = 0;
-    int sm_count = 0;
-    double compile_ms = 0;
   };
   std::shared_ptr<const Compiled> compiled(const ElementwisePlan& plan, bool* compiled_now);
 
+  Runtime* runtime_ = nullptr;
   Graph graph_;
   ir::ElementwiseConfig config_;
-  int device_ = 0;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const Compiled>> cache_;  // by problem text
   LaunchInfo last_;

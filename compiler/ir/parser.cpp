@@ -284,6 +284,7 @@ class Parser {
     return left;
   }
   Value unary() {
+    Nesting guard(*this);
     if (peek().kind == Tok::Punct && peek().text == "-") {
       const Token& minus = next();
       // "-2.5" is a literal, so printed negative constants read back as constants.
@@ -302,7 +303,21 @@ class Parser {
     }
     return base;
   }
+  // Guards the recursion: a hostile input of a million '(' must be an error, not a
+  // stack overflow.
+  struct Nesting {
+    explicit Nesting(Parser& p) : parser(p) {
+      if (++parser.nesting_ > kMaxNesting)
+        parser.fail(parser.peek(),
+                    "expression nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    }
+    ~Nesting() { --parser.nesting_; }
+    Parser& parser;
+  };
+  static constexpr int kMaxNesting = 256;
+
   Value primary() {
+    Nesting guard(*this);
     const Token& t = peek();
     if (t.kind == Tok::Number) return number(next(), false);
     if (accept("(")) {
@@ -389,6 +404,7 @@ class Parser {
   std::map<std::string, int> values_;  // assigned names -> node
   std::vector<std::string> reads_;
   int statements_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/elementwise.h"
+#include "runtime/runtime.h"
 #include "support/error.h"
 #include "support/npy.h"
 #include "tests/support/gpu_test.h"
@@ -26,6 +27,12 @@ namespace kjit {
 namespace {
 
 using testing::GpuTest;
+
+// One runtime for every test (made after the fixture found a GPU).
+Runtime& runtime() {
+  static Runtime shared;
+  return shared;
+}
 
 std::string descr(DType d) {
   switch (d) {
@@ -85,7 +92,7 @@ class ElementwiseGpu : public GpuTest {
     uint64_t seed = std::random_device{}();
     SCOPED_TRACE("expression: " + c.text + "  seed: " + std::to_string(seed));
     Graph graph = ir::parse(c.text, c.parse);
-    ElementwiseKernel kernel(graph, c.config);
+    ElementwiseKernel kernel(runtime(), graph, c.config);
     std::mt19937_64 rng(seed);
     std::vector<cuda::DeviceBuffer> buffers;
     std::vector<TensorArg> inputs, outputs;
@@ -345,7 +352,7 @@ TEST_F(ElementwiseGpu, RandomExpressionsMatchTheReference) {
 }
 
 TEST_F(ElementwiseGpu, CachesPerProblemAndRejectsBadLaunches) {
-  ElementwiseKernel kernel(ir::parse("y = x + 1.0"));
+  ElementwiseKernel kernel(runtime(), ir::parse("y = x + 1.0"));
   cuda::DeviceBuffer x(4096 * 4 + 16), y(4096 * 4 + 16);
   TensorArg in{x.get(), DType::F32, {4096}, {}}, out{y.get(), DType::F32, {4096}, {}};
   kernel.launch({in}, {out});
@@ -366,7 +373,7 @@ TEST_F(ElementwiseGpu, CachesPerProblemAndRejectsBadLaunches) {
   EXPECT_THROW(kernel.launch({wrong}, {out}), UserError);
   TensorArg empty_in{0, DType::F32, {0}, {}}, empty_out{0, DType::F32, {0}, {}};
   EXPECT_NO_THROW(kernel.launch({empty_in}, {empty_out}));  // nothing to do, nothing launched
-  KJIT_CU(cuCtxSynchronize);
+  runtime().context().synchronize();
 }
 
 }  // namespace

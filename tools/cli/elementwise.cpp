@@ -13,13 +13,13 @@
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
 #include "compiler/passes/fuse.h"
-#include "runtime/cuda/context.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/elementwise.h"
+#include "runtime/runtime.h"
 #include "support/error.h"
 #include "support/npy.h"
 #include "tools/cli/command.h"
@@ -200,8 +200,8 @@ void require_gpu(const char* verb) {
 void run(const KernelCommandOptions& o) {
   require_gpu("run");
   Setup s = make_setup(o, 1 << 20);
-  cuda::Context context(0);
-  ElementwiseKernel kernel(s.graph, s.config);
+  Runtime runtime;
+  ElementwiseKernel kernel(runtime, s.graph, s.config);
   std::vector<int> ids = s.graph.inputs();
   std::map<std::string, ir::HostTensor> reference_inputs;
   std::vector<cuda::DeviceBuffer> buffers;
@@ -228,7 +228,7 @@ void run(const KernelCommandOptions& o) {
     t.data = buffers.back().get();
   }
   kernel.launch(s.inputs, s.outputs, nullptr, s.alignment);
-  KJIT_CU(cuCtxSynchronize);
+  runtime.context().synchronize();
   ElementwiseKernel::LaunchInfo info = kernel.last_launch();
   std::map<std::string, ir::HostTensor> expected = ir::interpret(s.graph, reference_inputs);
   bool ok = true;
@@ -282,10 +282,10 @@ void run(const KernelCommandOptions& o) {
 void bench(const KernelCommandOptions& o) {
   require_gpu("bench");
   Setup s = make_setup(o, 1 << 24);
-  cuda::Context context(0);
-  cuda::DeviceProperties device = cuda::device_properties(0);
-  BenchResult r = bench_elementwise(s.graph, s.config, s.alignment, s.inputs, s.outputs,
-                                    o.repeats > 0 ? o.repeats : 20, device);
+  Runtime runtime;
+  const cuda::DeviceProperties& device = runtime.device();
+  BenchResult r = bench_elementwise(runtime, s.graph, s.config, s.alignment, s.inputs, s.outputs,
+                                    o.repeats > 0 ? o.repeats : 20);
   nlohmann::json out = bench_json(r);
   out["expression"] = o.what;
   out["device"] = device.name;

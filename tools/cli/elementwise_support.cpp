@@ -108,11 +108,12 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
-BenchResult bench_elementwise(const Graph& graph, const ir::ElementwiseConfig& config,
-                              Alignment alignment, std::vector<TensorArg> inputs,
-                              std::vector<TensorArg> outputs, int repeats,
-                              const cuda::DeviceProperties& device) {
-  ElementwiseKernel fused(graph, config);
+BenchResult bench_elementwise(Runtime& runtime, const Graph& graph,
+                              const ir::ElementwiseConfig& config, Alignment alignment,
+                              std::vector<TensorArg> inputs, std::vector<TensorArg> outputs,
+                              int repeats) {
+  const cuda::DeviceProperties& device = runtime.device();
+  ElementwiseKernel fused(runtime, graph, config);
   const Graph& optimized = fused.graph();
   std::map<std::string, cuda::DeviceBuffer> buffers;
   std::map<std::string, TensorArg> tensors;
@@ -199,7 +200,7 @@ BenchResult bench_elementwise(const Graph& graph, const ir::ElementwiseConfig& c
       }
       out.push_back(tensors.at(name));
     }
-    kernels.push_back(std::make_unique<ElementwiseKernel>(stage.graph, config));
+    kernels.push_back(std::make_unique<ElementwiseKernel>(runtime, stage.graph, config));
     arguments.emplace_back(std::move(in), std::move(out));
   }
   r.unfused_kernels = static_cast<int>(kernels.size());

@@ -12,6 +12,7 @@
 #include "compiler/lowering/elementwise.h"
 #include "runtime/cuda/device.h"
 #include "runtime/elementwise.h"
+#include "runtime/runtime.h"
 #include "support/npy.h"
 
 namespace kjit::cli {
@@ -41,13 +42,13 @@ struct BenchResult {
   int repeats = 0;
 };
 
-// Allocates and fills inputs on device 0 (current context), times the fused kernel,
+// Allocates and fills inputs on the runtime's device, times the fused kernel,
 // a copy of the same traffic and the unfused chain (one kernel per op), each as the
 // median of `repeats` runs with L2 flushed before each.
-BenchResult bench_elementwise(const Graph& graph, const ir::ElementwiseConfig& config,
-                              Alignment alignment, std::vector<TensorArg> inputs,
-                              std::vector<TensorArg> outputs, int repeats,
-                              const cuda::DeviceProperties& device);
+BenchResult bench_elementwise(Runtime& runtime, const Graph& graph,
+                              const ir::ElementwiseConfig& config, Alignment alignment,
+                              std::vector<TensorArg> inputs, std::vector<TensorArg> outputs,
+                              int repeats);
 nlohmann::json bench_json(const BenchResult& result);
 
 }  // namespace kjit::cli

@@ -72,6 +72,10 @@ TEST_F(LaunchChecks, WrongCountsDtypesShapesPointers) {
             std::string::npos);
 }
 
+TEST_F(LaunchChecks, LaunchWithoutRuntimeIsRefused) {
+  EXPECT_THROW(kernel.launch({x, g}, {y}), UserError);
+}
+
 TEST(LaunchPlan, ClassifiesAccessPatterns) {
   ElementwiseKernel k(ir::parse("x:f32[m,n]; b:f32[n]; c:f32[m,1]; y = x + b + c"));
   TensorArg out{0x9000, DType::F32, {8, 16}, {}};

@@ -1,0 +1,14 @@
+# lit configuration for kjit's codegen tests: tests/lit/**/*.test, each with
+# RUN lines over `kjit emit` / `kjit compile --ptx` and FileCheck patterns.
+import os
+import lit.formats
+
+config.name = "kjit"
+config.test_format = lit.formats.ShTest(True)
+config.suffixes = [".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.substitutions.append(("%kjit", config.kjit))
+config.substitutions.append(("FileCheck", config.filecheck))
+# Generated code must not depend on the caller's environment.
+config.environment.pop("KJIT_DUMP", None)
+config.environment["KJIT_CACHE"] = "off"
