@@ -4,7 +4,8 @@ import os
 import lit.formats
 
 config.name = "kjit"
-config.test_format = lit.formats.ShTest(True)
+# The internal shell: portable, and provides `not`, `env` and `diff`.
+config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.substitutions.append(("%kjit", config.kjit))
