@@ -30,8 +30,9 @@ using testing::GpuTest;
 
 // One runtime for every test (made after the fixture found a GPU).
 Runtime& runtime() {
-  static Runtime shared;
-  return shared;
+  // Never destroyed: its context must outlive every kernel, even at exit.
+  static Runtime* shared = new Runtime();
+  return *shared;
 }
 
 std::string descr(DType d) {
