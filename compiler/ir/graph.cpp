@@ -37,15 +37,15 @@ std::string operand_list(const Graph& graph, const Node& node) {
   return out;
 }
 
-// The promoted dtype of the operands at `indices`; literals only count when every
-// operand is one (they adapt to the others), except that a fractional f32 literal
-// makes an integer result f32.
+// The promoted dtype of the operands at `indices`; weak operands (literals and ops
+// over literals only) count only when every operand is weak: they adapt to the
+// others, except that a floating weak operand makes an integer result f32.
 DType promote_operands(const Graph& graph, const Node& node, std::vector<size_t> indices) {
   bool have = false, float_literal = false;
   DType result = DType::Bool;
   for (size_t i : indices) {
     const Node& operand = graph.node(node.operands[i]);
-    if (operand.op == OpCode::Const) {
+    if (operand.weak) {
       float_literal = float_literal || is_floating(operand.dtype);
       continue;
     }
@@ -83,6 +83,8 @@ std::string infer(const Graph& graph, Node& node) {
     shape = *b;
   }
   node.shape = shape;
+  node.weak = node.op != OpCode::Cast;
+  for (int id : node.operands) node.weak = node.weak && graph.node(id).weak;
   std::vector<size_t> all;
   for (size_t i = 0; i < node.operands.size(); ++i) all.push_back(i);
   switch (info.rule) {
@@ -132,9 +134,13 @@ Value Graph::input(const std::string& name, DType dtype, Shape shape) {
 Value Graph::constant(double value, DType dtype) {
   if (!std::isfinite(value)) throw UserError("literal " + std::to_string(value) + " is not finite");
   Node node;
+  if (dtype == DType::F16 || dtype == DType::BF16)
+    throw UserError("a literal is f32, i32 or bool; write cast(literal, " +
+                    std::string(ir::to_string(dtype)) + ")");
   node.op = OpCode::Const;
   node.value = value;
   node.dtype = dtype;
+  node.weak = true;
   nodes_.push_back(std::move(node));
   return Value{this, static_cast<int>(nodes_.size()) - 1};
 }

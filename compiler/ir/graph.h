@@ -28,6 +28,10 @@ struct Node {
   std::string name;            // Input: its name
   double value = 0;            // Const: its value
   DType cast_to = DType::F32;  // Cast: the target (equals dtype)
+  // A literal, or an op over literals only (2.0 * 3.0): it adapts to the dtype of the
+  // other operands it meets, so x_bf16 * (2.0 * 3.0) stays bf16. Derived by infer(),
+  // and kept by constant folding, so folding never changes a dtype. A cast is never weak.
+  bool weak = false;
 };
 
 class Graph;

@@ -39,6 +39,7 @@ void verify(const Graph& graph) {
       if (!n.operands.empty()) fail(graph, id, "a constant has no operands");
       if (!std::isfinite(n.value)) fail(graph, id, "a constant must be finite");
       if (!n.shape.empty()) fail(graph, id, "a constant is a scalar");
+      if (!n.weak) fail(graph, id, "a constant is a literal (weak)");
       continue;
     }
     Node expected = n;
@@ -48,6 +49,9 @@ void verify(const Graph& graph) {
       fail(graph, id,
            std::string("dtype should be ") + to_string(expected.dtype) + " by the " +
                op_info(n.op).name + " type rule");
+    if (expected.weak != n.weak)
+      fail(graph, id,
+           "the literal-only flag should be " + std::string(expected.weak ? "set" : "clear"));
     if (expected.shape != n.shape)
       fail(graph, id,
            "shape should be " + to_string(expected.shape) + " (the operands' broadcast)");

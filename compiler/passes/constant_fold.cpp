@@ -19,8 +19,10 @@ Graph constant_fold(const Graph& graph) {
       }
       operands[k] = operand.value;
     }
+    // A cast stays: its result is not a literal (it does not adapt to other operands).
     bool literal_dtype =
-        node.dtype == DType::F32 || node.dtype == DType::I32 || node.dtype == DType::Bool;
+        node.op != OpCode::Cast &&
+        (node.dtype == DType::F32 || node.dtype == DType::I32 || node.dtype == DType::Bool);
     if (all_literal && literal_dtype) {
       double value = evaluate_node(node, operands);
       // The kernel computes in f32: fold to the value it would hold.

@@ -35,6 +35,22 @@ TEST(ConstantFold, KeepsNonFiniteAndIntegerWraps) {
   EXPECT_NE(print(wrap).find("add(i, -2)"), std::string::npos) << print(wrap);
 }
 
+TEST(ConstantFold, NeverChangesADtype) {
+  // tanh(-1.5) is an op over literals: weak like a literal, before and after folding
+  // (found by running random expressions: the verifier rejected the folded graph).
+  for (const char* text :
+       {"x:f16[n]; y = fma(2.5, tanh(-1.5), x)", "x:bf16[n]; y = x * (2.0 * 3.0)",
+        "i:i32[n]; y = i + 2 * 3", "x:bf16[n]; y = x + cast(2.0, f32)"}) {
+    Graph g = parse(text);
+    DType before = g.node(g.outputs()[0].second).dtype;
+    Graph folded = optimize(g);
+    EXPECT_EQ(folded.node(folded.outputs()[0].second).dtype, before) << text;
+  }
+  Graph g = parse("x:bf16[n]; y = x * (2.0 * 3.0); z = x + cast(2.0, f32)");
+  EXPECT_EQ(g.node(g.outputs()[0].second).dtype, DType::BF16);
+  EXPECT_EQ(g.node(g.outputs()[1].second).dtype, DType::F32);  // a cast is not a literal
+}
+
 TEST(Cse, MergesIdenticalNodes) {
   Graph g = parse("y = sin(x) * sin(x) + sin(x)");
   EXPECT_EQ(count_ops(g, OpCode::Sin), 3);
