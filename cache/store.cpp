@@ -1,0 +1,844 @@
+// The store: opening (with the fault policy), binaries, devices, tunings and
+// trials. Export, import, merge and the administrative calls are in admin.cpp.
+#include "cache/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "cache/schema.h"
+#include "cache/sqlite.h"
+#include "cache/store_internal.h"
+#include "support/hash.h"
+#include "support/options.h"
+
+namespace kjit::cache {
+
+namespace fs = std::filesystem;
+
+// A file the store will not use, and why.
+class Store::Rejected : public std::runtime_error {
+ public:
+  enum class Kind { Damaged, Unusable };
+  Rejected(Kind why, const std::string& message) : std::runtime_error(message), kind(why) {}
+  Kind kind;
+};
+
+const char* to_string(PutOutcome outcome) {
+  switch (outcome) {
+    case PutOutcome::Inserted:
+      return "inserted";
+    case PutOutcome::Replaced:
+      return "replaced";
+    case PutOutcome::Kept:
+      return "kept";
+    case PutOutcome::Rejected:
+      return "rejected";
+  }
+  return "?";
+}
+
+namespace {
+
+bool valid(const Measurement& m) {
+  return m.runs >= 1 && std::isfinite(m.median_ms) && m.median_ms > 0 && std::isfinite(m.spread) &&
+         m.spread >= 0;
+}
+
+bool trusted(const Measurement& m) {
+  return m.runs >= kTrustedRuns && m.spread <= kTrustedSpread;
+}
+
+}  // namespace
+
+bool better_measured(const Measurement& candidate, const Measurement& incumbent) {
+  if (valid(candidate) != valid(incumbent)) return valid(candidate);
+  if (!valid(candidate)) return false;
+  if (trusted(candidate) != trusted(incumbent)) return trusted(candidate);
+  double noise = std::max(candidate.spread, incumbent.spread);
+  double faster = std::min(candidate.median_ms, incumbent.median_ms);
+  if (std::abs(candidate.median_ms - incumbent.median_ms) > noise * faster)
+    return candidate.median_ms < incumbent.median_ms;
+  if (candidate.runs != incumbent.runs) return candidate.runs > incumbent.runs;
+  return candidate.spread < incumbent.spread;
+}
+
+void TableCounts::count(PutOutcome outcome) {
+  switch (outcome) {
+    case PutOutcome::Inserted:
+      ++inserted;
+      break;
+    case PutOutcome::Replaced:
+      ++replaced;
+      break;
+    case PutOutcome::Kept:
+      ++kept;
+      break;
+    case PutOutcome::Rejected:
+      ++rejected;
+      break;
+  }
+}
+
+namespace detail {
+
+std::string checksum(std::string_view bytes) {
+  return hex64(hash64(bytes));
+}
+
+void read_binary(const Statement& row, BinaryRecord& r, bool with_content) {
+  r.key = row.column_text(0);
+  if (with_content) {
+    std::string_view cubin = row.column_blob(kCubinColumn);
+    r.cubin.assign(cubin.begin(), cubin.end());
+  }
+  r.checksum = row.column_text(2);
+  r.arch = row.column_text(3);
+  r.nvrtc_version = row.column_text(4);
+  r.generator_version = row.column_text(5);
+  r.options = decode_options(row.column_text(6));
+  r.ptxas_stats = row.column_text(7);
+  r.nvrtc_log = row.column_text(8);
+  r.source = row.column_text(9);
+  r.created = row.column_int(10);
+  r.last_used = row.column_int(11);
+  r.hits = row.column_int(12);
+  r.bytes = row.column_int(13);
+}
+
+TuningRecord read_tuning(const Statement& row) {
+  return TuningRecord{
+      row.column_text(0), row.column_text(1),
+      row.column_text(2), {row.column_double(3), row.column_double(4), row.column_int(5)},
+      row.column_text(6), row.column_int(7)};
+}
+
+TrialRecord read_trial(const Statement& row) {
+  return TrialRecord{
+      row.column_text(0), row.column_text(1),
+      row.column_text(2), {row.column_double(3), row.column_double(4), row.column_int(5)},
+      row.column_text(6), row.column_text(7),
+      row.column_int(8)};
+}
+
+DeviceRecord read_device(const Statement& row) {
+  return DeviceRecord{row.column_text(0),
+                      row.column_text(1),
+                      static_cast<int>(row.column_int(2)),
+                      static_cast<int>(row.column_int(3)),
+                      static_cast<int>(row.column_int(4)),
+                      row.column_text(5),
+                      row.column_int(6),
+                      row.column_int(7),
+                      row.column_int(8)};
+}
+
+std::string encode_options(const std::vector<std::string>& options) {
+  return nlohmann::json(options).dump();
+}
+
+std::vector<std::string> decode_options(const std::string& text) {
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) return {};
+  std::vector<std::string> options;
+  for (const nlohmann::json& item : parsed)
+    if (item.is_string()) options.push_back(item.get<std::string>());
+  return options;
+}
+
+int64_t record_bytes(const BinaryRecord& r, const std::string& options_text) {
+  // What the row costs on disk, roughly: eviction only needs a fair measure.
+  return static_cast<int64_t>(r.cubin.size() + r.source.size() + r.nvrtc_log.size() +
+                              options_text.size() + r.ptxas_stats.size() + r.key.size() + 128);
+}
+
+void configure(Database& db) {
+  sqlite3_busy_timeout(db.handle(), kBusyTimeoutMs);
+  // The file may come from elsewhere (an import, a shipped database): never let
+  // its schema run functions or let SQL corrupt it through the page cache.
+  sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+}
+
+void insert_binary(Database& db, const BinaryRecord& r, const std::string& checksum,
+                   int64_t created, int64_t last_used, int64_t hits) {
+  std::string options = encode_options(r.options);
+  Statement& insert = db.cached(
+      "INSERT OR REPLACE INTO binaries (key, bytes, last_used, hits, created, arch, nvrtc_version, "
+      "generator_version, checksum, options, ptxas_stats, nvrtc_log, source, cubin) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+  StatementReset rewind(insert);
+  insert.bind(1, r.key)
+      .bind(2, record_bytes(r, options))
+      .bind(3, last_used)
+      .bind(4, hits)
+      .bind(5, created)
+      .bind(6, r.arch)
+      .bind(7, r.nvrtc_version)
+      .bind(8, r.generator_version)
+      .bind(9, checksum)
+      .bind(10, options)
+      .bind(11, r.ptxas_stats)
+      .bind(12, r.nvrtc_log)
+      .bind(13, r.source)
+      .bind_blob(14, r.cubin.data(), r.cubin.size());
+  insert.step();
+}
+
+bool binary_exists(Database& db, const std::string& key) {
+  Statement& query = db.cached("SELECT 1 FROM binaries WHERE key = ?1");
+  StatementReset rewind(query);
+  query.bind(1, key);
+  return query.step();
+}
+
+std::optional<Measurement> stored_measurement(Database& db, const char* sql,
+                                              std::initializer_list<std::string_view> key) {
+  Statement& query = db.cached(sql);
+  StatementReset rewind(query);
+  int index = 1;
+  for (std::string_view part : key) query.bind(index++, part);
+  if (!query.step()) return std::nullopt;
+  return Measurement{query.column_double(0), query.column_double(1), query.column_int(2)};
+}
+
+PutOutcome upsert_tuning(Database& db, const TuningRecord& t, int64_t now) {
+  std::optional<Measurement> existing = stored_measurement(
+      db, "SELECT median_ms, spread, runs FROM tunings WHERE gpu_model = ?1 AND problem = ?2",
+      {t.gpu_model, t.problem});
+  if (existing && !better_measured(t.measured, *existing)) return PutOutcome::Kept;
+  Statement& write = db.cached(
+      "INSERT OR REPLACE INTO tunings (gpu_model, problem, config, median_ms, spread, runs, "
+      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  StatementReset rewind(write);
+  write.bind(1, t.gpu_model)
+      .bind(2, t.problem)
+      .bind(3, t.config)
+      .bind(4, t.measured.median_ms)
+      .bind(5, t.measured.spread)
+      .bind(6, t.measured.runs)
+      .bind(7, t.tuner_version)
+      .bind(8, t.created != 0 ? t.created : now);
+  write.step();
+  return existing ? PutOutcome::Replaced : PutOutcome::Inserted;
+}
+
+PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
+  std::optional<Measurement> existing =
+      stored_measurement(db,
+                         "SELECT median_ms, spread, runs FROM trials "
+                         "WHERE gpu_model = ?1 AND problem = ?2 AND config = ?3",
+                         {t.gpu_model, t.problem, t.config});
+  if (existing && !better_measured(t.measured, *existing)) return PutOutcome::Kept;
+  Statement& write = db.cached(
+      "INSERT OR REPLACE INTO trials (gpu_model, problem, config, median_ms, spread, runs, error, "
+      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  StatementReset rewind(write);
+  write.bind(1, t.gpu_model)
+      .bind(2, t.problem)
+      .bind(3, t.config)
+      .bind(4, t.measured.median_ms)
+      .bind(5, t.measured.spread)
+      .bind(6, t.measured.runs)
+      .bind(7, t.error)
+      .bind(8, t.tuner_version)
+      .bind(9, t.created != 0 ? t.created : now);
+  write.step();
+  return existing ? PutOutcome::Replaced : PutOutcome::Inserted;
+}
+
+PutOutcome upsert_device(Database& db, const DeviceRecord& d, int64_t first_seen,
+                         int64_t last_seen) {
+  Statement& query = db.cached("SELECT first_seen, last_seen FROM devices WHERE model = ?1");
+  StatementReset rewind_query(query);
+  query.bind(1, d.model);
+  bool existed = query.step();
+  if (existed) {
+    first_seen = std::min(first_seen, query.column_int(0));
+    if (query.column_int(1) > last_seen) return PutOutcome::Kept;  // ours is older news
+  }
+  Statement& write = db.cached(
+      "INSERT OR REPLACE INTO devices (model, name, cc_major, cc_minor, sm_count, driver, "
+      "memory_bytes, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  StatementReset rewind(write);
+  write.bind(1, d.model)
+      .bind(2, d.name)
+      .bind(3, d.cc_major)
+      .bind(4, d.cc_minor)
+      .bind(5, d.sm_count)
+      .bind(6, d.driver)
+      .bind(7, d.memory_bytes)
+      .bind(8, first_seen)
+      .bind(9, last_seen);
+  write.step();
+  return existed ? PutOutcome::Replaced : PutOutcome::Inserted;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Every warning is printed once per process, however many stores repeat it.
+void print_once(const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> printed;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (printed.insert(message).second) std::cerr << "kjit: warning: cache: " << message << "\n";
+}
+
+// Creates the missing directories of `dir` with mode 0700, set explicitly so
+// the umask cannot widen or narrow it. Existing directories are left alone.
+void make_directories(const fs::path& dir) {
+  if (dir.empty()) return;
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) == 0) {
+    if (!S_ISDIR(info.st_mode)) throw std::runtime_error(dir.string() + " is not a directory");
+    return;
+  }
+  if (dir.has_parent_path() && dir.parent_path() != dir) make_directories(dir.parent_path());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::runtime_error(
+        fmt::format("cannot create {}: {}", dir.string(), std::strerror(errno)));
+  if (errno != EEXIST) ::chmod(dir.c_str(), 0700);
+}
+
+// Creates the file with mode 0600 if it does not exist (O_EXCL: exactly one
+// process creates it). SQLite gives the -wal and -shm files the same mode.
+void create_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return;
+    throw std::runtime_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+  }
+  ::fchmod(fd, 0600);
+  ::close(fd);
+}
+
+std::string timestamp_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
+}  // namespace
+
+namespace detail {
+
+bool path_exists(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+Store::Store(std::string path, StoreOptions options)
+    : path_(std::move(path)), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = [] { return static_cast<int64_t>(std::time(nullptr)); };
+}
+
+Store::~Store() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!db_) return;
+  try {
+    flush_locked();
+  } catch (const std::exception&) {
+    // Hit counts are advisory; losing a batch at exit is harmless.
+  }
+}
+
+std::unique_ptr<Store> Store::disabled(const std::string& reason) {
+  std::unique_ptr<Store> store(new Store("", {}));
+  store->disabled_reason_ = reason;
+  return store;
+}
+
+std::string Store::default_path(std::string* reason) {
+  auto say = [reason](const std::string& why) {
+    if (reason) *reason = why;
+    return std::string();
+  };
+  if (std::optional<std::string> setting = env("KJIT_CACHE")) {
+    std::string lower;
+    for (char c : *setting) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "off" || lower == "0" || lower == "false" || lower == "no")
+      return say("KJIT_CACHE=" + *setting + " disables the cache");
+  }
+  fs::path dir;
+  if (std::optional<std::string> value = env("KJIT_CACHE_DIR")) {
+    dir = *value;
+  } else if (std::optional<std::string> xdg = env("XDG_CACHE_HOME")) {
+    dir = fs::path(*xdg) / "kjit";
+  } else if (std::optional<std::string> home = env("HOME")) {
+    dir = fs::path(*home) / ".cache" / "kjit";
+  } else {
+    return say("none of KJIT_CACHE_DIR, XDG_CACHE_HOME and HOME is set");
+  }
+  return (dir / kCacheFileName).string();
+}
+
+StoreOptions Store::options_from_environment() {
+  StoreOptions options;
+  if (std::optional<std::string> text = env("KJIT_CACHE_MAX_MB")) {
+    char* end = nullptr;
+    double mib = std::strtod(text->c_str(), &end);
+    if (end != text->c_str() && *end == '\0' && std::isfinite(mib) && mib >= 0) {
+      options.max_bytes = static_cast<int64_t>(mib * 1024 * 1024);
+    } else {
+      print_once(fmt::format("KJIT_CACHE_MAX_MB='{}' is not a number of MiB; using {} MiB", *text,
+                             kDefaultMaxBytes >> 20));
+    }
+  }
+  return options;
+}
+
+std::unique_ptr<Store> Store::open_default() {
+  std::string reason;
+  std::string path = default_path(&reason);
+  if (path.empty()) {
+    std::unique_ptr<Store> store = disabled(reason);
+    if (reason.rfind("KJIT_CACHE=", 0) != 0) store->warn("disabled: " + reason);
+    return store;
+  }
+  return open(path, options_from_environment());
+}
+
+std::unique_ptr<Store> Store::open(const std::string& path, StoreOptions options) {
+  std::unique_ptr<Store> store(new Store(path, std::move(options)));
+  store->connect();
+  return store;
+}
+
+bool Store::enabled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return db_ != nullptr;
+}
+
+std::string Store::disabled_reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return disabled_reason_;
+}
+
+std::vector<std::string> Store::warnings() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return warnings_;
+}
+
+void Store::warn(const std::string& message) {
+  warnings_.push_back(message);
+  print_once(path_.empty() ? message : fmt::format("{}: {}", path_, message));
+}
+
+void Store::disable(const std::string& reason) {
+  db_.reset();
+  disabled_reason_ = reason;
+  warn("disabled for this process: " + reason);
+}
+
+int64_t Store::now() const {
+  return options_.clock();
+}
+
+Database& Store::db() {
+  if (!db_) throw CacheError("the cache is disabled: " + disabled_reason_);
+  return *db_;
+}
+
+// Opens the file, judges it and brings it to the current schema; throws
+// Rejected for a file it will not use.
+void Store::attach() {
+  fs::path file(path_);
+  try {
+    make_directories(file.parent_path());
+    create_file(path_);
+  } catch (const std::runtime_error& e) {
+    throw Rejected(Rejected::Kind::Unusable, e.what());
+  }
+  auto database = std::make_unique<Database>(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+  struct stat info {};
+  if (::stat(path_.c_str(), &info) == 0) {
+    file_device_ = info.st_dev;
+    file_inode_ = info.st_ino;
+  }
+  if (database->read_only())
+    throw Rejected(Rejected::Kind::Unusable, "the file is read-only for this user");
+  configure(*database);
+  // Reading the header is where a file that is not a database fails (NOTADB),
+  // and a truncated one (CORRUPT): both land in connect() as damaged.
+  FileKind kind = classify(*database);
+  if (kind == FileKind::Foreign)
+    throw Rejected(Rejected::Kind::Damaged, "it is not a kjit cache (another application's file)");
+  if (kind == FileKind::Newer)
+    throw Rejected(Rejected::Kind::Unusable,
+                   fmt::format("it was written by a newer kjit (schema {} > {}); left untouched",
+                               database->query_int("PRAGMA user_version"), schema_version()));
+  // WAL lets readers work while one process writes. The mode is stored in the
+  // file, so only the first opener changes it; several may race here, which
+  // the busy timeout settles.
+  {
+    Statement mode = database->prepare("PRAGMA journal_mode = WAL");
+    if (mode.step() && mode.column_text(0) != "wal")
+      warn("could not switch to WAL (journal mode " + mode.column_text(0) +
+           "); concurrent use will be slower");
+  }
+  database->exec("PRAGMA synchronous = NORMAL");
+  if (kind != FileKind::Current) {
+    // Judge again under the write lock: another process may have initialized
+    // or migrated the file since.
+    WriteTransaction write(*database);
+    FileKind now_kind = classify(*database);
+    if (now_kind == FileKind::Foreign)
+      throw Rejected(Rejected::Kind::Damaged,
+                     "it is not a kjit cache (another application's file)");
+    if (now_kind == FileKind::Newer)
+      throw Rejected(Rejected::Kind::Unusable, "it was written by a newer kjit; left untouched");
+    std::string note;
+    if (now_kind != FileKind::Current) note = migrate(*database, now());
+    write.commit();
+    if (!note.empty()) warn(note);
+  }
+  db_ = std::move(database);
+}
+
+void Store::connect() {
+  for (int attempt = 0;; ++attempt) {
+    std::string damage;
+    try {
+      attach();
+      return;
+    } catch (const Rejected& e) {
+      if (e.kind == Rejected::Kind::Unusable) {
+        if (!options_.recover) throw CacheError(fmt::format("cannot use {}: {}", path_, e.what()));
+        return disable(e.what());
+      }
+      damage = e.what();
+    } catch (const SqliteError& e) {
+      if (!e.is_corruption()) {
+        if (!options_.recover) throw;
+        return disable(e.what());
+      }
+      damage = e.what();
+    }
+    if (!options_.recover)
+      throw CacheError(fmt::format("{} is damaged or not a kjit cache: {}", path_, damage));
+    if (attempt > 0) return disable("a fresh file was damaged again: " + damage);
+    quarantine(damage);
+  }
+}
+
+void Store::quarantine(const std::string& why) {
+  db_.reset();
+  // Under a lock file so that processes that found the same damage move it
+  // aside once, and none moves aside the fresh file another just created.
+  std::string lock_path = path_ + ".lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
+  struct stat info {};
+  bool same_file = ::stat(path_.c_str(), &info) == 0 && info.st_dev == file_device_ &&
+                   info.st_ino == file_inode_;
+  if (same_file) {
+    std::string aside = path_ + ".corrupt-" + timestamp_now();
+    for (int n = 2; path_exists(aside); ++n)
+      aside = fmt::format("{}.corrupt-{}-{}", path_, timestamp_now(), n);
+    if (::rename(path_.c_str(), aside.c_str()) == 0) {
+      // The WAL belongs to the damaged file: it must never be replayed into the
+      // fresh one. It moves with it, so the aside copy stays complete.
+      for (const char* suffix : {"-wal", "-shm"}) {
+        std::string from = path_ + suffix;
+        if (path_exists(from)) ::rename(from.c_str(), (aside + suffix).c_str());
+      }
+      warn(fmt::format("{}; moved it aside to {} and started a fresh cache", why, aside));
+    } else {
+      warn(fmt::format("{}; could not move it aside: {}", why, std::strerror(errno)));
+    }
+  }
+  if (lock_fd >= 0) {
+    ::flock(lock_fd, LOCK_UN);
+    ::close(lock_fd);
+  }
+  file_device_ = file_inode_ = 0;
+}
+
+void Store::on_failure(const char* what, const std::exception& error) {
+  const SqliteError* sqlite_error = dynamic_cast<const SqliteError*>(&error);
+  if (sqlite_error != nullptr && sqlite_error->is_corruption() && options_.recover &&
+      !quarantined_once_) {
+    quarantined_once_ = true;
+    quarantine(fmt::format("{} found the file damaged ({})", what, error.what()));
+    try {
+      attach();
+    } catch (const std::exception& e) {
+      disable(std::string("could not start a fresh cache: ") + e.what());
+    }
+    return;
+  }
+  warn(fmt::format("{} failed: {}", what, error.what()));
+}
+
+template <class T, class Body>
+T Store::guarded(const char* what, T fallback, Body&& body) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!db_) return fallback;
+  try {
+    return body(*db_);
+  } catch (const SqliteError& e) {
+    on_failure(what, e);
+  } catch (const std::bad_alloc& e) {
+    on_failure(what, e);
+  }
+  return fallback;
+}
+
+// ---- binaries ----
+
+std::optional<BinaryRecord> Store::find_binary(const std::string& key) {
+  return guarded<std::optional<BinaryRecord>>(
+      "a lookup", std::nullopt, [&](Database& db) -> std::optional<BinaryRecord> {
+        BinaryRecord record;
+        bool damaged = false;
+        {
+          // One cached statement; the cubin is copied once, straight from SQLite's page.
+          Statement& query =
+              db.cached("SELECT " KJIT_BINARY_COLUMNS " FROM binaries WHERE key = ?1");
+          StatementReset rewind(query);
+          query.bind(1, key);
+          if (!query.step()) return std::nullopt;
+          read_binary(query, record, /*with_content=*/true);
+          damaged = checksum(query.column_blob(kCubinColumn)) != record.checksum;
+        }
+        if (damaged) {
+          WriteTransaction write(db);
+          db.cached("DELETE FROM binaries WHERE key = ?1 AND checksum = ?2")
+              .bind(1, key)
+              .bind(2, record.checksum)
+              .run();
+          write.commit();
+          warn(fmt::format("binary {} failed its checksum; dropped it (it will be recompiled)",
+                           key));
+          return std::nullopt;
+        }
+        record.hits += 1;
+        record.last_used = now();
+        pending_hits_.push_back(key);
+        if (pending_hits_.size() >= kMaxPendingHits) flush_locked();
+        return record;
+      });
+}
+
+PutOutcome Store::put_binary(const BinaryRecord& record) {
+  return guarded<PutOutcome>("storing a binary", PutOutcome::Rejected, [&](Database& db) {
+    if (record.key.empty() || record.cubin.empty()) {
+      warn("refused a binary without a key or a cubin");
+      return PutOutcome::Rejected;
+    }
+    std::string sum = checksum(std::string_view(record.cubin.data(), record.cubin.size()));
+    int64_t time = now();
+    WriteTransaction write(db);
+    flush_locked();
+    bool existed = binary_exists(db, record.key);
+    insert_binary(db, record, sum, time, time, 0);
+    evict_locked(record.key);
+    write.commit();
+    return existed ? PutOutcome::Replaced : PutOutcome::Inserted;
+  });
+}
+
+void Store::flush() {
+  guarded<bool>("writing hit counts", false, [&](Database&) {
+    flush_locked();
+    return true;
+  });
+}
+
+// Writes the batched hits. Inside a caller's transaction it joins it;
+// otherwise it opens its own.
+void Store::flush_locked() {
+  if (pending_hits_.empty() || !db_) return;
+  std::vector<std::string> keys;
+  keys.swap(pending_hits_);
+  bool own = sqlite3_get_autocommit(db_->handle()) != 0;
+  std::optional<WriteTransaction> write;
+  if (own) write.emplace(*db_);
+  int64_t time = now();
+  Statement& touch = db_->cached(
+      "UPDATE binaries SET hits = hits + 1, last_used = max(last_used, ?2) WHERE key = ?1");
+  for (const std::string& key : keys) touch.bind(1, key).bind(2, time).run();
+  if (write) write->commit();
+}
+
+int64_t Store::evict() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  WriteTransaction write(db());
+  flush_locked();
+  int64_t removed = evict_locked("");
+  write.commit();
+  return removed;
+}
+
+// Inside a write transaction: deletes least-recently-used binaries (never
+// `keep_key`, the one just stored) until their bytes are at most 90% of
+// max_bytes, so that eviction runs in bursts rather than on every store.
+int64_t Store::evict_locked(const std::string& keep_key) {
+  Database& db = *db_;
+  Statement& total_query = db.cached("SELECT total(bytes) FROM binaries");
+  int64_t total = 0;
+  {
+    StatementReset rewind(total_query);
+    if (total_query.step()) total = static_cast<int64_t>(total_query.column_double(0));
+  }
+  if (total <= options_.max_bytes) return 0;
+  int64_t target = options_.max_bytes / 10 * 9;
+  std::vector<std::string> victims;
+  {
+    Statement& oldest = db.cached(
+        "SELECT key, bytes FROM binaries WHERE key != ?1 ORDER BY last_used, created, key");
+    StatementReset rewind(oldest);
+    oldest.bind(1, keep_key);
+    while (total > target && oldest.step()) {
+      victims.push_back(oldest.column_text(0));
+      total -= oldest.column_int(1);
+    }
+  }
+  Statement& drop = db.cached("DELETE FROM binaries WHERE key = ?1");
+  for (const std::string& key : victims) drop.bind(1, key).run();
+  return static_cast<int64_t>(victims.size());
+}
+
+std::vector<BinaryRecord> Store::binaries() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  std::vector<BinaryRecord> out;
+  Statement query = database.prepare("SELECT " KJIT_BINARY_META_COLUMNS
+                                     " FROM binaries ORDER BY last_used DESC, key");
+  while (query.step()) read_binary(query, out.emplace_back(), /*with_content=*/false);
+  return out;
+}
+
+std::optional<BinaryRecord> Store::describe_binary(const std::string& key_prefix) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  // A prefix match without LIKE, so no character of the input is a wildcard.
+  Statement query = database.prepare("SELECT " KJIT_BINARY_COLUMNS
+                                     " FROM binaries WHERE substr(key, 1, length(?1)) = ?1 "
+                                     "ORDER BY key LIMIT 2");
+  query.bind(1, key_prefix);
+  if (!query.step()) return std::nullopt;
+  BinaryRecord record;
+  read_binary(query, record, /*with_content=*/true);
+  if (record.key != key_prefix && query.step())
+    throw UserError(fmt::format("'{}' matches several binaries", key_prefix),
+                    "give more of the key (kjit cache ls lists them)");
+  return record;
+}
+
+// ---- devices ----
+
+void Store::record_device(const DeviceRecord& device) {
+  guarded<bool>("recording a device", false, [&](Database& db) {
+    if (device.model.empty()) {
+      warn("refused a device without a model name");
+      return false;
+    }
+    int64_t time = now();
+    WriteTransaction write(db);
+    upsert_device(db, device, time, time);
+    write.commit();
+    return true;
+  });
+}
+
+std::vector<DeviceRecord> Store::devices() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<DeviceRecord> out;
+  Statement query = db().prepare("SELECT " KJIT_DEVICE_COLUMNS " FROM devices ORDER BY model");
+  while (query.step()) out.push_back(read_device(query));
+  return out;
+}
+
+// ---- tunings and trials ----
+
+std::optional<TuningRecord> Store::find_tuning(const std::string& gpu_model,
+                                               const std::string& problem) {
+  return guarded<std::optional<TuningRecord>>(
+      "a tuning lookup", std::nullopt, [&](Database& db) -> std::optional<TuningRecord> {
+        Statement& query = db.cached("SELECT " KJIT_TUNING_COLUMNS
+                                     " FROM tunings WHERE gpu_model = ?1 AND problem = ?2");
+        StatementReset rewind(query);
+        query.bind(1, gpu_model).bind(2, problem);
+        if (!query.step()) return std::nullopt;
+        return read_tuning(query);
+      });
+}
+
+PutOutcome Store::put_tuning(const TuningRecord& tuning) {
+  return guarded<PutOutcome>("storing a tuning", PutOutcome::Rejected, [&](Database& db) {
+    if (tuning.gpu_model.empty() || tuning.problem.empty() || tuning.config.empty()) {
+      warn("refused a tuning without a GPU model, problem or config");
+      return PutOutcome::Rejected;
+    }
+    WriteTransaction write(db);
+    PutOutcome outcome = upsert_tuning(db, tuning, now());
+    write.commit();
+    return outcome;
+  });
+}
+
+std::vector<TuningRecord> Store::tunings(const std::string& gpu_model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TuningRecord> out;
+  Statement query = db().prepare("SELECT " KJIT_TUNING_COLUMNS
+                                 " FROM tunings WHERE ?1 = '' OR gpu_model = ?1 "
+                                 "ORDER BY gpu_model, problem");
+  query.bind(1, gpu_model);
+  while (query.step()) out.push_back(read_tuning(query));
+  return out;
+}
+
+PutOutcome Store::put_trial(const TrialRecord& trial) {
+  return guarded<PutOutcome>("storing a trial", PutOutcome::Rejected, [&](Database& db) {
+    if (trial.gpu_model.empty() || trial.problem.empty() || trial.config.empty()) {
+      warn("refused a trial without a GPU model, problem or config");
+      return PutOutcome::Rejected;
+    }
+    WriteTransaction write(db);
+    PutOutcome outcome = upsert_trial(db, trial, now());
+    write.commit();
+    return outcome;
+  });
+}
+
+std::vector<TrialRecord> Store::trials_for(const std::string& gpu_model,
+                                           const std::string& problem) {
+  return guarded<std::vector<TrialRecord>>("reading trials", {}, [&](Database& db) {
+    std::vector<TrialRecord> out;
+    Statement& query = db.cached("SELECT " KJIT_TRIAL_COLUMNS
+                                 " FROM trials WHERE gpu_model = ?1 AND problem = ?2 "
+                                 "ORDER BY error != '', median_ms, config");
+    StatementReset rewind(query);
+    query.bind(1, gpu_model).bind(2, problem);
+    while (query.step()) out.push_back(read_trial(query));
+    return out;
+  });
+}
+
+}  // namespace kjit::cache
