@@ -13,8 +13,10 @@ void check(sqlite3* db, int rc, std::string_view what) {
   if (rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE) return;
   int extended = db != nullptr ? sqlite3_extended_errcode(db) : rc;
   if ((extended & 0xff) != (rc & 0xff)) extended = rc;
-  const char* message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  throw SqliteError(fmt::format("{}: {} ({})", what, message, sqlite3_errstr(rc)), extended);
+  std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  std::string kind = sqlite3_errstr(rc);
+  if (message != kind) message += " (" + kind + ")";
+  throw SqliteError(fmt::format("{}: {}", what, message), extended);
 }
 
 Statement::Statement(sqlite3* db, std::string_view sql) : db_(db) {
