@@ -228,6 +228,9 @@ TransferReport Store::merge_into(const std::string& path) {
   std::unique_ptr<Store> target = Store::open(path, target_options);
   std::lock_guard<std::mutex> target_lock(target->mutex_);
   Database& out = target->db();
+  // A merged file is usually shipped: closing it folds the WAL back in, so it
+  // is one self-contained file (unless another process has it open).
+  sqlite3_db_config(out.handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
   TransferReport report;
   WriteTransaction read(database, /*immediate=*/false);
   WriteTransaction write(out);

@@ -47,7 +47,8 @@ std::string date(int64_t unix_seconds) {
 std::string human_bytes(int64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
   if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
-  return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+  if (bytes < int64_t{1} << 30) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+  return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
 }
 
 nlohmann::json binary_json(const cache::BinaryRecord& b) {

@@ -52,8 +52,9 @@ TEST(Faults, TruncatedFileIsMovedAsideAndTheStoreKeepsWorking) {
   {
     std::unique_ptr<Store> store = Store::open(path);
     for (int i = 0; i < 20; ++i) store->put_binary(make_binary("k" + std::to_string(i), 30000, i));
-  }  // the last connection folds the WAL into the file
-  ASSERT_FALSE(fs::exists(path + "-wal"));
+    store->vacuum();  // folds the WAL into the file
+  }
+  ASSERT_EQ(fs::file_size(path + "-wal"), 0u);
   std::string bytes = read_bytes(path);
   ASSERT_GT(bytes.size(), 300000u);
   bytes.resize(bytes.size() / 3);
@@ -235,6 +236,7 @@ TEST(Faults, DamageFoundMidRunMovesTheFileAside) {
   {
     std::unique_ptr<Store> store = Store::open(path);
     for (int i = 0; i < 40; ++i) store->put_binary(make_binary("k" + std::to_string(i), 5000, i));
+    store->vacuum();  // every row in the main file, none in the WAL
   }
   std::unique_ptr<Store> store = Store::open(path);
   ASSERT_TRUE(store->enabled());

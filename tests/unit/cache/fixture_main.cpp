@@ -28,5 +28,6 @@ int main(int argc, char** argv) {
                                                       "tile=128x128", 1.8, 0.02, 50));
   store->put_trial(
       {h200, "matmul 4096x4096x4096 bf16", "tile=128x256", {0.9, 0.02, 50}, "", "tuner-1", 0});
+  store->vacuum();  // one self-contained file, as one would ship it
   return store->warnings().empty() ? 0 : 1;
 }

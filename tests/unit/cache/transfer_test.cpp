@@ -120,6 +120,7 @@ TEST(Transfer, MergeIntoAnotherFile) {
   EXPECT_EQ(created.binaries.inserted, 4);
   EXPECT_EQ(created.tunings.inserted, 3);
   mine->put_tuning(make_tuning(kH200, "mm 4096", "tile=512", 0.5, 0.02, 20));
+  EXPECT_FALSE(fs::exists(scratch.file("team.db-wal"))) << "a merged file is self-contained";
   TransferReport second = mine->merge_into(scratch.file("team.db"));
   EXPECT_EQ(second.binaries.kept, 4);
   EXPECT_EQ(second.tunings.replaced, 1);
