@@ -53,9 +53,8 @@ void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64
   }
 
   std::string arch = gpu_model.empty() ? "" : model_arch(from, gpu_model);
-  Statement binaries =
-      from.prepare("SELECT " KJIT_BINARY_COLUMNS
-                   " FROM binaries WHERE ?1 = 0 OR arch IN (?2, ?2 || 'a', ?2 || 'f')");
+  Statement binaries = from.prepare("SELECT " KJIT_BINARY_COLUMNS " FROM " KJIT_BINARIES_WITH_USAGE
+                                    " WHERE ?1 = 0 OR b.arch IN (?2, ?2 || 'a', ?2 || 'f')");
   binaries.bind(1, gpu_model.empty() ? 0 : 1).bind(2, arch);
   while (binaries.step()) {
     BinaryRecord binary;
@@ -94,7 +93,8 @@ CacheStats Store::stats() {
   s.file_bytes = store_bytes(path_);
   s.free_bytes =
       database.query_int("PRAGMA freelist_count") * database.query_int("PRAGMA page_size");
-  Statement binaries = database.prepare("SELECT count(*), total(bytes), total(hits) FROM binaries");
+  Statement binaries = database.prepare(
+      "SELECT count(*), total(bytes), (SELECT total(hits) FROM binary_usage) FROM binaries");
   if (binaries.step()) {
     s.binaries = binaries.column_int(0);
     s.binary_bytes = static_cast<int64_t>(binaries.column_double(1));
@@ -207,6 +207,7 @@ TransferReport Store::import_from(const std::string& path) {
   WriteTransaction read(source, /*immediate=*/false);
   WriteTransaction write(database);
   flush_locked();
+  stored_content_ = true;
   copy_rows(source, database, "", now(), report);
   evict_locked("");
   write.commit();
@@ -244,10 +245,12 @@ ClearReport Store::clear(bool binaries_only) {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   pending_hits_.clear();
+  stored_content_ = true;
   ClearReport report;
   WriteTransaction write(database);
   database.exec("DELETE FROM binaries");
   report.binaries = database.changes();
+  database.exec("DELETE FROM binary_usage");
   if (!binaries_only) {
     database.exec("DELETE FROM tunings");
     report.tunings = database.changes();

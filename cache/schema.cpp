@@ -12,7 +12,9 @@ namespace kjit::cache {
 namespace {
 
 // Schema 1. Within a row the small columns come first and the blobs last, so
-// listing and size accounting never read a cubin's overflow pages.
+// listing and size accounting never read a cubin's overflow pages. A binary's
+// use (last_used, hits) lives in its own small table: SQLite rewrites a whole
+// row on UPDATE, and counting a hit must not rewrite a 100 KB cubin.
 constexpr const char* kSchemaV1 = R"sql(
 CREATE TABLE devices (
   model        TEXT PRIMARY KEY NOT NULL,
@@ -28,8 +30,6 @@ CREATE TABLE devices (
 CREATE TABLE binaries (
   key               TEXT PRIMARY KEY NOT NULL,
   bytes             INTEGER NOT NULL,
-  last_used         INTEGER NOT NULL,
-  hits              INTEGER NOT NULL DEFAULT 0,
   created           INTEGER NOT NULL,
   arch              TEXT NOT NULL,
   nvrtc_version     TEXT NOT NULL,
@@ -41,7 +41,16 @@ CREATE TABLE binaries (
   source            TEXT NOT NULL,
   cubin             BLOB NOT NULL
 );
-CREATE INDEX binaries_by_last_used ON binaries (last_used, created);
+CREATE TABLE binary_usage (
+  key       TEXT PRIMARY KEY NOT NULL,
+  last_used INTEGER NOT NULL,
+  hits      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX binary_usage_by_last_used ON binary_usage (last_used);
+CREATE TRIGGER binaries_delete_usage AFTER DELETE ON binaries
+BEGIN
+  DELETE FROM binary_usage WHERE key = old.key;
+END;
 CREATE TABLE tunings (
   gpu_model     TEXT NOT NULL,
   problem       TEXT NOT NULL,

@@ -166,41 +166,60 @@ int64_t record_bytes(const BinaryRecord& r, const std::string& options_text) {
                               options_text.size() + r.ptxas_stats.size() + r.key.size() + 128);
 }
 
+namespace {
+
+// After a commit: once the WAL holds kWalCheckpointPages, copy it into the
+// file and truncate it, so that opening stays cheap. A failure (readers still
+// on an old snapshot) leaves it for the next commit.
+int checkpoint_hook(void*, sqlite3* db, const char* name, int pages) {
+  if (pages >= kWalCheckpointPages)
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+  return SQLITE_OK;
+}
+
+}  // namespace
+
 void configure(Database& db) {
   sqlite3_busy_timeout(db.handle(), kBusyTimeoutMs);
   // The file may come from elsewhere (an import, a shipped database): never let
   // its schema run functions or let SQL corrupt it through the page cache.
   sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
   sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-  // Closing the last connection would otherwise checkpoint the WAL into the
-  // file and fsync it: ~20 ms at every process exit. Writers checkpoint
-  // automatically every 1000 pages instead; `kjit cache vacuum` folds it all.
+  // WAL housekeeping, tuned for many short processes that mostly read:
+  //  - closing the last connection would checkpoint the WAL into the file and
+  //    fsync it (~20 ms on a busy disk) at every exit; a process that only
+  //    found binaries skips that (Store::~Store re-enables it for writers);
+  //  - the first connection of a process rebuilds the WAL index by reading
+  //    the whole WAL (and forgets what was already checkpointed, so SQLite's
+  //    passive auto-checkpoint never gets to restart the WAL when every
+  //    process writes once): checkpoint_hook truncates it instead.
   sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  sqlite3_wal_hook(db.handle(), checkpoint_hook, nullptr);
 }
 
 void insert_binary(Database& db, const BinaryRecord& r, const std::string& checksum,
                    int64_t created, int64_t last_used, int64_t hits) {
   std::string options = encode_options(r.options);
   Statement& insert = db.cached(
-      "INSERT OR REPLACE INTO binaries (key, bytes, last_used, hits, created, arch, nvrtc_version, "
+      "INSERT OR REPLACE INTO binaries (key, bytes, created, arch, nvrtc_version, "
       "generator_version, checksum, options, ptxas_stats, nvrtc_log, source, cubin) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
-  StatementReset rewind(insert);
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
   insert.bind(1, r.key)
       .bind(2, record_bytes(r, options))
-      .bind(3, last_used)
-      .bind(4, hits)
-      .bind(5, created)
-      .bind(6, r.arch)
-      .bind(7, r.nvrtc_version)
-      .bind(8, r.generator_version)
-      .bind(9, checksum)
-      .bind(10, options)
-      .bind(11, r.ptxas_stats)
-      .bind(12, r.nvrtc_log)
-      .bind(13, r.source)
-      .bind_blob(14, r.cubin.data(), r.cubin.size());
-  insert.step();
+      .bind(3, created)
+      .bind(4, r.arch)
+      .bind(5, r.nvrtc_version)
+      .bind(6, r.generator_version)
+      .bind(7, checksum)
+      .bind(8, options)
+      .bind(9, r.ptxas_stats)
+      .bind(10, r.nvrtc_log)
+      .bind(11, r.source)
+      .bind_blob(12, r.cubin.data(), r.cubin.size())
+      .run();
+  Statement& usage =
+      db.cached("INSERT OR REPLACE INTO binary_usage (key, last_used, hits) VALUES (?1, ?2, ?3)");
+  usage.bind(1, r.key).bind(2, last_used).bind(3, hits).run();
 }
 
 bool binary_exists(Database& db, const std::string& key) {
@@ -367,6 +386,10 @@ Store::~Store() {
   } catch (const std::exception&) {
     // Hit counts are advisory; losing a batch at exit is harmless.
   }
+  // A process that stored something (it compiled or tuned, so it can afford
+  // an fsync) folds the WAL back into the file if it is the last one out.
+  if (stored_content_)
+    sqlite3_db_config(db_->handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
 }
 
 std::unique_ptr<Store> Store::disabled(const std::string& reason) {
@@ -620,8 +643,8 @@ std::optional<BinaryRecord> Store::find_binary(const std::string& key) {
         bool damaged = false;
         {
           // One cached statement; the cubin is copied once, straight from SQLite's page.
-          Statement& query =
-              db.cached("SELECT " KJIT_BINARY_COLUMNS " FROM binaries WHERE key = ?1");
+          Statement& query = db.cached("SELECT " KJIT_BINARY_COLUMNS
+                                       " FROM " KJIT_BINARIES_WITH_USAGE " WHERE b.key = ?1");
           StatementReset rewind(query);
           query.bind(1, key);
           if (!query.step()) return std::nullopt;
@@ -655,6 +678,7 @@ PutOutcome Store::put_binary(const BinaryRecord& record) {
     }
     std::string sum = checksum(std::string_view(record.cubin.data(), record.cubin.size()));
     int64_t time = now();
+    stored_content_ = true;
     WriteTransaction write(db);
     flush_locked();
     bool existed = binary_exists(db, record.key);
@@ -683,7 +707,7 @@ void Store::flush_locked() {
   if (own) write.emplace(*db_);
   int64_t time = now();
   Statement& touch = db_->cached(
-      "UPDATE binaries SET hits = hits + 1, last_used = max(last_used, ?2) WHERE key = ?1");
+      "UPDATE binary_usage SET hits = hits + 1, last_used = max(last_used, ?2) WHERE key = ?1");
   for (const std::string& key : keys) touch.bind(1, key).bind(2, time).run();
   if (write) write->commit();
 }
@@ -712,8 +736,9 @@ int64_t Store::evict_locked(const std::string& keep_key) {
   int64_t target = options_.max_bytes / 10 * 9;
   std::vector<std::string> victims;
   {
-    Statement& oldest = db.cached(
-        "SELECT key, bytes FROM binaries WHERE key != ?1 ORDER BY last_used, created, key");
+    Statement& oldest =
+        db.cached("SELECT b.key, b.bytes FROM " KJIT_BINARIES_WITH_USAGE
+                  " WHERE b.key != ?1 ORDER BY coalesce(u.last_used, b.created), b.created, b.key");
     StatementReset rewind(oldest);
     oldest.bind(1, keep_key);
     while (total > target && oldest.step()) {
@@ -732,7 +757,7 @@ std::vector<BinaryRecord> Store::binaries() {
   flush_locked();
   std::vector<BinaryRecord> out;
   Statement query = database.prepare("SELECT " KJIT_BINARY_META_COLUMNS
-                                     " FROM binaries ORDER BY last_used DESC, key");
+                                     " FROM " KJIT_BINARIES_WITH_USAGE " ORDER BY 12 DESC, 1");
   while (query.step()) read_binary(query, out.emplace_back(), /*with_content=*/false);
   return out;
 }
@@ -742,9 +767,9 @@ std::optional<BinaryRecord> Store::describe_binary(const std::string& key_prefix
   Database& database = db();
   flush_locked();
   // A prefix match without LIKE, so no character of the input is a wildcard.
-  Statement query = database.prepare("SELECT " KJIT_BINARY_COLUMNS
-                                     " FROM binaries WHERE substr(key, 1, length(?1)) = ?1 "
-                                     "ORDER BY key LIMIT 2");
+  Statement query = database.prepare("SELECT " KJIT_BINARY_COLUMNS " FROM " KJIT_BINARIES_WITH_USAGE
+                                     " WHERE substr(b.key, 1, length(?1)) = ?1 "
+                                     "ORDER BY b.key LIMIT 2");
   query.bind(1, key_prefix);
   if (!query.step()) return std::nullopt;
   BinaryRecord record;
@@ -800,6 +825,7 @@ PutOutcome Store::put_tuning(const TuningRecord& tuning) {
       warn("refused a tuning without a GPU model, problem or config");
       return PutOutcome::Rejected;
     }
+    stored_content_ = true;
     WriteTransaction write(db);
     PutOutcome outcome = upsert_tuning(db, tuning, now());
     write.commit();
@@ -824,6 +850,7 @@ PutOutcome Store::put_trial(const TrialRecord& trial) {
       warn("refused a trial without a GPU model, problem or config");
       return PutOutcome::Rejected;
     }
+    stored_content_ = true;
     WriteTransaction write(db);
     PutOutcome outcome = upsert_trial(db, trial, now());
     write.commit();

@@ -210,6 +210,7 @@ class Store {
   std::vector<std::string> warnings_;
   std::vector<std::string> pending_hits_;  // keys found since the last flush
   bool quarantined_once_ = false;
+  bool stored_content_ = false;  // binaries, tunings or trials written: checkpoint on close
   // The file's identity when opened: quarantine() moves it aside only if the
   // path still names that file (another process may already have replaced it).
   uint64_t file_device_ = 0, file_inode_ = 0;

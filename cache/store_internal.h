@@ -14,17 +14,24 @@ namespace kjit::cache::detail {
 // How long a writer waits for another process's write to finish before the
 // call fails (and, on the runtime's path, is dropped with a warning).
 inline constexpr int kBusyTimeoutMs = 10000;
+// The WAL is folded into the file and truncated when it reaches this many
+// pages (512 KiB at 4 KiB pages): opening reads the whole WAL.
+inline constexpr int kWalCheckpointPages = 128;
 // Hits are written in batches of at most this many (see Store::find_binary).
 inline constexpr size_t kMaxPendingHits = 64;
 
 // Column lists, in the order the read_* functions expect. The "meta" form
 // leaves cubin, source and log empty for listings.
-#define KJIT_BINARY_COLUMNS                                                              \
-  "key, cubin, checksum, arch, nvrtc_version, generator_version, options, ptxas_stats, " \
-  "nvrtc_log, source, created, last_used, hits, bytes"
-#define KJIT_BINARY_META_COLUMNS                                                               \
-  "key, x'', checksum, arch, nvrtc_version, generator_version, options, ptxas_stats, '', '', " \
-  "created, last_used, hits, bytes"
+// Binaries are read FROM KJIT_BINARIES_WITH_USAGE (b: binaries, u: binary_usage).
+#define KJIT_BINARIES_WITH_USAGE "binaries b LEFT JOIN binary_usage u ON u.key = b.key"
+#define KJIT_BINARY_COLUMNS                                                               \
+  "b.key, b.cubin, b.checksum, b.arch, b.nvrtc_version, b.generator_version, b.options, " \
+  "b.ptxas_stats, b.nvrtc_log, b.source, b.created, coalesce(u.last_used, b.created), "   \
+  "coalesce(u.hits, 0), b.bytes"
+#define KJIT_BINARY_META_COLUMNS                                                              \
+  "b.key, x'', b.checksum, b.arch, b.nvrtc_version, b.generator_version, b.options, "         \
+  "b.ptxas_stats, '', '', b.created, coalesce(u.last_used, b.created), coalesce(u.hits, 0), " \
+  "b.bytes"
 inline constexpr int kCubinColumn = 1;
 #define KJIT_TUNING_COLUMNS \
   "gpu_model, problem, config, median_ms, spread, runs, tuner_version, created"

@@ -54,7 +54,7 @@ TEST(Faults, TruncatedFileIsMovedAsideAndTheStoreKeepsWorking) {
     for (int i = 0; i < 20; ++i) store->put_binary(make_binary("k" + std::to_string(i), 30000, i));
     store->vacuum();  // folds the WAL into the file
   }
-  ASSERT_EQ(fs::file_size(path + "-wal"), 0u);
+  ASSERT_TRUE(!fs::exists(path + "-wal") || fs::file_size(path + "-wal") == 0);
   std::string bytes = read_bytes(path);
   ASSERT_GT(bytes.size(), 300000u);
   bytes.resize(bytes.size() / 3);
