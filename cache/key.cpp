@@ -12,17 +12,28 @@ namespace {
 // Bump when the parts or their order change: old keys then simply miss.
 constexpr std::string_view kKeyFormat = "kjit-binary-key-1";
 
-void append_part(std::string& buffer, std::string_view part) {
-  buffer += std::to_string(part.size());
-  buffer += ':';
-  buffer += part;
-}
+// Feeds length-prefixed parts to XXH3-128 without copying them.
+class KeyStream {
+ public:
+  KeyStream() { XXH3_128bits_reset(&state_); }
+  void part(std::string_view bytes) {
+    std::string prefix = std::to_string(bytes.size()) + ':';
+    XXH3_128bits_update(&state_, prefix.data(), prefix.size());
+    XXH3_128bits_update(&state_, bytes.data(), bytes.size());
+  }
+  void list(const std::vector<std::string>& parts) {
+    // The count first, so an option can never be mistaken for the next field.
+    part(std::to_string(parts.size()));
+    for (const std::string& p : parts) part(p);
+  }
+  std::string hex() {
+    XXH128_hash_t hash = XXH3_128bits_digest(&state_);
+    return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
+  }
 
-void append_list(std::string& buffer, const std::vector<std::string>& parts) {
-  // The count first, so an option can never be mistaken for the next field.
-  append_part(buffer, std::to_string(parts.size()));
-  for (const std::string& part : parts) append_part(buffer, part);
-}
+ private:
+  XXH3_state_t state_;
+};
 
 }  // namespace
 
@@ -30,19 +41,17 @@ std::string binary_key(const std::string& source, const std::vector<std::string>
                        const std::string& arch, const std::string& nvrtc_version,
                        const std::string& generator_version,
                        const std::vector<std::string>& codegen_environment) {
-  std::string buffer;
-  buffer.reserve(source.size() + 256);
-  append_part(buffer, kKeyFormat);
-  append_part(buffer, arch);
-  append_part(buffer, nvrtc_version);
-  append_part(buffer, generator_version);
-  append_list(buffer, options);
-  append_list(buffer, codegen_environment);
-  append_part(buffer, source);
   // 128 bits: a collision would silently load the wrong kernel, so 64 bits
   // (a birthday bound near 4e9 keys) is not comfortable enough.
-  XXH128_hash_t hash = XXH3_128bits(buffer.data(), buffer.size());
-  return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
+  KeyStream key;
+  key.part(kKeyFormat);
+  key.part(arch);
+  key.part(nvrtc_version);
+  key.part(generator_version);
+  key.list(options);
+  key.list(codegen_environment);
+  key.part(source);
+  return key.hex();
 }
 
 std::string gpu_model(const std::string& name, int cc_major, int cc_minor, int sm_count) {
