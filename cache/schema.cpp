@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <optional>
 #include <set>
 
 #include "cache/sqlite.h"
@@ -159,6 +160,8 @@ using Migration = std::string (*)(Database&, int64_t now);
 // kMigrations[v] migrates schema v to v + 1. Append; never edit a shipped one.
 constexpr Migration kMigrations[] = {migrate_0_to_1};
 
+FileKind classify_snapshot(Database& db);
+
 }  // namespace
 
 int schema_version() {
@@ -166,6 +169,19 @@ int schema_version() {
 }
 
 FileKind classify(Database& db) {
+  // One snapshot for the header and the tables: read separately, another
+  // process's initialization could land between two reads and make a fresh
+  // kjit file look foreign (application_id 0 but user_version 1).
+  std::optional<WriteTransaction> snapshot;
+  if (sqlite3_get_autocommit(db.handle())) snapshot.emplace(db, /*immediate=*/false);
+  FileKind kind = classify_snapshot(db);
+  if (snapshot) snapshot->commit();
+  return kind;
+}
+
+namespace {
+
+FileKind classify_snapshot(Database& db) {
   int64_t application_id = db.query_int("PRAGMA application_id");
   int64_t version = db.query_int("PRAGMA user_version");
   if (application_id == kApplicationId) {
@@ -177,6 +193,8 @@ FileKind classify(Database& db) {
   if (tables.empty()) return FileKind::Empty;
   return is_legacy_v0(db, tables) ? FileKind::Older : FileKind::Foreign;
 }
+
+}  // namespace
 
 std::string migrate(Database& db, int64_t now) {
   int64_t version = db.query_int("PRAGMA user_version");

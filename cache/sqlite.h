@@ -118,6 +118,7 @@ class Database {
 // BEGIN IMMEDIATE ... COMMIT, rolled back unless commit() was called. IMMEDIATE
 // takes the write lock up front, so two writers never deadlock upgrading a read
 // transaction; the busy timeout makes the second one wait instead of failing.
+// With immediate = false it is a plain BEGIN: a read snapshot.
 class WriteTransaction {
  public:
   explicit WriteTransaction(Database& db, bool immediate = true);

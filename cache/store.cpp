@@ -286,13 +286,20 @@ PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
 
 PutOutcome upsert_device(Database& db, const DeviceRecord& d, int64_t first_seen,
                          int64_t last_seen) {
-  Statement& query = db.cached("SELECT first_seen, last_seen FROM devices WHERE model = ?1");
+  Statement& query = db.cached("SELECT " KJIT_DEVICE_COLUMNS " FROM devices WHERE model = ?1");
   StatementReset rewind_query(query);
   query.bind(1, d.model);
   bool existed = query.step();
   if (existed) {
-    first_seen = std::min(first_seen, query.column_int(0));
-    if (query.column_int(1) > last_seen) return PutOutcome::Kept;  // ours is older news
+    DeviceRecord stored = read_device(query);
+    if (stored.last_seen > last_seen) return PutOutcome::Kept;  // ours is older news
+    // Every process records its GPU when it starts: an unchanged device seen
+    // within the hour is not worth a write.
+    bool same = stored.name == d.name && stored.cc_major == d.cc_major &&
+                stored.cc_minor == d.cc_minor && stored.sm_count == d.sm_count &&
+                stored.driver == d.driver && stored.memory_bytes == d.memory_bytes;
+    if (same && last_seen - stored.last_seen < 3600) return PutOutcome::Kept;
+    first_seen = std::min(first_seen, stored.first_seen);
   }
   Statement& write = db.cached(
       "INSERT OR REPLACE INTO devices (model, name, cc_major, cc_minor, sm_count, driver, "
@@ -333,10 +340,12 @@ void make_directories(const fs::path& dir) {
     return;
   }
   if (dir.has_parent_path() && dir.parent_path() != dir) make_directories(dir.parent_path());
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    ::chmod(dir.c_str(), 0700);  // the umask may have narrowed it
+  } else if (errno != EEXIST) {  // EEXIST: another process just made it
     throw std::runtime_error(
         fmt::format("cannot create {}: {}", dir.string(), std::strerror(errno)));
-  if (errno != EEXIST) ::chmod(dir.c_str(), 0700);
+  }
 }
 
 // Creates the file with mode 0600 if it does not exist (O_EXCL: exactly one
@@ -489,6 +498,26 @@ Database& Store::db() {
   return *db_;
 }
 
+// Switches the file to WAL. Changing the journal mode needs the file to
+// itself, and SQLite reports "locked" at once rather than waiting when other
+// processes open the file at the same moment, so this waits and retries.
+void Store::set_wal_mode(Database& database) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      Statement mode = database.prepare("PRAGMA journal_mode = WAL");
+      if (mode.step() && mode.column_text(0) != "wal")
+        warn("could not switch to WAL (journal mode " + mode.column_text(0) +
+             "); concurrent use will be slower");
+      return;
+    } catch (const SqliteError& e) {
+      int primary = e.code() & 0xff;
+      bool locked = primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+      if (!locked || attempt * 10 >= kBusyTimeoutMs) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
 // Opens the file, judges it and brings it to the current schema; throws
 // Rejected for a file it will not use.
 void Store::attach() {
@@ -520,12 +549,7 @@ void Store::attach() {
   // WAL lets readers work while one process writes. The mode is stored in the
   // file, so only the first opener changes it; several may race here, which
   // the busy timeout settles.
-  {
-    Statement mode = database->prepare("PRAGMA journal_mode = WAL");
-    if (mode.step() && mode.column_text(0) != "wal")
-      warn("could not switch to WAL (journal mode " + mode.column_text(0) +
-           "); concurrent use will be slower");
-  }
+  set_wal_mode(*database);
   database->exec("PRAGMA synchronous = NORMAL");
   if (kind != FileKind::Current) {
     // Judge again under the write lock: another process may have initialized
@@ -626,9 +650,8 @@ T Store::guarded(const char* what, T fallback, Body&& body) {
   if (!db_) return fallback;
   try {
     return body(*db_);
-  } catch (const SqliteError& e) {
-    on_failure(what, e);
-  } catch (const std::bad_alloc& e) {
+  } catch (const std::exception& e) {
+    // Whatever went wrong, the host program carries on without the cache.
     on_failure(what, e);
   }
   return fallback;

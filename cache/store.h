@@ -191,6 +191,7 @@ class Store {
 
   void connect();
   void attach();
+  void set_wal_mode(Database& database);
   void quarantine(const std::string& why);
   void disable(const std::string& reason);
   void warn(const std::string& message);
