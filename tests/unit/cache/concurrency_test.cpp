@@ -125,5 +125,62 @@ TEST(Concurrency, ManyProcessesWriteOneFile) {
   EXPECT_TRUE(store->warnings().empty());
 }
 
+// Forks `count` processes that wait for one starting gun, then run
+// body(process); returns their exit codes (-1 for a crash).
+template <class Body>
+std::vector<int> run_at_once(int count, Body body) {
+  int gun[2];
+  if (::pipe(gun) != 0) return {};
+  std::vector<pid_t> children;
+  for (int process = 0; process < count; ++process) {
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::close(gun[1]);
+      char byte;
+      if (::read(gun[0], &byte, 1) != 0) ::_exit(2);
+      ::_exit(body(process));
+    }
+    children.push_back(child);
+  }
+  ::close(gun[0]);
+  ::close(gun[1]);
+  std::vector<int> codes;
+  for (pid_t child : children) {
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  return codes;
+}
+
+// Ten processes open the same damaged file at once: it is moved aside exactly
+// once, and every process ends up writing to the same fresh file.
+TEST(Concurrency, ManyProcessesFindTheSameDamageOnce) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  std::vector<char> noise = fake_cubin(32 * 1024, 11);
+  write_bytes(path, std::string(noise.begin(), noise.end()));
+  std::vector<int> codes = run_at_once(kProcesses, [&path](int process) {
+    std::unique_ptr<Store> store = Store::open(path);
+    if (!store->enabled()) return 3;
+    BinaryRecord binary = make_binary(key_of(process, 0), 5000, seed_of(process, 0));
+    if (store->put_binary(binary) != PutOutcome::Inserted) return 4;
+    for (const std::string& warning : store->warnings())
+      if (warning.find("moved it aside") == std::string::npos) return 5;
+    return 0;
+  });
+  ASSERT_EQ(codes.size(), static_cast<size_t>(kProcesses));
+  for (int process = 0; process < kProcesses; ++process)
+    EXPECT_EQ(codes[process], 0) << "process " << process;
+  std::vector<std::string> aside;
+  for (const std::string& f : files_starting_with(scratch.path(), "kjit.db.corrupt-"))
+    if (f.find("-wal") == std::string::npos && f.find("-shm") == std::string::npos)
+      aside.push_back(f);
+  EXPECT_EQ(aside.size(), 1u);
+  std::unique_ptr<Store> store = Store::open(path);
+  for (int process = 0; process < kProcesses; ++process)
+    EXPECT_TRUE(store->find_binary(key_of(process, 0))) << key_of(process, 0) << " was lost";
+}
+
 }  // namespace
 }  // namespace kjit::cache
