@@ -454,7 +454,15 @@ std::unique_ptr<Store> Store::open_default() {
     if (reason.rfind("KJIT_CACHE=", 0) != 0) store->warn("disabled: " + reason);
     return store;
   }
-  return open(path, options_from_environment());
+  try {
+    return open(path, options_from_environment());
+  } catch (const std::exception& e) {
+    // open() with recover handles every fault it knows; this is the promise
+    // that nothing else escapes either.
+    std::unique_ptr<Store> store = disabled(e.what());
+    store->warn(std::string("disabled for this process: ") + e.what());
+    return store;
+  }
 }
 
 std::unique_ptr<Store> Store::open(const std::string& path, StoreOptions options) {

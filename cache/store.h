@@ -14,9 +14,10 @@
 // unusable location (read-only directory, a newer kjit's file) disables the
 // store with a warning. A disabled store answers every lookup with a miss and
 // drops every write, so callers never need a null check. Lookups and writes on
-// the runtime's path (find_*, put_*, record_device) warn and carry on when
-// SQLite fails; the administrative calls (stats, verify, export...) throw
-// CacheError, since the CLI user asked for them.
+// the runtime's path (find_*, put_*, trials_for, record_device, flush) warn and
+// carry on when SQLite fails; listings (binaries, devices, tunings,
+// describe_binary) and the administrative calls (stats, verify, export...)
+// throw CacheError, since a person asked for them.
 //
 // Thread-safe: one connection per Store behind a mutex. Not fork-safe: open a
 // Store after fork(), never use the parent's in the child.
