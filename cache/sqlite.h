@@ -100,7 +100,7 @@ class Database {
   // Runs one or more statements without parameters (schema, pragmas, BEGIN).
   void exec(const char* sql);
   // A statement prepared once per connection and reused; reset it after use
-  // (StatementReset does).
+  // (StatementReset does). Cached by the pointer: pass a string literal.
   Statement& cached(const char* sql);
   Statement prepare(std::string_view sql) { return Statement(db_, sql); }
   // The first column of the first row of a parameterless query.
