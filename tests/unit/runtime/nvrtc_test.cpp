@@ -83,8 +83,9 @@ TEST(Nvrtc, EveryCompileReportsResourcesEvenWhenRepeated) {
     CompiledProgram p = nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{});
     ASSERT_EQ(p.kernels.size(), 1u) << "compile " << i << ", log:\n" << p.log;
   }
-  if (nvrtc_has_driver_cache())
+  if (nvrtc_has_driver_cache()) {
     EXPECT_NE(std::find(p_options().begin(), p_options().end(), "--no-cache"), p_options().end());
+  }
 }
 
 TEST(Nvrtc, VersionAndArchs) {
