@@ -1,6 +1,11 @@
 #include "runtime/compile.h"
 
+#include <nlohmann/json.hpp>
+
+#include <chrono>
 #include <sstream>
+
+#include "cache/key.h"
 
 #include "support/hash.h"
 #include "support/options.h"
@@ -35,21 +40,92 @@ cuda::CompiledProgram compile_for_arch(const KernelSource& source, const std::st
 }
 
 std::string binary_key(const KernelSource& source, const std::string& arch) {
-  // What does not change within a process is hashed once: the NVRTC version, the
-  // generator version, the templates (part of the code though only included) and
-  // the environment (read once, per STYLE).
-  static const std::string process_part = [] {
-    KeyHasher fixed;
-    fixed.add(cuda::nvrtc_version()).add(kGeneratorVersion);
+  // What does not change within a process is computed once: the NVRTC version,
+  // the generator version joined with a hash of every template (part of the code
+  // though only included), and the environment (read once, per STYLE).
+  struct ProcessPart {
+    std::string nvrtc_version, generator_version;
+    std::vector<std::string> environment;
+  };
+  static const ProcessPart fixed = [] {
+    KeyHasher templates;
     for (const cuda::SourceHeader& header : template_headers())
-      fixed.add(header.name).add(header.content);
-    for (const std::string& variable : codegen_environment()) fixed.add(variable);
-    return fixed.hex();
+      templates.add(header.name).add(header.content);
+    return ProcessPart{cuda::nvrtc_version(),
+                       std::string(kGeneratorVersion) + "+templates-" + templates.hex(),
+                       codegen_environment()};
   }();
-  KeyHasher key;
-  key.add(process_part).add(source.source).add(arch);
-  for (const std::string& option : source.options) key.add(option);
-  return key.hex();
+  return cache::binary_key(source.source, source.options, arch, fixed.nvrtc_version,
+                           fixed.generator_version, fixed.environment);
+}
+
+std::string ptxas_stats_json(const std::vector<cuda::KernelStats>& kernels) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const cuda::KernelStats& k : kernels)
+    out.push_back({{"name", k.name},
+                   {"registers", k.registers},
+                   {"barriers", k.barriers},
+                   {"shared_bytes", k.shared_bytes},
+                   {"constant_bytes", k.constant_bytes},
+                   {"stack_bytes", k.stack_bytes},
+                   {"spill_store_bytes", k.spill_store_bytes},
+                   {"spill_load_bytes", k.spill_load_bytes}});
+  return out.dump();
+}
+
+std::vector<cuda::KernelStats> ptxas_stats_from_json(const std::string& text) {
+  std::vector<cuda::KernelStats> out;
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) return out;
+  for (const nlohmann::json& k : parsed) {
+    if (!k.is_object()) continue;
+    cuda::KernelStats stats;
+    stats.name = k.value("name", "");
+    stats.registers = k.value("registers", 0);
+    stats.barriers = k.value("barriers", 0);
+    stats.shared_bytes = k.value("shared_bytes", 0);
+    stats.constant_bytes = k.value("constant_bytes", 0);
+    stats.stack_bytes = k.value("stack_bytes", 0);
+    stats.spill_store_bytes = k.value("spill_store_bytes", 0);
+    stats.spill_load_bytes = k.value("spill_load_bytes", 0);
+    out.push_back(stats);
+  }
+  return out;
+}
+
+CachedBinary compile_cached(const KernelSource& source, const std::string& arch,
+                            cache::Store& store) {
+  auto started = std::chrono::steady_clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+        .count();
+  };
+  CachedBinary out;
+  out.key = binary_key(source, arch);
+  if (std::optional<cache::BinaryRecord> hit = store.find_binary(out.key)) {
+    out.cubin = std::move(hit->cubin);
+    out.kernels = ptxas_stats_from_json(hit->ptxas_stats);
+    out.store_hit = true;
+    out.ms = elapsed_ms();
+    return out;
+  }
+  cuda::CompiledProgram program = compile_for_arch(source, arch);
+  cache::BinaryRecord record;
+  record.key = out.key;
+  record.cubin = program.cubin;
+  record.source = source.source;
+  record.nvrtc_log = program.log;
+  record.options = program.options;
+  record.arch = arch;
+  record.nvrtc_version = cuda::nvrtc_version();
+  record.generator_version = kGeneratorVersion;
+  record.ptxas_stats = ptxas_stats_json(program.kernels);
+  store.put_binary(record);
+  out.cubin = std::move(program.cubin);
+  out.kernels = std::move(program.kernels);
+  out.ptx = std::move(program.ptx);
+  out.ms = elapsed_ms();
+  return out;
 }
 
 }  // namespace kjit

@@ -2,7 +2,9 @@
 
 #include <chrono>
 
+#include "cache/key.h"
 #include "runtime/compile.h"
+#include "runtime/cuda/driver.h"
 #include "support/error.h"
 
 namespace kjit {
@@ -40,14 +42,21 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   device_ = cuda::device_properties(options_.device);
   arch_ = options_.arch.empty() ? device_.arch() : options_.arch;
   cuda::validate_arch(arch_);
+  store_ =
+      options_.store ? options_.store : std::shared_ptr<cache::Store>(cache::Store::open_default());
+  gpu_model_ = cache::gpu_model(device_.name, device_.cc_major, device_.cc_minor, device_.sm_count);
+  cache::DeviceRecord record;
+  record.model = gpu_model_;
+  record.name = device_.name;
+  record.cc_major = device_.cc_major;
+  record.cc_minor = device_.cc_minor;
+  record.sm_count = device_.sm_count;
+  record.driver = cuda::Driver::get().version_string();
+  record.memory_bytes = device_.total_memory;
+  store_->record_device(record);
 }
 
 Runtime::~Runtime() = default;
-
-void Runtime::set_binary_store(std::shared_ptr<BinaryStore> store) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  store_ = std::move(store);
-}
 
 size_t Runtime::cached_kernels() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -84,24 +93,12 @@ std::shared_ptr<const CompiledKernel> Runtime::build(const KernelSource& source,
   kernel->key_ = key;
   kernel->arch_ = arch_;
 
-  std::shared_ptr<BinaryStore> store;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    store = store_;
-  }
-  std::vector<char> cubin;
-  auto started = std::chrono::steady_clock::now();
-  if (store && store->find(key, &cubin)) {
-    kernel->origin_ = KernelOrigin::DiskCache;
-    kernel->compile_ms_ = ms_since(started);
-  } else {
-    cuda::CompiledProgram program = compile_for_arch(source, arch_);
-    kernel->compile_ms_ = program.compile_ms;
-    for (const cuda::KernelStats& stats : program.kernels)
-      if (stats.name == source.name) kernel->stats_ = stats;
-    if (store) store->put(key, source, arch_, program);
-    cubin = std::move(program.cubin);
-  }
+  CachedBinary binary = compile_cached(source, arch_, *store_);
+  kernel->origin_ = binary.store_hit ? KernelOrigin::DiskCache : KernelOrigin::Compiled;
+  kernel->compile_ms_ = binary.ms;
+  for (const cuda::KernelStats& stats : binary.kernels)
+    if (stats.name == source.name) kernel->stats_ = stats;
+  const std::vector<char>& cubin = binary.cubin;
 
   auto load_started = std::chrono::steady_clock::now();
   std::shared_ptr<cuda::Module> module = cuda::Module::load(cubin);
@@ -117,7 +114,7 @@ std::shared_ptr<const CompiledKernel> Runtime::build(const KernelSource& source,
   }
   kernel->load_ms_ = ms_since(load_started);
   if (kernel->stats_.name.empty()) {
-    // A cubin from the store (or a log without ptxas' report): ask the driver.
+    // No ptxas report for this kernel (an old store row, or a log without it): ask the driver.
     cuda::FunctionAttributes attributes = kernel->function_.attributes();
     kernel->stats_.name = source.name;
     kernel->stats_.registers = attributes.registers;

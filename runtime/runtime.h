@@ -2,7 +2,7 @@
 // into loaded kernels, once per process.
 //
 //   kjit::Runtime runtime;                        // device 0
-//   auto kernel = runtime.compile(source);        // in-process map -> store -> NVRTC
+//   auto kernel = runtime.compile(source);        // in-process map -> SQLite store -> NVRTC
 //   kernel->function().launch(config, args);      // asynchronous, on your stream
 //
 // Thread-safe: compile() may be called from any thread; two threads asking for
@@ -16,6 +16,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "cache/store.h"
 #include "compiler/kernel_source.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/device.h"
@@ -28,6 +29,9 @@ struct RuntimeOptions {
   int device = 0;
   // Compile for this architecture instead of the device's (e.g. "sm_90a").
   std::string arch;
+  // The binary store; nullptr opens the user's (cache::Store::open_default(),
+  // which honours KJIT_CACHE=off and KJIT_CACHE_DIR).
+  std::shared_ptr<cache::Store> store;
 };
 
 // Where a kernel came from, for logs and `--json` output.
@@ -59,16 +63,6 @@ class CompiledKernel {
   double compile_ms_ = 0, load_ms_ = 0;
 };
 
-// A persistent binary store (cache/). The runtime asks it before compiling and
-// gives it every new cubin. Implementations must not throw on lookup failures.
-class BinaryStore {
- public:
-  virtual ~BinaryStore() = default;
-  virtual bool find(const std::string& key, std::vector<char>* cubin) = 0;
-  virtual void put(const std::string& key, const KernelSource& source, const std::string& arch,
-                   const cuda::CompiledProgram& program) = 0;
-};
-
 class Runtime {
  public:
   explicit Runtime(RuntimeOptions options = {});
@@ -83,9 +77,10 @@ class Runtime {
   // The loaded kernel for `source`; compiles at most once per process.
   std::shared_ptr<const CompiledKernel> compile(const KernelSource& source);
 
-  // Uses `store` for binaries from now on (nullptr: none). The default Runtime
-  // opens the user's store (see cache/) unless KJIT_CACHE=off.
-  void set_binary_store(std::shared_ptr<BinaryStore> store);
+  // The store binaries and tunings are kept in (possibly a disabled one).
+  cache::Store& store() const { return *store_; }
+  // The key of this GPU model in the store: "NVIDIA H200 cc9.0 132SM".
+  const std::string& gpu_model() const { return gpu_model_; }
 
   // Kernels held in the in-process map.
   size_t cached_kernels() const;
@@ -97,7 +92,8 @@ class Runtime {
   std::unique_ptr<cuda::Context> context_;
   cuda::DeviceProperties device_;
   std::string arch_;
-  std::shared_ptr<BinaryStore> store_;
+  std::string gpu_model_;
+  std::shared_ptr<cache::Store> store_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>>
       kernels_;

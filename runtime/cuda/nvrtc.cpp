@@ -48,6 +48,15 @@ std::vector<int> nvrtc_supported_archs() {
   return archs;
 }
 
+bool nvrtc_has_driver_cache() {
+  static const bool has_cache = [] {
+    int major = 0, minor = 0;
+    check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
+    return major > 12 || (major == 12 && minor >= 9);
+  }();
+  return has_cache;
+}
+
 void validate_arch(const std::string& arch) {
   static const std::regex pattern(R"(sm_(\d+)[af]?)");
   std::smatch match;
@@ -134,6 +143,11 @@ CompiledProgram nvrtc_compile(const std::string& source, const std::string& file
   CompiledProgram out;
   out.options = {"--gpu-architecture=" + options.arch, "-std=c++17", "--ptxas-options=-v",
                  "-default-device"};
+  // NVRTC 12.9+ keeps compiled programs in the driver's compute cache when a
+  // driver is present, and a cached compile prints no ptxas report, so kernels
+  // would come back without their register and spill counts (seen on the H200).
+  // kjit has its own store (cache/), so NVRTC's is turned off.
+  if (nvrtc_has_driver_cache()) out.options.push_back("--no-cache");
   if (options.lineinfo) out.options.push_back("-lineinfo");
   out.options.insert(out.options.end(), options.extra.begin(), options.extra.end());
   std::vector<const char*> argv;

@@ -52,6 +52,9 @@ CompiledProgram nvrtc_compile(const std::string& source, const std::string& file
 std::string nvrtc_version();
 // e.g. {75, 80, ..., 90, 100, ...}
 std::vector<int> nvrtc_supported_archs();
+// Whether this NVRTC (12.9+) uses the driver's compute cache; kjit turns it off
+// with --no-cache so every compile reports its resources.
+bool nvrtc_has_driver_cache();
 // Throws UserError listing the supported architectures when `arch` is not one.
 void validate_arch(const std::string& arch);
 

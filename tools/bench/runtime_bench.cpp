@@ -2,8 +2,14 @@
 // nothing between programs), cuModuleLoadData of its cubin, and the host cost of
 // launching an empty kernel (enqueue only, and enqueue + synchronize).
 //
+// Also the warm start of a second process (store open + lookup + module load)
+// and a hit in the Runtime's in-process map.
+//
 //   build/release/tools/bench/runtime_bench [--benchmark_format=json]
 #include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "runtime/compile.h"
 #include "runtime/cuda/context.h"
@@ -61,6 +67,27 @@ void BM_ModuleLoadDemo(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ModuleLoadDemo)->Unit(benchmark::kMicrosecond);
+
+// The warm start of a second process: open the store file, find the demo
+// kernel's cubin, load it. A fresh Store per iteration, as a new process has.
+void BM_WarmHitFreshStore(benchmark::State& state) {
+  if (!need_gpu(state)) return;
+  cuda::Context context(0);
+  std::string path = std::filesystem::temp_directory_path() /
+                     ("kjit-runtime-bench-" + std::to_string(::getpid())) / "kjit.db";
+  KernelSource source = demo_source();
+  std::string target = arch();
+  compile_cached(source, target, *cache::Store::open(path));
+  for (auto _ : state) {
+    std::unique_ptr<cache::Store> store = cache::Store::open(path);
+    CachedBinary binary = compile_cached(source, target, *store);
+    if (!binary.store_hit) state.SkipWithError("expected a store hit");
+    std::shared_ptr<cuda::Module> module = cuda::Module::load(binary.cubin);
+    benchmark::DoNotOptimize(module->function(source.name).get());
+  }
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+BENCHMARK(BM_WarmHitFreshStore)->Unit(benchmark::kMicrosecond);
 
 void BM_InProcessCacheHit(benchmark::State& state) {
   if (!need_gpu(state)) return;

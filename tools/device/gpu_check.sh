@@ -26,7 +26,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "gpu_check.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$out"
+mkdir -p "$out/logs"
 export KJIT_REQUIRE_GPU=1
 export KJIT_CACHE_DIR=${KJIT_CACHE_DIR:-$(mktemp -d)}
 summary=()
@@ -36,12 +36,13 @@ note() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
 step() {  # step NAME COMMAND... — runs, logs to $out/NAME.log, records PASS/FAIL
   local name=$1; shift
   echo "=== $name: $*"
-  if "$@" >"$out/$name.log" 2>&1; then
+  if "$@" >"$out/logs/$name.log" 2>&1; then
     note "$name" PASS
   else
-    note "$name" "FAIL (exit $?, see $name.log)"; failed=1
+    note "$name" "FAIL (exit $?, see logs/$name.log)"; failed=1
+    grep -E -A12 '^\[  FAILED  \]|Failure|ERROR SUMMARY: [1-9]|error:' "$out/logs/$name.log" | head -60
   fi
-  tail -n 25 "$out/$name.log"
+  tail -n 12 "$out/logs/$name.log"
 }
 
 echo "=== machine"
@@ -76,6 +77,9 @@ if [[ $bench -eq 1 ]]; then
     [[ -f $extra ]] && step "$(basename "$extra" .sh)" bash "$extra" "$build" "$out" "$quick"
   done
 fi
+
+# The logs travel as one archive (the device tool returns few files).
+tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$out/logs"
 
 echo
 echo "=== summary ($(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"

@@ -1,6 +1,7 @@
 #include "runtime/compile.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 namespace kjit {
 namespace {
@@ -35,6 +36,37 @@ TEST(CompileForArch, CompilesWithTemplates) {
   EXPECT_FALSE(p.cubin.empty());
   ASSERT_EQ(p.kernels.size(), 1u) << "NVRTC log:\n" << p.log;
   EXPECT_EQ(p.kernels[0].name, "kjit_demo_saxpy");
+}
+
+}  // namespace
+}  // namespace kjit
+
+namespace kjit {
+namespace {
+
+TEST(CompileCached, SecondCompileComesFromTheStore) {
+  std::string path =
+      ::testing::TempDir() + "/kjit-compile-cached-" + std::to_string(::getpid()) + "/kjit.db";
+  std::unique_ptr<cache::Store> store = cache::Store::open(path);
+  KernelSource source = demo();
+  source.source += "// compile_cached test\n";
+  CachedBinary first = compile_cached(source, "sm_90", *store);
+  EXPECT_FALSE(first.store_hit);
+  ASSERT_EQ(first.kernels.size(), 1u);
+  CachedBinary second = compile_cached(source, "sm_90", *store);
+  EXPECT_TRUE(second.store_hit);
+  EXPECT_EQ(second.key, first.key);
+  EXPECT_EQ(second.cubin, first.cubin);
+  ASSERT_EQ(second.kernels.size(), 1u);
+  EXPECT_EQ(second.kernels[0].registers, first.kernels[0].registers);
+  // Another architecture is another binary.
+  EXPECT_FALSE(compile_cached(source, "sm_90a", *store).store_hit);
+}
+
+TEST(CompileCached, DisabledStoreAlwaysCompiles) {
+  std::unique_ptr<cache::Store> store = cache::Store::disabled("test");
+  EXPECT_FALSE(compile_cached(demo(), "sm_90", *store).store_hit);
+  EXPECT_FALSE(compile_cached(demo(), "sm_90", *store).store_hit);
 }
 
 }  // namespace

@@ -16,6 +16,12 @@ constexpr const char* kAxpy =
 }
 )";
 
+const std::vector<std::string>& p_options() {
+  static const std::vector<std::string> options =
+      nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{}).options;
+  return options;
+}
+
 TEST(Nvrtc, CompilesToCubinAndPtxWithStats) {
   CompiledProgram p = nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{});
   ASSERT_FALSE(p.cubin.empty());
@@ -68,6 +74,18 @@ TEST(Nvrtc, ArchSpecificTargetCompiles) {
   options.arch = "sm_90a";
   CompiledProgram p = nvrtc_compile(kAxpy, "axpy.cu", options);
   EXPECT_NE(p.ptx.find(".target sm_90a"), std::string::npos);
+}
+
+TEST(Nvrtc, EveryCompileReportsResourcesEvenWhenRepeated) {
+  // Regression: with a driver present, NVRTC 12.9+ served repeated compiles from
+  // the driver's compute cache without ptxas' report, so stats came back empty.
+  for (int i = 0; i < 3; ++i) {
+    CompiledProgram p = nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{});
+    ASSERT_EQ(p.kernels.size(), 1u) << "compile " << i << ", log:\n" << p.log;
+  }
+  if (nvrtc_has_driver_cache()) {
+    EXPECT_NE(std::find(p_options().begin(), p_options().end(), "--no-cache"), p_options().end());
+  }
 }
 
 TEST(Nvrtc, VersionAndArchs) {
