@@ -8,7 +8,7 @@
 namespace kjit::ir {
 
 bool is_identifier(const std::string& name) {
-  if (name.empty()) return false;
+  if (name.empty() || name == "return" || name == "true" || name == "false") return false;
   auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
   if (!alpha(name[0])) return false;
   for (char c : name) {

@@ -82,7 +82,8 @@ class Graph {
 std::string infer(const Graph& graph, Node& node);
 // How a node is named in messages: the input's name, the literal, or "op#id".
 std::string describe(const Graph& graph, int id);
-// Whether `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*).
+// Whether `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*) and not a keyword of the
+// text form (return, true, false).
 bool is_identifier(const std::string& name);
 
 // Builder functions and operators (kjit::sin(x), x * y, x + 1.0, ...).

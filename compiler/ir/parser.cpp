@@ -369,6 +369,7 @@ class Parser {
     }
     int input = graph_.find_input(t.text);
     if (input >= 0) return graph_.value(input);
+    if (t.text == "return") fail(t, "'return' starts a line: return y, z");
     if (find_op(t.text) || t.text == "where")
       fail(t, "'" + t.text + "' is an op; call it: " + t.text + "(...)");
     // An undeclared name: an input of the default dtype and shape.

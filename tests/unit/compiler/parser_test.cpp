@@ -80,6 +80,10 @@ TEST(Parser, DtypeAndShapeErrors) {
   EXPECT_NE(error_of("y = x; return q").find("'q' is not assigned"), std::string::npos);
   EXPECT_NE(error_of("y = 99999999999").find("i32 range"), std::string::npos);
   EXPECT_NE(error_of("x:f32[0]; y = x").find("positive integer"), std::string::npos);
+  // Keywords are not names (found by the fuzzer: an input named return did not round trip).
+  EXPECT_NE(error_of("y = 1 - return").find("'return' starts a line"), std::string::npos);
+  EXPECT_NE(error_of("return:f32[n]; y = 1").find("expected an output name"), std::string::npos);
+  EXPECT_NE(error_of("true:f32[n]; y = 1").find("not an identifier"), std::string::npos);
 }
 
 }  // namespace
