@@ -32,7 +32,8 @@ std::vector<KernelGroup> unfuse(const Graph& graph) {
       }
     }
     Value v = g.apply(n.op, operands, n.cast_to);
-    std::string name = output_names.count(id) ? output_names[id].front() : "t" + std::to_string(id);
+    std::string name =
+        output_names.count(id) ? output_names[id].front() : "_t" + std::to_string(id);
     g.output(name, v);
     stored[id] = name;
     groups.push_back(KernelGroup{std::move(g)});

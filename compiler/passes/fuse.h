@@ -15,7 +15,7 @@
 namespace kjit::ir {
 
 struct KernelGroup {
-  Graph graph;  // inputs and outputs named as in the original graph; intermediates "t<id>"
+  Graph graph;  // inputs and outputs named as in the original graph; intermediates "_t<id>"
 };
 
 std::vector<KernelGroup> fuse(const Graph& graph);
