@@ -4,9 +4,11 @@
 
 #include <algorithm>
 
+#include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/pipeline.h"
 #include "support/error.h"
+#include "support/hash.h"
 
 namespace kjit {
 
@@ -37,10 +39,13 @@ void check_pointer(const TensorArg& t, const std::string& what, int64_t elements
 
 ElementwiseKernel::ElementwiseKernel(Runtime& runtime, const Graph& graph,
                                      ir::ElementwiseConfig config)
-    : runtime_(&runtime), graph_(ir::optimize(graph)), config_(config) {}
+    : runtime_(&runtime),
+      graph_(ir::optimize(graph)),
+      ir_digest_(hex64(hash64(ir::print(graph_)))),
+      config_(config) {}
 
 ElementwiseKernel::ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config)
-    : graph_(ir::optimize(graph)), config_(config) {}
+    : graph_(ir::optimize(graph)), ir_digest_(hex64(hash64(ir::print(graph_)))), config_(config) {}
 
 ElementwisePlan ElementwiseKernel::plan(const std::vector<TensorArg>& inputs,
                                         const std::vector<TensorArg>& outputs,
@@ -120,6 +125,7 @@ ElementwisePlan ElementwiseKernel::plan(const std::vector<TensorArg>& inputs,
   }
   // Access patterns over the [rows, cols] view.
   plan.problem.graph = graph_;
+  plan.problem.ir_digest = ir_digest_;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorArg& t = inputs[i];
     std::string what = "input '" + graph_.node(input_ids[i]).name + "'";

@@ -100,6 +100,7 @@ class ElementwiseKernel {
 
   Runtime* runtime_ = nullptr;
   Graph graph_;
+  std::string ir_digest_;  // of the optimized graph, for problem texts
   ir::ElementwiseConfig config_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const Compiled>> cache_;  // by problem text

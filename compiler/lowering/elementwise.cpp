@@ -49,8 +49,9 @@ std::string ElementwiseProblem::text() const {
     const auto& [name, id] = graph.outputs()[i];
     out += fmt::format("{}{}:{}", i ? "," : "", name, ir::to_string(graph.node(id).dtype));
   }
-  return fmt::format("elementwise ir={} in={} out={} align={}", hex64(hash64(print(graph))), in,
-                     out, aligned ? "16" : "1");
+  return fmt::format("elementwise ir={} in={} out={} align={}",
+                     ir_digest.empty() ? hex64(hash64(print(graph))) : ir_digest, in, out,
+                     aligned ? "16" : "1");
 }
 
 std::string ElementwiseConfig::text() const {

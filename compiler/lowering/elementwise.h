@@ -36,6 +36,9 @@ struct ElementwiseProblem {
   // 16-byte aligned, and n and cols are multiples of the vector width, so the kernel
   // moves whole 16-byte vectors with no tail. false: one element at a time.
   bool aligned = false;
+  // hex64(hash64(print(graph))), when the caller has it already (launchers compute it
+  // once per graph rather than once per launch); empty: text() computes it.
+  std::string ir_digest;
 
   // "elementwise ir=<hash> in=x:f32:full,g:bf16:row out=y:bf16 align=16"
   std::string text() const;
