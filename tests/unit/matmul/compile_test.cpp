@@ -1,0 +1,134 @@
+// NVRTC compiles every config of the default space, for every input dtype, on a
+// machine without a GPU: zero register spills, no local memory, and the
+// instructions the design depends on (checked in the SASS by cuobjdump when the
+// toolkit has it, in the PTX otherwise).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "compiler/lowering/matmul.h"
+#include "runtime/matmul.h"
+
+namespace kjit::matmul {
+namespace {
+
+struct Case {
+  Problem problem;
+  Config config;
+  std::string label;
+};
+
+Problem problem_for(DType dtype, const std::string& layout, bool with_epilogue) {
+  Problem p;
+  p.m = p.n = p.k = 4096;
+  p.input = dtype;
+  p.output = dtype;
+  set_layout(p, layout);
+  if (with_epilogue) {
+    p.epilogue.text = "gelu(acc + bias)";
+    p.epilogue.function_name = "kjit_epilogue_fn";
+    p.epilogue.function_source =
+        "__device__ __forceinline__ float kjit_epilogue_fn(float acc, float bias) {\n"
+        "  const float x = acc + bias;\n"
+        "  return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));\n"
+        "}\n";
+    p.epilogue.operands = {{"bias", OperandKind::ColumnVector, dtype}};
+  }
+  return p;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (const Config& c : default_space(dtype))
+      out.push_back({problem_for(dtype, "nn", dtype == DType::BF16), c,
+                     std::string(to_string(dtype)) + " nn " + c.to_string()});
+  // Every operand layout on the workhorse config, and the tall one transposed.
+  const Config workhorse = default_space(DType::BF16)[0];
+  for (const char* layout : {"nt", "tn", "tt"})
+    out.push_back({problem_for(DType::BF16, layout, false), workhorse,
+                   std::string("bf16 ") + layout + " " + workhorse.to_string()});
+  for (const char* layout : {"nt", "tn", "tt"})
+    out.push_back({problem_for(DType::F32, layout, false), simt_config(1),
+                   std::string("f32 ") + layout});
+  return out;
+}
+
+// cuobjdump --dump-sass of a cubin, or "" when the tool is not installed.
+std::string dump_sass(const std::vector<char>& cubin, const std::string& tag) {
+  const char* tool = "/usr/local/cuda/bin/cuobjdump";
+  if (!std::filesystem::exists(tool)) return "";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / ("kjit_matmul_" + tag + ".cubin")).string();
+  {
+    std::ofstream file(path, std::ios::binary);
+    file.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));
+  }
+  std::string out;
+  FILE* pipe = popen((std::string(tool) + " --dump-sass " + path + " 2>&1").c_str(), "r");
+  if (!pipe) return "";
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  pclose(pipe);
+  std::filesystem::remove(path);
+  return out;
+}
+
+TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
+  const std::vector<Case> all = cases();
+  // Two at a time: the build machine has two cores.
+  std::vector<std::future<cuda::CompiledProgram>> results;
+  for (const Case& c : all)
+    results.push_back(std::async(std::launch::deferred, [&c] {
+      return compile_source(lower(c.problem, c.config), "sm_90");
+    }));
+  std::vector<cuda::CompiledProgram> programs(all.size());
+  for (size_t i = 0; i < all.size(); i += 2) {
+    auto second = i + 1 < all.size()
+                      ? std::async(std::launch::async, [&, i] { return results[i + 1].get(); })
+                      : std::future<cuda::CompiledProgram>();
+    programs[i] = results[i].get();
+    if (second.valid()) programs[i + 1] = second.get();
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(all[i].label);
+    const KernelSource source = lower(all[i].problem, all[i].config);
+    const cuda::CompiledProgram& program = programs[i];
+    bool found_main = false;
+    for (const cuda::KernelStats& k : program.kernels) {
+      EXPECT_EQ(k.spill_store_bytes, 0) << k.name;
+      EXPECT_EQ(k.spill_load_bytes, 0) << k.name;
+      EXPECT_EQ(k.stack_bytes, 0) << k.name;
+      if (k.name == source.name) {
+        found_main = true;
+        EXPECT_LE(k.registers * source.block_threads, 65536) << k.name;
+        std::printf("  %-60s %3d regs, %6d B smem, %.0f ms\n", all[i].label.c_str(), k.registers,
+                    source.dynamic_shared_bytes, program.compile_ms);
+      }
+    }
+    EXPECT_TRUE(found_main) << "no ptxas statistics for " << source.name;
+    if (all[i].problem.input == DType::F32) {
+      EXPECT_NE(program.ptx.find("fma.rn.f32"), std::string::npos);
+      continue;
+    }
+    EXPECT_NE(program.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    EXPECT_NE(program.ptx.find("ldmatrix.sync.aligned"), std::string::npos);
+    EXPECT_NE(program.ptx.find("cp.async.cg.shared.global"), std::string::npos);
+    const std::string sass = dump_sass(program.cubin, std::to_string(i));
+    if (sass.empty()) continue;
+    EXPECT_NE(sass.find("HMMA.16816.F32"), std::string::npos);
+    EXPECT_NE(sass.find("LDSM"), std::string::npos);
+    EXPECT_NE(sass.find("LDGSTS"), std::string::npos);
+    EXPECT_EQ(sass.find("LDL"), std::string::npos) << "local memory loads";
+    EXPECT_EQ(sass.find("STL"), std::string::npos) << "local memory stores";
+  }
+}
+
+}  // namespace
+}  // namespace kjit::matmul
