@@ -34,14 +34,26 @@ struct DeviceOperands {
 };
 static_assert(sizeof(DeviceOperands) == 96, "DeviceOperands must mirror kjit::EpilogueOperands");
 
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+int64_t round_up(int64_t x, int64_t to) {
+  return (x + to - 1) / to * to;
+}
+int64_t ceil_div(int64_t x, int64_t y) {
+  return (x + y - 1) / y;
+}
 
 // Stored rows x columns of A and B.
-int64_t a_cols(const Problem& p) { return p.a_transposed ? p.m : p.k; }
-int64_t a_rows(const Problem& p) { return p.a_transposed ? p.k : p.m; }
-int64_t b_cols(const Problem& p) { return p.b_transposed ? p.k : p.n; }
-int64_t b_rows(const Problem& p) { return p.b_transposed ? p.n : p.k; }
+int64_t a_cols(const Problem& p) {
+  return p.a_transposed ? p.m : p.k;
+}
+int64_t a_rows(const Problem& p) {
+  return p.a_transposed ? p.k : p.m;
+}
+int64_t b_cols(const Problem& p) {
+  return p.b_transposed ? p.k : p.n;
+}
+int64_t b_rows(const Problem& p) {
+  return p.b_transposed ? p.n : p.k;
+}
 
 std::vector<cuda::SourceHeader> headers() {
   std::vector<cuda::SourceHeader> out;
@@ -54,10 +66,8 @@ std::vector<cuda::SourceHeader> headers() {
 std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std::string& arch,
                                           cuda::KernelStats* stats) {
   static std::mutex mutex;
-  static std::map<std::string, std::pair<std::shared_ptr<cuda::Module>, cuda::KernelStats>>
-      cache;
-  const std::string key =
-      KeyHasher().add(source.source).add(arch).add(kGeneratorVersion).hex();
+  static std::map<std::string, std::pair<std::shared_ptr<cuda::Module>, cuda::KernelStats>> cache;
+  const std::string key = KeyHasher().add(source.source).add(arch).add(kGeneratorVersion).hex();
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
@@ -154,10 +164,10 @@ std::vector<Config> default_space(DType input) {
       make(128, 256, 32, 8, 2, 4),  // warp 64x64, 96 KiB: the large-problem workhorse
       make(128, 256, 32, 8, 2, 3),  // 72 KiB
       make(256, 128, 32, 8, 4, 4),  // warp 64x64, tall
-      make(128, 256, 64, 8, 2, 3),  // 144 KiB, fewer barriers per FLOP
+      make(256, 128, 32, 8, 4, 3),  // 72 KiB
       make(128, 128, 32, 8, 2, 4),  // warp 64x32, 64 KiB
       make(128, 128, 32, 4, 2, 4),  // warp 64x64, 64 KiB, two blocks per SM
-      make(128, 128, 64, 4, 2, 3),  // warp 64x64, 96 KiB
+      make(128, 128, 64, 8, 2, 3),  // warp 64x32, 96 KiB, fewer barriers per FLOP
       make(64, 128, 32, 4, 2, 4),   // warp 32x64, 48 KiB: small problems
       make(64, 64, 64, 4, 2, 3),    // warp 32x32, 48 KiB: tiny problems
   };
@@ -172,10 +182,8 @@ Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
     // Efficiencies and residency are estimates for an H100/H200-class SM (mma.sync,
     // 228 KiB shared memory, 64 K registers); the tuner measures instead.
     const std::vector<Candidate> candidates = {
-        {make(128, 256, 32, 8, 2, 4), 1.00, 1},
-        {make(128, 128, 32, 8, 2, 4), 0.85, 1},
-        {make(128, 128, 32, 4, 2, 4), 0.80, 2},
-        {make(64, 128, 32, 4, 2, 4), 0.65, 3},
+        {make(128, 256, 32, 8, 2, 4), 1.00, 1}, {make(128, 128, 32, 8, 2, 4), 0.85, 1},
+        {make(128, 128, 32, 4, 2, 4), 0.80, 2}, {make(64, 128, 32, 4, 2, 4), 0.65, 3},
         {make(64, 64, 64, 4, 2, 3), 0.45, 4},
     };
     double best_cost = 1e300;
@@ -187,8 +195,8 @@ Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
       const int64_t slots = static_cast<int64_t>(sms) * c.blocks_per_sm;
       const int64_t waves = ceil_div(tiles, slots);
       // A wave lasts as long as one block's tile on an SM shared by blocks_per_sm.
-      const double cost = static_cast<double>(waves) * c.blocks_per_sm * c.config.bm *
-                          c.config.bn / c.efficiency;
+      const double cost =
+          static_cast<double>(waves) * c.blocks_per_sm * c.config.bm * c.config.bn / c.efficiency;
       if (cost < best_cost * 0.999) {
         best_cost = cost;
         best = c.config;
@@ -208,17 +216,17 @@ void check_fits_device(const Problem& p, const Config& config,
                        const cuda::DeviceProperties& device) {
   const int shared = shared_bytes(p, config);
   if (shared > device.shared_per_block_optin)
-    throw UserError(fmt::format("matmul config {} needs {} bytes of shared memory per block; {} "
-                                "allows at most {}",
-                                config.to_string(), shared, device.name,
-                                device.shared_per_block_optin),
-                    "Reducing stages, bk or the block tile (bm, bn) may help");
+    throw UserError(
+        fmt::format("matmul config {} needs {} bytes of shared memory per block; {} "
+                    "allows at most {}",
+                    config.to_string(), shared, device.name, device.shared_per_block_optin),
+        "Reducing stages, bk or the block tile (bm, bn) may help");
   const int threads = p.input == DType::F32 ? 256 : config.threads();
   if (device.max_threads_per_block > 0 && threads > device.max_threads_per_block)
-    throw UserError(fmt::format("matmul config {} needs {} threads per block; {} allows {}",
-                                config.to_string(), threads, device.name,
-                                device.max_threads_per_block),
-                    "use fewer warps");
+    throw UserError(
+        fmt::format("matmul config {} needs {} threads per block; {} allows {}", config.to_string(),
+                    threads, device.name, device.max_threads_per_block),
+        "use fewer warps");
 }
 
 cuda::CompiledProgram compile_source(const KernelSource& source, const std::string& arch) {
@@ -258,9 +266,10 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   const bool aligned = is_aligned(p, t);
   const bool simt = p.input == DType::F32;
   if (!simt && p.aligned && !aligned)
-    throw UserError("these tensors are not 16-byte aligned (pointers, leading dimensions or "
-                    "batch strides of A or B), but the matmul was built for the aligned class",
-                    "build the Matmul with problem.aligned = is_aligned(problem, tensors)");
+    throw UserError(
+        "these tensors are not 16-byte aligned (pointers, leading dimensions or "
+        "batch strides of A or B), but the matmul was built for the aligned class",
+        "build the Matmul with problem.aligned = is_aligned(problem, tensors)");
   const int elem = dtype_bytes(p.input);
 
   DeviceArgs args{};
@@ -307,8 +316,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       return std::pair<CUdeviceptr, int64_t>{dst, ld_dst};
     };
     auto [pa, lda] = pad(scratch_a_, t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, p.a_transposed);
-    auto [pb, ldb] =
-        pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
+    auto [pb, ldb] = pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
     args.a = pa;
     args.lda = lda;
     args.stride_a = (p.a_transposed ? k_padded : p.m) * lda;
@@ -333,8 +341,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   const int out_pair = 2 * dtype_bytes(p.output);
   const bool c0_pairs = args.c0 == 0 || (t.c0 % out_pair == 0 && t.ldc0 % 2 == 0 &&
                                          (p.batch == 1 || t.stride_c0 % 2 == 0));
-  args.c_pairs = t.c % out_pair == 0 && t.ldc % 2 == 0 &&
-                 (p.batch == 1 || t.stride_c % 2 == 0) && c0_pairs;
+  args.c_pairs =
+      t.c % out_pair == 0 && t.ldc % 2 == 0 && (p.batch == 1 || t.stride_c % 2 == 0) && c0_pairs;
 
   DeviceOperands ops{};
   for (size_t i = 0; i < t.extras.size(); ++i) {

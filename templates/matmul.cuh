@@ -33,17 +33,17 @@ namespace kjit {
 // runtime/matmul.cpp (8-byte fields first, then 4-byte ones: no padding).
 // All sizes, leading dimensions and strides in elements.
 struct MatmulArgs {
-  const void* a;       // op(A) is M x K
-  const void* b;       // op(B) is K x N
-  const void* c0;      // M x N, read when beta != 0 (type of C)
-  void* c;             // M x N output
-  float* workspace;    // split-K partials: [splits][batch][M][N] fp32
+  const void* a;     // op(A) is M x K
+  const void* b;     // op(B) is K x N
+  const void* c0;    // M x N, read when beta != 0 (type of C)
+  void* c;           // M x N output
+  float* workspace;  // split-K partials: [splits][batch][M][N] fp32
   long long lda, ldb, ldc0, ldc;
   long long stride_a, stride_b, stride_c0, stride_c;  // batch strides
   int m, n, k, batch;
-  int splits;          // 1: no split-K
-  int k_per_split;     // a multiple of BK
-  int c_pairs;         // 1: C and C0 take 2-element vector stores (ld even, base aligned)
+  int splits;       // 1: no split-K
+  int k_per_split;  // a multiple of BK
+  int c_pairs;      // 1: C and C0 take 2-element vector stores (ld even, base aligned)
   float alpha, beta;
 };
 
@@ -131,9 +131,9 @@ __device__ __forceinline__ void store_two(const MatmulArgs& args, const Epilogue
                                           float a1) {
   if (MASKED && row >= args.m) return;
   if (args.splits > 1) {
-    float* w = args.workspace +
-               ((static_cast<long long>(split) * args.batch + batch) * args.m + row) *
-                   static_cast<long long>(args.n);
+    float* w =
+        args.workspace + ((static_cast<long long>(split) * args.batch + batch) * args.m + row) *
+                             static_cast<long long>(args.n);
     if (!MASKED || col + 1 < args.n) {
       if ((args.n & 1) == 0) {
         Pair<float>::store(w + col, a0, a1);
@@ -197,36 +197,38 @@ struct OperandTile {
   }
 };
 
-// Per-thread state of the global -> shared copies of one operand: for each of the
-// LOADS chunks, its shared offset and the global element it starts at.
+// Per-thread state of the global -> shared copies of one operand. Thread `tid`
+// copies chunk (row r0 + i * ROW_STEP, column chunk c) for i < LOADS: one global
+// pointer and one stride, so few registers stay live across the main loop.
 template <typename T, typename Tile, bool K_MAJOR, int BK, int ROWS, int THREADS>
 struct OperandLoader {
-  const T* base;        // the operand (this batch), for masked-out chunks
-  const T* src[Tile::LOADS];
+  static constexpr int ROW_STEP = THREADS / Tile::CHUNKS_PER_ROW;  // stored rows per i
+  static_assert(THREADS % Tile::CHUNKS_PER_ROW == 0,
+                "the block's threads must cover whole stored rows of a tile");
+  const T* base;         // the operand (this batch), for masked-out chunks
+  const T* src;          // chunk i = 0 of the next k-tile
+  long long row_stride;  // elements between chunk i and i + 1
+  long long tile_step;   // elements to advance per k-tile
   int dst[Tile::LOADS];  // byte offset in a stage
-  int row[Tile::LOADS];  // K_MAJOR: M/N index; else k offset within the tile
-  int col[Tile::LOADS];  // K_MAJOR: k offset within the tile; else M/N index
-  long long step;        // elements to advance per k-tile
+  int row0;              // K_MAJOR: M/N index of chunk 0; else its k offset in the tile
+  int col0;              // K_MAJOR: k offset in the tile; else M/N index of the chunk
 
-  // rows_total: M or N; first: this block's first M/N index; k_begin: first k.
   __device__ __forceinline__ void init(const T* operand, long long ld, int first, int k_begin) {
+    const int r = static_cast<int>(threadIdx.x) / Tile::CHUNKS_PER_ROW;
+    const int c = static_cast<int>(threadIdx.x) % Tile::CHUNKS_PER_ROW;
     base = operand;
-    step = K_MAJOR ? BK : BK * ld;
+    row_stride = ROW_STEP * ld;
+    tile_step = K_MAJOR ? BK : BK * ld;
 #pragma unroll
-    for (int i = 0; i < Tile::LOADS; ++i) {
-      const int id = i * THREADS + static_cast<int>(threadIdx.x);
-      const int r = id / Tile::CHUNKS_PER_ROW;
-      const int c = id % Tile::CHUNKS_PER_ROW;
-      dst[i] = Tile::offset(r, c);
-      if (K_MAJOR) {
-        row[i] = first + r;
-        col[i] = c * 8;
-        src[i] = operand + static_cast<long long>(first + r) * ld + k_begin + c * 8;
-      } else {
-        row[i] = r;
-        col[i] = first + c * 8;
-        src[i] = operand + static_cast<long long>(k_begin + r) * ld + first + c * 8;
-      }
+    for (int i = 0; i < Tile::LOADS; ++i) dst[i] = Tile::offset(r + i * ROW_STEP, c);
+    if (K_MAJOR) {
+      row0 = first + r;
+      col0 = c * 8;
+      src = operand + static_cast<long long>(first + r) * ld + k_begin + c * 8;
+    } else {
+      row0 = r;
+      col0 = first + c * 8;
+      src = operand + static_cast<long long>(k_begin + r) * ld + first + c * 8;
     }
   }
 
@@ -237,18 +239,50 @@ struct OperandLoader {
   __device__ __forceinline__ void load(u32 stage, int k0, int k_end, int rows_total) {
 #pragma unroll
     for (int i = 0; i < Tile::LOADS; ++i) {
+      const T* chunk = src + i * row_stride;
       if (!MASKED) {
-        mma::cp_async_16(stage + dst[i], src[i]);
+        mma::cp_async_16(stage + dst[i], chunk);
       } else {
         int valid;  // elements of this 8-element chunk inside the operand
         if (K_MAJOR)
-          valid = row[i] < rows_total ? min(max(k_end - (k0 + col[i]), 0), 8) : 0;
+          valid = row0 + i * ROW_STEP < rows_total ? min(max(k_end - (k0 + col0), 0), 8) : 0;
         else
-          valid = k0 + row[i] < k_end ? min(max(rows_total - col[i], 0), 8) : 0;
-        mma::cp_async_16_zfill(stage + dst[i], valid > 0 ? src[i] : base, valid * 2);
+          valid = k0 + row0 + i * ROW_STEP < k_end ? min(max(rows_total - col0, 0), 8) : 0;
+        mma::cp_async_16_zfill(stage + dst[i], valid > 0 ? chunk : base, valid * 2);
       }
-      src[i] += step;
     }
+    src += tile_step;
+  }
+};
+
+// Per-lane ldmatrix addresses of one operand. A lane addresses row r8 + 8 * row_sel
+// of a 16-row group and k chunk k_sel of a k16 step (A: row_sel = quad % 2,
+// k_sel = quad / 2; B: the other way round; quad = lane / 8 picks the 8x8 matrix).
+// The swizzle term is the same for every 16-row group, so it is computed once.
+template <typename Tile, bool K_MAJOR, int ROWS, int BK>
+struct FragmentAddress {
+  static constexpr int ROW_BYTES = K_MAJOR ? BK * 2 : ROWS * 2;
+  u32 lane_offset;
+  int chunk0;  // K_MAJOR: k chunk within a k16 step; else M/N chunk of group 0
+  int swizzle;
+
+  __device__ __forceinline__ void init(int warp_row0, int lane, int row_sel, int k_sel) {
+    const int r8 = lane % 8;
+    if (K_MAJOR) {
+      constexpr int ROWS_PER_LINE = 8 / Tile::CHUNKS_PER_ROW;
+      lane_offset = static_cast<u32>((warp_row0 + r8 + row_sel * 8) * ROW_BYTES);
+      swizzle = ((r8 + row_sel * 8) / ROWS_PER_LINE) % Tile::CHUNKS_PER_ROW;
+      chunk0 = k_sel;
+    } else {
+      lane_offset = static_cast<u32>((r8 + k_sel * 8) * ROW_BYTES);
+      swizzle = r8;
+      chunk0 = warp_row0 / 8 + row_sel;
+    }
+  }
+  // Byte offset in a stage for 16-row group `group` of the warp tile, k16 step kk.
+  __device__ __forceinline__ u32 at(int group, int kk) const {
+    if (K_MAJOR) return lane_offset + group * 16 * ROW_BYTES + (((kk * 2 + chunk0) ^ swizzle) << 4);
+    return lane_offset + kk * 16 * ROW_BYTES + (((chunk0 + group * 2) ^ swizzle) << 4);
   }
 };
 
@@ -280,44 +314,32 @@ struct TensorCoreMatmul {
   static_assert(STAGES >= 2, "the cp.async pipeline needs at least 2 stages");
   static_assert(THREADS <= 1024, "at most 1024 threads per block");
 
-  // Stage 4: warp `warp`'s fragments for k16 step `kk` of the stage at `stage`.
-  __device__ __forceinline__ static void load_fragments(u32 stage, int kk, int warp_m,
-                                                        int warp_n, int lane,
-                                                        u32 (&a)[MT][4], u32 (&b)[NT][2]) {
-    const u32 a_stage = stage;
-    const u32 b_stage = stage + TileA::BYTES;
-    const int quad = lane / 8;  // which of the four 8x8 matrices this lane addresses
-    const int r8 = lane % 8;
+  typedef FragmentAddress<TileA, A_K_MAJOR, BM, BK> AddressA;
+  typedef FragmentAddress<TileB, B_K_MAJOR, BN, BK> AddressB;
+
+  // Stage 4: the warp's fragments for k16 step `kk` of the stage at `stage`.
+  // A: matrices (m 0-7, k 0-7) (m 8-15, k 0-7) (m 0-7, k 8-15) (m 8-15, k 8-15) = a0..a3;
+  //    stored [k][m] ("t"), the same tiles are transposed on the way out (.trans).
+  // B: matrices (n 0-7, k 0-7) (n 0-7, k 8-15) (n 8-15, k 0-7) (n 8-15, k 8-15)
+  //    = b0, b1 of n8 tile 2np and b0, b1 of tile 2np+1; stored [k][n] ("n"): .trans.
+  __device__ __forceinline__ static void load_fragments(u32 stage, int kk, const AddressA& addr_a,
+                                                        const AddressB& addr_b, u32 (&a)[MT][4],
+                                                        u32 (&b)[NT][2]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const int m_base = warp_m * WTM + mt * 16;
-      if (A_K_MAJOR) {
-        // matrices: (m 0-7, k 0-7) (m 8-15, k 0-7) (m 0-7, k 8-15) (m 8-15, k 8-15)
-        const int row = m_base + r8 + (quad % 2) * 8;
-        const int chunk = kk * 2 + quad / 2;
-        mma::ldmatrix_x4(a[mt], a_stage + TileA::offset(row, chunk));
-      } else {
-        // stored [k][m]; the same four matrices, transposed on the way out
-        const int k = kk * 16 + r8 + (quad / 2) * 8;
-        const int chunk = m_base / 8 + quad % 2;
-        mma::ldmatrix_x4_trans(a[mt], a_stage + TileA::offset(k, chunk));
-      }
+      if (A_K_MAJOR)
+        mma::ldmatrix_x4(a[mt], stage + addr_a.at(mt, kk));
+      else
+        mma::ldmatrix_x4_trans(a[mt], stage + addr_a.at(mt, kk));
     }
+    const u32 b_stage = stage + TileA::BYTES;
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
-      const int n_base = warp_n * WTN + np * 16;
       u32 r[4];
-      if (B_K_MAJOR) {
-        // stored [n][k]; matrices: (n 0-7, k 0-7) (n 0-7, k 8-15) (n 8-15, k 0-7) (n 8-15, k 8-15)
-        const int row = n_base + r8 + (quad / 2) * 8;
-        const int chunk = kk * 2 + quad % 2;
-        mma::ldmatrix_x4(r, b_stage + TileB::offset(row, chunk));
-      } else {
-        // stored [k][n]; matrices: (k 0-7, n 0-7) (k 8-15, n 0-7) (k 0-7, n 8-15) (k 8-15, n 8-15)
-        const int k = kk * 16 + r8 + (quad % 2) * 8;
-        const int chunk = n_base / 8 + quad / 2;
-        mma::ldmatrix_x4_trans(r, b_stage + TileB::offset(k, chunk));
-      }
+      if (B_K_MAJOR)
+        mma::ldmatrix_x4(r, b_stage + addr_b.at(np, kk));
+      else
+        mma::ldmatrix_x4_trans(r, b_stage + addr_b.at(np, kk));
       b[2 * np][0] = r[0];
       b[2 * np][1] = r[1];
       b[2 * np + 1][0] = r[2];
@@ -354,8 +376,8 @@ struct TensorCoreMatmul {
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-    // Stage 2, prologue: k-tiles 0 .. STAGES-2 in flight, one commit group each
-    // (empty groups past the end keep the group arithmetic uniform).
+          // Stage 2, prologue: k-tiles 0 .. STAGES-2 in flight, one commit group each
+          // (empty groups past the end keep the group arithmetic uniform).
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < k_tiles) {
@@ -370,10 +392,14 @@ struct TensorCoreMatmul {
 
     u32 frag_a[2][MT][4];
     u32 frag_b[2][NT][2];
-    load_fragments(smem, 0, warp_m, warp_n, lane, frag_a[0], frag_b[0]);
+    AddressA addr_a;
+    AddressB addr_b;
+    addr_a.init(warp_m * WTM, lane, (lane / 8) % 2, lane / 16);
+    addr_b.init(warp_n * WTN, lane, lane / 16, (lane / 8) % 2);
+    load_fragments(smem, 0, addr_a, addr_b, frag_a[0], frag_b[0]);
 
-    int read_stage = 0;             // stage holding k-tile kt
-    int write_stage = STAGES - 1;   // stage receiving k-tile kt + STAGES - 1
+    int read_stage = 0;            // stage holding k-tile kt
+    int write_stage = STAGES - 1;  // stage receiving k-tile kt + STAGES - 1
     for (int kt = 0; kt < k_tiles; ++kt) {
 #pragma unroll
       for (int kk = 0; kk < KSTEPS; ++kk) {
@@ -386,7 +412,7 @@ struct TensorCoreMatmul {
           read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
         }
         // Fragments for the next k16 step (the first of the next k-tile at the end).
-        load_fragments(smem + read_stage * STAGE_BYTES, (kk + 1) % KSTEPS, warp_m, warp_n, lane,
+        load_fragments(smem + read_stage * STAGE_BYTES, (kk + 1) % KSTEPS, addr_a, addr_b,
                        frag_a[(kk + 1) % 2], frag_b[(kk + 1) % 2]);
         if (kk == 0) {
           // Refill the stage freed by k-tile kt-1 with k-tile kt + STAGES - 1.
@@ -394,8 +420,8 @@ struct TensorCoreMatmul {
           if (next < k_tiles) {
             const int k0 = k_begin + next * BK;
             load_a.template load<MASKED>(smem + write_stage * STAGE_BYTES, k0, k_end, args.m);
-            load_b.template load<MASKED>(smem + write_stage * STAGE_BYTES + TileA::BYTES, k0,
-                                         k_end, args.n);
+            load_b.template load<MASKED>(smem + write_stage * STAGE_BYTES + TileA::BYTES, k0, k_end,
+                                         args.n);
           }
           mma::cp_async_commit();
           write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
@@ -424,15 +450,14 @@ struct TensorCoreMatmul {
         for (int half = 0; half < 2; ++half) {
           const int row = m0 + warp_m * WTM + mt * 16 + g + half * 8;
           const int col = n0 + warp_n * WTN + nt * 8 + 2 * t;
-          store_two<TC, Epilogue, MASKED>(args, ops, batch, split, row, col,
-                                          acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+          store_two<TC, Epilogue, MASKED>(args, ops, batch, split, row, col, acc[mt][nt][2 * half],
+                                          acc[mt][nt][2 * half + 1]);
         }
   }
 
   // The kernel body: grid = (tiles_m * tiles_n, splits, batch).
   template <typename Epilogue>
-  __device__ __forceinline__ static void run(const MatmulArgs& args,
-                                             const EpilogueOperands& ops) {
+  __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops) {
     extern __shared__ __align__(128) unsigned char kjit_matmul_shared[];
     const int tiles_m = (args.m + BM - 1) / BM;
     const int tiles_n = (args.n + BN - 1) / BN;
@@ -442,8 +467,8 @@ struct TensorCoreMatmul {
     const int batch = blockIdx.z;
     const int k_begin = split * args.k_per_split;
     const int k_end = min(args.k, k_begin + args.k_per_split);
-    const bool interior = (tile_m + 1) * BM <= args.m && (tile_n + 1) * BN <= args.n &&
-                          (k_end - k_begin) % BK == 0;
+    const bool interior =
+        (tile_m + 1) * BM <= args.m && (tile_n + 1) * BN <= args.n && (k_end - k_begin) % BK == 0;
     if (interior)
       tile<Epilogue, false>(args, ops, kjit_matmul_shared, tile_m, tile_n, batch, split, k_begin,
                             k_end);
@@ -457,8 +482,7 @@ struct TensorCoreMatmul {
 // Stage 6: one thread per output; the partials are summed in split order 0, 1, ...,
 // so the result does not depend on which split finished first (deterministic).
 template <typename TC, typename Epilogue>
-__device__ __forceinline__ void splitk_reduce(const MatmulArgs& args,
-                                              const EpilogueOperands& ops) {
+__device__ __forceinline__ void splitk_reduce(const MatmulArgs& args, const EpilogueOperands& ops) {
   const long long per_batch = static_cast<long long>(args.m) * args.n;
   const long long total = per_batch * args.batch;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -485,8 +509,8 @@ __device__ __forceinline__ void splitk_reduce(const MatmulArgs& args,
 // rows_dst >= rows rows, zero-filling the padding. Each thread writes 8 outputs.
 template <typename T>
 __device__ __forceinline__ void pad_copy(const T* src, T* dst, long long rows, long long cols,
-                                         long long ld_src, long long stride_src,
-                                         long long rows_dst, long long ld_dst, int batch) {
+                                         long long ld_src, long long stride_src, long long rows_dst,
+                                         long long ld_dst, int batch) {
   const long long chunks_per_row = ld_dst / 8;
   const long long per_batch = rows_dst * chunks_per_row;
   const long long total = per_batch * batch;

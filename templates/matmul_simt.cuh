@@ -19,8 +19,7 @@ struct SimtMatmul {
   static constexpr int SHARED_BYTES = 0;  // static shared memory only
 
   template <typename Epilogue>
-  __device__ __forceinline__ static void run(const MatmulArgs& args,
-                                             const EpilogueOperands& ops) {
+  __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops) {
     __shared__ float tile_a[BK][BM + 4];  // [k][m]; +4 keeps 16-byte rows, fewer conflicts
     __shared__ float tile_b[BK][BN + 4];  // [k][n]
     const int tiles_m = (args.m + BM - 1) / BM;

@@ -50,7 +50,9 @@ __device__ __forceinline__ void cp_async_16_zfill(u32 shared, const void* global
                "r"(src_bytes));
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

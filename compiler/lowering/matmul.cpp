@@ -11,14 +11,19 @@ namespace kjit::matmul {
 
 const char* to_string(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
   }
   return "?";
 }
 
-int dtype_bytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+int dtype_bytes(DType dtype) {
+  return dtype == DType::F32 ? 4 : 2;
+}
 
 DType parse_dtype(const std::string& text) {
   if (text == "f32") return DType::F32;
@@ -30,9 +35,12 @@ DType parse_dtype(const std::string& text) {
 
 const char* to_string(OperandKind kind) {
   switch (kind) {
-    case OperandKind::RowVector: return "row";
-    case OperandKind::ColumnVector: return "col";
-    case OperandKind::Tensor: return "tensor";
+    case OperandKind::RowVector:
+      return "row";
+    case OperandKind::ColumnVector:
+      return "col";
+    case OperandKind::Tensor:
+      return "tensor";
   }
   return "?";
 }
@@ -52,9 +60,9 @@ void set_layout(Problem& problem, const std::string& layout) {
 }
 
 std::string Problem::to_string() const {
-  std::string out = fmt::format("m={},n={},k={},batch={},layout={},dtype={},out={},align={}", m,
-                                n, k, batch, layout(), matmul::to_string(input),
-                                matmul::to_string(output), aligned ? 16 : 1);
+  std::string out =
+      fmt::format("m={},n={},k={},batch={},layout={},dtype={},out={},align={}", m, n, k, batch,
+                  layout(), matmul::to_string(input), matmul::to_string(output), aligned ? 16 : 1);
   if (!epilogue.function_name.empty()) {
     out += ",epilogue=" + (epilogue.text.empty() ? epilogue.function_name : epilogue.text);
     for (const EpilogueOperand& op : epilogue.operands)
@@ -95,27 +103,33 @@ Config Config::parse(const std::string& text) {
     if (item.empty()) continue;
     const size_t eq = item.find('=');
     if (eq == std::string::npos)
-      throw UserError("matmul config item '" + item + "' is not key=value",
-                      std::string("write e.g. bm=128,bn=128,bk=32,warps=8,stages=3,splitk=1; ") +
-                          kValidKeys);
+      throw UserError(
+          "matmul config item '" + item + "' is not key=value",
+          std::string("write e.g. bm=128,bn=128,bk=32,warps=8,stages=3,splitk=1; ") + kValidKeys);
     const std::string key = item.substr(0, eq);
     const std::string value = item.substr(eq + 1);
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
-      throw UserError("matmul config value '" + value + "' for '" + key +
-                          "' is not a positive integer",
-                      "e.g. bm=128");
+      throw UserError(
+          "matmul config value '" + value + "' for '" + key + "' is not a positive integer",
+          "e.g. bm=128");
     const int v = static_cast<int>(parsed);
-    if (key == "bm") config.bm = v;
-    else if (key == "bn") config.bn = v;
-    else if (key == "bk") config.bk = v;
-    else if (key == "warps") config.warps = v;
+    if (key == "bm")
+      config.bm = v;
+    else if (key == "bn")
+      config.bn = v;
+    else if (key == "bk")
+      config.bk = v;
+    else if (key == "warps")
+      config.warps = v;
     else if (key == "wm") {
       config.warps_m = v;
       warps_m_given = true;
-    } else if (key == "stages") config.stages = v;
-    else if (key == "splitk") config.splitk = v;
+    } else if (key == "stages")
+      config.stages = v;
+    else if (key == "splitk")
+      config.splitk = v;
     else
       throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
   }
@@ -147,8 +161,7 @@ void validate(const Problem& problem, const Config& config) {
                                 problem.m, problem.n, problem.k, problem.batch),
                     "an empty matmul has nothing to compute; K = 0 would leave C undefined");
   constexpr int64_t kIntMax = 2147483647;
-  if (problem.m > kIntMax || problem.n > kIntMax || problem.k > kIntMax ||
-      problem.batch > 65535)
+  if (problem.m > kIntMax || problem.n > kIntMax || problem.k > kIntMax || problem.batch > 65535)
     throw UserError("matmul sizes must fit in 32 bits and batch in 65535",
                     "split the problem into several calls");
   if (static_cast<int>(problem.epilogue.operands.size()) > Epilogue::kMaxOperands)
@@ -177,13 +190,13 @@ void validate(const Problem& problem, const Config& config) {
                     hint);
   const int warps_n = config.warps / config.warps_m;
   if (config.bm % (16 * config.warps_m) != 0)
-    throw UserError(fmt::format("bm={} must be a multiple of 16 * wm = {}", config.bm,
-                                16 * config.warps_m),
-                    hint);
+    throw UserError(
+        fmt::format("bm={} must be a multiple of 16 * wm = {}", config.bm, 16 * config.warps_m),
+        hint);
   if (config.bn % (16 * warps_n) != 0)
-    throw UserError(fmt::format("bn={} must be a multiple of 16 * (warps / wm) = {}", config.bn,
-                                16 * warps_n),
-                    hint);
+    throw UserError(
+        fmt::format("bn={} must be a multiple of 16 * (warps / wm) = {}", config.bn, 16 * warps_n),
+        hint);
   // M/N-major operands (A "t", B "n") swizzle 8 chunks per stored row.
   if ((problem.a_transposed && config.bm % 64 != 0) ||
       (!problem.b_transposed && config.bn % 64 != 0))
@@ -206,9 +219,12 @@ namespace {
 
 const char* device_type(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "float";
-    case DType::F16: return "kjit::f16";
-    case DType::BF16: return "kjit::bf16";
+    case DType::F32:
+      return "float";
+    case DType::F16:
+      return "kjit::f16";
+    case DType::BF16:
+      return "kjit::bf16";
   }
   return "?";
 }
@@ -238,11 +254,11 @@ KernelSource lower(const Problem& problem, const Config& config) {
   out.family = "matmul";
   out.problem = problem.to_string();
   out.config = config.to_string();
-  out.name = simt ? fmt::format("kjit_matmul_f32_{}_simt_64x64x16", problem.layout())
-                  : fmt::format("kjit_matmul_{}_{}_{}x{}x{}_w{}x{}_s{}",
-                                matmul::to_string(problem.input), problem.layout(), config.bm,
-                                config.bn, config.bk, config.warps_m,
-                                config.warps / config.warps_m, config.stages);
+  out.name =
+      simt ? fmt::format("kjit_matmul_f32_{}_simt_64x64x16", problem.layout())
+           : fmt::format("kjit_matmul_{}_{}_{}x{}x{}_w{}x{}_s{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.warps_m,
+                         config.warps / config.warps_m, config.stages);
   out.block_threads = simt ? 256 : config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
 
@@ -294,8 +310,8 @@ KernelSource lower(const Problem& problem, const Config& config) {
   const std::string a_k_major = problem.a_transposed ? "false" : "true";
   const std::string b_k_major = problem.b_transposed ? "true" : "false";
   if (simt) {
-    s += fmt::format("typedef kjit::matmul::SimtMatmul<{}, {}, {}> kjit_matmul_tile;\n\n",
-                     out_type, a_k_major, b_k_major);
+    s += fmt::format("typedef kjit::matmul::SimtMatmul<{}, {}, {}> kjit_matmul_tile;\n\n", out_type,
+                     a_k_major, b_k_major);
   } else {
     s += "// A is " + std::string(problem.a_transposed ? "K x M (M-major)" : "M x K (K-major)") +
          ", B is " + (problem.b_transposed ? "N x K (K-major)" : "K x N (N-major)") + "\n";
