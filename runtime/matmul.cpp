@@ -6,8 +6,7 @@
 #include <map>
 
 #include "support/error.h"
-#include "support/hash.h"
-#include "templates/embedded.h"
+#include "runtime/compile.h"
 
 namespace kjit::matmul {
 
@@ -55,19 +54,13 @@ int64_t b_rows(const Problem& p) {
   return p.b_transposed ? p.n : p.k;
 }
 
-std::vector<cuda::SourceHeader> headers() {
-  std::vector<cuda::SourceHeader> out;
-  for (const TemplateHeader& t : embedded_templates()) out.push_back({t.name, t.content});
-  return out;
-}
-
 // In-process cache of loaded modules, keyed by source and arch. Replaced by the
 // Runtime's cache (runtime/runtime.h) when it lands.
 std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std::string& arch,
                                           cuda::KernelStats* stats) {
   static std::mutex mutex;
   static std::map<std::string, std::pair<std::shared_ptr<cuda::Module>, cuda::KernelStats>> cache;
-  const std::string key = KeyHasher().add(source.source).add(arch).add(kGeneratorVersion).hex();
+  const std::string key = binary_key(source, arch);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
@@ -230,10 +223,7 @@ void check_fits_device(const Problem& p, const Config& config,
 }
 
 cuda::CompiledProgram compile_source(const KernelSource& source, const std::string& arch) {
-  cuda::NvrtcOptions options;
-  options.arch = arch;
-  options.extra = source.options;
-  return cuda::nvrtc_compile(source.source, source.name + ".cu", options, headers());
+  return compile_for_arch(source, arch);
 }
 
 Matmul::Matmul(Problem problem, Config config, const cuda::DeviceProperties& device)

@@ -6,11 +6,16 @@ namespace kjit {
 
 const char* to_string(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::User: return "user error";
-    case ErrorKind::Compile: return "compile error";
-    case ErrorKind::Cuda: return "CUDA error";
-    case ErrorKind::Cache: return "cache error";
-    case ErrorKind::Internal: return "internal error";
+    case ErrorKind::User:
+      return "user error";
+    case ErrorKind::Compile:
+      return "compile error";
+    case ErrorKind::Cuda:
+      return "CUDA error";
+    case ErrorKind::Cache:
+      return "cache error";
+    case ErrorKind::Internal:
+      return "internal error";
   }
   return "error";
 }
@@ -33,8 +38,8 @@ CompileError::CompileError(const std::string& message, std::string log, std::str
 
 CudaError::CudaError(std::string call, int code, std::string code_name,
                      const std::string& description)
-    : Error(ErrorKind::Cuda, call + " failed: " + code_name + " (" + std::to_string(code) +
-                                 "): " + description),
+    : Error(ErrorKind::Cuda,
+            call + " failed: " + code_name + " (" + std::to_string(code) + "): " + description),
       call_(std::move(call)),
       code_(code),
       code_name_(std::move(code_name)) {}

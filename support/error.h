@@ -76,11 +76,11 @@ class InternalError : public Error {
 };
 
 // Checks an invariant that only a kjit bug can break.
-#define KJIT_CHECK(cond, msg)                                                         \
-  do {                                                                                \
-    if (!(cond))                                                                      \
+#define KJIT_CHECK(cond, msg)                                                              \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
       throw ::kjit::InternalError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
-                                  ": " #cond ": " + (msg));                           \
+                                  ": " #cond ": " + (msg));                                \
   } while (0)
 
 }  // namespace kjit

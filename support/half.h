@@ -24,13 +24,15 @@ inline uint16_t f32_to_bf16(float x) {
   b += 0x7fffu + ((b >> 16) & 1u);
   return static_cast<uint16_t>(b >> 16);
 }
-inline float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return bits_float(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t f32_to_f16(float x) {
   uint32_t b = float_bits(x);
   uint32_t sign = (b >> 16) & 0x8000u;
   uint32_t magnitude = b & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (magnitude < 0x38800000u) {  // below the smallest normal half: subnormal or zero
     if (magnitude < 0x33000000u) return static_cast<uint16_t>(sign);  // rounds to zero

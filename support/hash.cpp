@@ -6,9 +6,13 @@
 
 namespace kjit {
 
-uint64_t hash64(const void* data, size_t size) { return XXH3_64bits(data, size); }
+uint64_t hash64(const void* data, size_t size) {
+  return XXH3_64bits(data, size);
+}
 
-uint64_t hash64(std::string_view bytes) { return hash64(bytes.data(), bytes.size()); }
+uint64_t hash64(std::string_view bytes) {
+  return hash64(bytes.data(), bytes.size());
+}
 
 std::string hex64(uint64_t value) {
   char text[17];

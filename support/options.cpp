@@ -26,7 +26,8 @@ std::vector<std::string> codegen_environment() {
   static const char* const kNames[] = {"KJIT_NVRTC_EXTRA_OPTIONS", "KJIT_LINEINFO"};
   std::vector<std::string> out;
   for (const char* name : kNames)
-    if (std::optional<std::string> value = env(name)) out.push_back(std::string(name) + "=" + *value);
+    if (std::optional<std::string> value = env(name))
+      out.push_back(std::string(name) + "=" + *value);
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -24,7 +24,9 @@ struct __align__(2) bf16 {
   u16 bits;
 };
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
 __device__ __forceinline__ float to_f32(f16 x) {
   float out;
   asm("cvt.f32.f16 %0, %1;" : "=f"(out) : "h"(x.bits));
@@ -34,8 +36,12 @@ __device__ __forceinline__ float to_f32(bf16 x) {
   // Widening bf16 is exact: put the 16 bits on top of an fp32.
   return __uint_as_float(static_cast<u32>(x.bits) << 16);
 }
-__device__ __forceinline__ float to_f32(int x) { return static_cast<float>(x); }
-__device__ __forceinline__ float to_f32(bool x) { return x ? 1.0f : 0.0f; }
+__device__ __forceinline__ float to_f32(int x) {
+  return static_cast<float>(x);
+}
+__device__ __forceinline__ float to_f32(bool x) {
+  return x ? 1.0f : 0.0f;
+}
 
 // Narrowing: round to nearest even, the one rounding step of a kernel.
 template <typename T>

@@ -23,7 +23,9 @@ Context::~Context() {
   if (context_ != nullptr) Driver::get().api().cuDevicePrimaryCtxRelease(device_);
 }
 
-void Context::make_current() const { KJIT_CU(cuCtxSetCurrent, context_); }
+void Context::make_current() const {
+  KJIT_CU(cuCtxSetCurrent, context_);
+}
 
 void Context::synchronize() const {
   make_current();

@@ -6,8 +6,8 @@
 namespace kjit::cuda {
 
 std::string DeviceProperties::model_key() const {
-  return name + "|sm_" + std::to_string(cc_major * 10 + cc_minor) + "|" +
-         std::to_string(sm_count) + "sm";
+  return name + "|sm_" + std::to_string(cc_major * 10 + cc_minor) + "|" + std::to_string(sm_count) +
+         "sm";
 }
 
 int device_count() {

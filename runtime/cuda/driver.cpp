@@ -62,19 +62,24 @@ void Driver::load() {
   }
   auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(handle_, "cuGetProcAddress_v2"));
   if (get_proc == nullptr)
-    throw CudaError("dlsym(cuGetProcAddress_v2)", static_cast<int>(CUDA_ERROR_NOT_SUPPORTED),
-                    "CUDA_ERROR_NOT_SUPPORTED",
-                    "the driver is too old for kjit; install an NVIDIA driver for CUDA 12 or newer");
+    throw CudaError(
+        "dlsym(cuGetProcAddress_v2)", static_cast<int>(CUDA_ERROR_NOT_SUPPORTED),
+        "CUDA_ERROR_NOT_SUPPORTED",
+        "the driver is too old for kjit; install an NVIDIA driver for CUDA 12 or newer");
 
+  // Ask for each entry point's CUDA 12.0 ABI. cuGetProcAddress returns the newest
+  // variant at or below the version asked for, and newer variants may change the
+  // signature (CUDA 13.0's cuCtxSynchronize takes a context), while cuda.h's
+  // plain prototypes, which DriverApi's pointer types come from, keep the old one.
+  constexpr int kAbiVersion = 12000;
   auto resolve = [&](const char* name, void** pointer) {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-    CUresult result = get_proc(name, pointer, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    CUresult result = get_proc(name, pointer, kAbiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     if (result != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || *pointer == nullptr)
       throw CudaError(std::string("cuGetProcAddress(") + name + ")",
                       static_cast<int>(CUDA_ERROR_NOT_FOUND), "CUDA_ERROR_NOT_FOUND",
-                      "the driver does not provide this entry point for CUDA " +
-                          std::to_string(CUDA_VERSION / 1000) +
-                          "; update the NVIDIA driver");
+                      "the driver does not provide this entry point with the CUDA 12.0 "
+                      "interface; update the NVIDIA driver");
   };
 #define KJIT_RESOLVE(name) resolve(#name, reinterpret_cast<void**>(&api_.name));
   KJIT_DRIVER_FUNCTIONS(KJIT_RESOLVE)

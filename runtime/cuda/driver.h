@@ -1,8 +1,8 @@
 // The CUDA driver, loaded at run time.
 //
 // kjit never links libcuda: `Driver::get()` opens libcuda.so.1 with dlopen and
-// resolves every entry point through cuGetProcAddress, asking for the ABI of the
-// headers we were built with (CUDA_VERSION). A machine without a driver still runs
+// resolves every entry point through cuGetProcAddress, asking for the CUDA 12.0
+// interface of each (see driver.cpp for why). A machine without a driver still runs
 // every kjit binary; only calls that need the GPU fail, with a CudaError.
 #pragma once
 
@@ -16,17 +16,22 @@ namespace kjit::cuda {
 // One function pointer per driver entry point we use. `decltype(&::cuX)` is the
 // header's prototype for the versioned symbol cuda.h maps cuX to.
 struct DriverApi {
-#define KJIT_DRIVER_FUNCTIONS(X)                                                               \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)    \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                \
-  X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) \
-  X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)            \
-  X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) \
-  X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemGetInfo) X(cuStreamCreate)       \
-  X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)                 \
-  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData)             \
-  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute)         \
-  X(cuLaunchKernel) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuPointerGetAttribute)
+#define KJIT_DRIVER_FUNCTIONS(X)                                                                   \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)   \
+      X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDeviceGetUuid)            \
+          X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)              \
+              X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)    \
+                  X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)        \
+                      X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async)    \
+                          X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)                     \
+                              X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)            \
+                                  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)     \
+                                      X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
+                                          X(cuFuncGetAttribute) X(cuFuncSetAttribute)              \
+                                              X(cuLaunchKernel)                                    \
+                                                  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)   \
+                                                      X(cuPointerGetAttribute)
 #define KJIT_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
   KJIT_DRIVER_FUNCTIONS(KJIT_DECLARE_POINTER)
 #undef KJIT_DECLARE_POINTER
@@ -60,8 +65,8 @@ class Driver {
 };
 
 // Shorthand used everywhere in runtime/cuda: KJIT_CU(cuMemAlloc, &ptr, bytes).
-#define KJIT_CU(name, ...)                                     \
-  do {                                                         \
+#define KJIT_CU(name, ...)                                                  \
+  do {                                                                      \
     const ::kjit::cuda::Driver& kjit_driver_ = ::kjit::cuda::Driver::get(); \
     kjit_driver_.check(kjit_driver_.api().name(__VA_ARGS__), #name);        \
   } while (0)

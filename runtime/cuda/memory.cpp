@@ -13,7 +13,9 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   KJIT_CU(cuMemAlloc, &pointer_, bytes == 0 ? 1 : bytes);
 }
 
-DeviceBuffer::~DeviceBuffer() { release(); }
+DeviceBuffer::~DeviceBuffer() {
+  release();
+}
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : pointer_(std::exchange(other.pointer_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}

@@ -60,9 +60,9 @@ void validate_arch(const std::string& arch) {
   if (ok) return;
   std::string list;
   for (int s : supported) list += (list.empty() ? "sm_" : ", sm_") + std::to_string(s);
-  throw UserError("unknown GPU architecture '" + arch + "'; NVRTC " + nvrtc_version() +
-                      " supports " + list,
-                  "append 'a' (sm_90a) for architecture-specific instructions such as wgmma");
+  throw UserError(
+      "unknown GPU architecture '" + arch + "'; NVRTC " + nvrtc_version() + " supports " + list,
+      "append 'a' (sm_90a) for architecture-specific instructions such as wgmma");
 }
 
 std::vector<KernelStats> parse_ptxas_stats(const std::string& log) {
@@ -98,9 +98,9 @@ std::vector<KernelStats> parse_ptxas_stats(const std::string& log) {
 std::string annotate_log(const std::string& log, const std::string& source,
                          const std::string& file_name) {
   std::vector<std::string> source_lines = split_lines(source);
-  const std::regex location("^" + std::regex_replace(file_name, std::regex(R"([.^$|()\[\]{}*+?\\])"),
-                                                     R"(\$&)") +
-                            R"(\((\d+)\): )");
+  const std::regex location(
+      "^" + std::regex_replace(file_name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+      R"(\((\d+)\): )");
   std::string out;
   std::smatch m;
   for (const std::string& line : split_lines(log)) {
@@ -139,8 +139,7 @@ CompiledProgram nvrtc_compile(const std::string& source, const std::string& file
   std::vector<const char*> argv;
   for (const std::string& o : out.options) argv.push_back(o.c_str());
 
-  nvrtcResult result =
-      nvrtcCompileProgram(*program, static_cast<int>(argv.size()), argv.data());
+  nvrtcResult result = nvrtcCompileProgram(*program, static_cast<int>(argv.size()), argv.data());
   size_t log_size = 0;
   check_nvrtc(nvrtcGetProgramLogSize(*program, &log_size), "nvrtcGetProgramLogSize");
   std::string log(log_size, '\0');
@@ -149,9 +148,9 @@ CompiledProgram nvrtc_compile(const std::string& source, const std::string& file
 
   if (result != NVRTC_SUCCESS) {
     std::string annotated = annotate_log(log, source, file_name);
-    throw CompileError("NVRTC could not compile " + file_name + " for " + options.arch + ":\n" +
-                           annotated,
-                       log, source, out.options);
+    throw CompileError(
+        "NVRTC could not compile " + file_name + " for " + options.arch + ":\n" + annotated, log,
+        source, out.options);
   }
 
   size_t cubin_size = 0;
@@ -167,8 +166,7 @@ CompiledProgram nvrtc_compile(const std::string& source, const std::string& file
   out.log = log;
   out.kernels = parse_ptxas_stats(log);
   out.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-          .count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   return out;
 }
 

@@ -1,9 +1,9 @@
 // The `kjit` command line: one file per subcommand in this folder. Each file
 // registers itself with KJIT_REGISTER_COMMAND(order, add_fn): `add_fn(CLI::App&)`
 // adds the subcommand and its options and sets its callback; `order` places it
-// in `kjit --help`. Adding a subcommand touches no other file. Callbacks return through `exit_code` and
-// report errors by throwing kjit's typed errors; tools/kjit.cpp maps those to
-// messages and exit codes:
+// in `kjit --help`. Adding a subcommand touches no other file. Callbacks return through `exit_code`
+// and report errors by throwing kjit's typed errors; tools/kjit.cpp maps those to messages and exit
+// codes:
 //   0 success · 1 failure (compile error, CUDA error, a check failed) ·
 //   2 bad usage or bad input · 3 internal error
 #pragma once
@@ -34,7 +34,7 @@ void add_registered_commands(CLI::App& app);
 // prints what it did and returns false when a check failed.
 using DemoSection = bool (*)(bool have_gpu);
 bool register_demo_section(int order, const char* title, DemoSection section);
-#define KJIT_REGISTER_DEMO(order, title, section) \
+#define KJIT_REGISTER_DEMO(order, title, section)    \
   static const bool kjit_demo_registered_##section = \
       ::kjit::cli::register_demo_section(order, title, section)
 struct DemoEntry {

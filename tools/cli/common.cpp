@@ -64,7 +64,9 @@ bool gpu_available(std::string* reason) {
   return true;
 }
 
-std::string default_arch() { return gpu_available() ? cuda::device_properties(0).arch() : "sm_90"; }
+std::string default_arch() {
+  return gpu_available() ? cuda::device_properties(0).arch() : "sm_90";
+}
 
 std::vector<cuda::SourceHeader> template_headers() {
   std::vector<cuda::SourceHeader> headers;
@@ -84,8 +86,8 @@ nlohmann::json stats_json(const cuda::KernelStats& k) {
 }
 
 void print_stats_table(const std::vector<cuda::KernelStats>& kernels) {
-  std::cout << fmt::format("{:<40} {:>5} {:>8} {:>6} {:>13}\n", "kernel", "regs", "smem B",
-                           "stack", "spills st/ld");
+  std::cout << fmt::format("{:<40} {:>5} {:>8} {:>6} {:>13}\n", "kernel", "regs", "smem B", "stack",
+                           "spills st/ld");
   for (const cuda::KernelStats& k : kernels)
     std::cout << fmt::format("{:<40} {:>5} {:>8} {:>6} {:>6}/{:<6}\n", k.name, k.registers,
                              k.shared_bytes, k.stack_bytes, k.spill_store_bytes,
@@ -101,6 +103,8 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-void print_json(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
+void print_json(const nlohmann::json& value) {
+  std::cout << value.dump(2) << "\n";
+}
 
 }  // namespace kjit::cli

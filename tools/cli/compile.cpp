@@ -43,8 +43,8 @@ static void run_compile(const CompileOptions& o) {
     std::cout << program.ptx;
     return;
   }
-  std::cout << fmt::format("{}: compiled for {} in {:.1f} ms, cubin {} bytes\n", o.file,
-                           nvrtc.arch, program.compile_ms, program.cubin.size());
+  std::cout << fmt::format("{}: compiled for {} in {:.1f} ms, cubin {} bytes\n", o.file, nvrtc.arch,
+                           program.compile_ms, program.cubin.size());
   print_stats_table(program.kernels);
 }
 
@@ -55,8 +55,9 @@ void add_compile_command(CLI::App& app) {
       "compile", "Compile CUDA source with NVRTC and report registers, shared memory and spills");
   cmd->add_option("file", options->file, "CUDA source file (.cu); may include \"kjit/*.cuh\"")
       ->required();
-  cmd->add_option("--arch", options->arch, "Target architecture, e.g. sm_90 (default: the GPU's, "
-                                           "else sm_90)");
+  cmd->add_option("--arch", options->arch,
+                  "Target architecture, e.g. sm_90 (default: the GPU's, "
+                  "else sm_90)");
   cmd->add_flag("--ptx", options->ptx, "Print the PTX");
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->add_flag("--lineinfo", options->lineinfo, "Keep source line information (for profilers)");

@@ -92,9 +92,8 @@ void run_demo() {
   bool have_gpu = gpu_available(&reason);
   if (have_gpu) {
     cuda::DeviceProperties p = cuda::device_properties(0);
-    std::cout << fmt::format("{} ({}, {} SMs), driver {}, NVRTC {}\n", p.name, p.arch(),
-                             p.sm_count, cuda::Driver::get().version_string(),
-                             cuda::nvrtc_version());
+    std::cout << fmt::format("{} ({}, {} SMs), driver {}, NVRTC {}\n", p.name, p.arch(), p.sm_count,
+                             cuda::Driver::get().version_string(), cuda::nvrtc_version());
   } else {
     std::cout << "No usable GPU: " << reason << "\nNVRTC " << cuda::nvrtc_version()
               << ": compiling for sm_90 only\n";

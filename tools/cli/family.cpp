@@ -6,10 +6,14 @@ namespace kjit::cli {
 
 const char* to_string(Verb verb) {
   switch (verb) {
-    case Verb::Emit: return "emit";
-    case Verb::Compile: return "compile";
-    case Verb::Run: return "run";
-    case Verb::Bench: return "bench";
+    case Verb::Emit:
+      return "emit";
+    case Verb::Compile:
+      return "compile";
+    case Verb::Run:
+      return "run";
+    case Verb::Bench:
+      return "bench";
   }
   return "?";
 }

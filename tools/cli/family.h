@@ -23,8 +23,8 @@ struct KernelCommandOptions {
   bool ptx = false;  // compile: print PTX
   // Sizes. Elementwise: --n is the element count. Matmul: M, N, K, batch.
   int64_t m = 0, n = 0, k = 0, batch = 1;
-  std::string layout = "nn";  // matmul: op(A) op(B), n = row-major as given, t = transposed
-  std::string epilogue;       // matmul: elementwise IR over acc and extra operands
+  std::string layout = "nn";         // matmul: op(A) op(B), n = row-major as given, t = transposed
+  std::string epilogue;              // matmul: elementwise IR over acc and extra operands
   std::vector<std::string> inputs;   // run: name=path.npy
   std::vector<std::string> outputs;  // run: name=path.npy
   int repeats = 0;                   // bench: timed runs (0: the default)

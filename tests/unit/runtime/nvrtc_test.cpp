@@ -9,7 +9,8 @@
 namespace kjit::cuda {
 namespace {
 
-constexpr const char* kAxpy = R"(extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
+constexpr const char* kAxpy =
+    R"(extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = a * x[i] + y[i];
 }
@@ -30,9 +31,10 @@ TEST(Nvrtc, CompilesToCubinAndPtxWithStats) {
 }
 
 TEST(Nvrtc, CompileErrorNamesTheLineAndShowsIt) {
-  const std::string bad = "extern \"C\" __global__ void k(float* x) {\n"
-                          "  x[0] = not_declared;\n"
-                          "}\n";
+  const std::string bad =
+      "extern \"C\" __global__ void k(float* x) {\n"
+      "  x[0] = not_declared;\n"
+      "}\n";
   try {
     nvrtc_compile(bad, "bad.cu", NvrtcOptions{});
     FAIL() << "expected a CompileError";
@@ -104,9 +106,8 @@ TEST(Nvrtc, CompilesConcurrently) {
   std::vector<std::thread> threads;
   std::vector<size_t> sizes(4);
   for (size_t t = 0; t < sizes.size(); ++t)
-    threads.emplace_back([t, &sizes] {
-      sizes[t] = nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{}).cubin.size();
-    });
+    threads.emplace_back(
+        [t, &sizes] { sizes[t] = nvrtc_compile(kAxpy, "axpy.cu", NvrtcOptions{}).cubin.size(); });
   for (std::thread& t : threads) t.join();
   for (size_t s : sizes) EXPECT_EQ(s, sizes[0]);
 }

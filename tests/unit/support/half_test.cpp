@@ -23,7 +23,7 @@ TEST(Half, F16KnownValues) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(f32_to_f16(70000.0f), 0x7c00);   // overflow to inf
+  EXPECT_EQ(f32_to_f16(70000.0f), 0x7c00);       // overflow to inf
   EXPECT_EQ(f32_to_f16(5.9604645e-8f), 0x0001);  // smallest subnormal
   EXPECT_EQ(f32_to_f16(1e-9f), 0x0000);
   EXPECT_EQ(f16_to_f32(0x0001), 5.9604645e-8f);

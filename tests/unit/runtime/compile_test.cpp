@@ -1,0 +1,41 @@
+#include "runtime/compile.h"
+
+#include <gtest/gtest.h>
+
+namespace kjit {
+namespace {
+
+KernelSource demo() {
+  KernelSource s;
+  s.name = "kjit_demo_saxpy";
+  s.source = "#include \"kjit/demo.cuh\"\n";
+  s.family = "demo";
+  return s;
+}
+
+TEST(BinaryKey, ChangesWithEverythingThatChangesTheCubin) {
+  KernelSource a = demo();
+  std::string base = binary_key(a, "sm_90");
+  EXPECT_EQ(base, binary_key(a, "sm_90"));  // deterministic
+  EXPECT_NE(base, binary_key(a, "sm_90a"));
+  KernelSource b = a;
+  b.source += "// changed\n";
+  EXPECT_NE(base, binary_key(b, "sm_90"));
+  KernelSource c = a;
+  c.options.push_back("-DKJIT_X=1");
+  EXPECT_NE(base, binary_key(c, "sm_90"));
+  // Problem/config text describe the source; they do not change the binary.
+  KernelSource d = a;
+  d.config = "different text";
+  EXPECT_EQ(base, binary_key(d, "sm_90"));
+}
+
+TEST(CompileForArch, CompilesWithTemplates) {
+  cuda::CompiledProgram p = compile_for_arch(demo(), "sm_90");
+  EXPECT_FALSE(p.cubin.empty());
+  ASSERT_EQ(p.kernels.size(), 1u) << "NVRTC log:\n" << p.log;
+  EXPECT_EQ(p.kernels[0].name, "kjit_demo_saxpy");
+}
+
+}  // namespace
+}  // namespace kjit

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# gpu_check.sh — on a machine with a GPU: run every GPU test with skips turned
+# into failures, run the benchmarks, and print a short table last.
+#
+#   tools/device/gpu_check.sh [--build DIR] [--out DIR] [--sanitize] [--no-bench] [--quick]
+#
+# --build     the build folder (default build/release; built on another machine is fine)
+# --out       where logs and JSON go (default $OUT, else ./gpu-check)
+# --sanitize  also run the GPU tests under compute-sanitizer (memcheck, racecheck)
+# --no-bench  tests only
+# --quick     smaller benchmark sizes (a smoke run)
+# Runs the binaries directly (not ctest), so a build folder made elsewhere works.
+set -uo pipefail
+
+build=build/release
+out=${OUT:-gpu-check}
+sanitize=0 bench=1 quick=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --sanitize) sanitize=1; shift ;;
+    --no-bench) bench=0; shift ;;
+    --quick) quick=1; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+export KJIT_REQUIRE_GPU=1
+export KJIT_CACHE_DIR=${KJIT_CACHE_DIR:-$(mktemp -d)}
+summary=()
+failed=0
+note() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
+
+step() {  # step NAME COMMAND... — runs, logs to $out/NAME.log, records PASS/FAIL
+  local name=$1; shift
+  echo "=== $name: $*"
+  if "$@" >"$out/$name.log" 2>&1; then
+    note "$name" PASS
+  else
+    note "$name" "FAIL (exit $?, see $name.log)"; failed=1
+  fi
+  tail -n 25 "$out/$name.log"
+}
+
+echo "=== machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv || true
+missing=$(ldd "$build/kjit" | grep 'not found' || true)
+if [[ -n $missing ]]; then echo "missing libraries:"; echo "$missing"; note ldd "FAIL: $missing"; failed=1
+else note ldd PASS; fi
+
+step info "$build/kjit" info
+step demo "$build/kjit" demo
+step gpu_tests "$build/tests/gpu/kjit_gpu_tests" --gtest_output=json:"$out/gpu_tests.json"
+for t in "$build"/tests/unit/*/*_tests; do
+  case $(basename "$t") in
+    # Needs a missing driver: point it at one that does not exist, as ctest does.
+    runtime_no_driver_tests) step unit_runtime_no_driver_tests env KJIT_REQUIRE_GPU=0 \
+      KJIT_LIBCUDA=/nonexistent/libcuda.so.1 "$t" ;;
+    *) [[ -x $t ]] && step "unit_$(basename "$t")" "$t" ;;
+  esac
+done
+
+if [[ $sanitize -eq 1 ]]; then
+  for tool in memcheck racecheck; do
+    step "sanitize_$tool" compute-sanitizer --tool $tool --error-exitcode 1 \
+      "$build/tests/gpu/kjit_gpu_tests" --gtest_filter="${KJIT_SANITIZE_FILTER:-*}"
+  done
+fi
+
+if [[ $bench -eq 1 ]]; then
+  step runtime_bench "$build/tools/bench/runtime_bench" --benchmark_out="$out/runtime_bench.json" \
+    --benchmark_out_format=json
+  for extra in tools/device/bench_*.sh; do
+    [[ -f $extra ]] && step "$(basename "$extra" .sh)" bash "$extra" "$build" "$out" "$quick"
+  done
+fi
+
+echo
+echo "=== summary ($(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+printf '%s\n' "${summary[@]}"
+for table in "$out"/*.table; do [[ -f $table ]] && { echo; cat "$table"; }; done
+exit $failed

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tools/quickstart.sh demo|test|build — set up, build, and run kjit.
+#
+#   demo   install what is missing, build (release), run `kjit demo`
+#   test   install what is missing, build, run the whole test suite (ctest), then
+#          build and run the unit tests under AddressSanitizer + UBSan, then fuzz
+#          the expression parser briefly
+#   build  install what is missing and build (release)
+#
+# Needs Debian 12 (or similar) with the CUDA toolkit 12.x or 13.x installed
+# (nvcc + NVRTC, found under $CUDA_HOME, /usr/local/cuda or on PATH). Debian
+# packages are installed with apt-get when run as root; otherwise the missing
+# ones are listed with the command to install them. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+case $mode in
+  demo|test|build) ;;
+  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: tools/quickstart.sh demo|test|build (see --help)" >&2; exit 2 ;;
+esac
+
+packages=(cmake ninja-build g++ pkg-config file binutils libgtest-dev libgmock-dev libbenchmark-dev
+  libsqlite3-dev libsqlitecpp-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  llvm-14-tools clang-14 libclang-rt-14-dev python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "quickstart: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "quickstart: missing packages: ${missing[*]}" >&2
+    echo "  install them with: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+cuda_home=${CUDA_HOME:-}
+if [[ -z $cuda_home ]]; then
+  for candidate in /usr/local/cuda "$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")")"; do
+    [[ -f $candidate/include/nvrtc.h ]] && { cuda_home=$candidate; break; }
+  done
+fi
+if [[ -z $cuda_home || ! -f $cuda_home/include/nvrtc.h ]]; then
+  echo "quickstart: the CUDA toolkit (12.x or 13.x, with NVRTC) was not found." >&2
+  echo "  Install it from https://developer.nvidia.com/cuda-downloads, or set CUDA_HOME." >&2
+  exit 1
+fi
+
+jobs=$(nproc)
+configure() {  # configure PRESET (the presets use Ninja)
+  cmake --preset "$1" -DCUDAToolkit_ROOT="$cuda_home" >/dev/null
+}
+# A build folder made with another generator is reconfigured from scratch.
+for dir in build/release build/asan; do
+  if [[ -f $dir/CMakeCache.txt ]] && ! grep -q 'CMAKE_GENERATOR:INTERNAL=Ninja' $dir/CMakeCache.txt; then
+    rm -rf "$dir"
+  fi
+done
+
+configure release
+cmake --build build/release -j "$jobs"
+
+case $mode in
+  build) ;;
+  demo) build/release/kjit demo ;;
+  test)
+    ctest --test-dir build/release --output-on-failure -j "$jobs"
+    echo "quickstart: unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+    configure asan
+    cmake --build build/asan -j "$jobs"
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build/asan --output-on-failure -j "$jobs" -L unit
+    if [[ -x tests/fuzz/run_parser_fuzz.sh ]]; then
+      echo "quickstart: fuzzing the expression parser"
+      tests/fuzz/run_parser_fuzz.sh 30
+    fi
+    ;;
+esac
