@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <map>
+#include <thread>
 
-#include "support/error.h"
 #include "runtime/compile.h"
+#include "support/error.h"
 
 namespace kjit::matmul {
 
@@ -54,28 +57,48 @@ int64_t b_rows(const Problem& p) {
   return p.b_transposed ? p.n : p.k;
 }
 
-// In-process cache of loaded modules, keyed by source and arch. Replaced by the
-// Runtime's cache (runtime/runtime.h) when it lands.
-std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std::string& arch,
-                                          cuda::KernelStats* stats) {
-  static std::mutex mutex;
-  static std::map<std::string, std::pair<std::shared_ptr<cuda::Module>, cuda::KernelStats>> cache;
+// In-process caches: compiled programs (filled ahead of time by precompile(), no
+// GPU needed) and loaded modules, keyed by the binary key. The Runtime's cache
+// (runtime/runtime.h) replaces these once the Runtime can hand out several kernels
+// of one module.
+std::mutex cache_mutex;
+std::map<std::string, cuda::CompiledProgram>& program_cache() {
+  static std::map<std::string, cuda::CompiledProgram> cache;
+  return cache;
+}
+
+cuda::CompiledProgram compiled(const KernelSource& source, const std::string& arch) {
   const std::string key = binary_key(source, arch);
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = program_cache().find(key);
+    if (it != program_cache().end()) return it->second;
+  }
+  cuda::CompiledProgram program = compile_source(source, arch);
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  program_cache().emplace(key, program);
+  return program;
+}
+
+std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std::string& arch,
+                                          cuda::KernelStats* stats) {
+  static std::map<std::string, std::pair<std::shared_ptr<cuda::Module>, cuda::KernelStats>> modules;
+  const std::string key = binary_key(source, arch);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = modules.find(key);
+    if (it != modules.end()) {
       if (stats) *stats = it->second.second;
       return it->second.first;
     }
   }
-  cuda::CompiledProgram program = compile_source(source, arch);
+  const cuda::CompiledProgram program = compiled(source, arch);
   cuda::KernelStats main_stats;
   for (const cuda::KernelStats& k : program.kernels)
     if (k.name == source.name) main_stats = k;
   std::shared_ptr<cuda::Module> module = cuda::Module::load(program.cubin);
-  std::lock_guard<std::mutex> lock(mutex);
-  cache[key] = {module, main_stats};
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  modules[key] = {module, main_stats};
   if (stats) *stats = main_stats;
   return module;
 }
@@ -224,6 +247,33 @@ void check_fits_device(const Problem& p, const Config& config,
 
 cuda::CompiledProgram compile_source(const KernelSource& source, const std::string& arch) {
   return compile_for_arch(source, arch);
+}
+
+void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::string& arch,
+                int threads) {
+  std::vector<KernelSource> sources;
+  for (const auto& [problem, config] : work) {
+    sources.push_back(lower(problem, config));
+    if (!problem.aligned && problem.input != DType::F32)
+      sources.push_back(lower_pad(problem.input));
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  for (int t = 0; t < std::max(threads, 1); ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < sources.size(); i = next++) {
+        try {
+          compiled(sources[i], arch);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
 }
 
 Matmul::Matmul(Problem problem, Config config, const cuda::DeviceProperties& device)

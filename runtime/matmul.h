@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/lowering/matmul.h"
@@ -62,6 +63,12 @@ void check_fits_device(const Problem& problem, const Config& config,
 
 // NVRTC compile of a matmul KernelSource for `arch`; no GPU needed.
 cuda::CompiledProgram compile_source(const KernelSource& source, const std::string& arch);
+
+// Compiles the kernels of these (problem, config) pairs on `threads` threads ahead
+// of time (NVRTC needs no GPU); Matmul then only loads them. Rethrows the first
+// compile failure.
+void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::string& arch,
+                int threads);
 
 class Matmul {
  public:

@@ -370,14 +370,16 @@ struct TensorCoreMatmul {
 
     float acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+    for (int i = 0; i < MT; ++i) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int j = 0; j < NT; ++j) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+      }
+    }
 
-          // Stage 2, prologue: k-tiles 0 .. STAGES-2 in flight, one commit group each
-          // (empty groups past the end keep the group arithmetic uniform).
+    // Stage 2, prologue: k-tiles 0 .. STAGES-2 in flight, one commit group each
+    // (empty groups past the end keep the group arithmetic uniform).
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < k_tiles) {

@@ -59,10 +59,10 @@ void set_layout(Problem& problem, const std::string& layout) {
   problem.b_transposed = layout[1] == 't';
 }
 
-std::string Problem::to_string() const {
+std::string Problem::kernel_class() const {
   std::string out =
-      fmt::format("m={},n={},k={},batch={},layout={},dtype={},out={},align={}", m, n, k, batch,
-                  layout(), matmul::to_string(input), matmul::to_string(output), aligned ? 16 : 1);
+      fmt::format("layout={},dtype={},out={},align={}", layout(), matmul::to_string(input),
+                  matmul::to_string(output), aligned ? 16 : 1);
   if (!epilogue.function_name.empty()) {
     out += ",epilogue=" + (epilogue.text.empty() ? epilogue.function_name : epilogue.text);
     for (const EpilogueOperand& op : epilogue.operands)
@@ -70,6 +70,10 @@ std::string Problem::to_string() const {
                          matmul::to_string(op.dtype));
   }
   return out;
+}
+
+std::string Problem::to_string() const {
+  return fmt::format("m={},n={},k={},batch={},", m, n, k, batch) + kernel_class();
 }
 
 std::string Config::to_string() const {
@@ -252,7 +256,7 @@ KernelSource lower(const Problem& problem, const Config& config) {
   const bool simt = problem.input == DType::F32;
   KernelSource out;
   out.family = "matmul";
-  out.problem = problem.to_string();
+  out.problem = problem.kernel_class();  // sizes are arguments: one binary for all
   out.config = config.to_string();
   out.name =
       simt ? fmt::format("kjit_matmul_f32_{}_simt_64x64x16", problem.layout())
@@ -266,7 +270,7 @@ KernelSource lower(const Problem& problem, const Config& config) {
   std::string s;
   s += "// kjit matmul: C = epilogue(alpha * op(A) * op(B) + beta * C0, extra operands)\n";
   s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
-  s += "// problem:   " + out.problem + "\n";
+  s += "// problem:   C[M,N] = op(A)[M,K] * op(B)[K,N] (x batch), " + out.problem + "\n";
   s += "// config:    " + out.config + "\n";
   if (simt) {
     s += "// path:      exact fp32 on the CUDA cores (templates/matmul_simt.cuh)\n";

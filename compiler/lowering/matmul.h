@@ -60,7 +60,11 @@ struct Problem {
   Epilogue epilogue;
 
   std::string layout() const;  // "nn", "nt", "tn", "tt"
-  // Canonical text: "m=..,n=..,k=..,batch=..,layout=..,dtype=..,out=..,align=16|1,epilogue=..."
+  // What a kernel is specialized on (sizes are run-time arguments), canonical:
+  // "layout=..,dtype=..,out=..,align=16|1[,epilogue=..,name:kind:dtype...]".
+  // Generated source carries only this, so every size shares one binary.
+  std::string kernel_class() const;
+  // "m=..,n=..,k=..,batch=..," + kernel_class(): for logs and tuning keys.
   std::string to_string() const;
 };
 
