@@ -8,6 +8,8 @@
 #include <array>
 #include <functional>
 #include <random>
+#include <thread>
+#include <utility>
 
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/stream.h"
@@ -30,6 +32,39 @@ class MatmulGpu : public testing::GpuTest {
     std::string config;    // empty: the default heuristic
     float alpha = 1.0f, beta = 0.0f;
   };
+
+  // The problem a case describes (packed tensors: the alignment class follows
+  // the leading dimensions) and its config.
+  std::pair<Problem, Config> plan(const Case& c) const {
+    Problem p;
+    p.m = c.m;
+    p.n = c.n;
+    p.k = c.k;
+    p.batch = c.batch;
+    set_layout(p, c.layout);
+    p.input = c.input;
+    p.output = c.output;
+    if (!c.epilogue.empty()) p.epilogue = builtin_epilogue(c.epilogue, c.input).epilogue;
+    Tensors packed;
+    packed.a = packed.b = packed.c = packed.c0 = 256;
+    packed.beta = c.beta;
+    for (size_t i = 0; i < p.epilogue.operands.size(); ++i) packed.extras.push_back({256, 0, 0});
+    p.aligned = is_aligned(p, resolve(p, packed));
+    const Config config = c.config.empty() ? default_config(p, device()) : Config::parse(c.config);
+    return {p, config};
+  }
+
+  // Compiles every case's kernels in parallel (NVRTC takes ~10-30 s for a large
+  // tile config, one core each), then runs and checks them one by one.
+  void run_all(const std::vector<Case>& cases) {
+    std::vector<std::pair<Problem, Config>> work;
+    for (const Case& c : cases) work.push_back(plan(c));
+    precompile(work, device().arch(), static_cast<int>(std::thread::hardware_concurrency()));
+    for (const Case& c : cases) {
+      SCOPED_TRACE(plan(c).first.to_string() + " config " + plan(c).second.to_string());
+      run(c);
+    }
+  }
 
   // Runs one case and checks it; returns the relative L2 error.
   double run(const Case& c) {
@@ -88,8 +123,9 @@ class MatmulGpu : public testing::GpuTest {
     EXPECT_LE(result.relative_l2, tolerance)
         << p.to_string() << "\nconfig " << config.to_string() << " (seed " << seed << ")\n"
         << result.describe();
-    if (result.relative_l2 <= tolerance)
+    if (result.relative_l2 <= tolerance) {
       EXPECT_FALSE(result.has_first_bad) << p.to_string() << "\n" << result.describe();
+    }
     return result.relative_l2;
   }
 
@@ -107,101 +143,105 @@ TEST_F(MatmulGpu, EdgeShapesEveryLayoutBf16) {
   const std::vector<std::array<int64_t, 3>> shapes = {
       {1, 1, 1},    {7, 17, 1},    {17, 7, 127},    {127, 129, 17},  {129, 127, 129},
       {1, 4097, 7}, {4097, 1, 17}, {129, 17, 4097}, {256, 256, 256}, {128, 512, 64}};
+  std::vector<Case> cases;
   for (const char* layout : {"nn", "nt", "tn", "tt"})
-    for (const auto& s : shapes) {
-      SCOPED_TRACE(std::string(layout) + " " + std::to_string(s[0]) + "x" + std::to_string(s[1]) +
-                   "x" + std::to_string(s[2]));
-      run({.m = s[0], .n = s[1], .k = s[2], .layout = layout});
-    }
+    for (const auto& s : shapes)
+      cases.push_back({.m = s[0], .n = s[1], .k = s[2], .layout = layout});
+  run_all(cases);
 }
 
 TEST_F(MatmulGpu, F16AndF32Outputs) {
-  run({.m = 129, .n = 127, .k = 129, .input = DType::F16, .output = DType::F16});
-  run({.m = 256, .n = 256, .k = 128, .input = DType::F16, .output = DType::F16});
-  run({.m = 129, .n = 200, .k = 72, .input = DType::BF16, .output = DType::F32});
-  run({.m = 128, .n = 256, .k = 96, .layout = "tt", .input = DType::F16, .output = DType::F32});
+  run_all(
+      {{.m = 129, .n = 127, .k = 129, .input = DType::F16, .output = DType::F16},
+       {.m = 256, .n = 256, .k = 128, .input = DType::F16, .output = DType::F16},
+       {.m = 129, .n = 200, .k = 72, .input = DType::BF16, .output = DType::F32},
+       {.m = 128, .n = 256, .k = 96, .layout = "tt", .input = DType::F16, .output = DType::F32}});
 }
 
 TEST_F(MatmulGpu, F32ExactSimtEveryLayout) {
+  std::vector<Case> cases;
   for (const char* layout : {"nn", "nt", "tn", "tt"}) {
-    SCOPED_TRACE(layout);
-    run({.m = 129,
-         .n = 127,
-         .k = 129,
-         .layout = layout,
-         .input = DType::F32,
-         .output = DType::F32});
-    run({.m = 7, .n = 17, .k = 1, .layout = layout, .input = DType::F32, .output = DType::F32});
+    cases.push_back({.m = 129,
+                     .n = 127,
+                     .k = 129,
+                     .layout = layout,
+                     .input = DType::F32,
+                     .output = DType::F32});
+    cases.push_back(
+        {.m = 7, .n = 17, .k = 1, .layout = layout, .input = DType::F32, .output = DType::F32});
   }
-  run({.m = 127, .n = 129, .k = 4097, .input = DType::F32, .output = DType::F32});
-  run({.m = 64,
-       .n = 64,
-       .k = 4096,
-       .input = DType::F32,
-       .output = DType::F32,
-       .config = "bm=64,bn=64,bk=16,warps=8,wm=2,stages=1,splitk=4"});
+  cases.push_back({.m = 127, .n = 129, .k = 4097, .input = DType::F32, .output = DType::F32});
+  cases.push_back({.m = 64,
+                   .n = 64,
+                   .k = 4096,
+                   .input = DType::F32,
+                   .output = DType::F32,
+                   .config = "bm=64,bn=64,bk=16,warps=8,wm=2,stages=1,splitk=4"});
+  run_all(cases);
 }
 
 // Misaligned rows: the padded path (4097 and the 50257 vocabulary).
 TEST_F(MatmulGpu, MisalignedPaddedPath) {
-  run({.m = 4097, .n = 4097, .k = 4097});
-  run({.m = 17, .n = 50257, .k = 64});
-  run({.m = 130, .n = 50257, .k = 40, .layout = "nt"});
-  run({.m = 33, .n = 65, .k = 31, .layout = "tn"});
-  run({.m = 129, .n = 127, .k = 17, .batch = 3, .layout = "tt"});
+  run_all({{.m = 4097, .n = 4097, .k = 4097},
+           {.m = 17, .n = 50257, .k = 64},
+           {.m = 130, .n = 50257, .k = 40, .layout = "nt"},
+           {.m = 33, .n = 65, .k = 31, .layout = "tn"},
+           {.m = 129, .n = 127, .k = 17, .batch = 3, .layout = "tt"}});
 }
 
 TEST_F(MatmulGpu, AlignedLargeSampled) {
-  run({.m = 4096, .n = 4096, .k = 4096});
-  run({.m = 2048, .n = 1024, .k = 768, .layout = "nt", .epilogue = "gelu(acc + bias)"});
+  run_all({{.m = 4096, .n = 4096, .k = 4096},
+           {.m = 2048, .n = 1024, .k = 768, .layout = "nt", .epilogue = "gelu(acc + bias)"}});
 }
 
 TEST_F(MatmulGpu, Batched) {
-  run({.m = 128, .n = 256, .k = 64, .batch = 4});
-  run({.m = 129, .n = 65, .k = 72, .batch = 3, .layout = "tn"});
-  run({.m = 100, .n = 120, .k = 64, .batch = 2, .epilogue = "acc * scale + residual"});
+  run_all({{.m = 128, .n = 256, .k = 64, .batch = 4},
+           {.m = 129, .n = 65, .k = 72, .batch = 3, .layout = "tn"},
+           {.m = 100, .n = 120, .k = 64, .batch = 2, .epilogue = "acc * scale + residual"}});
 }
 
 TEST_F(MatmulGpu, EachEpilogue) {
+  std::vector<Case> cases;
   for (const std::string& e : builtin_epilogue_names()) {
-    SCOPED_TRACE(e);
-    run({.m = 256, .n = 512, .k = 128, .epilogue = e});  // interior tiles
-    run({.m = 129, .n = 127, .k = 129, .epilogue = e});  // edge tiles
+    cases.push_back({.m = 256, .n = 512, .k = 128, .epilogue = e});  // interior tiles
+    cases.push_back({.m = 129, .n = 127, .k = 129, .epilogue = e});  // edge tiles
   }
-  run({.m = 129, .n = 127, .k = 129, .epilogue = "gelu(acc + bias)", .alpha = 0.5f, .beta = 2.0f});
+  cases.push_back(
+      {.m = 129, .n = 127, .k = 129, .epilogue = "gelu(acc + bias)", .alpha = 0.5f, .beta = 2.0f});
+  run_all(cases);
 }
 
 TEST_F(MatmulGpu, AlphaBeta) {
-  run({.m = 256, .n = 256, .k = 64, .alpha = 0.25f, .beta = -1.5f});
-  run({.m = 7, .n = 129, .k = 17, .output = DType::F32, .alpha = 2.0f, .beta = 1.0f});
+  run_all({{.m = 256, .n = 256, .k = 64, .alpha = 0.25f, .beta = -1.5f},
+           {.m = 7, .n = 129, .k = 17, .output = DType::F32, .alpha = 2.0f, .beta = 1.0f}});
 }
 
 TEST_F(MatmulGpu, SplitK) {
-  run({.m = 129,
-       .n = 127,
-       .k = 1000,
-       .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"});
-  run({.m = 256,
-       .n = 256,
-       .k = 4096,
-       .config = "bm=128,bn=256,bk=32,warps=8,wm=2,stages=4,splitk=8"});
-  run({.m = 64,
-       .n = 128,
-       .k = 2048,
-       .batch = 2,
-       .epilogue = "gelu(acc + bias)",
-       .config = "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=5"});
-  // The heuristic's own split for a skinny problem.
-  run({.m = 128, .n = 256, .k = 8192});
+  run_all({{.m = 129,
+            .n = 127,
+            .k = 1000,
+            .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"},
+           {.m = 256,
+            .n = 256,
+            .k = 4096,
+            .config = "bm=128,bn=256,bk=32,warps=8,wm=2,stages=4,splitk=8"},
+           {.m = 64,
+            .n = 128,
+            .k = 2048,
+            .batch = 2,
+            .epilogue = "gelu(acc + bias)",
+            .config = "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=5"},
+           // The heuristic's own split for a skinny problem.
+           {.m = 128, .n = 256, .k = 8192}});
 }
 
 // Every config of the default space on a shape with interior and edge tiles.
 TEST_F(MatmulGpu, EveryDefaultConfig) {
+  std::vector<Case> cases;
   for (const Config& c : default_space(DType::BF16))
-    for (const char* layout : {"nn", "tt"}) {
-      SCOPED_TRACE(c.to_string() + " " + layout);
-      run({.m = 300, .n = 520, .k = 200, .layout = layout, .config = c.to_string()});
-    }
+    for (const char* layout : {"nn", "tt"})
+      cases.push_back({.m = 300, .n = 520, .k = 200, .layout = layout, .config = c.to_string()});
+  run_all(cases);
 }
 
 TEST_F(MatmulGpu, BadInputIsAUserError) {
