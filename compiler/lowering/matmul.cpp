@@ -297,9 +297,10 @@ KernelSource lower(const Problem& problem, const Config& config) {
     call = epi.function_name + "(acc";
     for (size_t i = 0; i < epi.operands.size(); ++i) {
       const EpilogueOperand& op = epi.operands[i];
-      s += fmt::format("// operand {}: {} ({} vector/tensor of {}), read as ops.ptr[{}]\n", i,
-                       op.name, matmul::to_string(op.kind), matmul::to_string(op.dtype), i);
-      call += ",\n                  " + operand_read(op, static_cast<int>(i));
+      static const char* kKindText[] = {"one per row", "one per column", "M x N tensor"};
+      s += fmt::format("// operand {}: {}, {}, {}: ops.ptr[{}]\n", i, op.name,
+                       kKindText[static_cast<int>(op.kind)], matmul::to_string(op.dtype), i);
+      call += ",\n        " + operand_read(op, static_cast<int>(i));
     }
     call += ")";
   }
