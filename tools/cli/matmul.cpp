@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <iostream>
 #include <random>
 
@@ -19,6 +21,7 @@
 #include "runtime/matmul_check.h"
 #include "support/error.h"
 #include "tools/cli/command.h"
+#include "tools/cli/cublaslt_peer.h"
 #include "tools/cli/family.h"
 
 namespace kjit::cli {
@@ -177,22 +180,57 @@ void matmul_command(const KernelCommandOptions& o) {
   const bool ok = check.relative_l2 <= tolerance;
   if (!ok) exit_code = 1;
 
-  double median_ms = 0;
+  double median_ms = 0, peer_ms = 0, peer_check = 0;
   int repeats = 0;
+  std::string peer_status;
   if (o.verb == Verb::Bench) {
     repeats = o.repeats > 0 ? o.repeats : 50;
-    for (int i = 0; i < 5; ++i) matmul.launch(d->tensors, stream.get());
-    std::vector<float> times;
-    cuda::Event start, stop;
-    for (int i = 0; i < repeats; ++i) {
-      start.record(stream.get());
-      matmul.launch(d->tensors, stream.get());
-      stop.record(stream.get());
-      stop.synchronize();
-      times.push_back(stop.elapsed_ms_since(start));
+    // Median of `repeats` timed runs after 5 warm-up runs, CUDA events.
+    auto time = [&](const std::function<void()>& work) {
+      for (int i = 0; i < 5; ++i) work();
+      std::vector<float> times;
+      cuda::Event start, stop;
+      for (int i = 0; i < repeats; ++i) {
+        start.record(stream.get());
+        work();
+        stop.record(stream.get());
+        stop.synchronize();
+        times.push_back(stop.elapsed_ms_since(start));
+      }
+      std::sort(times.begin(), times.end());
+      return static_cast<double>(times[times.size() / 2]);
+    };
+    median_ms = time([&] { matmul.launch(d->tensors, stream.get()); });
+    // The peer, in this process: cuBLASLt on the same problem (the matmul only).
+    std::string peer_reason;
+    std::unique_ptr<CublasLtPeer> peer = CublasLtPeer::load(&peer_reason);
+    if (!peer) {
+      peer_status = "unavailable: " + peer_reason;
+    } else {
+      Problem plain = p;
+      plain.epilogue = Epilogue();
+      plain.output = p.input;
+      peer->plan(plain);
+      cuda::DeviceBuffer c_peer(static_cast<size_t>(p.batch * p.m * p.n) * dtype_bytes(p.input));
+      peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get());
+      stream.synchronize();
+      peer_ms = time([&] { peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get()); });
+      peer_status = p.epilogue.function_name.empty()
+                        ? "cuBLASLt, same problem"
+                        : "cuBLASLt, matmul only (without the epilogue)";
+      if (p.epilogue.function_name.empty() && p.output == p.input) {
+        std::vector<unsigned char> peer_bytes(c_peer.bytes());
+        c_peer.download(peer_bytes.data(), peer_bytes.size());
+        const std::vector<double> ours = to_doubles(p.output, bytes, count);
+        const std::vector<double> theirs = to_doubles(p.input, peer_bytes, count);
+        double diff = 0, norm = 0;
+        for (size_t i = 0; i < count; ++i) {
+          diff += (ours[i] - theirs[i]) * (ours[i] - theirs[i]);
+          norm += theirs[i] * theirs[i];
+        }
+        peer_check = norm > 0 ? std::sqrt(diff / norm) : 0;
+      }
     }
-    std::sort(times.begin(), times.end());
-    median_ms = times[times.size() / 2];
   }
   const double flops = 2.0 * p.m * p.n * p.k * p.batch;
   const double tflops = median_ms > 0 ? flops / (median_ms * 1e-3) / 1e12 : 0;
@@ -208,16 +246,28 @@ void matmul_command(const KernelCommandOptions& o) {
       out["median_ms"] = median_ms;
       out["tflops"] = tflops;
       out["repeats"] = repeats;
-      out["peer"] = "cuBLASLt: run tools/bench/kjit_matmul_bench for the same-process comparison";
+      const double peer_tflops = peer_ms > 0 ? flops / (peer_ms * 1e-3) / 1e12 : 0;
+      out["cublas"] = {{"status", peer_status},
+                       {"median_ms", peer_ms},
+                       {"tflops", peer_tflops},
+                       {"kjit_vs_cublas_rel_l2", peer_check}};
+      out["ratio"] = peer_tflops > 0 ? tflops / peer_tflops : 0;
     }
     return print_json(out);
   }
   std::cout << fmt::format("matmul {}\nconfig {} ({} registers)\ncheck: {} -> {}\n", source.problem,
                            source.config, matmul.stats().registers, check.describe(),
                            ok ? "PASS" : "FAIL");
-  if (o.verb == Verb::Bench)
-    std::cout << fmt::format("median {:.4f} ms over {} runs: {:.1f} TFLOP/s\n", median_ms, repeats,
-                             tflops);
+  if (o.verb == Verb::Bench) {
+    std::cout << fmt::format("kjit: median {:.4f} ms over {} runs: {:.1f} TFLOP/s\n", median_ms,
+                             repeats, tflops);
+    if (peer_ms > 0)
+      std::cout << fmt::format("{}: median {:.4f} ms: {:.1f} TFLOP/s; kjit / cuBLAS = {:.2f}x\n",
+                               peer_status, peer_ms, flops / (peer_ms * 1e-3) / 1e12,
+                               peer_ms / median_ms);
+    else
+      std::cout << "cuBLAS " << peer_status << "\n";
+  }
 }
 
 }  // namespace
