@@ -1,0 +1,277 @@
+// The store's administrative side: stats, verify, export, import, merge,
+// clear, vacuum. These throw CacheError (or UserError for bad arguments): a
+// person asked for them and must hear what failed.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "cache/schema.h"
+#include "cache/sqlite.h"
+#include "cache/store.h"
+#include "cache/store_internal.h"
+
+namespace kjit::cache {
+
+using namespace detail;
+
+namespace {
+
+int64_t file_size(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 ? static_cast<int64_t>(info.st_size) : 0;
+}
+
+int64_t store_bytes(const std::string& path) {
+  return file_size(path) + file_size(path + "-wal");
+}
+
+// The architecture of a GPU model's binaries ("sm_90"), from its device row in
+// `db`; "" when the model is unknown there.
+std::string model_arch(Database& db, const std::string& gpu_model) {
+  Statement query = db.prepare("SELECT cc_major, cc_minor FROM devices WHERE model = ?1");
+  query.bind(1, gpu_model);
+  if (!query.step()) return "";
+  return fmt::format("sm_{}{}", query.column_int(0), query.column_int(1));
+}
+
+// Copies rows from `from` into `to` (inside the caller's write transaction on
+// `to`), every conflict settled by the store's policies. With `gpu_model`, only
+// that model's device, tunings and trials, and binaries for its architecture.
+void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64_t now,
+               TransferReport& report) {
+  Statement devices =
+      from.prepare("SELECT " KJIT_DEVICE_COLUMNS " FROM devices WHERE ?1 = '' OR model = ?1");
+  devices.bind(1, gpu_model);
+  while (devices.step()) {
+    DeviceRecord device = read_device(devices);
+    report.devices.count(upsert_device(to, device, device.first_seen, device.last_seen));
+  }
+
+  std::string arch = gpu_model.empty() ? "" : model_arch(from, gpu_model);
+  Statement binaries = from.prepare("SELECT " KJIT_BINARY_COLUMNS " FROM " KJIT_BINARIES_WITH_USAGE
+                                    " WHERE ?1 = 0 OR b.arch IN (?2, ?2 || 'a', ?2 || 'f')");
+  binaries.bind(1, gpu_model.empty() ? 0 : 1).bind(2, arch);
+  while (binaries.step()) {
+    BinaryRecord binary;
+    read_binary(binaries, binary, /*with_content=*/true);
+    if (checksum(binaries.column_blob(kCubinColumn)) != binary.checksum) {
+      report.binaries.count(PutOutcome::Rejected);
+    } else if (binary_exists(to, binary.key)) {
+      // Same key, same inputs: the copy already there is as good.
+      report.binaries.count(PutOutcome::Kept);
+    } else {
+      insert_binary(to, binary, binary.checksum, binary.created, binary.last_used, binary.hits);
+      report.binaries.count(PutOutcome::Inserted);
+    }
+  }
+
+  Statement tunings =
+      from.prepare("SELECT " KJIT_TUNING_COLUMNS " FROM tunings WHERE ?1 = '' OR gpu_model = ?1");
+  tunings.bind(1, gpu_model);
+  while (tunings.step()) report.tunings.count(upsert_tuning(to, read_tuning(tunings), now));
+
+  Statement trials =
+      from.prepare("SELECT " KJIT_TRIAL_COLUMNS " FROM trials WHERE ?1 = '' OR gpu_model = ?1");
+  trials.bind(1, gpu_model);
+  while (trials.step()) report.trials.count(upsert_trial(to, read_trial(trials), now));
+}
+
+}  // namespace
+
+CacheStats Store::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  CacheStats s;
+  s.path = path_;
+  s.schema_version = static_cast<int>(database.query_int("PRAGMA user_version"));
+  s.file_bytes = store_bytes(path_);
+  s.free_bytes =
+      database.query_int("PRAGMA freelist_count") * database.query_int("PRAGMA page_size");
+  Statement binaries = database.prepare(
+      "SELECT count(*), total(bytes), (SELECT total(hits) FROM binary_usage) FROM binaries");
+  if (binaries.step()) {
+    s.binaries = binaries.column_int(0);
+    s.binary_bytes = static_cast<int64_t>(binaries.column_double(1));
+    s.hits = static_cast<int64_t>(binaries.column_double(2));
+  }
+  s.tunings = database.query_int("SELECT count(*) FROM tunings");
+  s.trials = database.query_int("SELECT count(*) FROM trials");
+  s.devices = database.query_int("SELECT count(*) FROM devices");
+  s.max_bytes = options_.max_bytes;
+  return s;
+}
+
+VerifyReport Store::verify(bool remove_bad) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  VerifyReport report;
+  try {
+    Statement integrity = database.prepare("PRAGMA integrity_check");
+    while (integrity.step()) report.integrity.push_back(integrity.column_text(0));
+    Statement binaries = database.prepare("SELECT key, checksum, cubin FROM binaries");
+    while (binaries.step()) {
+      ++report.binaries_checked;
+      if (checksum(binaries.column_blob(2)) != binaries.column_text(1))
+        report.bad_binaries.push_back(binaries.column_text(0));
+    }
+  } catch (const SqliteError& e) {
+    if (!e.is_corruption()) throw;
+    report.integrity.push_back(e.what());
+    return report;
+  }
+  if (remove_bad && !report.bad_binaries.empty()) {
+    WriteTransaction write(database);
+    Statement drop = database.prepare("DELETE FROM binaries WHERE key = ?1");
+    for (const std::string& key : report.bad_binaries) {
+      drop.bind(1, key).run();
+      report.removed += database.changes();
+    }
+    write.commit();
+  }
+  return report;
+}
+
+TransferReport Store::export_to(const std::string& path, const std::string& gpu_model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  if (path_exists(path))
+    throw UserError(fmt::format("'{}' already exists", path),
+                    "export writes a new file; to add to an existing kjit file use "
+                    "`kjit cache merge FILE`");
+  if (!gpu_model.empty()) {
+    Statement known = database.prepare(
+        "SELECT model FROM devices UNION SELECT gpu_model FROM tunings "
+        "UNION SELECT gpu_model FROM trials ORDER BY 1");
+    std::vector<std::string> models;
+    bool found = false;
+    while (known.step()) {
+      models.push_back(known.column_text(0));
+      found = found || models.back() == gpu_model;
+    }
+    if (!found)
+      throw UserError(fmt::format("no GPU model '{}' in the cache", gpu_model),
+                      models.empty() ? std::string("the cache holds no GPU model yet")
+                                     : fmt::format("known models: {}", fmt::join(models, "; ")));
+  }
+  // Written under a temporary name and renamed, so a failure leaves no half file.
+  std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
+  TransferReport report;
+  try {
+    {
+      Database out(temporary, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
+      configure(out);
+      WriteTransaction read(database, /*immediate=*/false);  // one consistent snapshot
+      WriteTransaction write(out);
+      migrate(out, now());
+      copy_rows(database, out, gpu_model, now(), report);
+      write.commit();
+      read.commit();
+    }
+    if (::rename(temporary.c_str(), path.c_str()) != 0)
+      throw CacheError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  } catch (...) {
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  return report;
+}
+
+TransferReport Store::import_from(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  if (!path_exists(path)) throw UserError(fmt::format("cannot read '{}': no such file", path));
+  Database source(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+  configure(source);
+  FileKind kind;
+  try {
+    kind = classify(source);
+  } catch (const SqliteError& e) {
+    throw CacheError(fmt::format("'{}' is not a readable kjit cache: {}", path, e.what()));
+  }
+  if (kind != FileKind::Current)
+    throw CacheError(
+        fmt::format("'{}' is not a kjit cache at schema {} ({})", path, schema_version(),
+                    kind == FileKind::Newer ? "a newer kjit wrote it"
+                    : kind == FileKind::Older
+                        ? "an older kjit wrote it; open it once as KJIT_CACHE_DIR to migrate"
+                    : kind == FileKind::Empty ? "it is empty"
+                                              : "another application's file"));
+  TransferReport report;
+  WriteTransaction read(source, /*immediate=*/false);
+  WriteTransaction write(database);
+  flush_locked();
+  stored_content_ = true;
+  copy_rows(source, database, "", now(), report);
+  evict_locked("");
+  write.commit();
+  read.commit();
+  return report;
+}
+
+TransferReport Store::merge_into(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && info.st_dev == file_device_ && info.st_ino == file_inode_)
+    throw UserError("cannot merge the cache into itself");
+  StoreOptions target_options;
+  target_options.recover = false;  // a file the user named is never moved aside
+  target_options.max_bytes = std::numeric_limits<int64_t>::max();
+  target_options.clock = options_.clock;
+  std::unique_ptr<Store> target = Store::open(path, target_options);
+  std::lock_guard<std::mutex> target_lock(target->mutex_);
+  Database& out = target->db();
+  // A merged file is usually shipped: closing it folds the WAL back in, so it
+  // is one self-contained file (unless another process has it open).
+  sqlite3_db_config(out.handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+  TransferReport report;
+  WriteTransaction read(database, /*immediate=*/false);
+  WriteTransaction write(out);
+  copy_rows(database, out, "", now(), report);
+  write.commit();
+  read.commit();
+  return report;
+}
+
+ClearReport Store::clear(bool binaries_only) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  pending_hits_.clear();
+  stored_content_ = true;
+  ClearReport report;
+  WriteTransaction write(database);
+  database.exec("DELETE FROM binaries");
+  report.binaries = database.changes();
+  database.exec("DELETE FROM binary_usage");
+  if (!binaries_only) {
+    database.exec("DELETE FROM tunings");
+    report.tunings = database.changes();
+    database.exec("DELETE FROM trials");
+    report.trials = database.changes();
+    database.exec("DELETE FROM devices");
+    report.devices = database.changes();
+  }
+  write.commit();
+  return report;
+}
+
+int64_t Store::vacuum() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  int64_t before = store_bytes(path_);
+  database.exec("VACUUM");
+  // Fold the WAL back into the file and truncate it, so the size shows.
+  database.exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  return before - store_bytes(path_);
+}
+
+}  // namespace kjit::cache

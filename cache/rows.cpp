@@ -1,0 +1,307 @@
+// The store's rows: reading and writing each table's records, the conflict
+// policy (better_measured) and the settings every connection gets. Shared by
+// store.cpp and admin.cpp through store_internal.h.
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cache/records.h"
+#include "cache/sqlite.h"
+#include "cache/store.h"
+#include "cache/store_internal.h"
+#include "support/hash.h"
+
+namespace kjit::cache {
+
+const char* to_string(PutOutcome outcome) {
+  switch (outcome) {
+    case PutOutcome::Inserted:
+      return "inserted";
+    case PutOutcome::Replaced:
+      return "replaced";
+    case PutOutcome::Kept:
+      return "kept";
+    case PutOutcome::Rejected:
+      return "rejected";
+  }
+  return "?";
+}
+
+namespace {
+
+bool valid(const Measurement& m) {
+  return m.runs >= 1 && std::isfinite(m.median_ms) && m.median_ms > 0 && std::isfinite(m.spread) &&
+         m.spread >= 0;
+}
+
+bool trusted(const Measurement& m) {
+  return m.runs >= kTrustedRuns && m.spread <= kTrustedSpread;
+}
+
+}  // namespace
+
+bool better_measured(const Measurement& candidate, const Measurement& incumbent) {
+  if (valid(candidate) != valid(incumbent)) return valid(candidate);
+  if (!valid(candidate)) return false;
+  if (trusted(candidate) != trusted(incumbent)) return trusted(candidate);
+  double noise = std::max(candidate.spread, incumbent.spread);
+  double faster = std::min(candidate.median_ms, incumbent.median_ms);
+  if (std::abs(candidate.median_ms - incumbent.median_ms) > noise * faster)
+    return candidate.median_ms < incumbent.median_ms;
+  if (candidate.runs != incumbent.runs) return candidate.runs > incumbent.runs;
+  return candidate.spread < incumbent.spread;
+}
+
+void TableCounts::count(PutOutcome outcome) {
+  switch (outcome) {
+    case PutOutcome::Inserted:
+      ++inserted;
+      break;
+    case PutOutcome::Replaced:
+      ++replaced;
+      break;
+    case PutOutcome::Kept:
+      ++kept;
+      break;
+    case PutOutcome::Rejected:
+      ++rejected;
+      break;
+  }
+}
+
+namespace detail {
+
+std::string checksum(std::string_view bytes) {
+  return hex64(hash64(bytes));
+}
+
+void read_binary(const Statement& row, BinaryRecord& r, bool with_content) {
+  r.key = row.column_text(0);
+  if (with_content) {
+    std::string_view cubin = row.column_blob(kCubinColumn);
+    r.cubin.assign(cubin.begin(), cubin.end());
+  }
+  r.checksum = row.column_text(2);
+  r.arch = row.column_text(3);
+  r.nvrtc_version = row.column_text(4);
+  r.generator_version = row.column_text(5);
+  r.options = decode_options(row.column_text(6));
+  r.ptxas_stats = row.column_text(7);
+  r.nvrtc_log = row.column_text(8);
+  r.source = row.column_text(9);
+  r.created = row.column_int(10);
+  r.last_used = row.column_int(11);
+  r.hits = row.column_int(12);
+  r.bytes = row.column_int(13);
+}
+
+TuningRecord read_tuning(const Statement& row) {
+  return TuningRecord{
+      row.column_text(0), row.column_text(1),
+      row.column_text(2), {row.column_double(3), row.column_double(4), row.column_int(5)},
+      row.column_text(6), row.column_int(7)};
+}
+
+TrialRecord read_trial(const Statement& row) {
+  return TrialRecord{
+      row.column_text(0), row.column_text(1),
+      row.column_text(2), {row.column_double(3), row.column_double(4), row.column_int(5)},
+      row.column_text(6), row.column_text(7),
+      row.column_int(8)};
+}
+
+DeviceRecord read_device(const Statement& row) {
+  return DeviceRecord{row.column_text(0),
+                      row.column_text(1),
+                      static_cast<int>(row.column_int(2)),
+                      static_cast<int>(row.column_int(3)),
+                      static_cast<int>(row.column_int(4)),
+                      row.column_text(5),
+                      row.column_int(6),
+                      row.column_int(7),
+                      row.column_int(8)};
+}
+
+std::string encode_options(const std::vector<std::string>& options) {
+  return nlohmann::json(options).dump();
+}
+
+std::vector<std::string> decode_options(const std::string& text) {
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) return {};
+  std::vector<std::string> options;
+  for (const nlohmann::json& item : parsed)
+    if (item.is_string()) options.push_back(item.get<std::string>());
+  return options;
+}
+
+int64_t record_bytes(const BinaryRecord& r, const std::string& options_text) {
+  // What the row costs on disk, roughly: eviction only needs a fair measure.
+  return static_cast<int64_t>(r.cubin.size() + r.source.size() + r.nvrtc_log.size() +
+                              options_text.size() + r.ptxas_stats.size() + r.key.size() + 128);
+}
+
+namespace {
+
+// After a commit: once the WAL holds kWalCheckpointPages, copy it into the
+// file and truncate it, so that opening stays cheap. A failure (readers still
+// on an old snapshot) leaves it for the next commit.
+int checkpoint_hook(void*, sqlite3* db, const char* name, int pages) {
+  if (pages >= kWalCheckpointPages)
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+  return SQLITE_OK;
+}
+
+}  // namespace
+
+void configure(Database& db) {
+  sqlite3_busy_timeout(db.handle(), kBusyTimeoutMs);
+  // The file may come from elsewhere (an import, a shipped database): never let
+  // its schema run functions or let SQL corrupt it through the page cache.
+  sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+  // WAL housekeeping, tuned for many short processes that mostly read:
+  //  - closing the last connection would checkpoint the WAL into the file and
+  //    fsync it (~20 ms on a busy disk) at every exit; a process that only
+  //    found binaries skips that (Store::~Store re-enables it for writers);
+  //  - the first connection of a process rebuilds the WAL index by reading
+  //    the whole WAL (and forgets what was already checkpointed, so SQLite's
+  //    passive auto-checkpoint never gets to restart the WAL when every
+  //    process writes once): checkpoint_hook truncates it instead.
+  sqlite3_db_config(db.handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  sqlite3_wal_hook(db.handle(), checkpoint_hook, nullptr);
+}
+
+void insert_binary(Database& db, const BinaryRecord& r, const std::string& checksum,
+                   int64_t created, int64_t last_used, int64_t hits) {
+  std::string options = encode_options(r.options);
+  Statement& insert = db.cached(
+      "INSERT OR REPLACE INTO binaries (key, bytes, created, arch, nvrtc_version, "
+      "generator_version, checksum, options, ptxas_stats, nvrtc_log, source, cubin) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+  insert.bind(1, r.key)
+      .bind(2, record_bytes(r, options))
+      .bind(3, created)
+      .bind(4, r.arch)
+      .bind(5, r.nvrtc_version)
+      .bind(6, r.generator_version)
+      .bind(7, checksum)
+      .bind(8, options)
+      .bind(9, r.ptxas_stats)
+      .bind(10, r.nvrtc_log)
+      .bind(11, r.source)
+      .bind_blob(12, r.cubin.data(), r.cubin.size())
+      .run();
+  Statement& usage =
+      db.cached("INSERT OR REPLACE INTO binary_usage (key, last_used, hits) VALUES (?1, ?2, ?3)");
+  usage.bind(1, r.key).bind(2, last_used).bind(3, hits).run();
+}
+
+bool binary_exists(Database& db, const std::string& key) {
+  Statement& query = db.cached("SELECT 1 FROM binaries WHERE key = ?1");
+  StatementReset rewind(query);
+  query.bind(1, key);
+  return query.step();
+}
+
+std::optional<Measurement> stored_measurement(Database& db, const char* sql,
+                                              std::initializer_list<std::string_view> key) {
+  Statement& query = db.cached(sql);
+  StatementReset rewind(query);
+  int index = 1;
+  for (std::string_view part : key) query.bind(index++, part);
+  if (!query.step()) return std::nullopt;
+  return Measurement{query.column_double(0), query.column_double(1), query.column_int(2)};
+}
+
+PutOutcome upsert_tuning(Database& db, const TuningRecord& t, int64_t now) {
+  std::optional<Measurement> existing = stored_measurement(
+      db, "SELECT median_ms, spread, runs FROM tunings WHERE gpu_model = ?1 AND problem = ?2",
+      {t.gpu_model, t.problem});
+  if (existing && !better_measured(t.measured, *existing)) return PutOutcome::Kept;
+  Statement& write = db.cached(
+      "INSERT OR REPLACE INTO tunings (gpu_model, problem, config, median_ms, spread, runs, "
+      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  StatementReset rewind(write);
+  write.bind(1, t.gpu_model)
+      .bind(2, t.problem)
+      .bind(3, t.config)
+      .bind(4, t.measured.median_ms)
+      .bind(5, t.measured.spread)
+      .bind(6, t.measured.runs)
+      .bind(7, t.tuner_version)
+      .bind(8, t.created != 0 ? t.created : now);
+  write.step();
+  return existing ? PutOutcome::Replaced : PutOutcome::Inserted;
+}
+
+PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
+  std::optional<Measurement> existing =
+      stored_measurement(db,
+                         "SELECT median_ms, spread, runs FROM trials "
+                         "WHERE gpu_model = ?1 AND problem = ?2 AND config = ?3",
+                         {t.gpu_model, t.problem, t.config});
+  if (existing && !better_measured(t.measured, *existing)) return PutOutcome::Kept;
+  Statement& write = db.cached(
+      "INSERT OR REPLACE INTO trials (gpu_model, problem, config, median_ms, spread, runs, error, "
+      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  StatementReset rewind(write);
+  write.bind(1, t.gpu_model)
+      .bind(2, t.problem)
+      .bind(3, t.config)
+      .bind(4, t.measured.median_ms)
+      .bind(5, t.measured.spread)
+      .bind(6, t.measured.runs)
+      .bind(7, t.error)
+      .bind(8, t.tuner_version)
+      .bind(9, t.created != 0 ? t.created : now);
+  write.step();
+  return existing ? PutOutcome::Replaced : PutOutcome::Inserted;
+}
+
+PutOutcome upsert_device(Database& db, const DeviceRecord& d, int64_t first_seen,
+                         int64_t last_seen) {
+  Statement& query = db.cached("SELECT " KJIT_DEVICE_COLUMNS " FROM devices WHERE model = ?1");
+  StatementReset rewind_query(query);
+  query.bind(1, d.model);
+  bool existed = query.step();
+  if (existed) {
+    DeviceRecord stored = read_device(query);
+    if (stored.last_seen > last_seen) return PutOutcome::Kept;  // ours is older news
+    // Every process records its GPU when it starts: an unchanged device seen
+    // within the hour is not worth a write.
+    bool same = stored.name == d.name && stored.cc_major == d.cc_major &&
+                stored.cc_minor == d.cc_minor && stored.sm_count == d.sm_count &&
+                stored.driver == d.driver && stored.memory_bytes == d.memory_bytes;
+    if (same && last_seen - stored.last_seen < 3600) return PutOutcome::Kept;
+    first_seen = std::min(first_seen, stored.first_seen);
+  }
+  Statement& write = db.cached(
+      "INSERT OR REPLACE INTO devices (model, name, cc_major, cc_minor, sm_count, driver, "
+      "memory_bytes, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  StatementReset rewind(write);
+  write.bind(1, d.model)
+      .bind(2, d.name)
+      .bind(3, d.cc_major)
+      .bind(4, d.cc_minor)
+      .bind(5, d.sm_count)
+      .bind(6, d.driver)
+      .bind(7, d.memory_bytes)
+      .bind(8, first_seen)
+      .bind(9, last_seen);
+  write.step();
+  return existed ? PutOutcome::Replaced : PutOutcome::Inserted;
+}
+
+bool path_exists(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
+}  // namespace detail
+
+}  // namespace kjit::cache

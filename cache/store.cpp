@@ -1,0 +1,615 @@
+// The store: opening (with the fault policy), binaries, devices, tunings and
+// trials. Rows and policies are in rows.cpp; export, import, merge and the
+// administrative calls in admin.cpp.
+#include "cache/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "cache/schema.h"
+#include "cache/sqlite.h"
+#include "cache/store_internal.h"
+#include "support/hash.h"
+#include "support/options.h"
+
+namespace kjit::cache {
+
+namespace fs = std::filesystem;
+
+// A file the store will not use, and why.
+class Store::Rejected : public std::runtime_error {
+ public:
+  enum class Kind { Damaged, Unusable };
+  Rejected(Kind why, const std::string& message) : std::runtime_error(message), kind(why) {}
+  Kind kind;
+};
+
+namespace {
+
+// Every warning is printed once per process, however many stores repeat it.
+void print_once(const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> printed;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (printed.insert(message).second) std::cerr << "kjit: warning: cache: " << message << "\n";
+}
+
+// Creates the missing directories of `dir` with mode 0700, set explicitly so
+// the umask cannot widen or narrow it. Existing directories are left alone.
+void make_directories(const fs::path& dir) {
+  if (dir.empty()) return;
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) == 0) {
+    if (!S_ISDIR(info.st_mode)) throw std::runtime_error(dir.string() + " is not a directory");
+    return;
+  }
+  if (dir.has_parent_path() && dir.parent_path() != dir) make_directories(dir.parent_path());
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    ::chmod(dir.c_str(), 0700);  // the umask may have narrowed it
+  } else if (errno != EEXIST) {  // EEXIST: another process just made it
+    throw std::runtime_error(
+        fmt::format("cannot create {}: {}", dir.string(), std::strerror(errno)));
+  }
+}
+
+// Creates the file with mode 0600 if it does not exist (O_EXCL: exactly one
+// process creates it). SQLite gives the -wal and -shm files the same mode.
+void create_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return;
+    throw std::runtime_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+  }
+  ::fchmod(fd, 0600);
+  ::close(fd);
+}
+
+std::string timestamp_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
+}  // namespace
+
+using namespace detail;
+
+Store::Store(std::string path, StoreOptions options)
+    : path_(std::move(path)), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = [] { return static_cast<int64_t>(std::time(nullptr)); };
+}
+
+Store::~Store() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!db_) return;
+  try {
+    flush_locked();
+  } catch (const std::exception&) {
+    // Hit counts are advisory; losing a batch at exit is harmless.
+  }
+  // A process that stored something (it compiled or tuned, so it can afford
+  // an fsync) folds the WAL back into the file if it is the last one out.
+  if (stored_content_)
+    sqlite3_db_config(db_->handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+}
+
+std::unique_ptr<Store> Store::disabled(const std::string& reason) {
+  std::unique_ptr<Store> store(new Store("", {}));
+  store->disabled_reason_ = reason;
+  return store;
+}
+
+std::string Store::default_path(std::string* reason) {
+  auto say = [reason](const std::string& why) {
+    if (reason) *reason = why;
+    return std::string();
+  };
+  if (std::optional<std::string> setting = env("KJIT_CACHE")) {
+    std::string lower;
+    for (char c : *setting) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "off" || lower == "0" || lower == "false" || lower == "no")
+      return say("KJIT_CACHE=" + *setting + " disables the cache");
+  }
+  fs::path dir;
+  if (std::optional<std::string> value = env("KJIT_CACHE_DIR")) {
+    dir = *value;
+  } else if (std::optional<std::string> xdg = env("XDG_CACHE_HOME")) {
+    dir = fs::path(*xdg) / "kjit";
+  } else if (std::optional<std::string> home = env("HOME")) {
+    dir = fs::path(*home) / ".cache" / "kjit";
+  } else {
+    return say("none of KJIT_CACHE_DIR, XDG_CACHE_HOME and HOME is set");
+  }
+  return (dir / kCacheFileName).string();
+}
+
+StoreOptions Store::options_from_environment() {
+  StoreOptions options;
+  if (std::optional<std::string> text = env("KJIT_CACHE_MAX_MB")) {
+    char* end = nullptr;
+    double mib = std::strtod(text->c_str(), &end);
+    if (end != text->c_str() && *end == '\0' && std::isfinite(mib) && mib >= 0) {
+      options.max_bytes = static_cast<int64_t>(mib * 1024 * 1024);
+    } else {
+      print_once(fmt::format("KJIT_CACHE_MAX_MB='{}' is not a number of MiB; using {} MiB", *text,
+                             kDefaultMaxBytes >> 20));
+    }
+  }
+  return options;
+}
+
+std::unique_ptr<Store> Store::open_default() {
+  std::string reason;
+  std::string path = default_path(&reason);
+  if (path.empty()) {
+    std::unique_ptr<Store> store = disabled(reason);
+    if (reason.rfind("KJIT_CACHE=", 0) != 0) store->warn("disabled: " + reason);
+    return store;
+  }
+  try {
+    return open(path, options_from_environment());
+  } catch (const std::exception& e) {
+    // open() with recover handles every fault it knows; this is the promise
+    // that nothing else escapes either.
+    std::unique_ptr<Store> store = disabled(e.what());
+    store->warn(std::string("disabled for this process: ") + e.what());
+    return store;
+  }
+}
+
+std::unique_ptr<Store> Store::open(const std::string& path, StoreOptions options) {
+  std::unique_ptr<Store> store(new Store(path, std::move(options)));
+  store->connect();
+  return store;
+}
+
+bool Store::enabled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return db_ != nullptr;
+}
+
+std::string Store::disabled_reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return disabled_reason_;
+}
+
+std::vector<std::string> Store::warnings() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return warnings_;
+}
+
+void Store::warn(const std::string& message) {
+  warnings_.push_back(message);
+  print_once(path_.empty() ? message : fmt::format("{}: {}", path_, message));
+}
+
+void Store::disable(const std::string& reason) {
+  db_.reset();
+  disabled_reason_ = reason;
+  warn("disabled for this process: " + reason);
+}
+
+int64_t Store::now() const {
+  return options_.clock();
+}
+
+Database& Store::db() {
+  if (!db_) throw CacheError("the cache is disabled: " + disabled_reason_);
+  return *db_;
+}
+
+// Switches the file to WAL. Changing the journal mode needs the file to
+// itself, and SQLite reports "locked" at once rather than waiting when other
+// processes open the file at the same moment, so this waits and retries.
+void Store::set_wal_mode(Database& database) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      Statement mode = database.prepare("PRAGMA journal_mode = WAL");
+      if (mode.step() && mode.column_text(0) != "wal")
+        warn("could not switch to WAL (journal mode " + mode.column_text(0) +
+             "); concurrent use will be slower");
+      return;
+    } catch (const SqliteError& e) {
+      int primary = e.code() & 0xff;
+      bool locked = primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+      if (!locked || attempt * 10 >= kBusyTimeoutMs) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+// Opens the file, judges it and brings it to the current schema; throws
+// Rejected for a file it will not use.
+void Store::attach() {
+  fs::path file(path_);
+  try {
+    make_directories(file.parent_path());
+    create_file(path_);
+  } catch (const std::runtime_error& e) {
+    throw Rejected(Rejected::Kind::Unusable, e.what());
+  }
+  auto database = std::make_unique<Database>(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+  struct stat info {};
+  if (::stat(path_.c_str(), &info) == 0) {
+    file_device_ = info.st_dev;
+    file_inode_ = info.st_ino;
+  }
+  if (database->read_only())
+    throw Rejected(Rejected::Kind::Unusable, "the file is read-only for this user");
+  configure(*database);
+  // Reading the header is where a file that is not a database fails (NOTADB),
+  // and a truncated one (CORRUPT): both land in connect() as damaged.
+  FileKind kind = classify(*database);
+  if (kind == FileKind::Foreign)
+    throw Rejected(Rejected::Kind::Damaged, "it is not a kjit cache (another application's file)");
+  if (kind == FileKind::Newer)
+    throw Rejected(Rejected::Kind::Unusable,
+                   fmt::format("it was written by a newer kjit (schema {} > {}); left untouched",
+                               database->query_int("PRAGMA user_version"), schema_version()));
+  // WAL lets readers work while one process writes. The mode is stored in the
+  // file, so only the first opener changes it; several may race here, which
+  // the busy timeout settles.
+  set_wal_mode(*database);
+  database->exec("PRAGMA synchronous = NORMAL");
+  if (kind != FileKind::Current) {
+    // Judge again under the write lock: another process may have initialized
+    // or migrated the file since.
+    WriteTransaction write(*database);
+    FileKind now_kind = classify(*database);
+    if (now_kind == FileKind::Foreign)
+      throw Rejected(Rejected::Kind::Damaged,
+                     "it is not a kjit cache (another application's file)");
+    if (now_kind == FileKind::Newer)
+      throw Rejected(Rejected::Kind::Unusable, "it was written by a newer kjit; left untouched");
+    std::string note;
+    if (now_kind != FileKind::Current) note = migrate(*database, now());
+    write.commit();
+    if (!note.empty()) warn(note);
+  }
+  db_ = std::move(database);
+}
+
+void Store::connect() {
+  for (int attempt = 0;; ++attempt) {
+    std::string damage;
+    try {
+      attach();
+      return;
+    } catch (const Rejected& e) {
+      if (e.kind == Rejected::Kind::Unusable) {
+        if (!options_.recover) throw CacheError(fmt::format("cannot use {}: {}", path_, e.what()));
+        return disable(e.what());
+      }
+      damage = e.what();
+    } catch (const SqliteError& e) {
+      if (!e.is_corruption()) {
+        if (!options_.recover) throw;
+        return disable(e.what());
+      }
+      damage = e.what();
+    }
+    if (!options_.recover)
+      throw CacheError(fmt::format("{} is damaged or not a kjit cache: {}", path_, damage));
+    if (attempt > 0) return disable("a fresh file was damaged again: " + damage);
+    quarantine(damage);
+  }
+}
+
+void Store::quarantine(const std::string& why) {
+  db_.reset();
+  // Under a lock file so that processes that found the same damage move it
+  // aside once, and none moves aside the fresh file another just created.
+  std::string lock_path = path_ + ".lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
+  struct stat info {};
+  bool same_file = ::stat(path_.c_str(), &info) == 0 && info.st_dev == file_device_ &&
+                   info.st_ino == file_inode_;
+  if (same_file) {
+    std::string aside = path_ + ".corrupt-" + timestamp_now();
+    for (int n = 2; path_exists(aside); ++n)
+      aside = fmt::format("{}.corrupt-{}-{}", path_, timestamp_now(), n);
+    if (::rename(path_.c_str(), aside.c_str()) == 0) {
+      // The WAL belongs to the damaged file: it must never be replayed into the
+      // fresh one. It moves with it, so the aside copy stays complete.
+      for (const char* suffix : {"-wal", "-shm"}) {
+        std::string from = path_ + suffix;
+        if (path_exists(from)) ::rename(from.c_str(), (aside + suffix).c_str());
+      }
+      warn(fmt::format("{}; moved it aside to {} and started a fresh cache", why, aside));
+    } else {
+      warn(fmt::format("{}; could not move it aside: {}", why, std::strerror(errno)));
+    }
+  }
+  if (lock_fd >= 0) {
+    ::flock(lock_fd, LOCK_UN);
+    ::close(lock_fd);
+  }
+  file_device_ = file_inode_ = 0;
+}
+
+void Store::on_failure(const char* what, const std::exception& error) {
+  const SqliteError* sqlite_error = dynamic_cast<const SqliteError*>(&error);
+  if (sqlite_error != nullptr && sqlite_error->is_corruption() && options_.recover &&
+      !quarantined_once_) {
+    quarantined_once_ = true;
+    quarantine(fmt::format("{} found the file damaged ({})", what, error.what()));
+    try {
+      attach();
+    } catch (const std::exception& e) {
+      disable(std::string("could not start a fresh cache: ") + e.what());
+    }
+    return;
+  }
+  warn(fmt::format("{} failed: {}", what, error.what()));
+}
+
+template <class T, class Body>
+T Store::guarded(const char* what, T fallback, Body&& body) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!db_) return fallback;
+  try {
+    return body(*db_);
+  } catch (const std::exception& e) {
+    // Whatever went wrong, the host program carries on without the cache.
+    on_failure(what, e);
+  }
+  return fallback;
+}
+
+// ---- binaries ----
+
+std::optional<BinaryRecord> Store::find_binary(const std::string& key) {
+  return guarded<std::optional<BinaryRecord>>(
+      "a lookup", std::nullopt, [&](Database& db) -> std::optional<BinaryRecord> {
+        BinaryRecord record;
+        bool damaged = false;
+        {
+          // One cached statement; the cubin is copied once, straight from SQLite's page.
+          Statement& query = db.cached("SELECT " KJIT_BINARY_COLUMNS
+                                       " FROM " KJIT_BINARIES_WITH_USAGE " WHERE b.key = ?1");
+          StatementReset rewind(query);
+          query.bind(1, key);
+          if (!query.step()) return std::nullopt;
+          read_binary(query, record, /*with_content=*/true);
+          damaged = checksum(query.column_blob(kCubinColumn)) != record.checksum;
+        }
+        if (damaged) {
+          WriteTransaction write(db);
+          db.cached("DELETE FROM binaries WHERE key = ?1 AND checksum = ?2")
+              .bind(1, key)
+              .bind(2, record.checksum)
+              .run();
+          write.commit();
+          warn(fmt::format("binary {} failed its checksum; dropped it (it will be recompiled)",
+                           key));
+          return std::nullopt;
+        }
+        record.hits += 1;
+        record.last_used = now();
+        pending_hits_.push_back(key);
+        if (pending_hits_.size() >= kMaxPendingHits) flush_locked();
+        return record;
+      });
+}
+
+PutOutcome Store::put_binary(const BinaryRecord& record) {
+  return guarded<PutOutcome>("storing a binary", PutOutcome::Rejected, [&](Database& db) {
+    if (record.key.empty() || record.cubin.empty()) {
+      warn("refused a binary without a key or a cubin");
+      return PutOutcome::Rejected;
+    }
+    std::string sum = checksum(std::string_view(record.cubin.data(), record.cubin.size()));
+    int64_t time = now();
+    stored_content_ = true;
+    WriteTransaction write(db);
+    flush_locked();
+    bool existed = binary_exists(db, record.key);
+    insert_binary(db, record, sum, time, time, 0);
+    evict_locked(record.key);
+    write.commit();
+    return existed ? PutOutcome::Replaced : PutOutcome::Inserted;
+  });
+}
+
+void Store::flush() {
+  guarded<bool>("writing hit counts", false, [&](Database&) {
+    flush_locked();
+    return true;
+  });
+}
+
+// Writes the batched hits. Inside a caller's transaction it joins it;
+// otherwise it opens its own.
+void Store::flush_locked() {
+  if (pending_hits_.empty() || !db_) return;
+  std::vector<std::string> keys;
+  keys.swap(pending_hits_);
+  bool own = sqlite3_get_autocommit(db_->handle()) != 0;
+  std::optional<WriteTransaction> write;
+  if (own) write.emplace(*db_);
+  int64_t time = now();
+  Statement& touch = db_->cached(
+      "UPDATE binary_usage SET hits = hits + 1, last_used = max(last_used, ?2) WHERE key = ?1");
+  for (const std::string& key : keys) touch.bind(1, key).bind(2, time).run();
+  if (write) write->commit();
+}
+
+int64_t Store::evict() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  WriteTransaction write(db());
+  flush_locked();
+  int64_t removed = evict_locked("");
+  write.commit();
+  return removed;
+}
+
+// Inside a write transaction: deletes least-recently-used binaries (never
+// `keep_key`, the one just stored) until their bytes are at most 90% of
+// max_bytes, so that eviction runs in bursts rather than on every store.
+int64_t Store::evict_locked(const std::string& keep_key) {
+  Database& db = *db_;
+  Statement& total_query = db.cached("SELECT total(bytes) FROM binaries");
+  int64_t total = 0;
+  {
+    StatementReset rewind(total_query);
+    if (total_query.step()) total = static_cast<int64_t>(total_query.column_double(0));
+  }
+  if (total <= options_.max_bytes) return 0;
+  int64_t target = options_.max_bytes / 10 * 9;
+  std::vector<std::string> victims;
+  {
+    Statement& oldest =
+        db.cached("SELECT b.key, b.bytes FROM " KJIT_BINARIES_WITH_USAGE
+                  " WHERE b.key != ?1 ORDER BY coalesce(u.last_used, b.created), b.created, b.key");
+    StatementReset rewind(oldest);
+    oldest.bind(1, keep_key);
+    while (total > target && oldest.step()) {
+      victims.push_back(oldest.column_text(0));
+      total -= oldest.column_int(1);
+    }
+  }
+  Statement& drop = db.cached("DELETE FROM binaries WHERE key = ?1");
+  for (const std::string& key : victims) drop.bind(1, key).run();
+  return static_cast<int64_t>(victims.size());
+}
+
+std::vector<BinaryRecord> Store::binaries() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  std::vector<BinaryRecord> out;
+  Statement query = database.prepare("SELECT " KJIT_BINARY_META_COLUMNS
+                                     " FROM " KJIT_BINARIES_WITH_USAGE " ORDER BY 12 DESC, 1");
+  while (query.step()) read_binary(query, out.emplace_back(), /*with_content=*/false);
+  return out;
+}
+
+std::optional<BinaryRecord> Store::describe_binary(const std::string& key_prefix) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Database& database = db();
+  flush_locked();
+  // A prefix match without LIKE, so no character of the input is a wildcard.
+  Statement query = database.prepare("SELECT " KJIT_BINARY_COLUMNS " FROM " KJIT_BINARIES_WITH_USAGE
+                                     " WHERE substr(b.key, 1, length(?1)) = ?1 "
+                                     "ORDER BY b.key LIMIT 2");
+  query.bind(1, key_prefix);
+  if (!query.step()) return std::nullopt;
+  BinaryRecord record;
+  read_binary(query, record, /*with_content=*/true);
+  if (record.key != key_prefix && query.step())
+    throw UserError(fmt::format("'{}' matches several binaries", key_prefix),
+                    "give more of the key (kjit cache ls lists them)");
+  return record;
+}
+
+// ---- devices ----
+
+void Store::record_device(const DeviceRecord& device) {
+  guarded<bool>("recording a device", false, [&](Database& db) {
+    if (device.model.empty()) {
+      warn("refused a device without a model name");
+      return false;
+    }
+    int64_t time = now();
+    WriteTransaction write(db);
+    upsert_device(db, device, time, time);
+    write.commit();
+    return true;
+  });
+}
+
+std::vector<DeviceRecord> Store::devices() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<DeviceRecord> out;
+  Statement query = db().prepare("SELECT " KJIT_DEVICE_COLUMNS " FROM devices ORDER BY model");
+  while (query.step()) out.push_back(read_device(query));
+  return out;
+}
+
+// ---- tunings and trials ----
+
+std::optional<TuningRecord> Store::find_tuning(const std::string& gpu_model,
+                                               const std::string& problem) {
+  return guarded<std::optional<TuningRecord>>(
+      "a tuning lookup", std::nullopt, [&](Database& db) -> std::optional<TuningRecord> {
+        Statement& query = db.cached("SELECT " KJIT_TUNING_COLUMNS
+                                     " FROM tunings WHERE gpu_model = ?1 AND problem = ?2");
+        StatementReset rewind(query);
+        query.bind(1, gpu_model).bind(2, problem);
+        if (!query.step()) return std::nullopt;
+        return read_tuning(query);
+      });
+}
+
+PutOutcome Store::put_tuning(const TuningRecord& tuning) {
+  return guarded<PutOutcome>("storing a tuning", PutOutcome::Rejected, [&](Database& db) {
+    if (tuning.gpu_model.empty() || tuning.problem.empty() || tuning.config.empty()) {
+      warn("refused a tuning without a GPU model, problem or config");
+      return PutOutcome::Rejected;
+    }
+    stored_content_ = true;
+    WriteTransaction write(db);
+    PutOutcome outcome = upsert_tuning(db, tuning, now());
+    write.commit();
+    return outcome;
+  });
+}
+
+std::vector<TuningRecord> Store::tunings(const std::string& gpu_model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TuningRecord> out;
+  Statement query = db().prepare("SELECT " KJIT_TUNING_COLUMNS
+                                 " FROM tunings WHERE ?1 = '' OR gpu_model = ?1 "
+                                 "ORDER BY gpu_model, problem");
+  query.bind(1, gpu_model);
+  while (query.step()) out.push_back(read_tuning(query));
+  return out;
+}
+
+PutOutcome Store::put_trial(const TrialRecord& trial) {
+  return guarded<PutOutcome>("storing a trial", PutOutcome::Rejected, [&](Database& db) {
+    if (trial.gpu_model.empty() || trial.problem.empty() || trial.config.empty()) {
+      warn("refused a trial without a GPU model, problem or config");
+      return PutOutcome::Rejected;
+    }
+    stored_content_ = true;
+    WriteTransaction write(db);
+    PutOutcome outcome = upsert_trial(db, trial, now());
+    write.commit();
+    return outcome;
+  });
+}
+
+std::vector<TrialRecord> Store::trials_for(const std::string& gpu_model,
+                                           const std::string& problem) {
+  return guarded<std::vector<TrialRecord>>("reading trials", {}, [&](Database& db) {
+    std::vector<TrialRecord> out;
+    Statement& query = db.cached("SELECT " KJIT_TRIAL_COLUMNS
+                                 " FROM trials WHERE gpu_model = ?1 AND problem = ?2 "
+                                 "ORDER BY error != '', median_ms, config");
+    StatementReset rewind(query);
+    query.bind(1, gpu_model).bind(2, problem);
+    while (query.step()) out.push_back(read_trial(query));
+    return out;
+  });
+}
+
+}  // namespace kjit::cache

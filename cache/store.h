@@ -1,0 +1,221 @@
+// The store: one SQLite file per user that keeps compiled cubins, tuning
+// results, every tuning trial and the GPUs seen, shared safely by every process
+// on the machine (WAL, a busy timeout, BEGIN IMMEDIATE for writes).
+//
+// The runtime's lookup sequence (runtime/runtime.cpp):
+//   key = binary_key(source, options, arch, nvrtc_version(), kGeneratorVersion,
+//                    codegen_environment());
+//   in-process map[key] → hit: done
+//   store->find_binary(key) → hit: cuModuleLoadData(record->cubin), map[key] = ...
+//   miss: nvrtc_compile(...) → store->put_binary(record) → map[key] = ...
+//
+// Faults never reach the host program: a corrupt or foreign file is moved aside
+// as "<name>.corrupt-<timestamp>" with a warning and a fresh one is created; an
+// unusable location (read-only directory, a newer kjit's file) disables the
+// store with a warning. A disabled store answers every lookup with a miss and
+// drops every write, so callers never need a null check. Lookups and writes on
+// the runtime's path (find_*, put_*, trials_for, record_device, flush) warn and
+// carry on when SQLite fails; listings (binaries, devices, tunings,
+// describe_binary) and the administrative calls (stats, verify, export...)
+// throw CacheError, since a person asked for them.
+//
+// Thread-safe: one connection per Store behind a mutex. Not fork-safe: open a
+// Store after fork(), never use the parent's in the child.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/records.h"
+
+namespace kjit::cache {
+
+class Database;
+
+// Name of the file inside the cache directory.
+inline constexpr const char* kCacheFileName = "kjit.db";
+// KJIT_CACHE_MAX_MB when unset: 1 GiB of binaries.
+inline constexpr int64_t kDefaultMaxBytes = int64_t{1} << 30;
+
+struct StoreOptions {
+  // Least-recently-used binaries are evicted when their bytes exceed this
+  // (down to 90% of it). Tunings, trials and devices are never evicted.
+  int64_t max_bytes = kDefaultMaxBytes;
+  // A damaged or foreign file: true moves it aside and starts fresh (the user's
+  // cache); false throws CacheError and leaves it alone (a file the user named).
+  bool recover = true;
+  // Unix seconds; tests replace it.
+  std::function<int64_t()> clock;
+};
+
+struct CacheStats {
+  std::string path;
+  int schema_version = 0;
+  int64_t file_bytes = 0;  // the database file plus its WAL
+  int64_t free_bytes = 0;  // free pages, returned by vacuum
+  int64_t binaries = 0;
+  int64_t binary_bytes = 0;  // what eviction counts
+  int64_t hits = 0;
+  int64_t tunings = 0;
+  int64_t trials = 0;
+  int64_t devices = 0;
+  int64_t max_bytes = 0;
+};
+
+struct VerifyReport {
+  std::vector<std::string> integrity;  // PRAGMA integrity_check: {"ok"} when sound
+  int64_t binaries_checked = 0;
+  std::vector<std::string> bad_binaries;  // keys whose checksum failed
+  int64_t removed = 0;                    // bad binaries deleted (verify(true))
+  // Sound, and every bad binary (if any) removed.
+  bool ok() const {
+    return integrity.size() == 1 && integrity[0] == "ok" &&
+           static_cast<int64_t>(bad_binaries.size()) == removed;
+  }
+};
+
+// What export, import and merge did, per table.
+struct TableCounts {
+  int64_t inserted = 0;
+  int64_t replaced =
+      0;             // the incoming row was better measured (tunings, trials) or newer (devices)
+  int64_t kept = 0;  // the existing row stayed
+  int64_t rejected = 0;  // invalid incoming rows (a binary whose checksum fails)
+  void count(PutOutcome outcome);
+};
+struct TransferReport {
+  TableCounts devices, binaries, tunings, trials;
+};
+
+struct ClearReport {
+  int64_t binaries = 0, tunings = 0, trials = 0, devices = 0;
+};
+
+class Store {
+ public:
+  // The user's store: KJIT_CACHE=off (or 0/false/no) gives a disabled store;
+  // otherwise <dir>/kjit.db with dir = KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit,
+  // else $HOME/.cache/kjit. KJIT_CACHE_MAX_MB (MiB, may be fractional) sets
+  // max_bytes. Never throws: every fault gives a warning and a working (maybe
+  // disabled) store.
+  static std::unique_ptr<Store> open_default();
+  // Opens or creates the store at `path`, creating missing directories (0700)
+  // and the file (0600). With options.recover it never throws for a bad file;
+  // without, it throws CacheError.
+  static std::unique_ptr<Store> open(const std::string& path, StoreOptions options = {});
+  // A store that holds nothing and stores nothing; `reason` says why.
+  static std::unique_ptr<Store> disabled(const std::string& reason);
+
+  // The path open_default() would use, or "" (with `reason`) when there is none
+  // or KJIT_CACHE is off.
+  static std::string default_path(std::string* reason = nullptr);
+  // StoreOptions with max_bytes from KJIT_CACHE_MAX_MB.
+  static StoreOptions options_from_environment();
+
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  bool enabled() const;
+  const std::string& path() const { return path_; }
+  // Why the store is disabled ("" when enabled).
+  std::string disabled_reason() const;
+  // Every warning this store issued (each is also printed to stderr, once per
+  // process).
+  std::vector<std::string> warnings() const;
+
+  // ---- binaries ----
+  // The binary stored under `key`, its checksum verified; nullopt on a miss. A
+  // checksum mismatch deletes the row, warns and returns nullopt: the caller
+  // recompiles. A hit counts toward hits and last_used (written in batches).
+  std::optional<BinaryRecord> find_binary(const std::string& key);
+  // Stores `record` (checksum, created and last_used are set here), then evicts
+  // least-recently-used binaries above max_bytes. Inserted, Replaced, or
+  // Rejected (a failed write or a disabled store; warned).
+  PutOutcome put_binary(const BinaryRecord& record);
+  // For `kjit cache show`: the binary whose key is or starts with `key_prefix`
+  // (cubin included, unverified, hits not counted). Throws UserError when the
+  // prefix matches several keys.
+  std::optional<BinaryRecord> describe_binary(const std::string& key_prefix);
+  // Metadata of every binary, most recently used first (cubin, source and log
+  // left empty).
+  std::vector<BinaryRecord> binaries();
+  // Writes the pending hit counts now (also done by writes and the destructor).
+  void flush();
+  // Evicts least-recently-used binaries above max_bytes; returns how many.
+  int64_t evict();
+
+  // ---- devices ----
+  // Inserts or updates a GPU (first_seen/last_seen are set here).
+  void record_device(const DeviceRecord& device);
+  std::vector<DeviceRecord> devices();
+
+  // ---- tunings and trials ----
+  std::optional<TuningRecord> find_tuning(const std::string& gpu_model, const std::string& problem);
+  // Keeps whichever of `tuning` and the stored row is better_measured().
+  PutOutcome put_tuning(const TuningRecord& tuning);
+  // Every tuning, or those of one GPU model.
+  std::vector<TuningRecord> tunings(const std::string& gpu_model = "");
+  // Same policy as put_tuning, per (gpu_model, problem, config).
+  PutOutcome put_trial(const TrialRecord& trial);
+  // Measured trials fastest first, then rejected ones.
+  std::vector<TrialRecord> trials_for(const std::string& gpu_model, const std::string& problem);
+
+  // ---- administration (throw CacheError; UserError for bad arguments) ----
+  CacheStats stats();
+  // PRAGMA integrity_check and every binary's checksum; `remove_bad` deletes
+  // the binaries that fail.
+  VerifyReport verify(bool remove_bad = false);
+  // Writes a new kjit file at `path` (which must not exist) with everything, or
+  // with one GPU model's device, tunings, trials and the binaries for its
+  // architecture.
+  TransferReport export_to(const std::string& path, const std::string& gpu_model = "");
+  // Copies another kjit file into this store: binaries whose checksum fails are
+  // rejected, present binaries kept, tunings and trials by better_measured().
+  TransferReport import_from(const std::string& path);
+  // The reverse: copies this store into the kjit file at `path` (created when
+  // missing; never moved aside), with the same policy.
+  TransferReport merge_into(const std::string& path);
+  // Deletes binaries, and unless `binaries_only` tunings, trials and devices too.
+  ClearReport clear(bool binaries_only = false);
+  // Checkpoints the WAL and rebuilds the file; returns the bytes it gave back.
+  int64_t vacuum();
+
+ private:
+  Store(std::string path, StoreOptions options);
+  class Rejected;  // a file the store will not use (see store.cpp)
+
+  void connect();
+  void attach();
+  void set_wal_mode(Database& database);
+  void quarantine(const std::string& why);
+  void disable(const std::string& reason);
+  void warn(const std::string& message);
+  int64_t now() const;
+  Database& db();  // throws CacheError when disabled
+  void flush_locked();
+  int64_t evict_locked(const std::string& keep_key);
+  void on_failure(const char* what, const std::exception& error);
+  template <class T, class Body>
+  T guarded(const char* what, T fallback, Body&& body);
+
+  std::string path_;
+  StoreOptions options_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<Database> db_;
+  std::string disabled_reason_;
+  std::vector<std::string> warnings_;
+  std::vector<std::string> pending_hits_;  // keys found since the last flush
+  bool quarantined_once_ = false;
+  bool stored_content_ = false;  // binaries, tunings or trials written: checkpoint on close
+  // The file's identity when opened: quarantine() moves it aside only if the
+  // path still names that file (another process may already have replaced it).
+  uint64_t file_device_ = 0, file_inode_ = 0;
+};
+
+}  // namespace kjit::cache

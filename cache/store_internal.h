@@ -1,0 +1,68 @@
+// Shared by store.cpp and admin.cpp; not part of the cache's interface.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/records.h"
+#include "cache/sqlite.h"
+
+namespace kjit::cache::detail {
+
+// How long a writer waits for another process's write to finish before the
+// call fails (and, on the runtime's path, is dropped with a warning).
+inline constexpr int kBusyTimeoutMs = 10000;
+// The WAL is folded into the file and truncated when it reaches this many
+// pages (512 KiB at 4 KiB pages): opening reads the whole WAL.
+inline constexpr int kWalCheckpointPages = 128;
+// Hits are written in batches of at most this many (see Store::find_binary).
+inline constexpr size_t kMaxPendingHits = 64;
+
+// Column lists, in the order the read_* functions expect. The "meta" form
+// leaves cubin, source and log empty for listings.
+// Binaries are read FROM KJIT_BINARIES_WITH_USAGE (b: binaries, u: binary_usage).
+#define KJIT_BINARIES_WITH_USAGE "binaries b LEFT JOIN binary_usage u ON u.key = b.key"
+#define KJIT_BINARY_COLUMNS                                                               \
+  "b.key, b.cubin, b.checksum, b.arch, b.nvrtc_version, b.generator_version, b.options, " \
+  "b.ptxas_stats, b.nvrtc_log, b.source, b.created, coalesce(u.last_used, b.created), "   \
+  "coalesce(u.hits, 0), b.bytes"
+#define KJIT_BINARY_META_COLUMNS                                                              \
+  "b.key, x'', b.checksum, b.arch, b.nvrtc_version, b.generator_version, b.options, "         \
+  "b.ptxas_stats, '', '', b.created, coalesce(u.last_used, b.created), coalesce(u.hits, 0), " \
+  "b.bytes"
+inline constexpr int kCubinColumn = 1;
+#define KJIT_TUNING_COLUMNS \
+  "gpu_model, problem, config, median_ms, spread, runs, tuner_version, created"
+#define KJIT_TRIAL_COLUMNS \
+  "gpu_model, problem, config, median_ms, spread, runs, error, tuner_version, created"
+#define KJIT_DEVICE_COLUMNS \
+  "model, name, cc_major, cc_minor, sm_count, driver, memory_bytes, first_seen, last_seen"
+
+void read_binary(const Statement& row, BinaryRecord& record, bool with_content);
+TuningRecord read_tuning(const Statement& row);
+TrialRecord read_trial(const Statement& row);
+DeviceRecord read_device(const Statement& row);
+
+// XXH3-64 of the bytes, 16 hex digits.
+std::string checksum(std::string_view bytes);
+std::string encode_options(const std::vector<std::string>& options);
+std::vector<std::string> decode_options(const std::string& text);
+
+// Busy timeout and the defensive settings every connection gets.
+void configure(Database& db);
+
+void insert_binary(Database& db, const BinaryRecord& record, const std::string& checksum,
+                   int64_t created, int64_t last_used, int64_t hits);
+bool binary_exists(Database& db, const std::string& key);
+// Keep-the-better-measured upserts (see better_measured()).
+PutOutcome upsert_tuning(Database& db, const TuningRecord& tuning, int64_t now);
+PutOutcome upsert_trial(Database& db, const TrialRecord& trial, int64_t now);
+// Keeps the most recently seen description of a device.
+PutOutcome upsert_device(Database& db, const DeviceRecord& device, int64_t first_seen,
+                         int64_t last_seen);
+
+bool path_exists(const std::string& path);
+
+}  // namespace kjit::cache::detail

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# cli_test.sh KJIT FIXTURE WORKDIR — `kjit cache` end to end on a real store.
+set -u
+kjit=$1 fixture=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+export KJIT_CACHE_DIR=$work/cache
+unset KJIT_CACHE
+failures=0
+# expect CODE PATTERN COMMAND...: exit code CODE and output matching PATTERN.
+expect() {
+  local code=$1 pattern=$2
+  shift 2
+  local output status
+  output=$("$@" 2>&1)
+  status=$?
+  if [[ $status -ne $code ]] || ! grep -Eq -- "$pattern" <<<"$output"; then
+    echo "FAIL: $* -> exit $status (want $code), output:"
+    echo "$output"
+    echo "  (wanted /$pattern/)"
+    failures=$((failures + 1))
+  else
+    echo "ok: $*"
+  fi
+}
+
+"$fixture" "$work/shipped.db" || { echo "FAIL: fixture"; exit 1; }
+expect 0 "^$work/cache/kjit.db\$" "$kjit" cache path
+expect 0 'binaries  3 inserted, 0 replaced, 0 kept' "$kjit" cache import "$work/shipped.db"
+expect 0 '"kept": 3,' "$kjit" cache import "$work/shipped.db" --json
+expect 0 'feed0001.*sm_90' "$kjit" cache ls
+expect 0 '"key": "beef0003"' "$kjit" cache ls --json
+expect 0 'arch       sm_80' "$kjit" cache show beef
+expect 0 'extern "C" __global__' "$kjit" cache show beef --source
+expect 2 "matches several binaries" "$kjit" cache show feed
+expect 2 "no binary whose key starts with 'zzz'" "$kjit" cache show zzz
+expect 0 '"binaries": 3' "$kjit" cache stats --json
+expect 0 'binaries:  3 checked, 0 failed' "$kjit" cache verify
+expect 0 'binaries  2 inserted' "$kjit" cache export "$work/h200.db" --gpu "NVIDIA H200 cc9.0 132SM"
+expect 2 "already exists" "$kjit" cache export "$work/h200.db"
+expect 2 "known models: NVIDIA A100 cc8.0 108SM; NVIDIA H200 cc9.0 132SM" \
+  "$kjit" cache export "$work/x.db" --gpu "GeForce 256"
+expect 0 'tunings   2 inserted' "$kjit" cache merge "$work/team.db"
+expect 0 'tunings   0 inserted, 0 replaced \(better measured\), 2 kept' "$kjit" cache merge "$work/team.db"
+head -c 5000 /dev/urandom >"$work/junk.db"
+expect 1 "not a readable kjit cache" "$kjit" cache import "$work/junk.db"
+expect 1 "cannot use|damaged or not a kjit cache" "$kjit" cache merge "$work/junk.db"
+expect 2 "pass --yes" "$kjit" cache clear
+expect 0 "deleted 3 binaries, 0 tunings" "$kjit" cache clear --binaries-only --yes
+expect 0 '"tunings": 2' "$kjit" cache stats --json
+expect 0 "gave back" "$kjit" cache vacuum
+expect 1 "the cache is disabled" env KJIT_CACHE=off "$kjit" cache ls
+expect 0 "cache disabled: KJIT_CACHE=off" env KJIT_CACHE=off "$kjit" cache path
+# A damaged store: the CLI warns, moves it aside and carries on.
+"$kjit" cache path >/dev/null
+head -c 8192 /dev/urandom >"$work/cache/kjit.db"
+rm -f "$work/cache/kjit.db-wal" "$work/cache/kjit.db-shm"
+expect 0 "moved it aside" "$kjit" cache stats
+ls "$work/cache"/kjit.db.corrupt-* >/dev/null || { echo "FAIL: nothing moved aside"; failures=$((failures + 1)); }
+for sub in path ls show stats verify export import merge clear vacuum; do
+  expect 0 "Usage:" "$kjit" cache $sub --help
+done
+[[ $failures -eq 0 ]] && echo "all passed" || { echo "$failures failed"; exit 1; }

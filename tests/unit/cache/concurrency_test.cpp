@@ -1,0 +1,186 @@
+// Many processes at once on one file, created by whichever comes first: no
+// error, no lost row, no torn blob.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "cache/store.h"
+#include "tests/unit/cache/test_util.h"
+
+namespace kjit::cache {
+namespace {
+
+using namespace testing;
+
+constexpr int kProcesses = 10;
+constexpr int kBinariesEach = 12;
+constexpr int kSharedProblems = 5;
+
+std::string key_of(int process, int index) {
+  return "c" + std::to_string(process) + "-b" + std::to_string(index);
+}
+
+// Varied sizes, from 1 KB to ~300 KB, different in every process.
+size_t size_of(int process, int index) {
+  return 1000 + static_cast<size_t>(process * 7919 + index * 104729) % 300000;
+}
+
+uint64_t seed_of(int process, int index) {
+  return uint64_t(process) * 1000 + uint64_t(index);
+}
+
+TuningRecord shared_tuning(int process, int problem) {
+  // Process 0 is the fastest, beyond the noise: it must win whatever the order.
+  return make_tuning("NVIDIA H200 cc9.0 132SM", "shared-" + std::to_string(problem),
+                     "child=" + std::to_string(process), 1.0 + 0.05 * process, 0.001, 20);
+}
+
+// One writer process. Returns its exit code: 0, or which check failed.
+int writer(const std::string& path, int process, int start_fd) {
+  char byte;
+  if (::read(start_fd, &byte, 1) != 0) return 2;  // wait for the starting gun
+  std::unique_ptr<Store> store = Store::open(path);
+  if (!store->enabled()) return 3;
+  for (int i = 0; i < kBinariesEach; ++i) {
+    BinaryRecord binary = make_binary(key_of(process, i), size_of(process, i), seed_of(process, i));
+    if (store->put_binary(binary) != PutOutcome::Inserted) return 4;
+    // Read what the neighbour may have written meanwhile: absent, or whole.
+    int other = (process + 1) % kProcesses;
+    if (std::optional<BinaryRecord> seen = store->find_binary(key_of(other, i))) {
+      if (seen->cubin != fake_cubin(size_of(other, i), seed_of(other, i))) return 5;
+    }
+    for (int p = 0; p < kSharedProblems; ++p)
+      if (i == p * 2 && store->put_tuning(shared_tuning(process, p)) == PutOutcome::Rejected)
+        return 6;
+  }
+  if (store->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "own-" + std::to_string(process),
+                                    "x", 1.0, 0.01, 20)) != PutOutcome::Inserted)
+    return 7;
+  TrialRecord trial{"NVIDIA H200 cc9.0 132SM",
+                    "shared-0",
+                    "child=" + std::to_string(process),
+                    {1.0 + process, 0.01, 20},
+                    "",
+                    "tuner-1",
+                    0};
+  if (store->put_trial(trial) != PutOutcome::Inserted) return 8;
+  store->record_device({"NVIDIA H200 cc9.0 132SM", "NVIDIA H200", 9, 0, 132, "13.0", 1});
+  if (!store->warnings().empty()) return 9;
+  return 0;
+}
+
+TEST(Concurrency, ManyProcessesWriteOneFile) {
+  ScratchDir scratch;
+  // The directory and the file do not exist yet: creating them races too.
+  std::string path = scratch.file("new/dir/kjit.db");
+  int gun[2];
+  ASSERT_EQ(::pipe(gun), 0);
+  std::vector<pid_t> children;
+  for (int process = 0; process < kProcesses; ++process) {
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(gun[1]);
+      ::_exit(writer(path, process, gun[0]));
+    }
+    children.push_back(child);
+  }
+  ::close(gun[0]);
+  ::close(gun[1]);  // every child's read returns now
+  for (int process = 0; process < kProcesses; ++process) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(children[process], &status, 0), children[process]);
+    ASSERT_TRUE(WIFEXITED(status)) << "process " << process << " crashed";
+    EXPECT_EQ(WEXITSTATUS(status), 0)
+        << "process " << process << " failed check " << WEXITSTATUS(status);
+  }
+
+  std::unique_ptr<Store> store = Store::open(path);
+  ASSERT_TRUE(store->enabled());
+  for (int process = 0; process < kProcesses; ++process) {
+    for (int i = 0; i < kBinariesEach; ++i) {
+      std::optional<BinaryRecord> binary = store->find_binary(key_of(process, i));
+      ASSERT_TRUE(binary) << key_of(process, i) << " was lost";
+      EXPECT_EQ(binary->cubin, fake_cubin(size_of(process, i), seed_of(process, i)))
+          << key_of(process, i) << " is torn";
+    }
+  }
+  CacheStats stats = store->stats();
+  EXPECT_EQ(stats.binaries, kProcesses * kBinariesEach);
+  EXPECT_EQ(stats.tunings, kSharedProblems + kProcesses);
+  EXPECT_EQ(stats.devices, 1);
+  for (int p = 0; p < kSharedProblems; ++p) {
+    std::optional<TuningRecord> best =
+        store->find_tuning("NVIDIA H200 cc9.0 132SM", "shared-" + std::to_string(p));
+    ASSERT_TRUE(best);
+    EXPECT_EQ(best->config, "child=0");
+  }
+  EXPECT_EQ(store->trials_for("NVIDIA H200 cc9.0 132SM", "shared-0").size(),
+            static_cast<size_t>(kProcesses));
+  VerifyReport verify = store->verify();
+  EXPECT_TRUE(verify.ok());
+  EXPECT_EQ(verify.binaries_checked, kProcesses * kBinariesEach);
+  EXPECT_TRUE(files_starting_with(scratch.path() / "new/dir", "kjit.db.corrupt-").empty());
+  EXPECT_TRUE(store->warnings().empty());
+}
+
+// Forks `count` processes that wait for one starting gun, then run
+// body(process); returns their exit codes (-1 for a crash).
+template <class Body>
+std::vector<int> run_at_once(int count, Body body) {
+  int gun[2];
+  if (::pipe(gun) != 0) return {};
+  std::vector<pid_t> children;
+  for (int process = 0; process < count; ++process) {
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::close(gun[1]);
+      char byte;
+      if (::read(gun[0], &byte, 1) != 0) ::_exit(2);
+      ::_exit(body(process));
+    }
+    children.push_back(child);
+  }
+  ::close(gun[0]);
+  ::close(gun[1]);
+  std::vector<int> codes;
+  for (pid_t child : children) {
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  return codes;
+}
+
+// Ten processes open the same damaged file at once: it is moved aside exactly
+// once, and every process ends up writing to the same fresh file.
+TEST(Concurrency, ManyProcessesFindTheSameDamageOnce) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  std::vector<char> noise = fake_cubin(32 * 1024, 11);
+  write_bytes(path, std::string(noise.begin(), noise.end()));
+  std::vector<int> codes = run_at_once(kProcesses, [&path](int process) {
+    std::unique_ptr<Store> store = Store::open(path);
+    if (!store->enabled()) return 3;
+    BinaryRecord binary = make_binary(key_of(process, 0), 5000, seed_of(process, 0));
+    if (store->put_binary(binary) != PutOutcome::Inserted) return 4;
+    for (const std::string& warning : store->warnings())
+      if (warning.find("moved it aside") == std::string::npos) return 5;
+    return 0;
+  });
+  ASSERT_EQ(codes.size(), static_cast<size_t>(kProcesses));
+  for (int process = 0; process < kProcesses; ++process)
+    EXPECT_EQ(codes[process], 0) << "process " << process;
+  std::vector<std::string> aside;
+  for (const std::string& f : files_starting_with(scratch.path(), "kjit.db.corrupt-"))
+    if (f.find("-wal") == std::string::npos && f.find("-shm") == std::string::npos)
+      aside.push_back(f);
+  EXPECT_EQ(aside.size(), 1u);
+  std::unique_ptr<Store> store = Store::open(path);
+  for (int process = 0; process < kProcesses; ++process)
+    EXPECT_TRUE(store->find_binary(key_of(process, 0))) << key_of(process, 0) << " was lost";
+}
+
+}  // namespace
+}  // namespace kjit::cache

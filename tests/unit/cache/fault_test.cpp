@@ -1,0 +1,256 @@
+// Every fault the issue lists: the host keeps working, the bad file is moved
+// aside (or the store disabled), and nothing valid is lost.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache/schema.h"
+#include "cache/store.h"
+#include "support/error.h"
+#include "tests/unit/cache/test_util.h"
+
+namespace kjit::cache {
+namespace {
+
+using namespace testing;
+
+// The store at `path` works: a binary goes in and comes back out.
+void expect_working(Store& store) {
+  ASSERT_TRUE(store.enabled()) << store.disabled_reason();
+  BinaryRecord binary = make_binary("after-recovery", 20000, 42);
+  EXPECT_NE(store.put_binary(binary), PutOutcome::Rejected);
+  std::optional<BinaryRecord> back = store.find_binary("after-recovery");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->cubin, binary.cubin);
+}
+
+// The one file moved aside, with exactly the bytes it had.
+void expect_moved_aside(const ScratchDir& scratch, const std::string& original_bytes) {
+  std::vector<std::string> aside = files_starting_with(scratch.path(), "kjit.db.corrupt-");
+  std::vector<std::string> main_files;
+  for (const std::string& f : aside)
+    if (f.find("-wal") == std::string::npos && f.find("-shm") == std::string::npos)
+      main_files.push_back(f);
+  ASSERT_EQ(main_files.size(), 1u);
+  EXPECT_EQ(read_bytes(main_files[0]), original_bytes) << "the bad file is kept, untouched";
+}
+
+TEST(Faults, FileOfRandomBytesIsMovedAside) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  std::vector<char> noise = fake_cubin(64 * 1024, 99);
+  std::string bytes(noise.begin(), noise.end());
+  write_bytes(path, bytes);
+  std::unique_ptr<Store> store = Store::open(path);
+  EXPECT_TRUE(any_contains(store->warnings(), "moved it aside"));
+  expect_working(*store);
+  expect_moved_aside(scratch, bytes);
+}
+
+TEST(Faults, TruncatedFileIsMovedAsideAndTheStoreKeepsWorking) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    std::unique_ptr<Store> store = Store::open(path);
+    for (int i = 0; i < 20; ++i) store->put_binary(make_binary("k" + std::to_string(i), 30000, i));
+    store->vacuum();  // folds the WAL into the file
+  }
+  ASSERT_TRUE(!fs::exists(path + "-wal") || fs::file_size(path + "-wal") == 0);
+  std::string bytes = read_bytes(path);
+  ASSERT_GT(bytes.size(), 300000u);
+  bytes.resize(bytes.size() / 3);
+  write_bytes(path, bytes);
+
+  std::unique_ptr<Store> store = Store::open(path);
+  // Whether the damage shows on opening or on the first read, the caller gets
+  // a miss, never an exception, and the store carries on with a fresh file.
+  EXPECT_FALSE(store->find_binary("k19"));
+  EXPECT_TRUE(any_contains(store->warnings(), "moved it aside"));
+  expect_working(*store);
+  expect_moved_aside(scratch, bytes);
+}
+
+TEST(Faults, AnotherApplicationsSqliteFileIsMovedAsideUntouched) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    RawDb other(path);
+    other.exec("PRAGMA application_id = 305419896");  // 0x12345678
+    other.exec("CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('ada')");
+  }
+  std::string bytes = read_bytes(path);
+  std::unique_ptr<Store> store = Store::open(path);
+  EXPECT_TRUE(any_contains(store->warnings(), "another application's file"));
+  expect_working(*store);
+  expect_moved_aside(scratch, bytes);
+  std::string aside = files_starting_with(scratch.path(), "kjit.db.corrupt-").at(0);
+  RawDb check(aside);
+  EXPECT_EQ(check.query_text("SELECT name FROM users"), "ada");
+}
+
+TEST(Faults, SqliteFileWithoutApplicationIdButForeignTablesIsForeign) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    RawDb other(path);
+    other.exec("CREATE TABLE binaries (id INTEGER, payload BLOB)");  // our name, not our columns
+  }
+  std::string bytes = read_bytes(path);
+  std::unique_ptr<Store> store = Store::open(path);
+  expect_working(*store);
+  expect_moved_aside(scratch, bytes);
+}
+
+// The directory cannot be written by this user: the store is disabled with a
+// warning, lookups miss, writes are dropped, nothing throws. Root can write
+// anywhere, so as root the check runs in a child that drops to "nobody".
+TEST(Faults, ReadOnlyDirectoryDisablesTheStore) {
+  ScratchDir scratch;
+  fs::path dir = scratch.path() / "ro";
+  fs::create_directory(dir);
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(scratch.path(), fs::perms::others_exec | fs::perms::group_exec,
+                  fs::perm_options::add);
+  auto check = [&dir]() -> int {
+    ScopedEnv cache_dir("KJIT_CACHE_DIR", dir.string());
+    ScopedEnv cache("KJIT_CACHE", std::nullopt);
+    std::unique_ptr<Store> store = Store::open_default();
+    int failures = 0;
+    if (store->enabled()) ++failures;
+    if (!any_contains(store->warnings(), "disabled")) ++failures;
+    if (store->find_binary("k")) ++failures;
+    if (store->put_binary(make_binary("k", 100, 1)) != PutOutcome::Rejected) ++failures;
+    if (store->find_tuning("g", "p")) ++failures;
+    if (fs::exists(dir / "kjit.db")) ++failures;
+    return failures;
+  };
+  if (::geteuid() != 0) {
+    EXPECT_EQ(check(), 0);
+    return;
+  }
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(100);
+    ::_exit(check());
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "100: could not drop privileges; else the failure count";
+}
+
+TEST(Faults, UncreatableDirectoryDisablesTheStore) {
+  ScratchDir scratch;
+  write_bytes(scratch.file("plain-file"), "x");
+  // A path through a regular file fails for every user, root included.
+  std::unique_ptr<Store> store = Store::open(scratch.file("plain-file/sub/kjit.db"));
+  EXPECT_FALSE(store->enabled());
+  EXPECT_TRUE(any_contains(store->warnings(), "disabled"));
+  EXPECT_FALSE(store->find_binary("k"));
+  EXPECT_EQ(store->put_binary(make_binary("k", 100, 1)), PutOutcome::Rejected);
+}
+
+// A store from kjit's prototype (no application_id, user_version 0, the legacy
+// tables) is migrated in place: its tunings survive, its unverifiable
+// binaries are dropped, and the file is not moved aside.
+TEST(Faults, OlderSchemaIsMigratedNotDiscarded) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    RawDb legacy(path);
+    legacy.exec(
+        "CREATE TABLE binaries (key TEXT PRIMARY KEY, arch TEXT, cubin BLOB);"
+        "INSERT INTO binaries VALUES ('old1', 'sm_80', x'7f454c46');"
+        "CREATE TABLE tunings (gpu_model TEXT, problem TEXT, config TEXT, median_ms REAL);"
+        "INSERT INTO tunings VALUES ('A100', 'mm 1024', 'tile=128', 0.75);"
+        "INSERT INTO tunings VALUES ('A100', 'mm 2048', 'tile=64', NULL);");
+  }
+  std::unique_ptr<Store> store = Store::open(path);
+  ASSERT_TRUE(store->enabled()) << store->disabled_reason();
+  EXPECT_TRUE(any_contains(store->warnings(), "kept 1 tunings, dropped 1 binaries"));
+  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  std::optional<TuningRecord> kept = store->find_tuning("A100", "mm 1024");
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->config, "tile=128");
+  EXPECT_DOUBLE_EQ(kept->measured.median_ms, 0.75);
+  EXPECT_EQ(kept->measured.runs, 1);
+  EXPECT_EQ(kept->tuner_version, "legacy-v0");
+  EXPECT_FALSE(store->find_tuning("A100", "mm 2048")) << "an unreadable row is not invented";
+  // Any real measurement replaces the weak migrated one.
+  EXPECT_EQ(store->put_tuning(make_tuning("A100", "mm 1024", "tile=256", 0.9, 0.02, 20)),
+            PutOutcome::Replaced);
+  expect_working(*store);
+  store.reset();
+  RawDb raw(path);
+  EXPECT_EQ(raw.query_int("PRAGMA user_version"), schema_version());
+  EXPECT_EQ(raw.query_int("PRAGMA application_id"), kApplicationId);
+  EXPECT_EQ(raw.query_int("SELECT count(*) FROM sqlite_schema WHERE name LIKE 'legacy%'"), 0);
+}
+
+TEST(Faults, KjitFileAtVersionZeroIsInitialized) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    RawDb raw(path);
+    raw.exec("PRAGMA application_id = 1802135924");  // kjit, before any table
+  }
+  std::unique_ptr<Store> store = Store::open(path);
+  expect_working(*store);
+  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+}
+
+TEST(Faults, NewerSchemaIsLeftAloneAndTheStoreDisabled) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    RawDb raw(path);
+    raw.exec(
+        "PRAGMA application_id = 1802135924; PRAGMA user_version = 99;"
+        "CREATE TABLE future (x); INSERT INTO future VALUES (1)");
+  }
+  std::string bytes = read_bytes(path);
+  std::unique_ptr<Store> store = Store::open(path);
+  EXPECT_FALSE(store->enabled());
+  EXPECT_TRUE(any_contains(store->warnings(), "newer kjit"));
+  EXPECT_FALSE(store->find_binary("k"));
+  store.reset();
+  EXPECT_EQ(read_bytes(path), bytes);
+  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+}
+
+TEST(Faults, StrictOpenThrowsAndLeavesTheFileAlone) {
+  ScratchDir scratch;
+  std::string path = scratch.file("theirs.db");
+  write_bytes(path, std::string(4096, 'z'));
+  StoreOptions strict;
+  strict.recover = false;
+  EXPECT_THROW(Store::open(path, strict), CacheError);
+  EXPECT_EQ(read_bytes(path), std::string(4096, 'z'));
+  EXPECT_TRUE(files_starting_with(scratch.path(), "theirs.db.corrupt-").empty());
+}
+
+TEST(Faults, DamageFoundMidRunMovesTheFileAside) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    std::unique_ptr<Store> store = Store::open(path);
+    for (int i = 0; i < 40; ++i) store->put_binary(make_binary("k" + std::to_string(i), 5000, i));
+    store->vacuum();  // every row in the main file, none in the WAL
+  }
+  std::unique_ptr<Store> store = Store::open(path);
+  ASSERT_TRUE(store->enabled());
+  // Another program scribbles over the middle of the file while the store has
+  // it open (the header, already read, stays intact).
+  std::string bytes = read_bytes(path);
+  std::vector<char> noise = fake_cubin(bytes.size() - 8192, 77);
+  std::copy(noise.begin(), noise.end(), bytes.begin() + 4096);
+  write_bytes(path, bytes);
+  for (int i = 0; i < 40; ++i) EXPECT_FALSE(store->find_binary("k" + std::to_string(i)));
+  EXPECT_TRUE(any_contains(store->warnings(), "moved it aside"));
+  expect_working(*store);
+  expect_moved_aside(scratch, bytes);
+}
+
+}  // namespace
+}  // namespace kjit::cache
