@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
 #include <functional>
 #include <random>
 #include <thread>
@@ -311,8 +312,13 @@ class PrecompileMatmulKernels : public ::testing::Environment {
     }
     if (work.empty()) return;
     testing::gpu_state().context->make_current();
-    precompile(work, testing::gpu_state().device.arch(),
-               static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    try {
+      precompile(work, testing::gpu_state().device.arch(),
+                 static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    } catch (const std::exception& e) {
+      // Each test compiles what it needs again and reports the failure itself.
+      std::fprintf(stderr, "matmul precompile failed: %s\n", e.what());
+    }
   }
 };
 [[maybe_unused]] ::testing::Environment* const precompile_environment =
