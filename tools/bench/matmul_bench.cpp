@@ -67,14 +67,29 @@ std::vector<uint16_t> random_bf16(size_t count, uint64_t seed) {
   return out;
 }
 
-double relative_l2_bf16(const std::vector<uint16_t>& out, const std::vector<uint16_t>& ref) {
+// Relative L2 of `out` against `ref` (M x N, row-major); `where` gets the first
+// element off by more than 5% of (|ref| + rms), as "row R col C: got X, expected Y".
+double relative_l2_bf16(const std::vector<uint16_t>& out, const std::vector<uint16_t>& ref,
+                        int64_t n, std::string* where = nullptr) {
   double diff = 0, norm = 0;
+  bool finite = true;
   for (size_t i = 0; i < out.size(); ++i) {
     const double o = bf16_to_f32(out[i]), r = bf16_to_f32(ref[i]);
-    if (!std::isfinite(o)) return INFINITY;
+    if (!std::isfinite(o)) finite = false;
     diff += (o - r) * (o - r);
     norm += r * r;
   }
+  const double rms = std::sqrt(norm / std::max<size_t>(out.size(), 1));
+  if (where)
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double o = bf16_to_f32(out[i]), r = bf16_to_f32(ref[i]);
+      if (!std::isfinite(o) || std::abs(o - r) > 0.05 * (std::abs(r) + rms)) {
+        *where = fmt::format("first bad element row {} col {}: got {:.5g}, expected {:.5g}",
+                             static_cast<int64_t>(i) / n, static_cast<int64_t>(i) % n, o, r);
+        break;
+      }
+    }
+  if (!finite) return INFINITY;
   return norm == 0 ? INFINITY : std::sqrt(diff / norm);
 }
 
@@ -315,9 +330,10 @@ void run(const Options& options) {
         c.fill_bytes(0xFF);
         mm.launch(t, stream.get());
         stream.synchronize();
-        r.check = relative_l2_bf16(download(c, out_count), reference);
+        std::string where;
+        r.check = relative_l2_bf16(download(c, out_count), reference, s.n, &where);
         if (r.check > 1e-2) {
-          r.error = fmt::format("WRONG: relative L2 vs cuBLAS {:.3e}", r.check);
+          r.error = fmt::format("WRONG: relative L2 vs cuBLAS {:.3e}; {}", r.check, where);
         } else {
           r.ms = timer.median_ms([&] { mm.launch(t, stream.get()); });
           r.tflops = tflops_of(s, r.ms);
@@ -409,7 +425,9 @@ void run(const Options& options) {
     c.fill_bytes(0xFF);
     fused_mm.launch(tf, stream.get());
     stream.synchronize();
-    const double check = relative_l2_bf16(download(c, out_count), reference);
+    std::string where;
+    const double check = relative_l2_bf16(download(c, out_count), reference, s.n, &where);
+    if (check > 1e-2) std::cout << "  kjit fused WRONG: " << where << "\n";
     const double plain_ms = timer.median_ms([&] { plain.launch(t, stream.get()); });
     const double fused_ms = timer.median_ms([&] { fused_mm.launch(tf, stream.get()); });
     std::cout << fmt::format(
