@@ -254,6 +254,7 @@ void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::
   std::vector<KernelSource> sources;
   for (const auto& [problem, config] : work) {
     sources.push_back(lower(problem, config));
+    if (config.splitk > 1) sources.push_back(lower_reduce(problem));
     if (!problem.aligned && problem.input != DType::F32)
       sources.push_back(lower_pad(problem.input));
   }
@@ -278,9 +279,25 @@ void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::
 
 Matmul::Matmul(Problem problem, Config config, const cuda::DeviceProperties& device)
     : problem_(std::move(problem)), config_(config), device_(device) {
+  init([this](const KernelSource& source, cuda::KernelStats* stats) {
+    return load_cached(source, device_.arch(), stats)->function(source.name);
+  });
+}
+
+Matmul::Matmul(Problem problem, Config config, Runtime& runtime)
+    : problem_(std::move(problem)), config_(config), device_(runtime.device()) {
+  init([&runtime](const KernelSource& source, cuda::KernelStats* stats) {
+    std::shared_ptr<const CompiledKernel> kernel = runtime.compile(source);
+    if (stats) *stats = kernel->stats();
+    return kernel->function();  // keeps its module loaded
+  });
+}
+
+void Matmul::init(
+    const std::function<cuda::Function(const KernelSource&, cuda::KernelStats*)>& load) {
   check_fits_device(problem_, config_, device_);
   source_ = lower(problem_, config_);
-  std::shared_ptr<cuda::Module> module = load_cached(source_, device_.arch(), &stats_);
+  main_ = load(source_, &stats_);
   const int threads = source_.block_threads;
   if (device_.registers_per_block > 0 &&
       static_cast<int64_t>(stats_.registers) * threads > device_.registers_per_block)
@@ -290,14 +307,11 @@ Matmul::Matmul(Problem problem, Config config, const cuda::DeviceProperties& dev
                                 static_cast<int64_t>(stats_.registers) * threads, device_.name,
                                 device_.registers_per_block),
                     "use fewer warps or a smaller warp tile");
-  main_ = module->function(source_.name);
-  reduce_ = module->function(reduce_kernel_name(source_));
   if (source_.dynamic_shared_bytes > 48 * 1024)
     main_.set_max_dynamic_shared(source_.dynamic_shared_bytes);
-  if (!problem_.aligned && problem_.input != DType::F32) {
-    KernelSource pad = lower_pad(problem_.input);
-    pad_ = load_cached(pad, device_.arch(), nullptr)->function(pad.name);
-  }
+  if (config_.splitk > 1) reduce_ = load(lower_reduce(problem_), nullptr);
+  if (!problem_.aligned && problem_.input != DType::F32)
+    pad_ = load(lower_pad(problem_.input), nullptr);
 }
 
 void Matmul::launch(const Tensors& given, CUstream stream) {

@@ -10,6 +10,7 @@
 
 #include <cuda.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,7 @@
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/module.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/runtime.h"
 
 namespace kjit::matmul {
 
@@ -72,8 +74,11 @@ void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::
 
 class Matmul {
  public:
-  // Validates, lowers, compiles (cached in-process by source and arch) and loads.
+  // Validates, lowers, compiles (cached in-process by source and arch) and loads
+  // into the current context.
   Matmul(Problem problem, Config config, const cuda::DeviceProperties& device);
+  // The same through a Runtime: its in-process map and binary store (disk cache).
+  Matmul(Problem problem, Config config, Runtime& runtime);
 
   // C = epilogue(alpha * op(A) * op(B) + beta * C0, extras), asynchronously on
   // `stream`. Scratch (padding, split-K partials) is owned by this object and
@@ -86,6 +91,7 @@ class Matmul {
   const cuda::KernelStats& stats() const { return stats_; }
 
  private:
+  void init(const std::function<cuda::Function(const KernelSource&, cuda::KernelStats*)>& load);
   Problem problem_;
   Config config_;
   cuda::DeviceProperties device_;

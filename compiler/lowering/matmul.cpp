@@ -249,6 +249,37 @@ std::string operand_read(const EpilogueOperand& op, int i) {
   return "0.0f";
 }
 
+// The epilogue: the elementwise function, then the adapter that reads its operands.
+std::string epilogue_glue(const Epilogue& epi) {
+  std::string s;
+  s += "// ---- epilogue: " + (epi.function_name.empty() ? std::string("identity") : epi.text) +
+       " ----\n";
+  std::string call;
+  if (epi.function_name.empty()) {
+    call = "acc";
+  } else {
+    s += epi.function_source;
+    if (!epi.function_source.empty() && epi.function_source.back() != '\n') s += "\n";
+    call = epi.function_name + "(acc";
+    for (size_t i = 0; i < epi.operands.size(); ++i) {
+      const EpilogueOperand& op = epi.operands[i];
+      static const char* kKindText[] = {"one per row", "one per column", "M x N tensor"};
+      s += fmt::format("// operand {}: {}, {}, {}: ops.ptr[{}]\n", i, op.name,
+                       kKindText[static_cast<int>(op.kind)], matmul::to_string(op.dtype), i);
+      call += ",\n        " + operand_read(op, static_cast<int>(i));
+    }
+    call += ")";
+  }
+  s += "struct kjit_matmul_epilogue {\n";
+  s += "  __device__ __forceinline__ static float apply(float acc, long long batch, int row, int "
+       "col,\n";
+  s += "                                                const kjit::EpilogueOperands& ops) {\n";
+  if (epi.operands.empty()) s += "    (void)batch; (void)row; (void)col; (void)ops;\n";
+  s += "    return " + call + ";\n  }\n};\n\n";
+
+  return s;
+}
+
 }  // namespace
 
 KernelSource lower(const Problem& problem, const Config& config) {
@@ -285,31 +316,7 @@ KernelSource lower(const Problem& problem, const Config& config) {
     s += "#include \"kjit/matmul.cuh\"\n\n";
   }
 
-  // The epilogue: the elementwise function, then the adapter that reads its operands.
-  s += "// ---- epilogue: " + (epi.function_name.empty() ? std::string("identity") : epi.text) +
-       " ----\n";
-  std::string call;
-  if (epi.function_name.empty()) {
-    call = "acc";
-  } else {
-    s += epi.function_source;
-    if (!epi.function_source.empty() && epi.function_source.back() != '\n') s += "\n";
-    call = epi.function_name + "(acc";
-    for (size_t i = 0; i < epi.operands.size(); ++i) {
-      const EpilogueOperand& op = epi.operands[i];
-      static const char* kKindText[] = {"one per row", "one per column", "M x N tensor"};
-      s += fmt::format("// operand {}: {}, {}, {}: ops.ptr[{}]\n", i, op.name,
-                       kKindText[static_cast<int>(op.kind)], matmul::to_string(op.dtype), i);
-      call += ",\n        " + operand_read(op, static_cast<int>(i));
-    }
-    call += ")";
-  }
-  s += "struct kjit_matmul_epilogue {\n";
-  s += "  __device__ __forceinline__ static float apply(float acc, long long batch, int row, int "
-       "col,\n";
-  s += "                                                const kjit::EpilogueOperands& ops) {\n";
-  if (epi.operands.empty()) s += "    (void)batch; (void)row; (void)col; (void)ops;\n";
-  s += "    return " + call + ";\n  }\n};\n\n";
+  s += epilogue_glue(epi);
 
   const std::string out_type = device_type(problem.output);
   const std::string a_k_major = problem.a_transposed ? "false" : "true";
@@ -332,18 +339,32 @@ KernelSource lower(const Problem& problem, const Config& config) {
       "kjit::EpilogueOperands ops) {{\n"
       "  kjit_matmul_tile::run<kjit_matmul_epilogue>(args, ops);\n}}\n\n",
       out.block_threads, out.name);
-  s += "// split-K: sums the fp32 partials in split order, then alpha, beta, epilogue\n";
-  s += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(kjit::MatmulArgs args, "
-      "kjit::EpilogueOperands ops) {{\n"
-      "  kjit::matmul::splitk_reduce<{}, kjit_matmul_epilogue>(args, ops);\n}}\n",
-      out.name + "_splitk_reduce", out_type);
   out.source = std::move(s);
   return out;
 }
 
-std::string reduce_kernel_name(const KernelSource& source) {
-  return source.name + "_splitk_reduce";
+KernelSource lower_reduce(const Problem& problem) {
+  validate(problem, problem.input == DType::F32 ? simt_config(1) : Config());
+  KernelSource out;
+  out.family = "matmul";
+  out.problem = problem.kernel_class();
+  out.config = "splitk_reduce";
+  out.name = std::string("kjit_matmul_splitk_reduce_") + matmul::to_string(problem.output);
+  out.block_threads = 256;
+  std::string s;
+  s += "// kjit matmul split-K reduction: C = epilogue(alpha * sum of partials + beta * C0)\n";
+  s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
+  s += "// problem:   " + out.problem + "\n";
+  s += "#include \"kjit/matmul.cuh\"\n\n";
+  s += epilogue_glue(problem.epilogue);
+  s += "// one thread per output; the fp32 partials are summed in split order 0, 1, ...\n";
+  s += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(kjit::MatmulArgs args, "
+      "kjit::EpilogueOperands ops) {{\n"
+      "  kjit::matmul::splitk_reduce<{}, kjit_matmul_epilogue>(args, ops);\n}}\n",
+      out.name, device_type(problem.output));
+  out.source = std::move(s);
+  return out;
 }
 
 KernelSource lower_pad(DType dtype) {

@@ -101,10 +101,13 @@ int shared_bytes(const Problem& problem, const Config& config);
 // divisibility, supported dtypes, epilogue operand count): UserError with a hint.
 void validate(const Problem& problem, const Config& config);
 
-// The main kernel (name = KernelSource::name) and its split-K reduction
-// (reduce_kernel_name) in one translation unit. Byte-identical for equal inputs.
+// The tile kernel: glue that instantiates templates/matmul.cuh (or matmul_simt.cuh
+// for f32). Byte-identical for equal inputs; sizes are kernel arguments.
 KernelSource lower(const Problem& problem, const Config& config);
-std::string reduce_kernel_name(const KernelSource& source);
+
+// The split-K reduction for `problem` (its epilogue and output type; any config):
+// sums the fp32 partials in split order, then alpha, beta and the epilogue.
+KernelSource lower_reduce(const Problem& problem);
 
 // The padding kernel of the misaligned path for 16-bit `dtype`:
 //   (src, dst, rows, cols, ld_src, stride_src, rows_dst, ld_dst, batch)

@@ -16,6 +16,7 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/matmul.h"
 #include "runtime/matmul_check.h"
+#include "runtime/runtime.h"
 #include "support/error.h"
 #include "tests/support/gpu_test.h"
 
@@ -69,7 +70,7 @@ class MatmulGpu : public testing::GpuTest {
   }
 
   // Runs one case and checks it; returns the relative L2 error.
-  double run(const Case& c) {
+  double run(const Case& c, Runtime* runtime = nullptr) {
     Problem p;
     p.m = c.m;
     p.n = c.n;
@@ -113,7 +114,7 @@ class MatmulGpu : public testing::GpuTest {
     }
     p.aligned = is_aligned(p, resolve(p, t));
     const Config config = c.config.empty() ? default_config(p, device()) : Config::parse(c.config);
-    Matmul matmul(p, config, device());
+    Matmul matmul = runtime ? Matmul(p, config, *runtime) : Matmul(p, config, device());
     cuda::Stream stream;
     matmul.launch(t, stream.get());
     stream.synchronize();
@@ -323,6 +324,20 @@ class PrecompileMatmulKernels : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const precompile_environment =
     ::testing::AddGlobalTestEnvironment(new PrecompileMatmulKernels);
+
+// The same kernels through kjit::Runtime (its in-process map and binary store):
+// split-K with an epilogue (the reduction kernel) and the padded path.
+TEST_F(MatmulGpu, ThroughTheRuntime) {
+  Runtime runtime;
+  run({.m = 129,
+       .n = 127,
+       .k = 1000,
+       .epilogue = "gelu(acc + bias)",
+       .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"},
+      &runtime);
+  run({.m = 33, .n = 65, .k = 31, .layout = "tn"}, &runtime);
+  EXPECT_GE(runtime.cached_kernels(), 3u);
+}
 
 TEST_F(MatmulGpu, BadInputIsAUserError) {
   Problem p;

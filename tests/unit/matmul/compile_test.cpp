@@ -157,5 +157,19 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
   }
 }
 
+TEST(MatmulCompile, ReductionAndPaddingKernelsCompileWithoutSpills) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    Problem p = problem_for(dtype, "nn", true);
+    for (const KernelSource& source : {lower_reduce(p), lower_pad(dtype)}) {
+      SCOPED_TRACE(source.name);
+      const cuda::CompiledProgram program = compile_source(source, "sm_90");
+      ASSERT_EQ(program.kernels.size(), 1u);
+      EXPECT_EQ(program.kernels[0].name, source.name);
+      EXPECT_EQ(program.kernels[0].spill_store_bytes, 0);
+      EXPECT_EQ(program.kernels[0].stack_bytes, 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kjit::matmul
