@@ -58,7 +58,9 @@ int64_t b_rows(const Problem& p) {
 }
 
 // In-process caches: compiled programs (filled ahead of time by precompile(), no
-// GPU needed) and loaded modules, keyed by the binary key. The Runtime's cache
+// GPU needed) and loaded modules, keyed by the binary key. The modules belong to
+// the context current at the first load; a process that releases its last
+// context and makes a new one should use the Runtime constructor instead. The Runtime's cache
 // (runtime/runtime.h) replaces these once the Runtime can hand out several kernels
 // of one module.
 std::mutex cache_mutex;

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <random>
 
+#include "runtime/cuda/context.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/stream.h"
@@ -49,6 +50,7 @@ bool demo_matmul(bool have_gpu) {
                  "its epilogue and check it against an fp64 reference.\n";
     return true;
   }
+  cuda::Context context(0);  // device 0's primary context, current on this thread
   Matmul matmul(p, config, device);
   const uint64_t seed = std::random_device{}();
   HostProblem host = make_host_problem(p, seed, 1.0f, 0.0f, gelu.reference);
