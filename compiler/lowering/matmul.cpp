@@ -1,0 +1,393 @@
+#include "compiler/lowering/matmul.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "support/error.h"
+
+namespace kjit::matmul {
+
+const char* to_string(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+int dtype_bytes(DType dtype) {
+  return dtype == DType::F32 ? 4 : 2;
+}
+
+DType parse_dtype(const std::string& text) {
+  if (text == "f32") return DType::F32;
+  if (text == "f16") return DType::F16;
+  if (text == "bf16") return DType::BF16;
+  throw UserError("matmul does not support dtype '" + text + "'",
+                  "use one of bf16, f16 (tensor cores, f32 accumulation) or f32 (exact SIMT)");
+}
+
+const char* to_string(OperandKind kind) {
+  switch (kind) {
+    case OperandKind::RowVector:
+      return "row";
+    case OperandKind::ColumnVector:
+      return "col";
+    case OperandKind::Tensor:
+      return "tensor";
+  }
+  return "?";
+}
+
+std::string Problem::layout() const {
+  return std::string(a_transposed ? "t" : "n") + (b_transposed ? "t" : "n");
+}
+
+void set_layout(Problem& problem, const std::string& layout) {
+  if (layout.size() != 2 || (layout[0] != 'n' && layout[0] != 't') ||
+      (layout[1] != 'n' && layout[1] != 't'))
+    throw UserError("matmul layout '" + layout + "' is not one of nn, nt, tn, tt",
+                    "the first letter is op(A), the second op(B); n = as stored (row-major), "
+                    "t = transposed");
+  problem.a_transposed = layout[0] == 't';
+  problem.b_transposed = layout[1] == 't';
+}
+
+std::string Problem::kernel_class() const {
+  std::string out =
+      fmt::format("layout={},dtype={},out={},align={}", layout(), matmul::to_string(input),
+                  matmul::to_string(output), aligned ? 16 : 1);
+  if (!epilogue.function_name.empty()) {
+    out += ",epilogue=" + (epilogue.text.empty() ? epilogue.function_name : epilogue.text);
+    for (const EpilogueOperand& op : epilogue.operands)
+      out += fmt::format(",{}:{}:{}", op.name, matmul::to_string(op.kind),
+                         matmul::to_string(op.dtype));
+  }
+  return out;
+}
+
+std::string Problem::to_string() const {
+  return fmt::format("m={},n={},k={},batch={},", m, n, k, batch) + kernel_class();
+}
+
+std::string Config::to_string() const {
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}", bm, bn, bk, warps,
+                     warps_m, stages, splitk);
+}
+
+int square_warps_m(int bm, int bn, int warps) {
+  int best = 1;
+  double best_ratio = 1e30;
+  for (int wm = 1; wm <= warps; wm *= 2) {
+    if (warps % wm != 0) continue;
+    const double tile_m = static_cast<double>(bm) / wm;
+    const double tile_n = static_cast<double>(bn) / (warps / wm);
+    const double ratio = tile_m > tile_n ? tile_m / tile_n : tile_n / tile_m;
+    if (ratio < best_ratio) {  // ties keep the smaller wm: wider warp tiles along N
+      best_ratio = ratio;
+      best = wm;
+    }
+  }
+  return best;
+}
+
+Config Config::parse(const std::string& text) {
+  static const char* kValidKeys = "valid keys: bm, bn, bk, warps, wm, stages, splitk";
+  Config config;
+  bool warps_m_given = false;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      throw UserError(
+          "matmul config item '" + item + "' is not key=value",
+          std::string("write e.g. bm=128,bn=128,bk=32,warps=8,stages=3,splitk=1; ") + kValidKeys);
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    char* end = nullptr;
+    const long parsed = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
+      throw UserError(
+          "matmul config value '" + value + "' for '" + key + "' is not a positive integer",
+          "e.g. bm=128");
+    const int v = static_cast<int>(parsed);
+    if (key == "bm")
+      config.bm = v;
+    else if (key == "bn")
+      config.bn = v;
+    else if (key == "bk")
+      config.bk = v;
+    else if (key == "warps")
+      config.warps = v;
+    else if (key == "wm") {
+      config.warps_m = v;
+      warps_m_given = true;
+    } else if (key == "stages")
+      config.stages = v;
+    else if (key == "splitk")
+      config.splitk = v;
+    else
+      throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
+  }
+  if (!warps_m_given) config.warps_m = square_warps_m(config.bm, config.bn, config.warps);
+  return config;
+}
+
+Config simt_config(int splitk) {
+  Config config;
+  config.bm = 64;
+  config.bn = 64;
+  config.bk = 16;
+  config.warps = 8;
+  config.warps_m = 2;
+  config.stages = 1;
+  config.splitk = splitk;
+  return config;
+}
+
+int shared_bytes(const Problem& problem, const Config& config) {
+  if (problem.input == DType::F32) return 0;
+  return config.stages * (config.bm + config.bn) * config.bk * dtype_bytes(problem.input);
+}
+
+void validate(const Problem& problem, const Config& config) {
+  if (problem.m < 1 || problem.n < 1 || problem.k < 1 || problem.batch < 1)
+    throw UserError(fmt::format("matmul needs M, N, K and batch >= 1; got M={}, N={}, K={}, "
+                                "batch={}",
+                                problem.m, problem.n, problem.k, problem.batch),
+                    "an empty matmul has nothing to compute; K = 0 would leave C undefined");
+  constexpr int64_t kIntMax = 2147483647;
+  if (problem.m > kIntMax || problem.n > kIntMax || problem.k > kIntMax || problem.batch > 65535)
+    throw UserError("matmul sizes must fit in 32 bits and batch in 65535",
+                    "split the problem into several calls");
+  if (static_cast<int>(problem.epilogue.operands.size()) > Epilogue::kMaxOperands)
+    throw UserError(fmt::format("the matmul epilogue takes at most {} extra operands, got {}",
+                                Epilogue::kMaxOperands, problem.epilogue.operands.size()),
+                    "fold constants into the expression, or split the epilogue");
+  if (!problem.epilogue.function_name.empty() && problem.epilogue.function_source.empty())
+    throw UserError("epilogue '" + problem.epilogue.function_name + "' has no source");
+  if (config.splitk < 1 || config.splitk > 64)
+    throw UserError(fmt::format("splitk={} is out of range", config.splitk),
+                    "use 1 (no split) to 64");
+  if (problem.input == DType::F32) {
+    Config simt = simt_config(config.splitk);
+    if (config != simt)
+      throw UserError("the f32 SIMT matmul has one tile shape: " + simt.to_string() + ", got " +
+                          config.to_string(),
+                      "only splitk can be chosen for f32 inputs");
+    return;
+  }
+  const std::string hint = "Reducing or reshaping the block tile may help; see docs/matmul.md";
+  if (config.bk != 32 && config.bk != 64)
+    throw UserError(fmt::format("bk={} is not supported: bk must be 32 or 64", config.bk), hint);
+  if (config.warps < 1 || config.warps > 32 || config.warps % config.warps_m != 0)
+    throw UserError(fmt::format("warps={} with wm={}: wm must divide warps, warps <= 32",
+                                config.warps, config.warps_m),
+                    hint);
+  const int warps_n = config.warps / config.warps_m;
+  if (config.bm % (16 * config.warps_m) != 0)
+    throw UserError(
+        fmt::format("bm={} must be a multiple of 16 * wm = {}", config.bm, 16 * config.warps_m),
+        hint);
+  if (config.bn % (16 * warps_n) != 0)
+    throw UserError(
+        fmt::format("bn={} must be a multiple of 16 * (warps / wm) = {}", config.bn, 16 * warps_n),
+        hint);
+  // M/N-major operands (A "t", B "n") swizzle 8 chunks per stored row.
+  if ((problem.a_transposed && config.bm % 64 != 0) ||
+      (!problem.b_transposed && config.bn % 64 != 0))
+    throw UserError(fmt::format("layout {} stores an operand M/N-major: bm and bn must be "
+                                "multiples of 64, got bm={}, bn={}",
+                                problem.layout(), config.bm, config.bn),
+                    hint);
+  const int threads = config.threads();
+  const int chunks_a = config.bm * config.bk / 8, chunks_b = config.bn * config.bk / 8;
+  if (chunks_a % threads != 0 || chunks_b % threads != 0)
+    throw UserError(fmt::format("the tile's 16-byte chunks (A: {}, B: {}) must be a multiple of "
+                                "the {} threads",
+                                chunks_a, chunks_b, threads),
+                    "use fewer warps or a larger tile");
+  if (config.stages < 2 || config.stages > 8)
+    throw UserError(fmt::format("stages={} is out of range: 2 to 8", config.stages), hint);
+}
+
+namespace {
+
+const char* device_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "float";
+    case DType::F16:
+      return "kjit::f16";
+    case DType::BF16:
+      return "kjit::bf16";
+  }
+  return "?";
+}
+
+// The expression that reads extra operand `i` at (batch, row, col), as float.
+std::string operand_read(const EpilogueOperand& op, int i) {
+  const std::string pointer =
+      fmt::format("static_cast<const {}*>(ops.ptr[{}])", device_type(op.dtype), i);
+  const std::string batch = fmt::format("batch * ops.batch_stride[{}]", i);
+  switch (op.kind) {
+    case OperandKind::RowVector:
+      return fmt::format("kjit::to_f32({}[{} + row])", pointer, batch);
+    case OperandKind::ColumnVector:
+      return fmt::format("kjit::to_f32({}[{} + col])", pointer, batch);
+    case OperandKind::Tensor:
+      return fmt::format("kjit::to_f32({}[{} + row * ops.ld[{}] + col])", pointer, batch, i);
+  }
+  return "0.0f";
+}
+
+// The epilogue: the elementwise function, then the adapter that reads its operands.
+std::string epilogue_glue(const Epilogue& epi) {
+  std::string s;
+  s += "// ---- epilogue: " + (epi.function_name.empty() ? std::string("identity") : epi.text) +
+       " ----\n";
+  std::string call;
+  if (epi.function_name.empty()) {
+    call = "acc";
+  } else {
+    s += epi.function_source;
+    if (!epi.function_source.empty() && epi.function_source.back() != '\n') s += "\n";
+    call = epi.function_name + "(acc";
+    for (size_t i = 0; i < epi.operands.size(); ++i) {
+      const EpilogueOperand& op = epi.operands[i];
+      static const char* kKindText[] = {"one per row", "one per column", "M x N tensor"};
+      s += fmt::format("// operand {}: {}, {}, {}: ops.ptr[{}]\n", i, op.name,
+                       kKindText[static_cast<int>(op.kind)], matmul::to_string(op.dtype), i);
+      call += ",\n        " + operand_read(op, static_cast<int>(i));
+    }
+    call += ")";
+  }
+  s += "struct kjit_matmul_epilogue {\n";
+  s += "  __device__ __forceinline__ static float apply(float acc, long long batch, int row, int "
+       "col,\n";
+  s += "                                                const kjit::EpilogueOperands& ops) {\n";
+  if (epi.operands.empty()) s += "    (void)batch; (void)row; (void)col; (void)ops;\n";
+  s += "    return " + call + ";\n  }\n};\n\n";
+
+  return s;
+}
+
+}  // namespace
+
+KernelSource lower(const Problem& problem, const Config& config) {
+  validate(problem, config);
+  const bool simt = problem.input == DType::F32;
+  KernelSource out;
+  out.family = "matmul";
+  out.problem = problem.kernel_class();  // sizes are arguments: one binary for all
+  out.config = config.to_string();
+  out.name =
+      simt ? fmt::format("kjit_matmul_f32_{}_simt_64x64x16", problem.layout())
+           : fmt::format("kjit_matmul_{}_{}_{}x{}x{}_w{}x{}_s{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.warps_m,
+                         config.warps / config.warps_m, config.stages);
+  out.block_threads = simt ? 256 : config.threads();
+  out.dynamic_shared_bytes = shared_bytes(problem, config);
+
+  const Epilogue& epi = problem.epilogue;
+  std::string s;
+  s += "// kjit matmul: C = epilogue(alpha * op(A) * op(B) + beta * C0, extra operands)\n";
+  s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
+  s += "// problem:   C[M,N] = op(A)[M,K] * op(B)[K,N] (x batch), " + out.problem + "\n";
+  s += "// config:    " + out.config + "\n";
+  if (simt) {
+    s += "// path:      exact fp32 on the CUDA cores (templates/matmul_simt.cuh)\n";
+    s += "#include \"kjit/matmul_simt.cuh\"\n\n";
+  } else {
+    s += fmt::format(
+        "// path:      mma.sync m16n8k16 {} -> f32; block tile {}x{}x{}, {} warps ({} along M) "
+        "of {}x{}, {}-stage cp.async pipeline, {} B dynamic shared memory\n",
+        matmul::to_string(problem.input), config.bm, config.bn, config.bk, config.warps,
+        config.warps_m, config.bm / config.warps_m, config.bn / (config.warps / config.warps_m),
+        config.stages, out.dynamic_shared_bytes);
+    s += "#include \"kjit/matmul.cuh\"\n\n";
+  }
+
+  s += epilogue_glue(epi);
+
+  const std::string out_type = device_type(problem.output);
+  const std::string a_k_major = problem.a_transposed ? "false" : "true";
+  const std::string b_k_major = problem.b_transposed ? "true" : "false";
+  if (simt) {
+    s += fmt::format("typedef kjit::matmul::SimtMatmul<{}, {}, {}> kjit_matmul_tile;\n\n", out_type,
+                     a_k_major, b_k_major);
+  } else {
+    s += "// A is " + std::string(problem.a_transposed ? "K x M (M-major)" : "M x K (K-major)") +
+         ", B is " + (problem.b_transposed ? "N x K (K-major)" : "K x N (N-major)") + "\n";
+    s += fmt::format(
+        "typedef kjit::matmul::TensorCoreMatmul<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>\n"
+        "    kjit_matmul_tile;\n\n",
+        device_type(problem.input), out_type, config.bm, config.bn, config.bk, config.warps_m,
+        config.warps / config.warps_m, config.stages, a_k_major, b_k_major);
+  }
+  s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block\n";
+  s += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__({}, 1)\n{}(kjit::MatmulArgs args, "
+      "kjit::EpilogueOperands ops) {{\n"
+      "  kjit_matmul_tile::run<kjit_matmul_epilogue>(args, ops);\n}}\n\n",
+      out.block_threads, out.name);
+  out.source = std::move(s);
+  return out;
+}
+
+KernelSource lower_reduce(const Problem& problem) {
+  validate(problem, problem.input == DType::F32 ? simt_config(1) : Config());
+  KernelSource out;
+  out.family = "matmul";
+  out.problem = problem.kernel_class();
+  out.config = "splitk_reduce";
+  out.name = std::string("kjit_matmul_splitk_reduce_") + matmul::to_string(problem.output);
+  out.block_threads = 256;
+  std::string s;
+  s += "// kjit matmul split-K reduction: C = epilogue(alpha * sum of partials + beta * C0)\n";
+  s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
+  s += "// problem:   " + out.problem + "\n";
+  s += "#include \"kjit/matmul.cuh\"\n\n";
+  s += epilogue_glue(problem.epilogue);
+  s += "// one thread per output; the fp32 partials are summed in split order 0, 1, ...\n";
+  s += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(kjit::MatmulArgs args, "
+      "kjit::EpilogueOperands ops) {{\n"
+      "  kjit::matmul::splitk_reduce<{}, kjit_matmul_epilogue>(args, ops);\n}}\n",
+      out.name, device_type(problem.output));
+  out.source = std::move(s);
+  return out;
+}
+
+KernelSource lower_pad(DType dtype) {
+  if (dtype == DType::F32)
+    throw InternalError("the padded path is only for 16-bit inputs (f32 uses SIMT)");
+  KernelSource out;
+  out.family = "matmul";
+  out.problem = std::string("pad,dtype=") + to_string(dtype);
+  out.name = std::string("kjit_matmul_pad_") + to_string(dtype);
+  out.block_threads = 256;
+  std::string s;
+  s += "// kjit matmul padding: copies a misaligned operand into 16-byte-aligned rows\n";
+  s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
+  s += "#include \"kjit/matmul.cuh\"\n\n";
+  s += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(const {}* src, {}* dst, long long "
+      "rows, long long cols,\n    long long ld_src, long long stride_src, long long rows_dst, "
+      "long long ld_dst, int batch) {{\n"
+      "  kjit::matmul::pad_copy(src, dst, rows, cols, ld_src, stride_src, rows_dst, ld_dst, "
+      "batch);\n}}\n",
+      out.name, device_type(dtype), device_type(dtype));
+  out.source = std::move(s);
+  return out;
+}
+
+}  // namespace kjit::matmul

@@ -1,0 +1,116 @@
+// Matmul lowering: a Problem (what: shapes, layouts, dtypes, alignment class,
+// epilogue) and a Config (how: tiles, warps, stages, split-K) -> one KernelSource
+// whose glue instantiates templates/matmul.cuh (tensor cores) or
+// templates/matmul_simt.cuh (exact fp32). Pure C++: no CUDA headers here.
+//
+//   C = epilogue(alpha * op(A) * op(B) + beta * C0, extra operands)
+//
+// The epilogue arrives as CUDA text of a device function
+//   __device__ __forceinline__ float NAME(float acc, float x1, float x2, ...)
+// plus the list of its extra operands; the elementwise IR emits exactly that, and
+// tests write such functions by hand.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/kernel_source.h"
+
+namespace kjit::matmul {
+
+enum class DType { F32, F16, BF16 };
+const char* to_string(DType dtype);
+int dtype_bytes(DType dtype);
+// "f32" | "f16" | "bf16"; anything else is a UserError naming the supported ones.
+DType parse_dtype(const std::string& text);
+
+// How an extra epilogue operand is indexed.
+enum class OperandKind {
+  RowVector,     // one value per output row: length M (per batch, or shared)
+  ColumnVector,  // one value per output column: length N (e.g. a bias)
+  Tensor,        // a full M x N tensor (e.g. a residual), with its own leading dimension
+};
+const char* to_string(OperandKind kind);
+
+struct EpilogueOperand {
+  std::string name;
+  OperandKind kind = OperandKind::ColumnVector;
+  DType dtype = DType::BF16;
+};
+
+struct Epilogue {
+  std::string text;             // the source expression, for comments ("gelu(acc + bias)")
+  std::string function_name;    // empty: the identity epilogue
+  std::string function_source;  // the device function's CUDA text
+  std::vector<EpilogueOperand> operands;  // in the function's argument order after acc
+  static constexpr int kMaxOperands = 4;
+};
+
+struct Problem {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool a_transposed = false;  // layout "t?": A is stored K x M
+  bool b_transposed = false;  // layout "?t": B is stored N x K
+  DType input = DType::BF16;
+  DType output = DType::BF16;
+  // Alignment class: true when A and B rows (and pointers, and batch strides) are
+  // 16-byte aligned, so the tensor-core kernel reads them directly; false means
+  // the padded path (copies into aligned scratch first).
+  bool aligned = true;
+  Epilogue epilogue;
+
+  std::string layout() const;  // "nn", "nt", "tn", "tt"
+  // What a kernel is specialized on (sizes are run-time arguments), canonical:
+  // "layout=..,dtype=..,out=..,align=16|1[,epilogue=..,name:kind:dtype...]".
+  // Generated source carries only this, so every size shares one binary.
+  std::string kernel_class() const;
+  // "m=..,n=..,k=..,batch=..," + kernel_class(): for logs and tuning keys.
+  std::string to_string() const;
+};
+
+// Sets a_transposed / b_transposed from "nn" | "nt" | "tn" | "tt" (UserError otherwise).
+void set_layout(Problem& problem, const std::string& layout);
+
+struct Config {
+  int bm = 128, bn = 128, bk = 32;
+  int warps = 8;    // warps per block
+  int warps_m = 2;  // of which along M (warps / warps_m along N)
+  int stages = 3;   // cp.async pipeline depth
+  int splitk = 1;   // K splits (1: none)
+
+  // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1"
+  std::string to_string() const;
+  // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk.
+  // When warps is given without wm, wm is chosen to make warp tiles square-ish.
+  // Unknown keys and malformed values are UserErrors naming the valid keys.
+  static Config parse(const std::string& text);
+  int threads() const { return warps * 32; }
+  bool operator==(const Config&) const = default;
+};
+
+// The one tile shape of the exact fp32 SIMT path.
+Config simt_config(int splitk = 1);
+
+// The warp split along M that makes the warp tile closest to square.
+int square_warps_m(int bm, int bn, int warps);
+
+// Dynamic shared memory the kernel needs (0 for the SIMT path's static tiles).
+int shared_bytes(const Problem& problem, const Config& config);
+
+// Problem and config constraints that hold on every device (shapes >= 1, tile
+// divisibility, supported dtypes, epilogue operand count): UserError with a hint.
+void validate(const Problem& problem, const Config& config);
+
+// The tile kernel: glue that instantiates templates/matmul.cuh (or matmul_simt.cuh
+// for f32). Byte-identical for equal inputs; sizes are kernel arguments.
+KernelSource lower(const Problem& problem, const Config& config);
+
+// The split-K reduction for `problem` (its epilogue and output type; any config):
+// sums the fp32 partials in split order, then alpha, beta and the epilogue.
+KernelSource lower_reduce(const Problem& problem);
+
+// The padding kernel of the misaligned path for 16-bit `dtype`:
+//   (src, dst, rows, cols, ld_src, stride_src, rows_dst, ld_dst, batch)
+KernelSource lower_pad(DType dtype);
+
+}  // namespace kjit::matmul

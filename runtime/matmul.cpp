@@ -1,0 +1,430 @@
+#include "runtime/matmul.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <map>
+#include <thread>
+
+#include "runtime/compile.h"
+#include "support/error.h"
+
+namespace kjit::matmul {
+
+namespace {
+
+// Byte-for-byte mirror of kjit::MatmulArgs in templates/matmul.cuh.
+struct DeviceArgs {
+  CUdeviceptr a, b, c0, c, workspace;
+  long long lda, ldb, ldc0, ldc;
+  long long stride_a, stride_b, stride_c0, stride_c;
+  int m, n, k, batch;
+  int splits;
+  int k_per_split;
+  int c_pairs;
+  float alpha, beta;
+};
+static_assert(sizeof(DeviceArgs) == 144, "DeviceArgs must mirror kjit::MatmulArgs");
+
+// Mirror of kjit::EpilogueOperands.
+struct DeviceOperands {
+  CUdeviceptr ptr[Epilogue::kMaxOperands];
+  long long ld[Epilogue::kMaxOperands];
+  long long batch_stride[Epilogue::kMaxOperands];
+};
+static_assert(sizeof(DeviceOperands) == 96, "DeviceOperands must mirror kjit::EpilogueOperands");
+
+int64_t round_up(int64_t x, int64_t to) {
+  return (x + to - 1) / to * to;
+}
+int64_t ceil_div(int64_t x, int64_t y) {
+  return (x + y - 1) / y;
+}
+
+// Stored rows x columns of A and B.
+int64_t a_cols(const Problem& p) {
+  return p.a_transposed ? p.m : p.k;
+}
+int64_t a_rows(const Problem& p) {
+  return p.a_transposed ? p.k : p.m;
+}
+int64_t b_cols(const Problem& p) {
+  return p.b_transposed ? p.k : p.n;
+}
+int64_t b_rows(const Problem& p) {
+  return p.b_transposed ? p.n : p.k;
+}
+
+// In-process caches: compiled programs (filled ahead of time by precompile(), no
+// GPU needed) and loaded modules, keyed by the binary key. The modules belong to
+// the context current at the first load; a process that releases its last
+// context and makes a new one should use the Runtime constructor instead. The Runtime's cache
+// (runtime/runtime.h) replaces these once the Runtime can hand out several kernels
+// of one module.
+std::mutex cache_mutex;
+std::map<std::string, cuda::CompiledProgram>& program_cache() {
+  static std::map<std::string, cuda::CompiledProgram> cache;
+  return cache;
+}
+
+cuda::CompiledProgram compiled(const KernelSource& source, const std::string& arch) {
+  const std::string key = binary_key(source, arch);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = program_cache().find(key);
+    if (it != program_cache().end()) return it->second;
+  }
+  cuda::CompiledProgram program = compile_source(source, arch);
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  program_cache().emplace(key, program);
+  return program;
+}
+
+std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std::string& arch,
+                                          cuda::KernelStats* stats) {
+  static std::map<std::string, std::pair<std::shared_ptr<cuda::Module>, cuda::KernelStats>> modules;
+  const std::string key = binary_key(source, arch);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = modules.find(key);
+    if (it != modules.end()) {
+      if (stats) *stats = it->second.second;
+      return it->second.first;
+    }
+  }
+  const cuda::CompiledProgram program = compiled(source, arch);
+  cuda::KernelStats main_stats;
+  for (const cuda::KernelStats& k : program.kernels)
+    if (k.name == source.name) main_stats = k;
+  std::shared_ptr<cuda::Module> module = cuda::Module::load(program.cubin);
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  modules[key] = {module, main_stats};
+  if (stats) *stats = main_stats;
+  return module;
+}
+
+struct Candidate {
+  Config config;
+  double efficiency;  // relative throughput of one SM running this tile (guess, see docs)
+  int blocks_per_sm;  // resident blocks (guess from shared memory and registers)
+};
+
+Config make(int bm, int bn, int bk, int warps, int wm, int stages) {
+  Config c;
+  c.bm = bm;
+  c.bn = bn;
+  c.bk = bk;
+  c.warps = warps;
+  c.warps_m = wm;
+  c.stages = stages;
+  c.splitk = 1;
+  return c;
+}
+
+}  // namespace
+
+Tensors resolve(const Problem& p, Tensors t) {
+  auto check_ld = [](const char* name, int64_t& ld, int64_t cols) {
+    if (ld == 0) ld = cols;
+    if (ld < cols)
+      throw UserError(fmt::format("leading dimension of {} is {} but its stored rows have {} "
+                                  "elements",
+                                  name, ld, cols),
+                      "the leading dimension must be at least the stored row length");
+  };
+  check_ld("A", t.lda, a_cols(p));
+  check_ld("B", t.ldb, b_cols(p));
+  check_ld("C", t.ldc, p.n);
+  check_ld("C0", t.ldc0, p.n);
+  if (t.stride_a == 0 && p.batch > 1) t.stride_a = a_rows(p) * t.lda;
+  if (t.stride_b == 0 && p.batch > 1) t.stride_b = b_rows(p) * t.ldb;
+  if (t.stride_c == 0 && p.batch > 1) t.stride_c = p.m * t.ldc;
+  if (t.stride_c0 == 0 && p.batch > 1) t.stride_c0 = p.m * t.ldc0;
+  if (p.batch > 1 && t.stride_c < p.m * t.ldc)
+    throw UserError(fmt::format("C's batch stride {} is smaller than one M x ldc matrix ({})",
+                                t.stride_c, p.m * t.ldc),
+                    "batched outputs must not overlap");
+  if (t.a == 0 || t.b == 0 || t.c == 0)
+    throw UserError("matmul needs device pointers for A, B and C");
+  if (t.beta != 0.0f && t.c0 == 0)
+    throw UserError("beta != 0 but no C0 was given", "pass C0 (it may alias C) or set beta = 0");
+  if (t.extras.size() != p.epilogue.operands.size())
+    throw UserError(fmt::format("the epilogue takes {} extra operands but {} were given",
+                                p.epilogue.operands.size(), t.extras.size()),
+                    "pass one tensor per epilogue operand, in order");
+  for (size_t i = 0; i < t.extras.size(); ++i) {
+    if (t.extras[i].pointer == 0)
+      throw UserError("epilogue operand '" + p.epilogue.operands[i].name + "' has no pointer");
+    if (p.epilogue.operands[i].kind == OperandKind::Tensor) {
+      if (t.extras[i].ld == 0) t.extras[i].ld = p.n;
+      if (t.extras[i].ld < p.n)
+        throw UserError(fmt::format("epilogue tensor '{}' has leading dimension {} < N = {}",
+                                    p.epilogue.operands[i].name, t.extras[i].ld, p.n));
+    }
+  }
+  return t;
+}
+
+bool is_aligned(const Problem& p, const Tensors& t) {
+  const int bytes = dtype_bytes(p.input);
+  const int64_t per16 = 16 / bytes;
+  auto ok = [&](CUdeviceptr ptr, int64_t ld, int64_t stride) {
+    return ptr % 16 == 0 && ld % per16 == 0 && stride % per16 == 0;
+  };
+  return ok(t.a, t.lda, t.stride_a) && ok(t.b, t.ldb, t.stride_b);
+}
+
+std::vector<Config> default_space(DType input) {
+  if (input == DType::F32) return {simt_config(1)};
+  return {
+      make(128, 256, 32, 8, 2, 4),  // warp 64x64, 96 KiB: the large-problem workhorse
+      make(128, 256, 32, 8, 2, 3),  // 72 KiB
+      make(256, 128, 32, 8, 4, 4),  // warp 64x64, tall
+      make(256, 128, 32, 8, 4, 3),  // 72 KiB
+      make(128, 128, 32, 8, 2, 4),  // warp 64x32, 64 KiB
+      make(128, 128, 32, 4, 2, 4),  // warp 64x64, 64 KiB, two blocks per SM
+      make(128, 128, 64, 8, 2, 3),  // warp 64x32, 96 KiB, fewer barriers per FLOP
+      make(64, 128, 32, 4, 2, 4),   // warp 32x64, 48 KiB: small problems
+      make(64, 64, 64, 4, 2, 3),    // warp 32x32, 48 KiB: tiny problems
+  };
+}
+
+Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
+  const int sms = std::max(device.sm_count, 1);
+  Config best;
+  if (p.input == DType::F32) {
+    best = simt_config(1);
+  } else {
+    // Efficiencies and residency are estimates for an H100/H200-class SM (mma.sync,
+    // 228 KiB shared memory, 64 K registers); the tuner measures instead.
+    const std::vector<Candidate> candidates = {
+        {make(128, 256, 32, 8, 2, 4), 1.00, 1}, {make(128, 128, 32, 8, 2, 4), 0.85, 1},
+        {make(128, 128, 32, 4, 2, 4), 0.80, 2}, {make(64, 128, 32, 4, 2, 4), 0.65, 3},
+        {make(64, 64, 64, 4, 2, 3), 0.45, 4},
+    };
+    double best_cost = 1e300;
+    for (const Candidate& c : candidates) {
+      if (shared_bytes(p, c.config) > device.shared_per_block_optin) continue;
+      if (p.a_transposed && c.config.bm % 64 != 0) continue;
+      if (!p.b_transposed && c.config.bn % 64 != 0) continue;
+      const int64_t tiles = ceil_div(p.m, c.config.bm) * ceil_div(p.n, c.config.bn) * p.batch;
+      const int64_t slots = static_cast<int64_t>(sms) * c.blocks_per_sm;
+      const int64_t waves = ceil_div(tiles, slots);
+      // A wave lasts as long as one block's tile on an SM shared by blocks_per_sm.
+      const double cost =
+          static_cast<double>(waves) * c.blocks_per_sm * c.config.bm * c.config.bn / c.efficiency;
+      if (cost < best_cost * 0.999) {
+        best_cost = cost;
+        best = c.config;
+      }
+    }
+  }
+  // Split-K: too few tiles to fill half the SMs, and enough K to share out.
+  const int64_t tiles = ceil_div(p.m, best.bm) * ceil_div(p.n, best.bn) * p.batch;
+  if (tiles * 2 < sms && p.k >= 2048) {
+    const int64_t splits = std::min<int64_t>({sms / tiles, p.k / 1024, 16});
+    if (splits >= 2) best.splitk = static_cast<int>(splits);
+  }
+  return best;
+}
+
+void check_fits_device(const Problem& p, const Config& config,
+                       const cuda::DeviceProperties& device) {
+  const int shared = shared_bytes(p, config);
+  if (shared > device.shared_per_block_optin)
+    throw UserError(
+        fmt::format("matmul config {} needs {} bytes of shared memory per block; {} "
+                    "allows at most {}",
+                    config.to_string(), shared, device.name, device.shared_per_block_optin),
+        "Reducing stages, bk or the block tile (bm, bn) may help");
+  const int threads = p.input == DType::F32 ? 256 : config.threads();
+  if (device.max_threads_per_block > 0 && threads > device.max_threads_per_block)
+    throw UserError(
+        fmt::format("matmul config {} needs {} threads per block; {} allows {}", config.to_string(),
+                    threads, device.name, device.max_threads_per_block),
+        "use fewer warps");
+}
+
+cuda::CompiledProgram compile_source(const KernelSource& source, const std::string& arch) {
+  return compile_for_arch(source, arch);
+}
+
+void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::string& arch,
+                int threads) {
+  std::vector<KernelSource> sources;
+  for (const auto& [problem, config] : work) {
+    sources.push_back(lower(problem, config));
+    if (config.splitk > 1) sources.push_back(lower_reduce(problem));
+    if (!problem.aligned && problem.input != DType::F32)
+      sources.push_back(lower_pad(problem.input));
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  for (int t = 0; t < std::max(threads, 1); ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < sources.size(); i = next++) {
+        try {
+          compiled(sources[i], arch);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+Matmul::Matmul(Problem problem, Config config, const cuda::DeviceProperties& device)
+    : problem_(std::move(problem)), config_(config), device_(device) {
+  init([this](const KernelSource& source, cuda::KernelStats* stats) {
+    return load_cached(source, device_.arch(), stats)->function(source.name);
+  });
+}
+
+Matmul::Matmul(Problem problem, Config config, Runtime& runtime)
+    : problem_(std::move(problem)), config_(config), device_(runtime.device()) {
+  init([&runtime](const KernelSource& source, cuda::KernelStats* stats) {
+    std::shared_ptr<const CompiledKernel> kernel = runtime.compile(source);
+    if (stats) *stats = kernel->stats();
+    return kernel->function();  // keeps its module loaded
+  });
+}
+
+void Matmul::init(
+    const std::function<cuda::Function(const KernelSource&, cuda::KernelStats*)>& load) {
+  check_fits_device(problem_, config_, device_);
+  source_ = lower(problem_, config_);
+  main_ = load(source_, &stats_);
+  const int threads = source_.block_threads;
+  if (device_.registers_per_block > 0 &&
+      static_cast<int64_t>(stats_.registers) * threads > device_.registers_per_block)
+    throw UserError(fmt::format("matmul config {} needs {} registers x {} threads = {} per "
+                                "block; {} allows {}",
+                                config_.to_string(), stats_.registers, threads,
+                                static_cast<int64_t>(stats_.registers) * threads, device_.name,
+                                device_.registers_per_block),
+                    "use fewer warps or a smaller warp tile");
+  if (source_.dynamic_shared_bytes > 48 * 1024)
+    main_.set_max_dynamic_shared(source_.dynamic_shared_bytes);
+  if (config_.splitk > 1) reduce_ = load(lower_reduce(problem_), nullptr);
+  if (!problem_.aligned && problem_.input != DType::F32)
+    pad_ = load(lower_pad(problem_.input), nullptr);
+}
+
+void Matmul::launch(const Tensors& given, CUstream stream) {
+  const Problem& p = problem_;
+  Tensors t = resolve(p, given);
+  const bool aligned = is_aligned(p, t);
+  const bool simt = p.input == DType::F32;
+  if (!simt && p.aligned && !aligned)
+    throw UserError(
+        "these tensors are not 16-byte aligned (pointers, leading dimensions or "
+        "batch strides of A or B), but the matmul was built for the aligned class",
+        "build the Matmul with problem.aligned = is_aligned(problem, tensors)");
+  const int elem = dtype_bytes(p.input);
+
+  DeviceArgs args{};
+  args.a = t.a;
+  args.b = t.b;
+  args.c0 = t.beta != 0.0f ? t.c0 : 0;
+  args.c = t.c;
+  args.lda = t.lda;
+  args.ldb = t.ldb;
+  args.ldc0 = t.ldc0;
+  args.ldc = t.ldc;
+  args.stride_a = t.stride_a;
+  args.stride_b = t.stride_b;
+  args.stride_c0 = t.stride_c0;
+  args.stride_c = t.stride_c;
+  args.m = static_cast<int>(p.m);
+  args.n = static_cast<int>(p.n);
+  args.k = static_cast<int>(p.k);
+  args.batch = static_cast<int>(p.batch);
+  args.alpha = t.alpha;
+  args.beta = t.beta;
+
+  // The padding path: copy A and B into scratch with 16-byte rows, K rounded up
+  // to 64 with zeros (so every k-tile is whole), then run the aligned kernel.
+  if (!simt && !p.aligned) {
+    const int64_t k_padded = round_up(p.k, 64);
+    auto pad = [&](cuda::DeviceBuffer& scratch, CUdeviceptr src, int64_t rows, int64_t cols,
+                   int64_t ld, int64_t stride, bool k_is_rows) {
+      int64_t rows_dst = k_is_rows ? k_padded : rows;
+      int64_t ld_dst = k_is_rows ? round_up(cols, 8) : k_padded;
+      const size_t bytes = static_cast<size_t>(rows_dst * ld_dst * p.batch * elem);
+      if (scratch.bytes() < bytes) scratch = cuda::DeviceBuffer(bytes);
+      CUdeviceptr dst = scratch.get();
+      int batch = static_cast<int>(p.batch);
+      const int64_t chunks = rows_dst * ld_dst / 8 * p.batch;
+      cuda::LaunchConfig launch;
+      launch.block = {256, 1, 1};
+      launch.grid = {static_cast<unsigned>(
+                         std::min<int64_t>(ceil_div(chunks, 256), int64_t(device_.sm_count) * 16)),
+                     1, 1};
+      launch.stream = stream;
+      void* pad_args[] = {&src, &dst, &rows, &cols, &ld, &stride, &rows_dst, &ld_dst, &batch};
+      pad_.launch(launch, pad_args);
+      return std::pair<CUdeviceptr, int64_t>{dst, ld_dst};
+    };
+    auto [pa, lda] = pad(scratch_a_, t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, p.a_transposed);
+    auto [pb, ldb] = pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
+    args.a = pa;
+    args.lda = lda;
+    args.stride_a = (p.a_transposed ? k_padded : p.m) * lda;
+    args.b = pb;
+    args.ldb = ldb;
+    args.stride_b = (p.b_transposed ? p.n : k_padded) * ldb;
+    args.k = static_cast<int>(k_padded);
+  }
+
+  // Split-K: K ranges of whole k-tiles; the last split takes the remainder.
+  const int bk = config_.bk;
+  const int64_t k_per_split = round_up(ceil_div(args.k, config_.splitk), bk);
+  const int64_t splits = ceil_div(args.k, k_per_split);
+  args.k_per_split = static_cast<int>(k_per_split);
+  args.splits = static_cast<int>(splits);
+  if (splits > 1) {
+    const size_t bytes = static_cast<size_t>(splits * p.batch * p.m * p.n * 4);
+    if (workspace_.bytes() < bytes) workspace_ = cuda::DeviceBuffer(bytes);
+    args.workspace = workspace_.get();
+  }
+  // Two-element stores need even leading dimensions and pair-aligned pointers.
+  const int out_pair = 2 * dtype_bytes(p.output);
+  const bool c0_pairs = args.c0 == 0 || (t.c0 % out_pair == 0 && t.ldc0 % 2 == 0 &&
+                                         (p.batch == 1 || t.stride_c0 % 2 == 0));
+  args.c_pairs =
+      t.c % out_pair == 0 && t.ldc % 2 == 0 && (p.batch == 1 || t.stride_c % 2 == 0) && c0_pairs;
+
+  DeviceOperands ops{};
+  for (size_t i = 0; i < t.extras.size(); ++i) {
+    ops.ptr[i] = t.extras[i].pointer;
+    ops.ld[i] = t.extras[i].ld;
+    ops.batch_stride[i] = t.extras[i].batch_stride;
+  }
+
+  cuda::LaunchConfig launch;
+  launch.grid = {static_cast<unsigned>(ceil_div(p.m, config_.bm) * ceil_div(p.n, config_.bn)),
+                 static_cast<unsigned>(splits), static_cast<unsigned>(p.batch)};
+  launch.block = {static_cast<unsigned>(source_.block_threads), 1, 1};
+  launch.dynamic_shared_bytes = static_cast<unsigned>(source_.dynamic_shared_bytes);
+  launch.stream = stream;
+  void* kernel_args[] = {&args, &ops};
+  main_.launch(launch, kernel_args);
+  if (splits > 1) {
+    cuda::LaunchConfig reduce;
+    const int64_t total = p.batch * p.m * p.n;
+    reduce.grid = {static_cast<unsigned>(
+                       std::min<int64_t>(ceil_div(total, 256), int64_t(device_.sm_count) * 8)),
+                   1, 1};
+    reduce.block = {256, 1, 1};
+    reduce.stream = stream;
+    reduce_.launch(reduce, kernel_args);
+  }
+}
+
+}  // namespace kjit::matmul

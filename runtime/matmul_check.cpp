@@ -1,0 +1,245 @@
+#include "runtime/matmul_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "support/error.h"
+#include "support/half.h"
+
+namespace kjit::matmul {
+
+namespace {
+
+float round_to(DType dtype, float x) {
+  switch (dtype) {
+    case DType::F32:
+      return x;
+    case DType::F16:
+      return f16_to_f32(f32_to_f16(x));
+    case DType::BF16:
+      return bf16_to_f32(f32_to_bf16(x));
+  }
+  return x;
+}
+
+constexpr const char* kGelu =
+    "__device__ __forceinline__ float kjit_epilogue_fn(float acc, float bias) {\n"
+    "  // gelu(x), tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))\n"
+    "  const float x = acc + bias;\n"
+    "  return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));\n"
+    "}\n";
+
+double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+}  // namespace
+
+std::vector<unsigned char> HostTensor::bytes() const {
+  std::vector<unsigned char> out(values.size() * dtype_bytes(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::F32) {
+      std::memcpy(&out[i * 4], &values[i], 4);
+    } else {
+      const uint16_t h = dtype == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+HostTensor random_tensor(DType dtype, size_t count, uint64_t seed, float lo, float hi) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.values.resize(count);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (float& v : t.values) v = round_to(dtype, dist(rng));
+  return t;
+}
+
+std::vector<double> to_doubles(DType dtype, const std::vector<unsigned char>& bytes, size_t count) {
+  std::vector<double> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (dtype == DType::F32) {
+      float f;
+      std::memcpy(&f, &bytes[i * 4], 4);
+      out[i] = f;
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &bytes[i * 2], 2);
+      out[i] = dtype == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> builtin_epilogue_names() {
+  return {"acc + bias", "gelu(acc + bias)", "relu(acc + bias)", "acc * scale + residual"};
+}
+
+BuiltinEpilogue builtin_epilogue(const std::string& text, DType dtype) {
+  BuiltinEpilogue out;
+  Epilogue& e = out.epilogue;
+  e.text = text;
+  e.function_name = "kjit_epilogue_fn";
+  if (text == "acc + bias") {
+    e.function_source =
+        "__device__ __forceinline__ float kjit_epilogue_fn(float acc, float bias) {\n"
+        "  return acc + bias;\n}\n";
+    e.operands = {{"bias", OperandKind::ColumnVector, dtype}};
+    out.reference = [](double acc, const std::vector<double>& x) { return acc + x[0]; };
+  } else if (text == "gelu(acc + bias)") {
+    e.function_source = kGelu;
+    e.operands = {{"bias", OperandKind::ColumnVector, dtype}};
+    out.reference = [](double acc, const std::vector<double>& x) { return gelu(acc + x[0]); };
+  } else if (text == "relu(acc + bias)") {
+    e.function_source =
+        "__device__ __forceinline__ float kjit_epilogue_fn(float acc, float bias) {\n"
+        "  return fmaxf(acc + bias, 0.0f);\n}\n";
+    e.operands = {{"bias", OperandKind::ColumnVector, dtype}};
+    out.reference = [](double acc, const std::vector<double>& x) {
+      return std::max(acc + x[0], 0.0);
+    };
+  } else if (text == "acc * scale + residual") {
+    e.function_source =
+        "__device__ __forceinline__ float kjit_epilogue_fn(float acc, float scale, float "
+        "residual) {\n  return acc * scale + residual;\n}\n";
+    e.operands = {{"scale", OperandKind::RowVector, dtype},
+                  {"residual", OperandKind::Tensor, dtype}};
+    out.reference = [](double acc, const std::vector<double>& x) { return acc * x[0] + x[1]; };
+  } else {
+    std::string names;
+    for (const std::string& n : builtin_epilogue_names()) names += " '" + n + "'";
+    throw UserError("unknown matmul epilogue '" + text + "'",
+                    "until the elementwise IR is wired in, the built-in epilogues are:" + names);
+  }
+  return out;
+}
+
+HostProblem make_host_problem(
+    const Problem& p, uint64_t seed, float alpha, float beta,
+    const std::function<double(double, const std::vector<double>&)>& epilogue) {
+  HostProblem h;
+  h.problem = p;
+  h.alpha = alpha;
+  h.beta = beta;
+  h.epilogue = epilogue;
+  h.a = random_tensor(p.input, static_cast<size_t>(p.batch * p.m * p.k), seed * 7 + 1);
+  h.b = random_tensor(p.input, static_cast<size_t>(p.batch * p.k * p.n), seed * 7 + 2);
+  if (beta != 0.0f)
+    h.c0 = random_tensor(p.output, static_cast<size_t>(p.batch * p.m * p.n), seed * 7 + 3);
+  for (size_t i = 0; i < p.epilogue.operands.size(); ++i) {
+    const EpilogueOperand& op = p.epilogue.operands[i];
+    const int64_t per_batch = op.kind == OperandKind::RowVector      ? p.m
+                              : op.kind == OperandKind::ColumnVector ? p.n
+                                                                     : p.m * p.n;
+    h.extras.push_back(
+        random_tensor(op.dtype, static_cast<size_t>(per_batch * p.batch), seed * 7 + 4 + i));
+  }
+  return h;
+}
+
+double reference_at(const HostProblem& h, int64_t batch, int64_t row, int64_t col) {
+  const Problem& p = h.problem;
+  const float* a = h.a.values.data() + batch * p.m * p.k;
+  const float* b = h.b.values.data() + batch * p.k * p.n;
+  double acc = 0;
+  for (int64_t k = 0; k < p.k; ++k) {
+    const double av = p.a_transposed ? a[k * p.m + row] : a[row * p.k + k];
+    const double bv = p.b_transposed ? b[col * p.k + k] : b[k * p.n + col];
+    acc += av * bv;
+  }
+  double v = h.alpha * acc;
+  if (h.beta != 0.0f)
+    v += h.beta * static_cast<double>(h.c0.values[(batch * p.m + row) * p.n + col]);
+  if (h.epilogue) {
+    std::vector<double> x;
+    for (size_t i = 0; i < p.epilogue.operands.size(); ++i) {
+      const EpilogueOperand& op = p.epilogue.operands[i];
+      const std::vector<float>& values = h.extras[i].values;
+      if (op.kind == OperandKind::RowVector)
+        x.push_back(values[batch * p.m + row]);
+      else if (op.kind == OperandKind::ColumnVector)
+        x.push_back(values[batch * p.n + col]);
+      else
+        x.push_back(values[(batch * p.m + row) * p.n + col]);
+    }
+    v = h.epilogue(v, x);
+  }
+  return round_to(p.output, static_cast<float>(v));
+}
+
+std::vector<int64_t> rows_to_check(const Problem& p, uint64_t seed) {
+  const double work = static_cast<double>(p.n) * p.k * p.batch;
+  const int64_t budget = std::max<int64_t>(8, static_cast<int64_t>(2e8 / std::max(work, 1.0)));
+  if (p.m <= budget) {
+    std::vector<int64_t> all(static_cast<size_t>(p.m));
+    for (int64_t i = 0; i < p.m; ++i) all[static_cast<size_t>(i)] = i;
+    return all;
+  }
+  std::set<int64_t> rows = {0, p.m - 1};
+  for (int64_t edge : {63, 64, 127, 128, 255, 256})
+    if (edge < p.m) rows.insert(edge);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, p.m - 1);
+  while (static_cast<int64_t>(rows.size()) < budget) rows.insert(dist(rng));
+  return {rows.begin(), rows.end()};
+}
+
+std::string CheckResult::describe() const {
+  std::string s = fmt::format("relative L2 error {:.3e} over {} outputs", relative_l2, checked);
+  if (has_first_bad)
+    s += fmt::format("; first bad element: batch {} row {} col {}: got {:.6g}, expected {:.6g}",
+                     bad_batch, bad_row, bad_col, bad_out, bad_ref);
+  return s;
+}
+
+CheckResult check_output(const HostProblem& h, const std::vector<double>& out,
+                         const std::vector<int64_t>& rows) {
+  const Problem& p = h.problem;
+  CheckResult r;
+  std::vector<double> ref_values, out_values;
+  struct Where {
+    int64_t batch, row, col;
+  };
+  std::vector<Where> where;
+  for (int64_t batch = 0; batch < p.batch; ++batch)
+    for (int64_t row : rows)
+      for (int64_t col = 0; col < p.n; ++col) {
+        ref_values.push_back(reference_at(h, batch, row, col));
+        out_values.push_back(out[static_cast<size_t>((batch * p.m + row) * p.n + col)]);
+        where.push_back({batch, row, col});
+      }
+  double diff = 0, norm = 0;
+  bool nan = false;
+  for (size_t i = 0; i < ref_values.size(); ++i) {
+    if (!std::isfinite(out_values[i])) nan = true;
+    diff += (out_values[i] - ref_values[i]) * (out_values[i] - ref_values[i]);
+    norm += ref_values[i] * ref_values[i];
+  }
+  const double rms = std::sqrt(norm / std::max<size_t>(ref_values.size(), 1));
+  for (size_t i = 0; i < ref_values.size(); ++i) {
+    const double err = std::abs(out_values[i] - ref_values[i]);
+    if (!std::isfinite(out_values[i]) || err > 0.05 * (std::abs(ref_values[i]) + rms)) {
+      r.has_first_bad = true;
+      r.bad_batch = where[i].batch;
+      r.bad_row = where[i].row;
+      r.bad_col = where[i].col;
+      r.bad_out = out_values[i];
+      r.bad_ref = ref_values[i];
+      break;
+    }
+  }
+  r.checked = static_cast<int64_t>(ref_values.size());
+  r.relative_l2 =
+      nan ? INFINITY : (norm == 0 ? (diff == 0 ? 0 : INFINITY) : std::sqrt(diff / norm));
+  return r;
+}
+
+}  // namespace kjit::matmul

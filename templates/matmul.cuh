@@ -1,0 +1,547 @@
+// kjit/matmul.cuh — C = epilogue(alpha * op(A) * op(B) + beta * C0, extra operands)
+// on tensor cores: mma.sync fed by ldmatrix from a multi-stage cp.async pipeline.
+//
+// The generated glue (compiler/lowering/matmul.cpp) defines the epilogue as a type
+// with a static `apply(acc, batch, row, col, ops)` and instantiates
+// TensorCoreMatmul<...>::run<Epilogue> in an extern "C" kernel. docs/matmul.md is
+// the lecture; this file follows it stage by stage:
+//
+//   1. block -> output tile:  a BM x BN tile of C per thread block, grouped by
+//      GROUP_M tile rows so that consecutive blocks share A and B tiles in L2
+//   2. the pipeline:          STAGES shared-memory buffers of A (BM x BK) and
+//      B (BK x BN); cp.async fills buffer s+STAGES-1 while the warps compute on s
+//   3. the swizzle:           16-byte chunks XOR-permuted within rows, so that
+//      ldmatrix's 8 row reads hit 8 different bank groups (no conflicts, no padding)
+//   4. the warp tile:         WARPS_M x WARPS_N warps, each WTM x WTN of C, as
+//      MT x NT mma tiles of 16 x 8; fragments double-buffered across the k16 steps
+//   5. the epilogue:          alpha, beta * C0 and the fused elementwise function in
+//      registers, one store per output element (pairs where aligned)
+//   6. split-K:               blocks of one tile split the K range; each writes an
+//      fp32 partial tile and splitk_reduce() sums them in a fixed order
+//
+// Edge tiles (M, N or K not a multiple of the tile) load with zero-filling cp.async
+// and store under masks; interior tiles run the same code with every mask compiled
+// out (the MASKED template flag), so the hot loop has no predicates.
+#pragma once
+
+#include "kjit/mma.cuh"
+#include "kjit/types.cuh"
+
+namespace kjit {
+
+// Kernel arguments, shared by every matmul kernel. Mirrored byte for byte by
+// runtime/matmul.cpp (8-byte fields first, then 4-byte ones: no padding).
+// All sizes, leading dimensions and strides in elements.
+struct MatmulArgs {
+  const void* a;     // op(A) is M x K
+  const void* b;     // op(B) is K x N
+  const void* c0;    // M x N, read when beta != 0 (type of C)
+  void* c;           // M x N output
+  float* workspace;  // split-K partials: [splits][batch][M][N] fp32
+  long long lda, ldb, ldc0, ldc;
+  long long stride_a, stride_b, stride_c0, stride_c;  // batch strides
+  int m, n, k, batch;
+  int splits;       // 1: no split-K
+  int k_per_split;  // a multiple of BK
+  int c_pairs;      // 1: C and C0 take 2-element vector stores (ld even, base aligned)
+  float alpha, beta;
+};
+
+// Extra operands of the epilogue, read by the generated Epilogue type.
+struct EpilogueOperands {
+  const void* ptr[4];
+  long long ld[4];            // full tensors: row stride
+  long long batch_stride[4];  // 0: shared by every batch
+};
+
+namespace matmul {
+
+// Consecutive blocks walk GROUP_M tile rows down a column of tiles before moving
+// right: a group of blocks in flight reads GROUP_M A-tiles and a few B-tiles, all
+// of which stay in L2 ("block rasterization").
+constexpr int GROUP_M = 8;
+
+__device__ __forceinline__ void tile_of_block(int block, int tiles_m, int tiles_n, int& tile_m,
+                                              int& tile_n) {
+  const int blocks_per_group = GROUP_M * tiles_n;
+  const int group = block / blocks_per_group;
+  const int first_m = group * GROUP_M;
+  const int group_rows = min(tiles_m - first_m, GROUP_M);
+  const int in_group = block % blocks_per_group;
+  tile_m = first_m + in_group % group_rows;
+  tile_n = in_group / group_rows;
+}
+
+// ---- stores of two horizontally adjacent outputs --------------------------------
+template <typename T>
+struct Pair;
+template <>
+struct Pair<float> {
+  __device__ __forceinline__ static void store(float* p, float v0, float v1) {
+    struct __align__(8) F2 {
+      float x, y;
+    };
+    F2 v;
+    v.x = v0;
+    v.y = v1;
+    *reinterpret_cast<F2*>(p) = v;
+  }
+  __device__ __forceinline__ static void load(const float* p, float& v0, float& v1) {
+    v0 = p[0];
+    v1 = p[1];
+  }
+};
+template <>
+struct Pair<bf16> {
+  __device__ __forceinline__ static void store(bf16* p, float v0, float v1) {
+    *reinterpret_cast<u32*>(p) = pack_bf16x2(v0, v1);
+  }
+  __device__ __forceinline__ static void load(const bf16* p, float& v0, float& v1) {
+    v0 = to_f32(p[0]);
+    v1 = to_f32(p[1]);
+  }
+};
+template <>
+struct Pair<f16> {
+  __device__ __forceinline__ static void store(f16* p, float v0, float v1) {
+    *reinterpret_cast<u32*>(p) = pack_f16x2(v0, v1);
+  }
+  __device__ __forceinline__ static void load(const f16* p, float& v0, float& v1) {
+    v0 = to_f32(p[0]);
+    v1 = to_f32(p[1]);
+  }
+};
+
+// The final value of one output: alpha * acc + beta * c0, then the epilogue.
+template <typename TC, typename Epilogue>
+__device__ __forceinline__ float finish(float acc, float c0, const MatmulArgs& args,
+                                        long long batch, int row, int col,
+                                        const EpilogueOperands& ops) {
+  float v = args.alpha * acc;
+  if (args.beta != 0.0f) v = fmaf(args.beta, c0, v);
+  return Epilogue::apply(v, batch, row, col, ops);
+}
+
+// Writes outputs (row, col) and (row, col + 1) of batch `batch`. In split mode the
+// raw accumulators go to the fp32 workspace instead; splitk_reduce() finishes them.
+// MASKED: the tile may cross M or N.
+template <typename TC, typename Epilogue, bool MASKED>
+__device__ __forceinline__ void store_two(const MatmulArgs& args, const EpilogueOperands& ops,
+                                          long long batch, int split, int row, int col, float a0,
+                                          float a1) {
+  if (MASKED && row >= args.m) return;
+  if (args.splits > 1) {
+    float* w =
+        args.workspace + ((static_cast<long long>(split) * args.batch + batch) * args.m + row) *
+                             static_cast<long long>(args.n);
+    if (!MASKED || col + 1 < args.n) {
+      if ((args.n & 1) == 0) {
+        Pair<float>::store(w + col, a0, a1);
+      } else {
+        w[col] = a0;
+        w[col + 1] = a1;
+      }
+    } else if (col < args.n) {
+      w[col] = a0;
+    }
+    return;
+  }
+  const TC* c0 = static_cast<const TC*>(args.c0) + batch * args.stride_c0 + row * args.ldc0;
+  TC* c = static_cast<TC*>(args.c) + batch * args.stride_c + row * args.ldc;
+  const bool both = !MASKED || col + 1 < args.n;
+  if (both && args.c_pairs) {
+    float c00 = 0.0f, c01 = 0.0f;
+    if (args.beta != 0.0f) Pair<TC>::load(c0 + col, c00, c01);
+    Pair<TC>::store(c + col, finish<TC, Epilogue>(a0, c00, args, batch, row, col, ops),
+                    finish<TC, Epilogue>(a1, c01, args, batch, row, col + 1, ops));
+    return;
+  }
+  if (!MASKED || col < args.n) {
+    const float c00 = args.beta != 0.0f ? to_f32(c0[col]) : 0.0f;
+    c[col] = from_f32<TC>(finish<TC, Epilogue>(a0, c00, args, batch, row, col, ops));
+  }
+  if (both) {
+    const float c01 = args.beta != 0.0f ? to_f32(c0[col + 1]) : 0.0f;
+    c[col + 1] = from_f32<TC>(finish<TC, Epilogue>(a1, c01, args, batch, row, col + 1, ops));
+  }
+}
+
+// ---- one operand's shared-memory tile -------------------------------------------
+// K_MAJOR: stored [ROWS][BK] (K contiguous: A row-major, B "t"), 16-byte chunks
+//   XOR-swizzled by row: chunk' = chunk ^ ((row / (8 / CPR)) % CPR), CPR = BK / 8.
+//   8 consecutive rows then cover all 8 bank groups of 128 bytes.
+// MN-major: stored [BK][ROWS] (M or N contiguous: A "t", B row-major),
+//   chunk' = chunk ^ (k % 8); needs ROWS >= 64 (8 chunks per row).
+// ROWS is BM for A and BN for B.
+template <int ROWS, int BK, bool K_MAJOR, int THREADS>
+struct OperandTile {
+  static constexpr int ELEMS = ROWS * BK;  // 16-bit elements per stage
+  static constexpr int BYTES = ELEMS * 2;
+  static constexpr int CHUNKS = ELEMS / 8;  // 16-byte chunks per stage
+  static constexpr int CHUNKS_PER_ROW = K_MAJOR ? BK / 8 : ROWS / 8;
+  static constexpr int LOADS = CHUNKS / THREADS;  // cp.async per thread per stage
+  static_assert(CHUNKS % THREADS == 0,
+                "tile chunks (ROWS*BK/8) must be a multiple of the block's threads");
+  static_assert(!K_MAJOR || (BK == 32 || BK == 64),
+                "K-major tiles swizzle 4 or 8 chunks per row: BK must be 32 or 64");
+  static_assert(K_MAJOR || ROWS % 64 == 0,
+                "M/N-major tiles swizzle 8 chunks: BM and BN must be multiples of 64");
+
+  // Byte offset of 16-byte chunk `chunk` of stored row `row` within a stage.
+  __device__ __forceinline__ static int offset(int row, int chunk) {
+    if (K_MAJOR) {
+      constexpr int ROWS_PER_LINE = 8 / CHUNKS_PER_ROW;  // rows sharing 128 bytes
+      return row * (BK * 2) + ((chunk ^ ((row / ROWS_PER_LINE) % CHUNKS_PER_ROW)) * 16);
+    }
+    return row * (ROWS * 2) + ((chunk ^ (row % 8)) * 16);
+  }
+};
+
+// Per-thread state of the global -> shared copies of one operand. Thread `tid`
+// copies chunk (row r0 + i * ROW_STEP, column chunk c) for i < LOADS: one global
+// pointer and one stride, so few registers stay live across the main loop.
+template <typename T, typename Tile, bool K_MAJOR, int BK, int ROWS, int THREADS>
+struct OperandLoader {
+  static constexpr int ROW_STEP = THREADS / Tile::CHUNKS_PER_ROW;  // stored rows per i
+  static_assert(THREADS % Tile::CHUNKS_PER_ROW == 0,
+                "the block's threads must cover whole stored rows of a tile");
+  const T* base;         // the operand (this batch), for masked-out chunks
+  const T* src;          // chunk i = 0 of the next k-tile
+  long long row_stride;  // elements between chunk i and i + 1
+  long long tile_step;   // elements to advance per k-tile
+  int dst[Tile::LOADS];  // byte offset in a stage
+  int row0;              // K_MAJOR: M/N index of chunk 0; else its k offset in the tile
+  int col0;              // K_MAJOR: k offset in the tile; else M/N index of the chunk
+
+  __device__ __forceinline__ void init(const T* operand, long long ld, int first, int k_begin) {
+    const int r = static_cast<int>(threadIdx.x) / Tile::CHUNKS_PER_ROW;
+    const int c = static_cast<int>(threadIdx.x) % Tile::CHUNKS_PER_ROW;
+    base = operand;
+    row_stride = ROW_STEP * ld;
+    tile_step = K_MAJOR ? BK : BK * ld;
+#pragma unroll
+    for (int i = 0; i < Tile::LOADS; ++i) dst[i] = Tile::offset(r + i * ROW_STEP, c);
+    if (K_MAJOR) {
+      row0 = first + r;
+      col0 = c * 8;
+      src = operand + static_cast<long long>(first + r) * ld + k_begin + c * 8;
+    } else {
+      row0 = r;
+      col0 = first + c * 8;
+      src = operand + static_cast<long long>(k_begin + r) * ld + first + c * 8;
+    }
+  }
+
+  // Issues this thread's copies of the k-tile starting at k0 into `stage` and
+  // advances to the next k-tile. MASKED: rows past rows_total and k past k_end
+  // are zero-filled (partial chunks copy only their valid bytes).
+  template <bool MASKED>
+  __device__ __forceinline__ void load(u32 stage, int k0, int k_end, int rows_total) {
+#pragma unroll
+    for (int i = 0; i < Tile::LOADS; ++i) {
+      const T* chunk = src + i * row_stride;
+      if (!MASKED) {
+        mma::cp_async_16(stage + dst[i], chunk);
+      } else {
+        int valid;  // elements of this 8-element chunk inside the operand
+        if (K_MAJOR)
+          valid = row0 + i * ROW_STEP < rows_total ? min(max(k_end - (k0 + col0), 0), 8) : 0;
+        else
+          valid = k0 + row0 + i * ROW_STEP < k_end ? min(max(rows_total - col0, 0), 8) : 0;
+        mma::cp_async_16_zfill(stage + dst[i], valid > 0 ? chunk : base, valid * 2);
+      }
+    }
+    src += tile_step;
+  }
+};
+
+// Per-lane ldmatrix addresses of one operand. A lane addresses row r8 + 8 * row_sel
+// of a 16-row group and k chunk k_sel of a k16 step (A: row_sel = quad % 2,
+// k_sel = quad / 2; B: the other way round; quad = lane / 8 picks the 8x8 matrix).
+// The swizzle term is the same for every 16-row group, so it is computed once.
+template <typename Tile, bool K_MAJOR, int ROWS, int BK>
+struct FragmentAddress {
+  static constexpr int ROW_BYTES = K_MAJOR ? BK * 2 : ROWS * 2;
+  u32 lane_offset;
+  int chunk0;  // K_MAJOR: k chunk within a k16 step; else M/N chunk of group 0
+  int swizzle;
+
+  __device__ __forceinline__ void init(int warp_row0, int lane, int row_sel, int k_sel) {
+    const int r8 = lane % 8;
+    if (K_MAJOR) {
+      constexpr int ROWS_PER_LINE = 8 / Tile::CHUNKS_PER_ROW;
+      lane_offset = static_cast<u32>((warp_row0 + r8 + row_sel * 8) * ROW_BYTES);
+      swizzle = ((r8 + row_sel * 8) / ROWS_PER_LINE) % Tile::CHUNKS_PER_ROW;
+      chunk0 = k_sel;
+    } else {
+      lane_offset = static_cast<u32>((r8 + k_sel * 8) * ROW_BYTES);
+      swizzle = r8;
+      chunk0 = warp_row0 / 8 + row_sel;
+    }
+  }
+  // Byte offset in a stage for 16-row group `group` of the warp tile, k16 step kk.
+  __device__ __forceinline__ u32 at(int group, int kk) const {
+    if (K_MAJOR) return lane_offset + group * 16 * ROW_BYTES + (((kk * 2 + chunk0) ^ swizzle) << 4);
+    return lane_offset + kk * 16 * ROW_BYTES + (((chunk0 + group * 2) ^ swizzle) << 4);
+  }
+};
+
+// ---- the tensor-core tile kernel ------------------------------------------------
+// T: bf16 or f16 inputs; TC: output (and C0) type: float, bf16 or f16.
+// A_K_MAJOR: A stored M x K row-major (layout "n"), else K x M ("t").
+// B_K_MAJOR: B stored N x K (layout "t"), else K x N row-major ("n").
+template <typename T, typename TC, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES,
+          bool A_K_MAJOR, bool B_K_MAJOR>
+struct TensorCoreMatmul {
+  static constexpr int THREADS = WARPS_M * WARPS_N * 32;
+  static constexpr int WTM = BM / WARPS_M;  // warp tile rows
+  static constexpr int WTN = BN / WARPS_N;  // warp tile columns
+  static constexpr int MT = WTM / 16;       // mma tiles per warp along M
+  static constexpr int NT = WTN / 8;        // mma tiles per warp along N
+  static constexpr int KSTEPS = BK / 16;    // k16 steps per k-tile
+
+  typedef OperandTile<BM, BK, A_K_MAJOR, THREADS> TileA;
+  typedef OperandTile<BN, BK, B_K_MAJOR, THREADS> TileB;
+  static constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
+  static constexpr int SHARED_BYTES = STAGES * STAGE_BYTES;
+
+  static_assert(BM % (WARPS_M * 16) == 0, "BM must be a multiple of 16 * WARPS_M");
+  static_assert(BN % (WARPS_N * 16) == 0, "BN must be a multiple of 16 * WARPS_N");
+  static_assert(BK == 32 || BK == 64,
+                "BK must be 32 or 64: the pipeline waits for the next k-tile at the last k16 "
+                "step, after the first step's refill, and the fragments alternate between two "
+                "register buffers (an even number of k16 steps)");
+  static_assert(STAGES >= 2, "the cp.async pipeline needs at least 2 stages");
+  static_assert(THREADS <= 1024, "at most 1024 threads per block");
+
+  typedef FragmentAddress<TileA, A_K_MAJOR, BM, BK> AddressA;
+  typedef FragmentAddress<TileB, B_K_MAJOR, BN, BK> AddressB;
+
+  // Stage 4: the warp's fragments for k16 step `kk` of the stage at `stage`.
+  // A: matrices (m 0-7, k 0-7) (m 8-15, k 0-7) (m 0-7, k 8-15) (m 8-15, k 8-15) = a0..a3;
+  //    stored [k][m] ("t"), the same tiles are transposed on the way out (.trans).
+  // B: matrices (n 0-7, k 0-7) (n 0-7, k 8-15) (n 8-15, k 0-7) (n 8-15, k 8-15)
+  //    = b0, b1 of n8 tile 2np and b0, b1 of tile 2np+1; stored [k][n] ("n"): .trans.
+  __device__ __forceinline__ static void load_fragments(u32 stage, int kk, const AddressA& addr_a,
+                                                        const AddressB& addr_b, u32 (&a)[MT][4],
+                                                        u32 (&b)[NT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if (A_K_MAJOR)
+        mma::ldmatrix_x4(a[mt], stage + addr_a.at(mt, kk));
+      else
+        mma::ldmatrix_x4_trans(a[mt], stage + addr_a.at(mt, kk));
+    }
+    const u32 b_stage = stage + TileA::BYTES;
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      u32 r[4];
+      if (B_K_MAJOR)
+        mma::ldmatrix_x4(r, b_stage + addr_b.at(np, kk));
+      else
+        mma::ldmatrix_x4_trans(r, b_stage + addr_b.at(np, kk));
+      b[2 * np][0] = r[0];
+      b[2 * np][1] = r[1];
+      b[2 * np + 1][0] = r[2];
+      b[2 * np + 1][1] = r[3];
+    }
+  }
+
+  template <typename Epilogue, bool MASKED>
+  __device__ __forceinline__ static void tile(const MatmulArgs& args, const EpilogueOperands& ops,
+                                              unsigned char* shared, int tile_m, int tile_n,
+                                              int batch, int split, int k_begin, int k_end) {
+    static_assert(NT % 2 == 0, "B fragments load two n8 tiles at a time: WTN % 16 == 0");
+    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
+    const int warp_m = warp / WARPS_N;
+    const int warp_n = warp % WARPS_N;
+    const int m0 = tile_m * BM;
+    const int n0 = tile_n * BN;
+    const T* a = static_cast<const T*>(args.a) + batch * args.stride_a;
+    const T* b = static_cast<const T*>(args.b) + batch * args.stride_b;
+
+    OperandLoader<T, TileA, A_K_MAJOR, BK, BM, THREADS> load_a;
+    OperandLoader<T, TileB, B_K_MAJOR, BK, BN, THREADS> load_b;
+    load_a.init(a, args.lda, m0, k_begin);
+    load_b.init(b, args.ldb, n0, k_begin);
+    const u32 smem = mma::shared_address(shared);
+    const int k_tiles = (k_end - k_begin + BK - 1) / BK;
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+      }
+    }
+
+    // Stage 2, prologue: k-tiles 0 .. STAGES-2 in flight, one commit group each
+    // (empty groups past the end keep the group arithmetic uniform).
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < k_tiles) {
+        const int k0 = k_begin + s * BK;
+        load_a.template load<MASKED>(smem + s * STAGE_BYTES, k0, k_end, args.m);
+        load_b.template load<MASKED>(smem + s * STAGE_BYTES + TileA::BYTES, k0, k_end, args.n);
+      }
+      mma::cp_async_commit();
+    }
+    mma::cp_async_wait<STAGES - 2>();  // k-tile 0 has landed (this thread's part)
+    __syncthreads();                   // ... and everyone's
+
+    u32 frag_a[2][MT][4];
+    u32 frag_b[2][NT][2];
+    AddressA addr_a;
+    AddressB addr_b;
+    addr_a.init(warp_m * WTM, lane, (lane / 8) % 2, lane / 16);
+    addr_b.init(warp_n * WTN, lane, lane / 16, (lane / 8) % 2);
+    load_fragments(smem, 0, addr_a, addr_b, frag_a[0], frag_b[0]);
+
+    int read_stage = 0;            // stage holding k-tile kt
+    int write_stage = STAGES - 1;  // stage receiving k-tile kt + STAGES - 1
+    for (int kt = 0; kt < k_tiles; ++kt) {
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        if (kk == KSTEPS - 1) {
+          // The next k-tile must be resident before its first fragment is read.
+          // This barrier also ends every read of k-tile kt's stage, which the
+          // refill at kk == 0 of the next iteration overwrites.
+          mma::cp_async_wait<STAGES - 2>();
+          __syncthreads();
+          read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+        }
+        // Fragments for the next k16 step (the first of the next k-tile at the end).
+        load_fragments(smem + read_stage * STAGE_BYTES, (kk + 1) % KSTEPS, addr_a, addr_b,
+                       frag_a[(kk + 1) % 2], frag_b[(kk + 1) % 2]);
+        if (kk == 0) {
+          // Refill the stage freed by k-tile kt-1 with k-tile kt + STAGES - 1.
+          const int next = kt + STAGES - 1;
+          if (next < k_tiles) {
+            const int k0 = k_begin + next * BK;
+            load_a.template load<MASKED>(smem + write_stage * STAGE_BYTES, k0, k_end, args.m);
+            load_b.template load<MASKED>(smem + write_stage * STAGE_BYTES + TileA::BYTES, k0, k_end,
+                                         args.n);
+          }
+          mma::cp_async_commit();
+          write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+        }
+        // The tensor cores: MT x NT mma tiles of 16 x 8 x 16.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int n = (mt % 2) ? NT - 1 - nt : nt;  // serpentine: reuse B registers
+            mma::MmaM16N8K16<T>::run(acc[mt][n], frag_a[kk % 2][mt], frag_b[kk % 2][n][0],
+                                     frag_b[kk % 2][n][1]);
+          }
+      }
+    }
+    mma::cp_async_wait<0>();
+
+    // Stage 5: the epilogue, straight from the accumulators (C fragment layout).
+    const int g = lane / 4;
+    const int t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = m0 + warp_m * WTM + mt * 16 + g + half * 8;
+          const int col = n0 + warp_n * WTN + nt * 8 + 2 * t;
+          store_two<TC, Epilogue, MASKED>(args, ops, batch, split, row, col, acc[mt][nt][2 * half],
+                                          acc[mt][nt][2 * half + 1]);
+        }
+  }
+
+  // The kernel body: grid = (tiles_m * tiles_n, splits, batch).
+  template <typename Epilogue>
+  __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops) {
+    extern __shared__ __align__(128) unsigned char kjit_matmul_shared[];
+    const int tiles_m = (args.m + BM - 1) / BM;
+    const int tiles_n = (args.n + BN - 1) / BN;
+    int tile_m, tile_n;
+    tile_of_block(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
+    const int split = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int k_begin = split * args.k_per_split;
+    const int k_end = min(args.k, k_begin + args.k_per_split);
+    const bool interior =
+        (tile_m + 1) * BM <= args.m && (tile_n + 1) * BN <= args.n && (k_end - k_begin) % BK == 0;
+    if (interior)
+      tile<Epilogue, false>(args, ops, kjit_matmul_shared, tile_m, tile_n, batch, split, k_begin,
+                            k_end);
+    else
+      tile<Epilogue, true>(args, ops, kjit_matmul_shared, tile_m, tile_n, batch, split, k_begin,
+                           k_end);
+  }
+};
+
+// ---- split-K reduction ----------------------------------------------------------
+// Stage 6: one thread per output; the partials are summed in split order 0, 1, ...,
+// so the result does not depend on which split finished first (deterministic).
+template <typename TC, typename Epilogue>
+__device__ __forceinline__ void splitk_reduce(const MatmulArgs& args, const EpilogueOperands& ops) {
+  const long long per_batch = static_cast<long long>(args.m) * args.n;
+  const long long total = per_batch * args.batch;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const long long batch = i / per_batch;
+    const long long in_batch = i % per_batch;
+    const int row = static_cast<int>(in_batch / args.n);
+    const int col = static_cast<int>(in_batch % args.n);
+    float acc = 0.0f;
+    for (int s = 0; s < args.splits; ++s) acc += args.workspace[s * total + i];
+    const TC* c0 = static_cast<const TC*>(args.c0);
+    const float c00 =
+        args.beta != 0.0f ? to_f32(c0[batch * args.stride_c0 + row * args.ldc0 + col]) : 0.0f;
+    TC* c = static_cast<TC*>(args.c);
+    c[batch * args.stride_c + row * args.ldc + col] =
+        from_f32<TC>(finish<TC, Epilogue>(acc, c00, args, batch, row, col, ops));
+  }
+}
+
+// ---- the padding path -------------------------------------------------------------
+// Copies a rows x cols matrix (leading dimension ld_src, batch stride stride_src)
+// into scratch with leading dimension ld_dst (a multiple of 8: 16-byte rows) and
+// rows_dst >= rows rows, zero-filling the padding. Each thread writes 8 outputs.
+template <typename T>
+__device__ __forceinline__ void pad_copy(const T* src, T* dst, long long rows, long long cols,
+                                         long long ld_src, long long stride_src, long long rows_dst,
+                                         long long ld_dst, int batch) {
+  const long long chunks_per_row = ld_dst / 8;
+  const long long per_batch = rows_dst * chunks_per_row;
+  const long long total = per_batch * batch;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const long long bi = i / per_batch;
+    const long long r = (i % per_batch) / chunks_per_row;
+    const long long c = (i % chunks_per_row) * 8;
+    u16 v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[j] = 0;
+      if (r < rows && c + j < cols) {
+        T x = src[bi * stride_src + r * ld_src + c + j];
+        v[j] = x.bits;
+      }
+    }
+    struct __align__(16) U4 {
+      u32 x, y, z, w;
+    };
+    U4 out;
+    out.x = v[0] | (static_cast<u32>(v[1]) << 16);
+    out.y = v[2] | (static_cast<u32>(v[3]) << 16);
+    out.z = v[4] | (static_cast<u32>(v[5]) << 16);
+    out.w = v[6] | (static_cast<u32>(v[7]) << 16);
+    *reinterpret_cast<U4*>(dst + bi * rows_dst * ld_dst + r * ld_dst + c) = out;
+  }
+}
+
+}  // namespace matmul
+}  // namespace kjit

@@ -1,0 +1,113 @@
+// kjit/matmul_simt.cuh — the exact fp32 path: C = epilogue(alpha * op(A) * op(B) +
+// beta * C0) with f32 inputs on the CUDA cores (one fmaf per multiply-add, no
+// TF32 rounding), for users who need fp32 results bit-close to a CPU reference.
+//
+// Correctness first, simple tiling second: a 64 x 64 tile per block of 256 threads,
+// BK = 16 per step through shared memory, each thread 4 rows x 4 columns (two
+// column pairs, so the stores share store_two() with the tensor-core kernel).
+// Any layout, any alignment: scalar loads, masked at every edge.
+#pragma once
+
+#include "kjit/matmul.cuh"
+
+namespace kjit {
+namespace matmul {
+
+template <typename TC, bool A_K_MAJOR, bool B_K_MAJOR>
+struct SimtMatmul {
+  static constexpr int BM = 64, BN = 64, BK = 16, THREADS = 256;
+  static constexpr int SHARED_BYTES = 0;  // static shared memory only
+
+  template <typename Epilogue>
+  __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops) {
+    __shared__ float tile_a[BK][BM + 4];  // [k][m]; +4 keeps 16-byte rows, fewer conflicts
+    __shared__ float tile_b[BK][BN + 4];  // [k][n]
+    const int tiles_m = (args.m + BM - 1) / BM;
+    const int tiles_n = (args.n + BN - 1) / BN;
+    int tile_m, tile_n;
+    tile_of_block(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
+    const int split = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int k_begin = split * args.k_per_split;
+    const int k_end = min(args.k, k_begin + args.k_per_split);
+    const int m0 = tile_m * BM, n0 = tile_n * BN;
+    const float* a = static_cast<const float*>(args.a) + batch * args.stride_a;
+    const float* b = static_cast<const float*>(args.b) + batch * args.stride_b;
+    const int tid = threadIdx.x;
+    const int tx = tid % 16;  // columns n0 + 2 tx + 32 j + {0, 1}
+    const int ty = tid / 16;  // rows m0 + ty + 16 i
+
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+
+    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+      // Load: consecutive threads take consecutive addresses in the stored layout.
+#pragma unroll
+      for (int i = 0; i < BM * BK / THREADS; ++i) {
+        const int e = i * THREADS + tid;
+        int mm, kk;
+        if (A_K_MAJOR) {
+          kk = e % BK;
+          mm = e / BK;
+        } else {
+          mm = e % BM;
+          kk = e / BM;
+        }
+        const int row = m0 + mm, k = k0 + kk;
+        float v = 0.0f;
+        if (row < args.m && k < k_end)
+          v = A_K_MAJOR ? a[static_cast<long long>(row) * args.lda + k]
+                        : a[static_cast<long long>(k) * args.lda + row];
+        tile_a[kk][mm] = v;
+      }
+#pragma unroll
+      for (int i = 0; i < BN * BK / THREADS; ++i) {
+        const int e = i * THREADS + tid;
+        int nn, kk;
+        if (B_K_MAJOR) {
+          kk = e % BK;
+          nn = e / BK;
+        } else {
+          nn = e % BN;
+          kk = e / BN;
+        }
+        const int col = n0 + nn, k = k0 + kk;
+        float v = 0.0f;
+        if (col < args.n && k < k_end)
+          v = B_K_MAJOR ? b[static_cast<long long>(col) * args.ldb + k]
+                        : b[static_cast<long long>(k) * args.ldb + col];
+        tile_b[kk][nn] = v;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        float av[4], bv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) av[i] = tile_a[kk][ty + 16 * i];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          bv[2 * j] = tile_b[kk][2 * tx + 32 * j];
+          bv[2 * j + 1] = tile_b[kk][2 * tx + 32 * j + 1];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+      }
+      __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        store_two<TC, Epilogue, true>(args, ops, batch, split, m0 + ty + 16 * i,
+                                      n0 + 2 * tx + 32 * j, acc[i][2 * j], acc[i][2 * j + 1]);
+  }
+};
+
+}  // namespace matmul
+}  // namespace kjit

@@ -1,0 +1,365 @@
+// Matmul numeric tests against an fp64 CPU reference (runtime/matmul_check.h):
+// inputs rounded to their dtype first, fresh random values, outputs poisoned with
+// 0xFF (NaN) so an unwritten element fails; relative L2 <= 1e-2 for bf16/f16
+// inputs and <= 1e-5 for the exact f32 path. A failure prints the problem, the
+// config and the first wrong element with its batch, row and column.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "runtime/cuda/memory.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/matmul.h"
+#include "runtime/matmul_check.h"
+#include "runtime/runtime.h"
+#include "support/error.h"
+#include "tests/support/gpu_test.h"
+
+namespace kjit::matmul {
+namespace {
+
+struct Case {
+  int64_t m, n, k, batch = 1;
+  std::string layout = "nn";
+  DType input = DType::BF16;
+  DType output = DType::BF16;
+  std::string epilogue;  // a builtin_epilogue name, or empty
+  std::string config;    // empty: the default heuristic
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+// The problem a case describes (packed tensors: the alignment class follows
+// the leading dimensions) and its config.
+std::pair<Problem, Config> plan(const Case& c) {
+  Problem p;
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.batch = c.batch;
+  set_layout(p, c.layout);
+  p.input = c.input;
+  p.output = c.output;
+  if (!c.epilogue.empty()) p.epilogue = builtin_epilogue(c.epilogue, c.input).epilogue;
+  Tensors packed;
+  packed.a = packed.b = packed.c = packed.c0 = 256;
+  packed.beta = c.beta;
+  for (size_t i = 0; i < p.epilogue.operands.size(); ++i) packed.extras.push_back({256, 0, 0});
+  p.aligned = is_aligned(p, resolve(p, packed));
+  const Config config =
+      c.config.empty() ? default_config(p, testing::gpu_state().device) : Config::parse(c.config);
+  return {p, config};
+}
+
+class MatmulGpu : public testing::GpuTest {
+ protected:
+  // Compiles every case's kernels in parallel (NVRTC takes ~10-30 s for a large
+  // tile config, one core each), then runs and checks them one by one.
+  void run_all(const std::vector<Case>& cases) {
+    std::vector<std::pair<Problem, Config>> work;
+    for (const Case& c : cases) work.push_back(plan(c));
+    precompile(work, device().arch(), static_cast<int>(std::thread::hardware_concurrency()));
+    for (const Case& c : cases) {
+      SCOPED_TRACE(plan(c).first.to_string() + " config " + plan(c).second.to_string());
+      run(c);
+    }
+  }
+
+  // Runs one case and checks it; returns the relative L2 error.
+  double run(const Case& c, Runtime* runtime = nullptr) {
+    Problem p;
+    p.m = c.m;
+    p.n = c.n;
+    p.k = c.k;
+    p.batch = c.batch;
+    set_layout(p, c.layout);
+    p.input = c.input;
+    p.output = c.output;
+    std::function<double(double, const std::vector<double>&)> reference;
+    if (!c.epilogue.empty()) {
+      BuiltinEpilogue e = builtin_epilogue(c.epilogue, c.input);
+      p.epilogue = e.epilogue;
+      reference = e.reference;
+    }
+    const uint64_t seed = std::random_device{}();
+    HostProblem host = make_host_problem(p, seed, c.alpha, c.beta, reference);
+
+    cuda::DeviceBuffer a = upload(host.a), b = upload(host.b);
+    cuda::DeviceBuffer c0 = c.beta != 0.0f ? upload(host.c0) : cuda::DeviceBuffer();
+    const size_t out_count = static_cast<size_t>(p.batch * p.m * p.n);
+    cuda::DeviceBuffer out(out_count * dtype_bytes(p.output));
+    out.fill_bytes(0xFF);
+    std::vector<cuda::DeviceBuffer> extras;
+    Tensors t;
+    t.a = a.get();
+    t.b = b.get();
+    t.c = out.get();
+    t.c0 = c0.get();
+    t.alpha = c.alpha;
+    t.beta = c.beta;
+    for (size_t i = 0; i < host.extras.size(); ++i) {
+      extras.push_back(upload(host.extras[i]));
+      Tensors::Extra x;
+      x.pointer = extras.back().get();
+      const OperandKind kind = p.epilogue.operands[i].kind;
+      x.batch_stride = kind == OperandKind::RowVector      ? p.m
+                       : kind == OperandKind::ColumnVector ? p.n
+                                                           : p.m * p.n;
+      if (p.batch == 1) x.batch_stride = 0;
+      t.extras.push_back(x);
+    }
+    p.aligned = is_aligned(p, resolve(p, t));
+    const Config config = c.config.empty() ? default_config(p, device()) : Config::parse(c.config);
+    Matmul matmul = runtime ? Matmul(p, config, *runtime) : Matmul(p, config, device());
+    cuda::Stream stream;
+    matmul.launch(t, stream.get());
+    stream.synchronize();
+    std::vector<unsigned char> bytes(out.bytes());
+    out.download(bytes.data(), bytes.size());
+    const std::vector<double> got = to_doubles(p.output, bytes, out_count);
+    const CheckResult result = check_output(host, got, rows_to_check(p, seed));
+    const double tolerance = p.input == DType::F32 ? 1e-5 : 1e-2;
+    EXPECT_LE(result.relative_l2, tolerance)
+        << p.to_string() << "\nconfig " << config.to_string() << " (seed " << seed << ")\n"
+        << result.describe();
+    if (result.relative_l2 <= tolerance) {
+      EXPECT_FALSE(result.has_first_bad) << p.to_string() << "\n" << result.describe();
+    }
+    return result.relative_l2;
+  }
+
+  static cuda::DeviceBuffer upload(const HostTensor& t) {
+    const std::vector<unsigned char> bytes = t.bytes();
+    cuda::DeviceBuffer buffer(std::max<size_t>(bytes.size(), 16));
+    buffer.upload(bytes.data(), bytes.size());
+    return buffer;
+  }
+};
+
+// M, N, K over {1, 7, 17, 127, 129, 4097}: edges in every dimension, K = 1, and
+// the interior path (multiples of the tile), for every layout.
+std::vector<Case> EdgeShapesEveryLayoutBf16Cases() {
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {1, 1, 1},    {7, 17, 1},    {17, 7, 127},    {127, 129, 17},  {129, 127, 129},
+      {1, 4097, 7}, {4097, 1, 17}, {129, 17, 4097}, {256, 256, 256}, {128, 512, 64}};
+  std::vector<Case> cases;
+  for (const char* layout : {"nn", "nt", "tn", "tt"})
+    for (const auto& s : shapes)
+      cases.push_back({.m = s[0], .n = s[1], .k = s[2], .layout = layout});
+  return cases;
+}
+TEST_F(MatmulGpu, EdgeShapesEveryLayoutBf16) {
+  run_all(EdgeShapesEveryLayoutBf16Cases());
+}
+
+std::vector<Case> F16AndF32OutputsCases() {
+  return std::vector<Case>(
+      {{.m = 129, .n = 127, .k = 129, .input = DType::F16, .output = DType::F16},
+       {.m = 256, .n = 256, .k = 128, .input = DType::F16, .output = DType::F16},
+       {.m = 129, .n = 200, .k = 72, .input = DType::BF16, .output = DType::F32},
+       {.m = 128, .n = 256, .k = 96, .layout = "tt", .input = DType::F16, .output = DType::F32}});
+}
+TEST_F(MatmulGpu, F16AndF32Outputs) {
+  run_all(F16AndF32OutputsCases());
+}
+
+std::vector<Case> F32ExactSimtEveryLayoutCases() {
+  std::vector<Case> cases;
+  for (const char* layout : {"nn", "nt", "tn", "tt"}) {
+    cases.push_back({.m = 129,
+                     .n = 127,
+                     .k = 129,
+                     .layout = layout,
+                     .input = DType::F32,
+                     .output = DType::F32});
+    cases.push_back(
+        {.m = 7, .n = 17, .k = 1, .layout = layout, .input = DType::F32, .output = DType::F32});
+  }
+  cases.push_back({.m = 127, .n = 129, .k = 4097, .input = DType::F32, .output = DType::F32});
+  cases.push_back({.m = 64,
+                   .n = 64,
+                   .k = 4096,
+                   .input = DType::F32,
+                   .output = DType::F32,
+                   .config = "bm=64,bn=64,bk=16,warps=8,wm=2,stages=1,splitk=4"});
+  return cases;
+}
+TEST_F(MatmulGpu, F32ExactSimtEveryLayout) {
+  run_all(F32ExactSimtEveryLayoutCases());
+}
+
+// Misaligned rows: the padded path (4097 and the 50257 vocabulary).
+std::vector<Case> MisalignedPaddedPathCases() {
+  return std::vector<Case>({{.m = 4097, .n = 4097, .k = 4097},
+                            {.m = 17, .n = 50257, .k = 64},
+                            {.m = 130, .n = 50257, .k = 40, .layout = "nt"},
+                            {.m = 33, .n = 65, .k = 31, .layout = "tn"},
+                            {.m = 129, .n = 127, .k = 17, .batch = 3, .layout = "tt"}});
+}
+TEST_F(MatmulGpu, MisalignedPaddedPath) {
+  run_all(MisalignedPaddedPathCases());
+}
+
+std::vector<Case> AlignedLargeSampledCases() {
+  return std::vector<Case>(
+      {{.m = 4096, .n = 4096, .k = 4096},
+       {.m = 2048, .n = 1024, .k = 768, .layout = "nt", .epilogue = "gelu(acc + bias)"}});
+}
+TEST_F(MatmulGpu, AlignedLargeSampled) {
+  run_all(AlignedLargeSampledCases());
+}
+
+std::vector<Case> BatchedCases() {
+  return std::vector<Case>(
+      {{.m = 128, .n = 256, .k = 64, .batch = 4},
+       {.m = 129, .n = 65, .k = 72, .batch = 3, .layout = "tn"},
+       {.m = 100, .n = 120, .k = 64, .batch = 2, .epilogue = "acc * scale + residual"}});
+}
+TEST_F(MatmulGpu, Batched) {
+  run_all(BatchedCases());
+}
+
+std::vector<Case> EachEpilogueCases() {
+  std::vector<Case> cases;
+  for (const std::string& e : builtin_epilogue_names()) {
+    cases.push_back({.m = 256, .n = 512, .k = 128, .epilogue = e});  // interior tiles
+    cases.push_back({.m = 129, .n = 127, .k = 129, .epilogue = e});  // edge tiles
+  }
+  cases.push_back(
+      {.m = 129, .n = 127, .k = 129, .epilogue = "gelu(acc + bias)", .alpha = 0.5f, .beta = 2.0f});
+  return cases;
+}
+TEST_F(MatmulGpu, EachEpilogue) {
+  run_all(EachEpilogueCases());
+}
+
+std::vector<Case> AlphaBetaCases() {
+  return std::vector<Case>(
+      {{.m = 256, .n = 256, .k = 64, .alpha = 0.25f, .beta = -1.5f},
+       {.m = 7, .n = 129, .k = 17, .output = DType::F32, .alpha = 2.0f, .beta = 1.0f}});
+}
+TEST_F(MatmulGpu, AlphaBeta) {
+  run_all(AlphaBetaCases());
+}
+
+std::vector<Case> SplitKCases() {
+  return std::vector<Case>({{.m = 129,
+                             .n = 127,
+                             .k = 1000,
+                             .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"},
+                            {.m = 256,
+                             .n = 256,
+                             .k = 4096,
+                             .config = "bm=128,bn=256,bk=32,warps=8,wm=2,stages=4,splitk=8"},
+                            {.m = 64,
+                             .n = 128,
+                             .k = 2048,
+                             .batch = 2,
+                             .epilogue = "gelu(acc + bias)",
+                             .config = "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=5"},
+                            // The heuristic's own split for a skinny problem.
+                            {.m = 128, .n = 256, .k = 8192}});
+}
+TEST_F(MatmulGpu, SplitK) {
+  run_all(SplitKCases());
+}
+
+// Every config of the default space on a shape with interior and edge tiles.
+std::vector<Case> EveryDefaultConfigCases() {
+  std::vector<Case> cases;
+  for (const Config& c : default_space(DType::BF16))
+    for (const char* layout : {"nn", "tt"})
+      cases.push_back({.m = 300, .n = 520, .k = 200, .layout = layout, .config = c.to_string()});
+  return cases;
+}
+TEST_F(MatmulGpu, EveryDefaultConfig) {
+  run_all(EveryDefaultConfigCases());
+}
+
+// Compiles the kernels of every matmul test that is going to run, in parallel,
+// before the first one runs: NVRTC takes 10-30 s for a large tile config.
+class PrecompileMatmulKernels : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!testing::gpu_state().usable) return;
+    static const std::vector<std::pair<std::string, std::vector<Case> (*)()>> tests = {
+        {"EdgeShapesEveryLayoutBf16", EdgeShapesEveryLayoutBf16Cases},
+        {"F16AndF32Outputs", F16AndF32OutputsCases},
+        {"F32ExactSimtEveryLayout", F32ExactSimtEveryLayoutCases},
+        {"MisalignedPaddedPath", MisalignedPaddedPathCases},
+        {"AlignedLargeSampled", AlignedLargeSampledCases},
+        {"Batched", BatchedCases},
+        {"EachEpilogue", EachEpilogueCases},
+        {"AlphaBeta", AlphaBetaCases},
+        {"SplitK", SplitKCases},
+        {"EveryDefaultConfig", EveryDefaultConfigCases},
+    };
+    std::vector<std::pair<Problem, Config>> work;
+    const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+    for (int i = 0; i < unit.total_test_suite_count(); ++i) {
+      const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
+      if (std::string(suite.name()) != "MatmulGpu") continue;
+      for (int j = 0; j < suite.total_test_count(); ++j) {
+        const ::testing::TestInfo& info = *suite.GetTestInfo(j);
+        if (!info.should_run()) continue;
+        for (const auto& [name, cases] : tests)
+          if (name == info.name())
+            for (const Case& c : cases()) work.push_back(plan(c));
+      }
+    }
+    if (work.empty()) return;
+    testing::gpu_state().context->make_current();
+    try {
+      precompile(work, testing::gpu_state().device.arch(),
+                 static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    } catch (const std::exception& e) {
+      // Each test compiles what it needs again and reports the failure itself.
+      std::fprintf(stderr, "matmul precompile failed: %s\n", e.what());
+    }
+  }
+};
+[[maybe_unused]] ::testing::Environment* const precompile_environment =
+    ::testing::AddGlobalTestEnvironment(new PrecompileMatmulKernels);
+
+// The same kernels through kjit::Runtime (its in-process map and binary store):
+// split-K with an epilogue (the reduction kernel) and the padded path.
+TEST_F(MatmulGpu, ThroughTheRuntime) {
+  Runtime runtime;
+  run({.m = 129,
+       .n = 127,
+       .k = 1000,
+       .epilogue = "gelu(acc + bias)",
+       .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"},
+      &runtime);
+  run({.m = 33, .n = 65, .k = 31, .layout = "tn"}, &runtime);
+  EXPECT_GE(runtime.cached_kernels(), 3u);
+}
+
+TEST_F(MatmulGpu, BadInputIsAUserError) {
+  Problem p;
+  p.m = 64;
+  p.n = 64;
+  p.k = 0;
+  EXPECT_THROW(Matmul(p, default_space(DType::BF16)[0], device()), UserError);
+  p.k = 64;
+  Config huge = Config::parse("bm=256,bn=256,bk=64,warps=8,stages=8");
+  try {
+    Matmul m(p, huge, device());
+    FAIL() << "a config needing 512 KiB of shared memory was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
+  }
+  Matmul ok(p, default_space(DType::BF16)[0], device());
+  cuda::DeviceBuffer buffer(64 * 64 * 4);
+  Tensors t;
+  t.a = t.b = t.c = buffer.get();
+  t.lda = 32;  // shorter than K: the shapes do not match
+  EXPECT_THROW(ok.launch(t, nullptr), UserError);
+}
+
+}  // namespace
+}  // namespace kjit::matmul

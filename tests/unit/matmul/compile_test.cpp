@@ -1,0 +1,175 @@
+// NVRTC compiles every config of the default space, for every input dtype, on a
+// machine without a GPU: zero register spills, no local memory, and the
+// instructions the design depends on (checked in the SASS by cuobjdump when the
+// toolkit has it, in the PTX otherwise).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "compiler/lowering/matmul.h"
+#include "runtime/matmul.h"
+
+namespace kjit::matmul {
+namespace {
+
+struct Case {
+  Problem problem;
+  Config config;
+  std::string label;
+};
+
+Problem problem_for(DType dtype, const std::string& layout, bool with_epilogue) {
+  Problem p;
+  p.m = p.n = p.k = 4096;
+  p.input = dtype;
+  p.output = dtype;
+  set_layout(p, layout);
+  if (with_epilogue) {
+    p.epilogue.text = "gelu(acc + bias)";
+    p.epilogue.function_name = "kjit_epilogue_fn";
+    p.epilogue.function_source =
+        "__device__ __forceinline__ float kjit_epilogue_fn(float acc, float bias) {\n"
+        "  const float x = acc + bias;\n"
+        "  return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));\n"
+        "}\n";
+    p.epilogue.operands = {{"bias", OperandKind::ColumnVector, dtype}};
+  }
+  return p;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  // bf16 with a fused epilogue over the whole default space; f16 differs only in
+  // the mma instruction's type, so one config covers it.
+  for (const Config& c : default_space(DType::BF16))
+    out.push_back({problem_for(DType::BF16, "nn", true), c, "bf16 nn " + c.to_string()});
+  out.push_back({problem_for(DType::F16, "nn", false), default_space(DType::F16)[0],
+                 "f16 nn " + default_space(DType::F16)[0].to_string()});
+  out.push_back({problem_for(DType::F32, "nn", true), simt_config(1), "f32 nn"});
+  // Every operand layout on the workhorse config, and the tall one transposed.
+  const Config workhorse = default_space(DType::BF16)[0];
+  for (const char* layout : {"nt", "tn", "tt"})
+    out.push_back({problem_for(DType::BF16, layout, false), workhorse,
+                   std::string("bf16 ") + layout + " " + workhorse.to_string()});
+  for (const char* layout : {"nt", "tn", "tt"})
+    out.push_back(
+        {problem_for(DType::F32, layout, false), simt_config(1), std::string("f32 ") + layout});
+  return out;
+}
+
+// cuobjdump --dump-sass of a cubin (the toolkit's, else one on PATH), or "" when
+// the tool is not installed.
+std::string dump_sass(const std::vector<char>& cubin, const std::string& tag) {
+  std::string tool = "/usr/local/cuda/bin/cuobjdump";
+  if (!std::filesystem::exists(tool)) {
+    if (std::system("command -v cuobjdump > /dev/null 2>&1") != 0) return "";
+    tool = "cuobjdump";
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / ("kjit_matmul_" + tag + ".cubin")).string();
+  {
+    std::ofstream file(path, std::ios::binary);
+    file.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));
+  }
+  std::string out;
+  FILE* pipe = popen((tool + " --dump-sass " + path + " 2>&1").c_str(), "r");
+  if (!pipe) return "";
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  pclose(pipe);
+  std::filesystem::remove(path);
+  return out;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
+  const std::vector<Case> all = cases();
+  // One NVRTC compile per core (the big tiles take 10-30 s each).
+  std::vector<cuda::CompiledProgram> programs(all.size());
+  std::vector<std::string> failures(all.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < all.size(); i = next++) {
+        try {
+          programs[i] = compile_source(lower(all[i].problem, all[i].config), "sm_90");
+        } catch (const std::exception& e) {
+          failures[i] = e.what();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(all[i].label);
+    ASSERT_EQ(failures[i], "");
+    const KernelSource source = lower(all[i].problem, all[i].config);
+    const cuda::CompiledProgram& program = programs[i];
+    bool found_main = false;
+    for (const cuda::KernelStats& k : program.kernels) {
+      EXPECT_EQ(k.spill_store_bytes, 0) << k.name;
+      EXPECT_EQ(k.spill_load_bytes, 0) << k.name;
+      EXPECT_EQ(k.stack_bytes, 0) << k.name;
+      if (k.name == source.name) {
+        found_main = true;
+        EXPECT_LE(k.registers * source.block_threads, 65536) << k.name;
+        std::printf("  %-60s %3d regs, %6d B smem, %.0f ms\n", all[i].label.c_str(), k.registers,
+                    source.dynamic_shared_bytes, program.compile_ms);
+      }
+    }
+    EXPECT_TRUE(found_main) << "no ptxas statistics for " << source.name;
+    if (all[i].problem.input == DType::F32) {
+      EXPECT_NE(program.ptx.find("fma.rn.f32"), std::string::npos);
+      continue;
+    }
+    EXPECT_NE(program.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    EXPECT_NE(program.ptx.find("ldmatrix.sync.aligned"), std::string::npos);
+    EXPECT_NE(program.ptx.find("cp.async.cg.shared.global"), std::string::npos);
+    const std::string sass = dump_sass(program.cubin, std::to_string(i));
+    if (sass.empty()) {
+      std::printf("  (no cuobjdump: SASS not checked, PTX only)\n");
+      continue;
+    }
+    std::printf("  SASS: %d HMMA, LDSM %s, LDGSTS %s, local memory %s\n",
+                static_cast<int>(count(sass, "HMMA.16816.F32")),
+                sass.find("LDSM") != std::string::npos ? "yes" : "NO",
+                sass.find("LDGSTS") != std::string::npos ? "yes" : "NO",
+                sass.find("LDL") == std::string::npos && sass.find("STL") == std::string::npos
+                    ? "none"
+                    : "USED");
+    EXPECT_NE(sass.find("HMMA.16816.F32"), std::string::npos);
+    EXPECT_NE(sass.find("LDSM"), std::string::npos);
+    EXPECT_NE(sass.find("LDGSTS"), std::string::npos);
+    EXPECT_EQ(sass.find("LDL"), std::string::npos) << "local memory loads";
+    EXPECT_EQ(sass.find("STL"), std::string::npos) << "local memory stores";
+  }
+}
+
+TEST(MatmulCompile, ReductionAndPaddingKernelsCompileWithoutSpills) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    Problem p = problem_for(dtype, "nn", true);
+    for (const KernelSource& source : {lower_reduce(p), lower_pad(dtype)}) {
+      SCOPED_TRACE(source.name);
+      const cuda::CompiledProgram program = compile_source(source, "sm_90");
+      ASSERT_EQ(program.kernels.size(), 1u);
+      EXPECT_EQ(program.kernels[0].name, source.name);
+      EXPECT_EQ(program.kernels[0].spill_store_bytes, 0);
+      EXPECT_EQ(program.kernels[0].stack_bytes, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kjit::matmul

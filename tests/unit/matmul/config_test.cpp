@@ -1,0 +1,193 @@
+// Matmul config text, validation, the default heuristic and the generated source,
+// all without a GPU.
+#include <gtest/gtest.h>
+
+#include "compiler/lowering/matmul.h"
+#include "runtime/matmul.h"
+#include "runtime/matmul_check.h"
+#include "support/error.h"
+
+namespace kjit::matmul {
+namespace {
+
+cuda::DeviceProperties h200() {
+  cuda::DeviceProperties d;
+  d.name = "NVIDIA H200";
+  d.cc_major = 9;
+  d.sm_count = 132;
+  d.max_threads_per_block = 1024;
+  d.shared_per_block_optin = 232448;
+  d.registers_per_block = 65536;
+  return d;
+}
+
+Problem square(int64_t size) {
+  Problem p;
+  p.m = p.n = p.k = size;
+  return p;
+}
+
+TEST(MatmulConfig, PrintsAndParsesCanonically) {
+  Config c = Config::parse("bm=128,bn=256,bk=32,warps=8,stages=4,splitk=1");
+  EXPECT_EQ(c.warps_m, 2);  // 64 x 64 warp tiles
+  EXPECT_EQ(c.to_string(), "bm=128,bn=256,bk=32,warps=8,wm=2,stages=4,splitk=1");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_EQ(Config::parse("bm=256,bn=128,warps=8").warps_m, 4);
+  EXPECT_EQ(Config::parse("").to_string(), Config().to_string());
+}
+
+TEST(MatmulConfig, BadTextNamesTheValidKeys) {
+  try {
+    Config::parse("bm=128,tile=3");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("valid keys: bm, bn, bk, warps, wm, stages, splitk"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Config::parse("bm=abc"), UserError);
+  EXPECT_THROW(Config::parse("bm"), UserError);
+  EXPECT_THROW(Config::parse("bm=-4"), UserError);
+}
+
+TEST(MatmulConfig, ValidationSaysWhichConstraintFailed) {
+  Problem p = square(256);
+  auto message = [&](const std::string& text) -> std::string {
+    try {
+      validate(p, Config::parse(text));
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message("bk=16").find("bk must be 32 or 64"), std::string::npos);
+  EXPECT_NE(message("bm=48,warps=4,wm=2").find("multiple of 16 * wm"), std::string::npos);
+  EXPECT_NE(message("stages=1").find("stages=1"), std::string::npos);
+  EXPECT_EQ(message("bm=128,bn=128,bk=32,warps=8,stages=3"), "");
+  p.k = 0;
+  EXPECT_NE(message("").find("K"), std::string::npos);
+  p.k = 64;
+  p.input = DType::F32;
+  EXPECT_NE(message("bm=128").find("f32 SIMT"), std::string::npos);
+  EXPECT_EQ(message(simt_config(2).to_string()), "");
+  EXPECT_THROW(parse_dtype("fp8"), UserError);
+  EXPECT_THROW(set_layout(p, "nx"), UserError);
+}
+
+TEST(MatmulConfig, DeviceLimitsStateRequiredAndLimit) {
+  Problem p = square(1024);
+  try {
+    check_fits_device(p, Config::parse("bm=256,bn=256,bk=64,warps=8,stages=4"), h200());
+    FAIL();
+  } catch (const UserError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("262144 bytes of shared memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("232448"), std::string::npos) << what;
+    EXPECT_NE(what.find("stages"), std::string::npos) << what;
+  }
+  for (const Config& c : default_space(DType::BF16))
+    EXPECT_NO_THROW(check_fits_device(p, c, h200())) << c.to_string();
+}
+
+TEST(MatmulHeuristic, LargeSquarePicksTheBigTileWithoutSplit) {
+  Config c = default_config(square(4096), h200());
+  EXPECT_EQ(c.bm * c.bn, 128 * 256);
+  EXPECT_EQ(c.splitk, 1);
+  Config c8 = default_config(square(8192), h200());
+  EXPECT_EQ(c8.bm * c8.bn, 128 * 256);
+}
+
+TEST(MatmulHeuristic, FewTilesAndLongKSplitK) {
+  Problem p;
+  p.m = 128;
+  p.n = 256;
+  p.k = 8192;
+  Config c = default_config(p, h200());
+  EXPECT_GT(c.splitk, 1) << c.to_string();
+  p.k = 256;  // short K: nothing to split
+  EXPECT_EQ(default_config(p, h200()).splitk, 1);
+}
+
+TEST(MatmulHeuristic, EveryPickIsValid) {
+  for (int64_t m : {1, 7, 129, 4097})
+    for (int64_t n : {1, 17, 4096, 50257})
+      for (const char* layout : {"nn", "tt"}) {
+        Problem p;
+        p.m = m;
+        p.n = n;
+        p.k = 768;
+        set_layout(p, layout);
+        const Config c = default_config(p, h200());
+        EXPECT_NO_THROW(validate(p, c)) << p.to_string() << " " << c.to_string();
+        EXPECT_NO_THROW(check_fits_device(p, c, h200()));
+      }
+  Problem f;
+  f.m = f.n = f.k = 100;
+  f.input = f.output = DType::F32;
+  EXPECT_NO_THROW(validate(f, default_config(f, h200())));
+}
+
+TEST(MatmulLowering, SourceIsDeterministicAndReadable) {
+  Problem p = square(4096);
+  BuiltinEpilogue e = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  p.epilogue = e.epilogue;
+  const Config c = default_config(p, h200());
+  const KernelSource a = lower(p, c), b = lower(p, c);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.family, "matmul");
+  EXPECT_NE(a.source.find("layout=nn,dtype=bf16,out=bf16,align=16"), std::string::npos);
+  Problem other = p;
+  other.m = 77;  // sizes are arguments: the same binary serves every size
+  EXPECT_EQ(lower(other, c).source, a.source);
+  EXPECT_NE(a.source.find("// config:    " + c.to_string()), std::string::npos);
+  EXPECT_NE(a.source.find("gelu(acc + bias)"), std::string::npos);
+  EXPECT_NE(a.source.find("extern \"C\" __global__"), std::string::npos);
+  const KernelSource reduce = lower_reduce(p);
+  EXPECT_NE(reduce.source.find("extern \"C\" __global__"), std::string::npos);
+  EXPECT_NE(reduce.source.find(reduce.name), std::string::npos);
+  EXPECT_NE(reduce.source.find("gelu(acc + bias)"), std::string::npos);
+  EXPECT_EQ(a.dynamic_shared_bytes, shared_bytes(p, c));
+  EXPECT_GT(a.dynamic_shared_bytes, 48 * 1024);
+  Problem q = p;
+  q.aligned = false;
+  EXPECT_NE(lower(q, c).problem, a.problem);  // the alignment class is in the key
+}
+
+TEST(MatmulAlignment, ClassFollowsPointersAndLeadingDimensions) {
+  Problem p = square(4096);
+  Tensors t;
+  t.a = t.b = t.c = 256;
+  EXPECT_TRUE(is_aligned(p, resolve(p, t)));
+  Problem q = square(4097);
+  EXPECT_FALSE(is_aligned(q, resolve(q, t)));
+  t.a = 258;  // 2-byte aligned pointer
+  EXPECT_FALSE(is_aligned(p, resolve(p, t)));
+}
+
+TEST(MatmulCheck, ReferenceMatchesAHandComputedProduct) {
+  Problem p;
+  p.m = 2;
+  p.n = 2;
+  p.k = 2;
+  p.input = p.output = DType::F32;
+  HostProblem h = make_host_problem(p, 1);
+  h.a.values = {1, 2, 3, 4};
+  h.b.values = {5, 6, 7, 8};
+  EXPECT_EQ(reference_at(h, 0, 0, 0), 19);
+  EXPECT_EQ(reference_at(h, 0, 1, 1), 50);
+  set_layout(h.problem, "tt");
+  EXPECT_EQ(reference_at(h, 0, 0, 1), 1 * 7 + 3 * 8);  // A^T row 0 = (1, 3), B^T col 1 = (7, 8)
+  std::vector<double> out = {19, 22, 43, 50};
+  set_layout(h.problem, "nn");
+  CheckResult ok = check_output(h, out, {0, 1});
+  EXPECT_EQ(ok.relative_l2, 0);
+  out[3] = 60;
+  CheckResult bad = check_output(h, out, {0, 1});
+  EXPECT_GT(bad.relative_l2, 0);
+  EXPECT_TRUE(bad.has_first_bad);
+  EXPECT_EQ(bad.bad_row, 1);
+  EXPECT_EQ(bad.bad_col, 1);
+}
+
+}  // namespace
+}  // namespace kjit::matmul

@@ -1,0 +1,48 @@
+// cuBLASLt as the peer of `kjit bench matmul`, loaded with dlopen at run time: the
+// kjit binary links neither cuBLAS nor the CUDA runtime, and runs without them
+// (the peer is then reported as unavailable, with the reason).
+//
+// Row-major C[M,N] = op(A) op(B) in kjit's layouts maps to cuBLAS' column-major
+// C^T = op(B)^T op(A)^T: B's storage is cuBLAS' first operand, A's the second.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <string>
+
+#include "compiler/lowering/matmul.h"
+#include "runtime/cuda/memory.h"
+
+namespace kjit::cli {
+
+class CublasLtPeer {
+ public:
+  // nullptr (and `reason`) when libcublasLt cannot be loaded.
+  static std::unique_ptr<CublasLtPeer> load(std::string* reason);
+  ~CublasLtPeer();
+  CublasLtPeer(const CublasLtPeer&) = delete;
+  CublasLtPeer& operator=(const CublasLtPeer&) = delete;
+
+  // Plans C = op(A) op(B) (alpha 1, beta 0, packed tensors, strided batch) for
+  // `problem` (no epilogue; output dtype = input dtype). Throws on failure.
+  void plan(const matmul::Problem& problem);
+  // Asynchronous on `stream`; plan() first.
+  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUstream stream);
+
+  struct Api;
+
+ private:
+  CublasLtPeer() = default;
+  void release_plan();
+  std::unique_ptr<Api> api_;
+  void* handle_ = nullptr;       // cublasLtHandle_t
+  void* desc_ = nullptr;         // cublasLtMatmulDesc_t
+  void* first_ = nullptr;        // cublasLtMatrixLayout_t: B's storage
+  void* second_ = nullptr;       // A's storage
+  void* out_ = nullptr;          // C
+  unsigned char algo_[64] = {};  // cublasLtMatmulAlgo_t
+  std::unique_ptr<cuda::DeviceBuffer> workspace_;
+};
+
+}  // namespace kjit::cli

@@ -1,0 +1,277 @@
+// kjit emit|compile|run|bench matmul --m M --n N --k K [--dtype bf16|f16|f32]
+//   [--layout nn|nt|tn|tt] [--batch B] [--epilogue 'gelu(acc + bias)'] [--config ...]
+//
+//   emit     the generated CUDA source (header: problem, config, generator)
+//   compile  NVRTC for --arch (no GPU needed): registers, shared memory, spills
+//   run      random inputs on the GPU, checked against the fp64 reference
+//   bench    the median time of many runs, TFLOP/s (cuBLAS comparison: kjit_matmul_bench)
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <random>
+
+#include "runtime/cuda/context.h"
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/memory.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/matmul.h"
+#include "runtime/matmul_check.h"
+#include "support/error.h"
+#include "tools/cli/command.h"
+#include "tools/cli/cublaslt_peer.h"
+#include "tools/cli/family.h"
+
+namespace kjit::cli {
+
+namespace {
+
+using namespace kjit::matmul;
+
+// Without a GPU, emit and compile plan for an H200-class device.
+cuda::DeviceProperties planning_device(bool have_gpu) {
+  if (have_gpu) return cuda::device_properties(0);
+  cuda::DeviceProperties d;
+  d.name = "sm_90 (no GPU: planning for an H200-class device)";
+  d.cc_major = 9;
+  d.sm_count = 132;
+  d.max_threads_per_block = 1024;
+  d.shared_per_block_optin = 232448;
+  d.registers_per_block = 65536;
+  return d;
+}
+
+struct Setup {
+  Problem problem;
+  Config config;
+  BuiltinEpilogue epilogue;  // reference twin when an epilogue was given
+};
+
+Setup setup(const KernelCommandOptions& o, const cuda::DeviceProperties& device) {
+  Setup s;
+  Problem& p = s.problem;
+  p.m = o.m;
+  p.n = o.n;
+  p.k = o.k;
+  p.batch = o.batch;
+  set_layout(p, o.layout);
+  p.input = parse_dtype(o.dtype.empty() ? "bf16" : o.dtype);
+  p.output = p.input;
+  if (!o.epilogue.empty()) {
+    s.epilogue = builtin_epilogue(o.epilogue, p.input);
+    p.epilogue = s.epilogue.epilogue;
+  }
+  // Packed tensors from the allocator: the class follows the leading dimensions.
+  Tensors packed;
+  packed.a = packed.b = packed.c = 256;
+  for (size_t i = 0; i < p.epilogue.operands.size(); ++i) packed.extras.push_back({256, 0, 0});
+  if (p.m >= 1 && p.n >= 1 && p.k >= 1) p.aligned = is_aligned(p, resolve(p, packed));
+  s.config = o.config.empty() ? default_config(p, device) : Config::parse(o.config);
+  validate(p, s.config);
+  check_fits_device(p, s.config, device);
+  return s;
+}
+
+struct DeviceProblem {
+  HostProblem host;
+  cuda::DeviceBuffer a, b, c0, c;
+  std::vector<cuda::DeviceBuffer> extras;
+  Tensors tensors;
+};
+
+cuda::DeviceBuffer upload(const HostTensor& t) {
+  const std::vector<unsigned char> bytes = t.bytes();
+  cuda::DeviceBuffer buffer(std::max<size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
+std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, uint64_t seed) {
+  auto d = std::make_unique<DeviceProblem>();
+  const Problem& p = s.problem;
+  d->host = make_host_problem(p, seed, 1.0f, 0.0f, s.epilogue.reference);
+  d->a = upload(d->host.a);
+  d->b = upload(d->host.b);
+  d->c = cuda::DeviceBuffer(static_cast<size_t>(p.batch * p.m * p.n) * dtype_bytes(p.output));
+  d->c.fill_bytes(0xFF);
+  d->tensors.a = d->a.get();
+  d->tensors.b = d->b.get();
+  d->tensors.c = d->c.get();
+  for (size_t i = 0; i < d->host.extras.size(); ++i) {
+    d->extras.push_back(upload(d->host.extras[i]));
+    const OperandKind kind = p.epilogue.operands[i].kind;
+    const int64_t per_batch = kind == OperandKind::RowVector      ? p.m
+                              : kind == OperandKind::ColumnVector ? p.n
+                                                                  : p.m * p.n;
+    d->tensors.extras.push_back({d->extras.back().get(), 0, p.batch > 1 ? per_batch : 0});
+  }
+  return d;
+}
+
+void matmul_command(const KernelCommandOptions& o) {
+  std::string reason;
+  const bool have_gpu = (o.verb == Verb::Run || o.verb == Verb::Bench) && gpu_available(&reason);
+  if ((o.verb == Verb::Run || o.verb == Verb::Bench) && !have_gpu)
+    throw UserError(std::string("kjit ") + to_string(o.verb) + " matmul needs a GPU: " + reason,
+                    "emit and compile work without one");
+  std::unique_ptr<cuda::Context> context;
+  if (have_gpu) context = std::make_unique<cuda::Context>(0);
+  const bool gpu_here = have_gpu || gpu_available();
+  const cuda::DeviceProperties device = planning_device(gpu_here);
+  const Setup s = setup(o, device);
+  const Problem& p = s.problem;
+  const KernelSource source = lower(p, s.config);
+
+  if (o.verb == Verb::Emit) {
+    if (o.json) {
+      print_json({{"family", "matmul"},
+                  {"problem", source.problem},
+                  {"config", source.config},
+                  {"kernel", source.name},
+                  {"block_threads", source.block_threads},
+                  {"dynamic_shared_bytes", source.dynamic_shared_bytes},
+                  {"source", source.source}});
+    } else {
+      std::cout << source.source;
+    }
+    return;
+  }
+  if (o.verb == Verb::Compile) {
+    const std::string arch = o.arch.empty() ? (gpu_here ? device.arch() : "sm_90") : o.arch;
+    cuda::CompiledProgram program = compile_source(source, arch);
+    if (o.json) {
+      nlohmann::json out = {{"problem", source.problem},
+                            {"config", source.config},
+                            {"arch", arch},
+                            {"compile_ms", program.compile_ms},
+                            {"dynamic_shared_bytes", source.dynamic_shared_bytes},
+                            {"kernels", nlohmann::json::array()}};
+      for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
+      if (o.ptx) out["ptx"] = program.ptx;
+      return print_json(out);
+    }
+    if (o.ptx) {
+      std::cout << program.ptx;
+      return;
+    }
+    std::cout << fmt::format(
+        "matmul {}\nconfig {}\ncompiled for {} in {:.0f} ms; {} B dynamic "
+        "shared memory\n",
+        source.problem, source.config, arch, program.compile_ms, source.dynamic_shared_bytes);
+    print_stats_table(program.kernels);
+    return;
+  }
+
+  // run / bench
+  Matmul matmul(p, s.config, device);
+  const uint64_t seed = std::random_device{}();
+  std::unique_ptr<DeviceProblem> d = make_device_problem(s, seed);
+  cuda::Stream stream;
+  matmul.launch(d->tensors, stream.get());
+  stream.synchronize();
+  std::vector<unsigned char> bytes(d->c.bytes());
+  d->c.download(bytes.data(), bytes.size());
+  const size_t count = static_cast<size_t>(p.batch * p.m * p.n);
+  const CheckResult check =
+      check_output(d->host, to_doubles(p.output, bytes, count), rows_to_check(p, seed));
+  const double tolerance = p.input == DType::F32 ? 1e-5 : 1e-2;
+  const bool ok = check.relative_l2 <= tolerance;
+  if (!ok) exit_code = 1;
+
+  double median_ms = 0, peer_ms = 0, peer_check = 0;
+  int repeats = 0;
+  std::string peer_status;
+  if (o.verb == Verb::Bench) {
+    repeats = o.repeats > 0 ? o.repeats : 50;
+    // Median of `repeats` timed runs after 5 warm-up runs, CUDA events.
+    auto time = [&](const std::function<void()>& work) {
+      for (int i = 0; i < 5; ++i) work();
+      std::vector<float> times;
+      cuda::Event start, stop;
+      for (int i = 0; i < repeats; ++i) {
+        start.record(stream.get());
+        work();
+        stop.record(stream.get());
+        stop.synchronize();
+        times.push_back(stop.elapsed_ms_since(start));
+      }
+      std::sort(times.begin(), times.end());
+      return static_cast<double>(times[times.size() / 2]);
+    };
+    median_ms = time([&] { matmul.launch(d->tensors, stream.get()); });
+    // The peer, in this process: cuBLASLt on the same problem (the matmul only).
+    std::string peer_reason;
+    std::unique_ptr<CublasLtPeer> peer = CublasLtPeer::load(&peer_reason);
+    if (!peer) {
+      peer_status = "unavailable: " + peer_reason;
+    } else {
+      Problem plain = p;
+      plain.epilogue = Epilogue();
+      plain.output = p.input;
+      peer->plan(plain);
+      cuda::DeviceBuffer c_peer(static_cast<size_t>(p.batch * p.m * p.n) * dtype_bytes(p.input));
+      peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get());
+      stream.synchronize();
+      peer_ms = time([&] { peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get()); });
+      peer_status = p.epilogue.function_name.empty()
+                        ? "cuBLASLt, same problem"
+                        : "cuBLASLt, matmul only (without the epilogue)";
+      if (p.epilogue.function_name.empty() && p.output == p.input) {
+        std::vector<unsigned char> peer_bytes(c_peer.bytes());
+        c_peer.download(peer_bytes.data(), peer_bytes.size());
+        const std::vector<double> ours = to_doubles(p.output, bytes, count);
+        const std::vector<double> theirs = to_doubles(p.input, peer_bytes, count);
+        double diff = 0, norm = 0;
+        for (size_t i = 0; i < count; ++i) {
+          diff += (ours[i] - theirs[i]) * (ours[i] - theirs[i]);
+          norm += theirs[i] * theirs[i];
+        }
+        peer_check = norm > 0 ? std::sqrt(diff / norm) : 0;
+      }
+    }
+  }
+  const double flops = 2.0 * p.m * p.n * p.k * p.batch;
+  const double tflops = median_ms > 0 ? flops / (median_ms * 1e-3) / 1e12 : 0;
+  if (o.json) {
+    nlohmann::json out = {{"problem", source.problem},
+                          {"config", source.config},
+                          {"kernel", source.name},
+                          {"registers", matmul.stats().registers},
+                          {"relative_l2", check.relative_l2},
+                          {"checked", check.checked},
+                          {"pass", ok}};
+    if (o.verb == Verb::Bench) {
+      out["median_ms"] = median_ms;
+      out["tflops"] = tflops;
+      out["repeats"] = repeats;
+      const double peer_tflops = peer_ms > 0 ? flops / (peer_ms * 1e-3) / 1e12 : 0;
+      out["cublas"] = {{"status", peer_status},
+                       {"median_ms", peer_ms},
+                       {"tflops", peer_tflops},
+                       {"kjit_vs_cublas_rel_l2", peer_check}};
+      out["ratio"] = peer_tflops > 0 ? tflops / peer_tflops : 0;
+    }
+    return print_json(out);
+  }
+  std::cout << fmt::format("matmul {}\nconfig {} ({} registers)\ncheck: {} -> {}\n", source.problem,
+                           source.config, matmul.stats().registers, check.describe(),
+                           ok ? "PASS" : "FAIL");
+  if (o.verb == Verb::Bench) {
+    std::cout << fmt::format("kjit: median {:.4f} ms over {} runs: {:.1f} TFLOP/s\n", median_ms,
+                             repeats, tflops);
+    if (peer_ms > 0)
+      std::cout << fmt::format("{}: median {:.4f} ms: {:.1f} TFLOP/s; kjit / cuBLAS = {:.2f}x\n",
+                               peer_status, peer_ms, flops / (peer_ms * 1e-3) / 1e12,
+                               peer_ms / median_ms);
+    else
+      std::cout << "cuBLAS " << peer_status << "\n";
+  }
+}
+
+}  // namespace
+
+KJIT_REGISTER_FAMILY("matmul", matmul_command);
+
+}  // namespace kjit::cli
