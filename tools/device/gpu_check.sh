@@ -74,7 +74,10 @@ if [[ $bench -eq 1 ]]; then
   step runtime_bench "$build/tools/bench/runtime_bench" --benchmark_out="$out/runtime_bench.json" \
     --benchmark_out_format=json
   for extra in tools/device/bench_*.sh; do
-    [[ -f $extra ]] && step "$(basename "$extra" .sh)" bash "$extra" "$build" "$out" "$quick"
+    name=$(basename "$extra" .sh)
+    # KJIT_SKIP_BENCH="matmul cache" leaves those benchmarks out of this run.
+    [[ " ${KJIT_SKIP_BENCH:-} " == *" ${name#bench_} "* ]] && continue
+    [[ -f $extra ]] && step "$name" bash "$extra" "$build" "$out" "$quick"
   done
 fi
 

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# pack.sh [BUILD] [DEST] — copy only what a GPU run needs (executables and the
+# Google Benchmark library beside them) from BUILD (default build/release) into
+# DEST (default .device-build), keeping the layout, so a GPU run can carry it
+# (object files would push a build folder past the device tool's 64 MiB).
+set -euo pipefail
+build=${1:-build/release}
+dest=${2:-.device-build}
+rm -rf "$dest"
+mkdir -p "$dest"
+(cd "$build" && find . -type f \( -perm -u+x -o -name 'libbenchmark*' \) ! -path '*/CMakeFiles/*' \
+  ! -name '*.cmake' -print0) | while IFS= read -r -d '' f; do
+  mkdir -p "$dest/$(dirname "$f")"
+  cp -p "$build/$f" "$dest/$f"
+done
+du -sh "$dest"
