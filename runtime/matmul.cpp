@@ -390,8 +390,10 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       job.stride_src = stride;
       job.rows_dst = k_is_rows ? k_padded : rows;
       job.ld_dst = k_is_rows ? round_up(cols, 8) : k_padded;
-      if (job.rows_dst * (job.ld_dst / 8) >= (int64_t(1) << 32))
-        throw UserError(fmt::format("the padded copy of a {} x {} operand has 2^32 or more "
+      // The copy kernel indexes chunks with 32-bit unsigned integers, and its
+      // grid-stride loop must not wrap: fewer than 2^31 chunks (32 GiB).
+      if (job.rows_dst * (job.ld_dst / 8) >= (int64_t(1) << 31))
+        throw UserError(fmt::format("the padded copy of a {} x {} operand has 2^31 or more "
                                     "16-byte chunks",
                                     rows, cols),
                         "pass 16-byte-aligned operands (leading dimensions a multiple of 8), "

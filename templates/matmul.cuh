@@ -754,7 +754,7 @@ struct PadJob {
 // chunk per iteration; its 8 source elements are read with one 16-byte load, four
 // 4-byte loads or eight 2-byte loads, whichever their address allows (a row of 4095
 // bf16 values starts 4-byte aligned on every other row). Indices are 32-bit: the
-// host checks that a matrix has fewer than 2^32 chunks.
+// host checks that a matrix has fewer than 2^31 chunks (so i + stride cannot wrap).
 template <typename T>
 __device__ __forceinline__ void pad_copy(const PadJob job) {
   const unsigned chunks_per_row = static_cast<unsigned>(job.ld_dst / 8);
