@@ -169,8 +169,9 @@ int staged_bytes(const Config& config, int passes) {
 
 int epilogue_passes(const Problem& problem, const Config& config) {
   if (problem.input == DType::F32) return 1;
+  if (config.warps_m < 1) return 1;                      // invalid config; validate() says why
   const int mma_rows = config.bm / config.warps_m / 16;  // MT: mma rows per warp
-  if (mma_rows < 1) return 1;                            // invalid config; validate() says why
+  if (mma_rows < 1) return 1;
   for (int passes = 1; passes < mma_rows; ++passes)
     if (mma_rows % passes == 0 && staged_bytes(config, passes) <= pipeline_bytes(problem, config))
       return passes;
