@@ -36,6 +36,13 @@ struct DeviceOperands {
 };
 static_assert(sizeof(DeviceOperands) == 96, "DeviceOperands must mirror kjit::EpilogueOperands");
 
+// Mirror of kjit::matmul::PadJob.
+struct DevicePadJob {
+  CUdeviceptr src, dst;
+  long long rows, cols, ld_src, stride_src, rows_dst, ld_dst;
+};
+static_assert(sizeof(DevicePadJob) == 64, "DevicePadJob must mirror kjit::matmul::PadJob");
+
 int64_t round_up(int64_t x, int64_t to) {
   return (x + to - 1) / to * to;
 }
@@ -107,8 +114,9 @@ std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std:
 
 struct Candidate {
   Config config;
-  double efficiency;  // relative throughput of one SM running this tile (guess, see docs)
-  int blocks_per_sm;  // resident blocks (guess from shared memory and registers)
+  double efficiency;         // relative throughput of one SM on aligned problems (measured)
+  double padded_efficiency;  // the same on the padded path (misaligned operands and C)
+  int blocks_per_sm;         // resident blocks (from shared memory and registers)
 };
 
 Config make(int bm, int bn, int bk, int warps, int wm, int stages) {
@@ -197,12 +205,23 @@ Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
   if (p.input == DType::F32) {
     best = simt_config(1);
   } else {
-    // Efficiencies and residency are estimates for an H100/H200-class SM (mma.sync,
-    // 228 KiB shared memory, 64 K registers); the tuner measures instead.
+    // Efficiencies measured on the H200 (bf16 nn, the first GPU run, before the
+    // staged epilogue), TFLOP/s:
+    //   aligned 4096^3 and 8192^3: 128x256 w8 s4 452-493, 256x128 w8 s4 441-486,
+    //     128x128 w4 s4 449-463, 128x128 w8 s4 346-370, 64x128 w4 s4 346-362,
+    //     64x64x64 w4 s3 307-322;
+    //   padded 4095^3, 4097^3, 2048x50257x768: 128x128 w4 s4 348 / 301 / 203, best
+    //     on all three; 128x256 w8 s4 281 / 269 / 196, 256x128 w8 s4 288 / 269 / 198,
+    //     64x128 w4 s4 301 / 228 / 177, 128x128 w8 s4 277 / 243 / 184,
+    //     64x64x64 275 / 206 / 177.
+    // (Two resident blocks overlap one block's epilogue with the other's main loop,
+    // which pays most where C's stores are narrow.) Residency: shared memory and
+    // registers of an H100/H200-class SM (228 KiB, 64 K registers). The tuner
+    // measures instead.
     const std::vector<Candidate> candidates = {
-        {make(128, 256, 32, 8, 2, 4), 1.00, 1}, {make(128, 128, 32, 8, 2, 4), 0.85, 1},
-        {make(128, 128, 32, 4, 2, 4), 0.80, 2}, {make(64, 128, 32, 4, 2, 4), 0.65, 3},
-        {make(64, 64, 64, 4, 2, 3), 0.45, 4},
+        {make(128, 256, 32, 8, 2, 4), 1.00, 0.89, 1}, {make(256, 128, 32, 8, 4, 4), 0.98, 0.90, 1},
+        {make(128, 128, 32, 4, 2, 4), 0.97, 1.00, 2}, {make(128, 128, 32, 8, 2, 4), 0.76, 0.84, 1},
+        {make(64, 128, 32, 4, 2, 4), 0.75, 0.83, 3},  {make(64, 64, 64, 4, 2, 3), 0.67, 0.78, 4},
     };
     double best_cost = 1e300;
     for (const Candidate& c : candidates) {
@@ -213,8 +232,9 @@ Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
       const int64_t slots = static_cast<int64_t>(sms) * c.blocks_per_sm;
       const int64_t waves = ceil_div(tiles, slots);
       // A wave lasts as long as one block's tile on an SM shared by blocks_per_sm.
+      const double efficiency = p.aligned ? c.efficiency : c.padded_efficiency;
       const double cost =
-          static_cast<double>(waves) * c.blocks_per_sm * c.config.bm * c.config.bn / c.efficiency;
+          static_cast<double>(waves) * c.blocks_per_sm * c.config.bm * c.config.bn / efficiency;
       if (cost < best_cost * 0.999) {
         best_cost = cost;
         best = c.config;
@@ -348,38 +368,74 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   args.alpha = t.alpha;
   args.beta = t.beta;
 
-  // The padding path: copy A and B into scratch with 16-byte rows, K rounded up
-  // to 64 with zeros (so every k-tile is whole), then run the aligned kernel.
+  // The padding path: copy the misaligned operands into scratch with 16-byte rows
+  // and K rounded up to a whole k-tile with zeros (every k-tile whole keeps the
+  // interior blocks on the unmasked main loop), in one launch, then run the aligned
+  // kernel. An operand that is already 16-byte aligned is read in place when K
+  // needs no padding (e.g. A of 2048 x 50257 x 768: only B is copied).
   if (!simt && !p.aligned) {
-    const int64_t k_padded = round_up(p.k, 64);
+    const int64_t k_padded = round_up(p.k, config_.bk);
+    auto operand_aligned = [&](CUdeviceptr ptr, int64_t ld, int64_t stride) {
+      const int64_t per16 = 16 / elem;
+      return ptr % 16 == 0 && ld % per16 == 0 && stride % per16 == 0 && k_padded == p.k;
+    };
+    std::vector<DevicePadJob> jobs;
     auto pad = [&](cuda::DeviceBuffer& scratch, CUdeviceptr src, int64_t rows, int64_t cols,
                    int64_t ld, int64_t stride, bool k_is_rows) {
-      int64_t rows_dst = k_is_rows ? k_padded : rows;
-      int64_t ld_dst = k_is_rows ? round_up(cols, 8) : k_padded;
-      const size_t bytes = static_cast<size_t>(rows_dst * ld_dst * p.batch * elem);
+      DevicePadJob job{};
+      job.src = src;
+      job.rows = rows;
+      job.cols = cols;
+      job.ld_src = ld;
+      job.stride_src = stride;
+      job.rows_dst = k_is_rows ? k_padded : rows;
+      job.ld_dst = k_is_rows ? round_up(cols, 8) : k_padded;
+      // The copy kernel indexes chunks with 32-bit unsigned integers, and its
+      // grid-stride loop must not wrap: fewer than 2^31 chunks (32 GiB).
+      if (job.rows_dst * (job.ld_dst / 8) >= (int64_t(1) << 31))
+        throw UserError(fmt::format("the padded copy of a {} x {} operand has 2^31 or more "
+                                    "16-byte chunks",
+                                    rows, cols),
+                        "pass 16-byte-aligned operands (leading dimensions a multiple of 8), "
+                        "or split the problem");
+      const size_t bytes = static_cast<size_t>(job.rows_dst * job.ld_dst * p.batch * elem);
       if (scratch.bytes() < bytes) scratch = cuda::DeviceBuffer(bytes);
-      CUdeviceptr dst = scratch.get();
-      int batch = static_cast<int>(p.batch);
-      const int64_t chunks = rows_dst * ld_dst / 8 * p.batch;
+      job.dst = scratch.get();
+      jobs.push_back(job);
+      return job;
+    };
+    if (!operand_aligned(t.a, t.lda, t.stride_a)) {
+      const DevicePadJob job =
+          pad(scratch_a_, t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, p.a_transposed);
+      args.a = job.dst;
+      args.lda = job.ld_dst;
+      args.stride_a = job.rows_dst * job.ld_dst;
+    }
+    if (!operand_aligned(t.b, t.ldb, t.stride_b)) {
+      const DevicePadJob job =
+          pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
+      args.b = job.dst;
+      args.ldb = job.ld_dst;
+      args.stride_b = job.rows_dst * job.ld_dst;
+    }
+    args.k = static_cast<int>(k_padded);
+    if (!jobs.empty()) {
+      int64_t most_chunks = 0;
+      for (const DevicePadJob& job : jobs)
+        most_chunks = std::max<int64_t>(most_chunks, job.rows_dst * job.ld_dst / 8);
+      // About 16 blocks of 256 threads per SM in all, each striding over its matrix.
+      const int64_t blocks_per_matrix = std::max<int64_t>(
+          1, int64_t(device_.sm_count) * 16 / (static_cast<int64_t>(jobs.size()) * p.batch));
       cuda::LaunchConfig launch;
       launch.block = {256, 1, 1};
-      launch.grid = {static_cast<unsigned>(
-                         std::min<int64_t>(ceil_div(chunks, 256), int64_t(device_.sm_count) * 16)),
-                     1, 1};
+      launch.grid = {
+          static_cast<unsigned>(std::min<int64_t>(ceil_div(most_chunks, 256), blocks_per_matrix)),
+          static_cast<unsigned>(p.batch), static_cast<unsigned>(jobs.size())};
       launch.stream = stream;
-      void* pad_args[] = {&src, &dst, &rows, &cols, &ld, &stride, &rows_dst, &ld_dst, &batch};
+      DevicePadJob job0 = jobs[0], job1 = jobs.size() > 1 ? jobs[1] : jobs[0];
+      void* pad_args[] = {&job0, &job1};
       pad_.launch(launch, pad_args);
-      return std::pair<CUdeviceptr, int64_t>{dst, ld_dst};
-    };
-    auto [pa, lda] = pad(scratch_a_, t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, p.a_transposed);
-    auto [pb, ldb] = pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
-    args.a = pa;
-    args.lda = lda;
-    args.stride_a = (p.a_transposed ? k_padded : p.m) * lda;
-    args.b = pb;
-    args.ldb = ldb;
-    args.stride_b = (p.b_transposed ? p.n : k_padded) * ldb;
-    args.k = static_cast<int>(k_padded);
+    }
   }
 
   // Split-K: K ranges of whole k-tiles; the last split takes the remainder.

@@ -14,14 +14,17 @@
 //      ldmatrix's 8 row reads hit 8 different bank groups (no conflicts, no padding)
 //   4. the warp tile:         WARPS_M x WARPS_N warps, each WTM x WTN of C, as
 //      MT x NT mma tiles of 16 x 8; fragments double-buffered across the k16 steps
-//   5. the epilogue:          alpha, beta * C0 and the fused elementwise function in
-//      registers, one store per output element (pairs where aligned)
+//   5. the epilogue:          the fp32 accumulators are staged through shared memory
+//      (in row passes when the tile does not fit), then a rolled loop gives each
+//      thread 16 bytes of consecutive outputs of one row: alpha, beta * C0 and the
+//      fused function once per element, one 16-byte store where aligned
 //   6. split-K:               blocks of one tile split the K range; each writes an
 //      fp32 partial tile and splitk_reduce() sums them in a fixed order
 //
-// Edge tiles (M, N or K not a multiple of the tile) load with zero-filling cp.async
-// and store under masks; interior tiles run the same code with every mask compiled
-// out (the MASKED template flag), so the hot loop has no predicates.
+// Edge tiles (M, N or K not a multiple of the tile) load with zero-filling cp.async;
+// interior tiles run the same main loop with every mask compiled out (the MASKED
+// template flag), so the hot loop has no predicates. The epilogue is shared by both:
+// its loop checks the row and the chunk's columns at run time, once per 16 bytes.
 #pragma once
 
 #include "kjit/mma.cuh"
@@ -43,7 +46,8 @@ struct MatmulArgs {
   int m, n, k, batch;
   int splits;       // 1: no split-K
   int k_per_split;  // a multiple of BK
-  int c_pairs;      // 1: C and C0 take 2-element vector stores (ld even, base aligned)
+  int c_pairs;      // 1: C and C0 take 2-element vector stores (the SIMT path; the
+                    // tensor-core epilogue checks each 16-byte chunk's address)
   float alpha, beta;
 };
 
@@ -163,6 +167,156 @@ __device__ __forceinline__ void store_two(const MatmulArgs& args, const Epilogue
   if (both) {
     const float c01 = args.beta != 0.0f ? to_f32(c0[col + 1]) : 0.0f;
     c[col + 1] = from_f32<TC>(finish<TC, Epilogue>(a1, c01, args, batch, row, col + 1, ops));
+  }
+}
+
+// ---- 16 consecutive bytes of one output row (the staged epilogue) ---------------
+// VEC = 16 / sizeof(T) outputs: 4 of f32, 8 of bf16 or f16. A chunk goes to global
+// memory as one 16-byte access when it is whole and its address is 16-byte
+// aligned, else as 2-element accesses where 2-element aligned, else element by
+// element. The check is on the actual address, per chunk: a misaligned row
+// (ldc = 4097) still takes the wide path on the rows that happen to be aligned.
+struct __align__(16) F32x4 {
+  float x, y, z, w;
+};
+struct __align__(16) U32x4 {
+  u32 x, y, z, w;
+};
+template <typename T>
+struct Chunk;
+template <>
+struct Chunk<float> {
+  static constexpr int VEC = 4;
+  __device__ __forceinline__ static void load16(const float* p, float (&v)[VEC]) {
+    const F32x4 x = *reinterpret_cast<const F32x4*>(p);
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+  }
+  __device__ __forceinline__ static void store16(float* p, const float (&v)[VEC]) {
+    *reinterpret_cast<F32x4*>(p) = F32x4{v[0], v[1], v[2], v[3]};
+  }
+};
+template <typename T16>  // bf16 or f16
+struct Chunk16Bit {
+  static constexpr int VEC = 8;
+  __device__ __forceinline__ static void load16(const T16* p, float (&v)[VEC]) {
+    const U32x4 x = *reinterpret_cast<const U32x4*>(p);
+    const u32 words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      T16 lo, hi;
+      lo.bits = static_cast<u16>(words[i] & 0xffffu);
+      hi.bits = static_cast<u16>(words[i] >> 16);
+      v[2 * i] = to_f32(lo);
+      v[2 * i + 1] = to_f32(hi);
+    }
+  }
+  __device__ __forceinline__ static void store16(T16* p, const float (&v)[VEC]) {
+    u32 words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) words[i] = pack2(v[2 * i], v[2 * i + 1]);
+    *reinterpret_cast<U32x4*>(p) = U32x4{words[0], words[1], words[2], words[3]};
+  }
+  __device__ __forceinline__ static u32 pack2(float a, float b);
+};
+template <>
+__device__ __forceinline__ u32 Chunk16Bit<bf16>::pack2(float a, float b) {
+  return pack_bf16x2(a, b);
+}
+template <>
+__device__ __forceinline__ u32 Chunk16Bit<f16>::pack2(float a, float b) {
+  return pack_f16x2(a, b);
+}
+template <>
+struct Chunk<bf16> : Chunk16Bit<bf16> {};
+template <>
+struct Chunk<f16> : Chunk16Bit<f16> {};
+
+__device__ __forceinline__ bool aligned_to(const void* p, unsigned bytes) {
+  return (reinterpret_cast<unsigned long long>(p) & (bytes - 1)) == 0;
+}
+
+// Reads VEC elements at p into v: one 16-byte load, VEC / 2 pair loads or VEC
+// scalar loads, whichever p's alignment allows.
+template <typename T>
+__device__ __forceinline__ void load_chunk(const T* p, float (&v)[Chunk<T>::VEC]) {
+  constexpr int VEC = Chunk<T>::VEC;
+  if (aligned_to(p, 16)) {
+    Chunk<T>::load16(p, v);
+  } else if (aligned_to(p, 2 * sizeof(T))) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 2) Pair<T>::load(p + j, v[j], v[j + 1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = to_f32(p[j]);
+  }
+}
+
+// Writes v, rounded to T, to VEC elements at p (as wide as p's alignment allows).
+template <typename T>
+__device__ __forceinline__ void store_chunk(T* p, const float (&v)[Chunk<T>::VEC]) {
+  constexpr int VEC = Chunk<T>::VEC;
+  if (aligned_to(p, 16)) {
+    Chunk<T>::store16(p, v);
+  } else if (aligned_to(p, 2 * sizeof(T))) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 2) Pair<T>::store(p + j, v[j], v[j + 1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) p[j] = from_f32<T>(v[j]);
+  }
+}
+
+// Finishes and writes one chunk: outputs (row, col .. col + VEC - 1) of batch
+// `batch`, of which the first `valid` (1..VEC) lie inside N; acc holds their fp32
+// accumulators. Split mode writes the raw accumulators to the fp32 workspace
+// instead (splitk_reduce() finishes them). A whole chunk runs the epilogue on all
+// VEC outputs at once (its operand addresses are one base plus constants); the
+// last chunk of a row that crosses N goes element by element in a rolled loop
+// (one more copy of the epilogue in the code, not VEC).
+template <typename TC, typename Epilogue>
+__device__ __forceinline__ void write_chunk(const MatmulArgs& args, const EpilogueOperands& ops,
+                                            long long batch, int split, int row, int col, int valid,
+                                            float (&acc)[Chunk<TC>::VEC]) {
+  constexpr int VEC = Chunk<TC>::VEC;
+  if (args.splits > 1) {
+    float* w = args.workspace +
+               ((static_cast<long long>(split) * args.batch + batch) * args.m + row) *
+                   static_cast<long long>(args.n) +
+               col;
+    if (valid == VEC && aligned_to(w, 16)) {
+#pragma unroll
+      for (int q = 0; q < VEC; q += 4)
+        *reinterpret_cast<F32x4*>(w + q) = F32x4{acc[q], acc[q + 1], acc[q + 2], acc[q + 3]};
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        if (j < valid) w[j] = acc[j];
+    }
+    return;
+  }
+  const TC* c0 = static_cast<const TC*>(args.c0) + batch * args.stride_c0 + row * args.ldc0 + col;
+  TC* c = static_cast<TC*>(args.c) + batch * args.stride_c + row * args.ldc + col;
+  if (valid == VEC) {
+    float c0v[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) c0v[j] = 0.0f;
+    if (args.beta != 0.0f) load_chunk(c0, c0v);
+    float out[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      out[j] = finish<TC, Epilogue>(acc[j], c0v[j], args, batch, row, col + j, ops);
+    store_chunk(c, out);
+    return;
+  }
+#pragma unroll 1
+  for (int j = 0; j < valid; ++j) {
+    const float c0j = args.beta != 0.0f ? to_f32(c0[j]) : 0.0f;
+    c[j] = from_f32<TC>(finish<TC, Epilogue>(acc[0], c0j, args, batch, row, col + j, ops));
+#pragma unroll
+    for (int k = 0; k + 1 < VEC; ++k) acc[k] = acc[k + 1];  // next output to the front
   }
 }
 
@@ -290,8 +444,11 @@ struct FragmentAddress {
 // T: bf16 or f16 inputs; TC: output (and C0) type: float, bf16 or f16.
 // A_K_MAJOR: A stored M x K row-major (layout "n"), else K x M ("t").
 // B_K_MAJOR: B stored N x K (layout "t"), else K x N row-major ("n").
+// EPILOGUE_PASSES: the fp32 tile is staged through shared memory in this many row
+//   passes (chosen by the generator, epilogue_passes() in compiler/lowering/matmul.h,
+//   so that one pass fits the pipeline's buffers).
 template <typename T, typename TC, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES,
-          bool A_K_MAJOR, bool B_K_MAJOR>
+          bool A_K_MAJOR, bool B_K_MAJOR, int EPILOGUE_PASSES>
 struct TensorCoreMatmul {
   static constexpr int THREADS = WARPS_M * WARPS_N * 32;
   static constexpr int WTM = BM / WARPS_M;  // warp tile rows
@@ -303,7 +460,22 @@ struct TensorCoreMatmul {
   typedef OperandTile<BM, BK, A_K_MAJOR, THREADS> TileA;
   typedef OperandTile<BN, BK, B_K_MAJOR, THREADS> TileB;
   static constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
-  static constexpr int SHARED_BYTES = STAGES * STAGE_BYTES;
+
+  // Stage 5's staging buffer: one pass holds MT_PER_PASS mma rows of every warp,
+  // BM / EPILOGUE_PASSES rows of C, as fp32 rows of BN + 8 floats. The 8 floats of
+  // padding shift each row by 8 banks, so the 8 rows of one fragment store (lanes
+  // g = 0..7, 2 floats at column 2t) cover all 32 banks in each half-warp.
+  static constexpr int MT_PER_PASS = MT / EPILOGUE_PASSES;
+  static constexpr int PASS_ROWS = BM / EPILOGUE_PASSES;
+  static constexpr int STAGED_STRIDE = BN + 8;  // floats per staged row
+  static constexpr int STAGED_BYTES = PASS_ROWS * STAGED_STRIDE * 4;
+  static constexpr int VEC = Chunk<TC>::VEC;  // outputs per 16 bytes of C
+  static constexpr int CHUNKS_PER_ROW = BN / VEC;
+  static_assert(MT % EPILOGUE_PASSES == 0, "the epilogue passes split each warp's mma rows evenly");
+  // Dynamic shared memory: the pipeline's buffers, reused by the epilogue (the
+  // host's shared_bytes() computes the same).
+  static constexpr int SHARED_BYTES =
+      STAGES * STAGE_BYTES > STAGED_BYTES ? STAGES* STAGE_BYTES : STAGED_BYTES;
 
   static_assert(BM % (WARPS_M * 16) == 0, "BM must be a multiple of 16 * WARPS_M");
   static_assert(BN % (WARPS_N * 16) == 0, "BN must be a multiple of 16 * WARPS_N");
@@ -347,10 +519,12 @@ struct TensorCoreMatmul {
     }
   }
 
-  template <typename Epilogue, bool MASKED>
-  __device__ __forceinline__ static void tile(const MatmulArgs& args, const EpilogueOperands& ops,
-                                              unsigned char* shared, int tile_m, int tile_n,
-                                              int batch, int split, int k_begin, int k_end) {
+  // Stages 2-4: the block's fp32 accumulators of tile (tile_m, tile_n) over
+  // k_begin .. k_end. Returns with every cp.async drained (the stages are free).
+  template <bool MASKED>
+  __device__ __forceinline__ static void mainloop(const MatmulArgs& args, unsigned char* shared,
+                                                  int tile_m, int tile_n, int batch, int k_begin,
+                                                  int k_end, float (&acc)[MT][NT][4]) {
     static_assert(NT % 2 == 0, "B fragments load two n8 tiles at a time: WTN % 16 == 0");
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
@@ -368,7 +542,6 @@ struct TensorCoreMatmul {
     const u32 smem = mma::shared_address(shared);
     const int k_tiles = (k_end - k_begin + BK - 1) / BK;
 
-    float acc[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
@@ -440,21 +613,81 @@ struct TensorCoreMatmul {
       }
     }
     mma::cp_async_wait<0>();
+  }
 
-    // Stage 5: the epilogue, straight from the accumulators (C fragment layout).
+  // Stage 5: the epilogue. Each pass (1) waits until every warp is done with the
+  // shared memory it reuses, (2) writes this warp's accumulators of the pass in the
+  // C fragment layout (rows g, g + 8; columns 2t, 2t + 1 of each 16 x 8 tile) to the
+  // staging buffer, (3) waits for all warps, (4) walks the staged rows in a rolled
+  // loop, each thread taking VEC consecutive outputs of one row per iteration:
+  // coalesced 16-byte stores, and alpha, beta * C0 and the epilogue function
+  // appear once in the code instead of once per accumulator.
+  template <typename Epilogue>
+  __device__ __forceinline__ static void epilogue(const MatmulArgs& args,
+                                                  const EpilogueOperands& ops,
+                                                  unsigned char* shared,
+                                                  const float (&acc)[MT][NT][4], int tile_m,
+                                                  int tile_n, int batch, int split) {
+    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
+    const int warp_m = warp / WARPS_N;
+    const int warp_n = warp % WARPS_N;
     const int g = lane / 4;
     const int t = lane % 4;
+    float* staged = reinterpret_cast<float*>(shared);
+    // Staged row of a pass -> row of the tile: [warp_m][MT_PER_PASS * 16] rows.
+    constexpr int WARP_PASS_ROWS = MT_PER_PASS * 16;
+#pragma unroll 1
+    for (int pass = 0; pass < EPILOGUE_PASSES; ++pass) {
+      __syncthreads();  // pass 0: the main loop's last ldmatrix; later: the previous pass
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt) {
+        if (mt / MT_PER_PASS != pass) continue;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = m0 + warp_m * WTM + mt * 16 + g + half * 8;
-          const int col = n0 + warp_n * WTN + nt * 8 + 2 * t;
-          store_two<TC, Epilogue, MASKED>(args, ops, batch, split, row, col, acc[mt][nt][2 * half],
-                                          acc[mt][nt][2 * half + 1]);
-        }
+          for (int half = 0; half < 2; ++half) {
+            const int row = warp_m * WARP_PASS_ROWS + (mt % MT_PER_PASS) * 16 + g + 8 * half;
+            const int col = warp_n * WTN + nt * 8 + 2 * t;
+            Pair<float>::store(staged + row * STAGED_STRIDE + col, acc[mt][nt][2 * half],
+                               acc[mt][nt][2 * half + 1]);
+          }
+      }
+      __syncthreads();
+#pragma unroll 1
+      for (int i = threadIdx.x; i < PASS_ROWS * CHUNKS_PER_ROW; i += THREADS) {
+        const int staged_row = i / CHUNKS_PER_ROW;
+        const int chunk = i % CHUNKS_PER_ROW;
+        const int row = tile_m * BM + (staged_row / WARP_PASS_ROWS) * WTM + pass * WARP_PASS_ROWS +
+                        staged_row % WARP_PASS_ROWS;
+        const int col = tile_n * BN + chunk * VEC;
+        if (row >= args.m || col >= args.n) continue;
+        float v[VEC];
+        read_staged(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
+        write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, min(args.n - col, VEC), v);
+      }
+    }
+  }
+
+  // VEC staged floats (16-byte aligned) -> v. A quarter-warp reads 8 consecutive
+  // chunks of one row with each 16-byte load; for VEC = 8 (32 bytes per chunk) the
+  // chunks 4..7 of each 8 read their second half first, so that the 8 lanes of a
+  // load cover 8 different 4-bank groups (no conflicts).
+  __device__ __forceinline__ static void read_staged(const float* p, int chunk, float (&v)[VEC]) {
+    if constexpr (VEC == 4) {
+      Chunk<float>::load16(p, v);
+    } else {
+      static_assert(VEC == 8, "16-byte chunks hold 4 or 8 outputs");
+      const int first = (chunk / 4) % 2;  // the half read first
+      float x[4], y[4];
+      Chunk<float>::load16(p + 4 * first, x);
+      Chunk<float>::load16(p + 4 * (1 - first), y);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = first ? y[j] : x[j];
+        v[4 + j] = first ? x[j] : y[j];
+      }
+    }
   }
 
   // The kernel body: grid = (tiles_m * tiles_n, splits, batch).
@@ -471,12 +704,12 @@ struct TensorCoreMatmul {
     const int k_end = min(args.k, k_begin + args.k_per_split);
     const bool interior =
         (tile_m + 1) * BM <= args.m && (tile_n + 1) * BN <= args.n && (k_end - k_begin) % BK == 0;
+    float acc[MT][NT][4];
     if (interior)
-      tile<Epilogue, false>(args, ops, kjit_matmul_shared, tile_m, tile_n, batch, split, k_begin,
-                            k_end);
+      mainloop<false>(args, kjit_matmul_shared, tile_m, tile_n, batch, k_begin, k_end, acc);
     else
-      tile<Epilogue, true>(args, ops, kjit_matmul_shared, tile_m, tile_n, batch, split, k_begin,
-                           k_end);
+      mainloop<true>(args, kjit_matmul_shared, tile_m, tile_n, batch, k_begin, k_end, acc);
+    epilogue<Epilogue>(args, ops, kjit_matmul_shared, acc, tile_m, tile_n, batch, split);
   }
 };
 
@@ -506,41 +739,75 @@ __device__ __forceinline__ void splitk_reduce(const MatmulArgs& args, const Epil
 }
 
 // ---- the padding path -------------------------------------------------------------
-// Copies a rows x cols matrix (leading dimension ld_src, batch stride stride_src)
-// into scratch with leading dimension ld_dst (a multiple of 8: 16-byte rows) and
-// rows_dst >= rows rows, zero-filling the padding. Each thread writes 8 outputs.
+// One misaligned operand to copy: a rows x cols matrix (leading dimension ld_src,
+// batch stride stride_src) -> scratch with leading dimension ld_dst (a multiple of
+// 8: 16-byte rows) and rows_dst >= rows rows, zero-filled past rows and cols.
+// Mirrored by runtime/matmul.cpp.
+struct PadJob {
+  const void* src;
+  void* dst;
+  long long rows, cols, ld_src, stride_src, rows_dst, ld_dst;
+};
+
+// Grid: (x: blocks striding over one matrix's 16-byte chunks, y: batch, z: job).
+// A and B are copied by one launch (z = 0, 1). Each thread writes one 16-byte
+// chunk per iteration; its 8 source elements are read with one 16-byte load, four
+// 4-byte loads or eight 2-byte loads, whichever their address allows (a row of 4095
+// bf16 values starts 4-byte aligned on every other row). Indices are 32-bit: the
+// host checks that a matrix has fewer than 2^31 chunks (so i + stride cannot wrap).
 template <typename T>
-__device__ __forceinline__ void pad_copy(const T* src, T* dst, long long rows, long long cols,
-                                         long long ld_src, long long stride_src, long long rows_dst,
-                                         long long ld_dst, int batch) {
-  const long long chunks_per_row = ld_dst / 8;
-  const long long per_batch = rows_dst * chunks_per_row;
-  const long long total = per_batch * batch;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += stride) {
-    const long long bi = i / per_batch;
-    const long long r = (i % per_batch) / chunks_per_row;
-    const long long c = (i % chunks_per_row) * 8;
-    u16 v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      v[j] = 0;
-      if (r < rows && c + j < cols) {
-        T x = src[bi * stride_src + r * ld_src + c + j];
-        v[j] = x.bits;
+__device__ __forceinline__ void pad_copy(const PadJob job) {
+  const unsigned chunks_per_row = static_cast<unsigned>(job.ld_dst / 8);
+  const unsigned chunks = static_cast<unsigned>(job.rows_dst) * chunks_per_row;
+  const T* src = static_cast<const T*>(job.src) + blockIdx.y * job.stride_src;
+  T* dst = static_cast<T*>(job.dst) + blockIdx.y * job.rows_dst * job.ld_dst;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks;
+       i += gridDim.x * blockDim.x) {
+    const unsigned r = i / chunks_per_row;
+    const unsigned c = (i - r * chunks_per_row) * 8;
+    const T* s = src + r * job.ld_src + c;
+    U32x4 out;
+    if (r < job.rows && c + 8 <= job.cols) {
+      if (aligned_to(s, 16)) {
+        out = *reinterpret_cast<const U32x4*>(s);
+      } else if (aligned_to(s, 4)) {
+        const u32* w = reinterpret_cast<const u32*>(s);
+        out = U32x4{w[0], w[1], w[2], w[3]};
+      } else {
+        const u16* h = reinterpret_cast<const u16*>(s);
+        out.x = h[0] | (static_cast<u32>(h[1]) << 16);
+        out.y = h[2] | (static_cast<u32>(h[3]) << 16);
+        out.z = h[4] | (static_cast<u32>(h[5]) << 16);
+        out.w = h[6] | (static_cast<u32>(h[7]) << 16);
       }
+    } else {  // the right or bottom edge: zeros past the matrix
+      u16 v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        v[j] = r < job.rows && c + j < job.cols ? reinterpret_cast<const u16*>(s)[j] : u16(0);
+      out.x = v[0] | (static_cast<u32>(v[1]) << 16);
+      out.y = v[2] | (static_cast<u32>(v[3]) << 16);
+      out.z = v[4] | (static_cast<u32>(v[5]) << 16);
+      out.w = v[6] | (static_cast<u32>(v[7]) << 16);
     }
-    struct __align__(16) U4 {
-      u32 x, y, z, w;
-    };
-    U4 out;
-    out.x = v[0] | (static_cast<u32>(v[1]) << 16);
-    out.y = v[2] | (static_cast<u32>(v[3]) << 16);
-    out.z = v[4] | (static_cast<u32>(v[5]) << 16);
-    out.w = v[6] | (static_cast<u32>(v[7]) << 16);
-    *reinterpret_cast<U4*>(dst + bi * rows_dst * ld_dst + r * ld_dst + c) = out;
+    *reinterpret_cast<U32x4*>(dst + static_cast<long long>(r) * job.ld_dst + c) = out;
   }
+}
+
+// Job `index` of two, chosen field by field: selecting a whole kernel parameter by a
+// run-time index would take its address and copy both to the stack.
+__device__ __forceinline__ PadJob select_job(int index, const PadJob& job0, const PadJob& job1) {
+  const bool first = index == 0;
+  PadJob job;
+  job.src = first ? job0.src : job1.src;
+  job.dst = first ? job0.dst : job1.dst;
+  job.rows = first ? job0.rows : job1.rows;
+  job.cols = first ? job0.cols : job1.cols;
+  job.ld_src = first ? job0.ld_src : job1.ld_src;
+  job.stride_src = first ? job0.stride_src : job1.stride_src;
+  job.rows_dst = first ? job0.rows_dst : job1.rows_dst;
+  job.ld_dst = first ? job0.ld_dst : job1.ld_dst;
+  return job;
 }
 
 }  // namespace matmul

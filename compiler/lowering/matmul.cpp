@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -153,9 +154,34 @@ Config simt_config(int splitk) {
   return config;
 }
 
+namespace {
+
+int pipeline_bytes(const Problem& problem, const Config& config) {
+  return config.stages * (config.bm + config.bn) * config.bk * dtype_bytes(problem.input);
+}
+
+// Bytes of one epilogue pass (mirrors TensorCoreMatmul::STAGED_BYTES).
+int staged_bytes(const Config& config, int passes) {
+  return config.bm / passes * (config.bn + 8) * 4;
+}
+
+}  // namespace
+
+int epilogue_passes(const Problem& problem, const Config& config) {
+  if (problem.input == DType::F32) return 1;
+  if (config.warps_m < 1) return 1;                      // invalid config; validate() says why
+  const int mma_rows = config.bm / config.warps_m / 16;  // MT: mma rows per warp
+  if (mma_rows < 1) return 1;
+  for (int passes = 1; passes < mma_rows; ++passes)
+    if (mma_rows % passes == 0 && staged_bytes(config, passes) <= pipeline_bytes(problem, config))
+      return passes;
+  return mma_rows;
+}
+
 int shared_bytes(const Problem& problem, const Config& config) {
   if (problem.input == DType::F32) return 0;
-  return config.stages * (config.bm + config.bn) * config.bk * dtype_bytes(problem.input);
+  return std::max(pipeline_bytes(problem, config),
+                  staged_bytes(config, epilogue_passes(problem, config)));
 }
 
 void validate(const Problem& problem, const Config& config) {
@@ -309,10 +335,12 @@ KernelSource lower(const Problem& problem, const Config& config) {
   } else {
     s += fmt::format(
         "// path:      mma.sync m16n8k16 {} -> f32; block tile {}x{}x{}, {} warps ({} along M) "
-        "of {}x{}, {}-stage cp.async pipeline, {} B dynamic shared memory\n",
+        "of {}x{}, {}-stage cp.async pipeline, {} B dynamic shared memory; epilogue staged "
+        "through shared memory in {} pass(es) of {} rows\n",
         matmul::to_string(problem.input), config.bm, config.bn, config.bk, config.warps,
         config.warps_m, config.bm / config.warps_m, config.bn / (config.warps / config.warps_m),
-        config.stages, out.dynamic_shared_bytes);
+        config.stages, out.dynamic_shared_bytes, epilogue_passes(problem, config),
+        config.bm / epilogue_passes(problem, config));
     s += "#include \"kjit/matmul.cuh\"\n\n";
   }
 
@@ -328,10 +356,11 @@ KernelSource lower(const Problem& problem, const Config& config) {
     s += "// A is " + std::string(problem.a_transposed ? "K x M (M-major)" : "M x K (K-major)") +
          ", B is " + (problem.b_transposed ? "N x K (K-major)" : "K x N (N-major)") + "\n";
     s += fmt::format(
-        "typedef kjit::matmul::TensorCoreMatmul<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>\n"
+        "typedef kjit::matmul::TensorCoreMatmul<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>\n"
         "    kjit_matmul_tile;\n\n",
         device_type(problem.input), out_type, config.bm, config.bn, config.bk, config.warps_m,
-        config.warps / config.warps_m, config.stages, a_k_major, b_k_major);
+        config.warps / config.warps_m, config.stages, a_k_major, b_k_major,
+        epilogue_passes(problem, config));
   }
   s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block\n";
   s += fmt::format(
@@ -379,13 +408,12 @@ KernelSource lower_pad(DType dtype) {
   s += "// kjit matmul padding: copies a misaligned operand into 16-byte-aligned rows\n";
   s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
   s += "#include \"kjit/matmul.cuh\"\n\n";
+  s += "// grid: (blocks over one matrix, batch, 1 or 2 jobs): A and B in one launch\n";
   s += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(const {}* src, {}* dst, long long "
-      "rows, long long cols,\n    long long ld_src, long long stride_src, long long rows_dst, "
-      "long long ld_dst, int batch) {{\n"
-      "  kjit::matmul::pad_copy(src, dst, rows, cols, ld_src, stride_src, rows_dst, ld_dst, "
-      "batch);\n}}\n",
-      out.name, device_type(dtype), device_type(dtype));
+      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(kjit::matmul::PadJob job0, "
+      "kjit::matmul::PadJob job1) {{\n"
+      "  kjit::matmul::pad_copy<{}>(kjit::matmul::select_job(blockIdx.z, job0, job1));\n}}\n",
+      out.name, device_type(dtype));
   out.source = std::move(s);
   return out;
 }

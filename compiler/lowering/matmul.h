@@ -94,7 +94,16 @@ Config simt_config(int splitk = 1);
 // The warp split along M that makes the warp tile closest to square.
 int square_warps_m(int bm, int bn, int warps);
 
-// Dynamic shared memory the kernel needs (0 for the SIMT path's static tiles).
+// Row passes in which the tensor-core epilogue stages the fp32 BM x BN tile
+// through shared memory: the fewest that split each warp's mma rows (bm / wm / 16)
+// evenly and fit one pass, (bm / passes) x (bn + 8) floats, into the pipeline's
+// buffers (e.g. 128 x 256 with 4 stages: 96 KiB of buffers, 2 passes of 66 KiB).
+// 1 for the SIMT path (no staging).
+int epilogue_passes(const Problem& problem, const Config& config);
+
+// Dynamic shared memory the kernel needs (0 for the SIMT path's static tiles): the
+// pipeline's buffers, or one epilogue pass if that is larger (only when even a
+// single mma row per warp does not fit the buffers).
 int shared_bytes(const Problem& problem, const Config& config);
 
 // Problem and config constraints that hold on every device (shapes >= 1, tile
@@ -109,8 +118,9 @@ KernelSource lower(const Problem& problem, const Config& config);
 // sums the fp32 partials in split order, then alpha, beta and the epilogue.
 KernelSource lower_reduce(const Problem& problem);
 
-// The padding kernel of the misaligned path for 16-bit `dtype`:
-//   (src, dst, rows, cols, ld_src, stride_src, rows_dst, ld_dst, batch)
+// The padding kernel of the misaligned path for 16-bit `dtype`: (PadJob job0,
+// PadJob job1) with grid (blocks, batch, jobs); see kjit::matmul::PadJob in
+// templates/matmul.cuh.
 KernelSource lower_pad(DType dtype);
 
 }  // namespace kjit::matmul

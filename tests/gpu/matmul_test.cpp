@@ -268,6 +268,26 @@ TEST_F(MatmulGpu, SplitK) {
   run_all(SplitKCases());
 }
 
+// The staged epilogue's store widths: rows of C (and C0) whose addresses allow
+// 16-byte, 2-element or only scalar accesses (N = 130: every 4th bf16 row is
+// 16-byte aligned, the others 4-byte; N = 131: odd), chunks cut by N, f32 and f16
+// outputs, and split-K partials in a workspace whose rows are 8-byte aligned.
+std::vector<Case> StagedEpilogueStoreWidthsCases() {
+  return std::vector<Case>(
+      {{.m = 70, .n = 130, .k = 64, .epilogue = "gelu(acc + bias)", .alpha = 0.5f, .beta = 1.0f},
+       {.m = 33, .n = 131, .k = 40, .output = DType::F32, .beta = -1.0f},
+       {.m = 300, .n = 4100, .k = 96, .input = DType::F16, .output = DType::F16},
+       {.m = 65, .n = 1030, .k = 64, .epilogue = "acc * scale + residual", .beta = 0.5f},
+       {.m = 129,
+        .n = 130,
+        .k = 2048,
+        .epilogue = "gelu(acc + bias)",
+        .config = "bm=128,bn=256,bk=32,warps=8,wm=2,stages=4,splitk=4"}});
+}
+TEST_F(MatmulGpu, StagedEpilogueStoreWidths) {
+  run_all(StagedEpilogueStoreWidthsCases());
+}
+
 // Every config of the default space on a shape with interior and edge tiles.
 std::vector<Case> EveryDefaultConfigCases() {
   std::vector<Case> cases;
@@ -296,6 +316,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"EachEpilogue", EachEpilogueCases},
         {"AlphaBeta", AlphaBetaCases},
         {"SplitK", SplitKCases},
+        {"StagedEpilogueStoreWidths", StagedEpilogueStoreWidthsCases},
         {"EveryDefaultConfig", EveryDefaultConfigCases},
     };
     std::vector<std::pair<Problem, Config>> work;

@@ -1,6 +1,9 @@
 // Matmul config text, validation, the default heuristic and the generated source,
 // all without a GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <array>
 
 #include "compiler/lowering/matmul.h"
 #include "runtime/matmul.h"
@@ -151,6 +154,53 @@ TEST(MatmulLowering, SourceIsDeterministicAndReadable) {
   Problem q = p;
   q.aligned = false;
   EXPECT_NE(lower(q, c).problem, a.problem);  // the alignment class is in the key
+}
+
+// The epilogue stages the fp32 tile through the pipeline's shared memory in as few
+// row passes as fit; a config whose buffers are too small for even one mma row per
+// warp gets more shared memory rather than an overflow.
+TEST(MatmulLowering, EpiloguePassesFitTheSharedMemory) {
+  Problem p = square(4096);
+  struct Expect {
+    const char* config;
+    int passes, shared;
+  };
+  for (const Expect& e : {
+           Expect{"bm=128,bn=256,bk=32,warps=8,wm=2,stages=4", 2, 98304},  // 2 x 67584 B
+           Expect{"bm=128,bn=256,bk=32,warps=8,wm=2,stages=3", 2, 73728},
+           Expect{"bm=256,bn=128,bk=32,warps=8,wm=4,stages=4", 2, 98304},
+           Expect{"bm=128,bn=128,bk=32,warps=4,wm=2,stages=4", 2, 65536},  // 69632 > 65536
+           Expect{"bm=128,bn=128,bk=64,warps=8,wm=2,stages=3", 1, 98304},
+           Expect{"bm=64,bn=64,bk=64,warps=4,wm=2,stages=3", 1, 49152},
+           Expect{"bm=64,bn=256,bk=32,warps=4,wm=2,stages=2", 2, 40960},  // 33792 B a pass
+           // One mma row per warp (16 x 256 warp tiles): 64 x 264 x 4 B > 40 KiB of buffers.
+           Expect{"bm=64,bn=256,bk=32,warps=4,wm=4,stages=2", 1, 67584},
+       }) {
+    const Config c = Config::parse(e.config);
+    SCOPED_TRACE(e.config);
+    EXPECT_EQ(epilogue_passes(p, c), e.passes);
+    EXPECT_EQ(shared_bytes(p, c), e.shared);
+    EXPECT_LE(c.bm / e.passes * (c.bn + 8) * 4, shared_bytes(p, c));
+    const KernelSource source = lower(p, c);
+    EXPECT_EQ(source.dynamic_shared_bytes, e.shared);
+    EXPECT_NE(source.source.find(fmt::format("true, false, {}>", e.passes)), std::string::npos)
+        << source.source;
+  }
+}
+
+// Measured on the H200: 128 x 128 with two blocks per SM is the best tile for the
+// padded (misaligned) path; large aligned squares keep 128 x 256.
+TEST(MatmulHeuristic, PaddedShapesPickTwoBlocksPerSm) {
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+           {4095, 4095, 4095}, {4097, 4097, 4097}, {2048, 50257, 768}}) {
+    Problem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.aligned = false;
+    const Config c = default_config(p, h200());
+    EXPECT_EQ(c.to_string(), "bm=128,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=1") << p.to_string();
+  }
 }
 
 TEST(MatmulAlignment, ClassFollowsPointersAndLeadingDimensions) {
