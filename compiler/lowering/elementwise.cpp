@@ -197,6 +197,30 @@ std::string ir_operand(const Graph& graph, int id) {
 std::string emit_chain_statements(const Graph& graph, const std::string& indent,
                                   std::vector<std::string>* result_names) {
   std::vector<std::string> names(graph.nodes().size());
+  // sin(v) and cos(v) of one value share their argument reduction, the costly
+  // part of both: such pairs are emitted as one sincosf() call.
+  std::vector<int> cos_partner(graph.nodes().size(), -1);
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& sin_node = graph.node(static_cast<int>(i));
+    if (sin_node.op != OpCode::Sin || std::string(compute_type(sin_node.dtype)) != "float")
+      continue;
+    for (size_t j = 0; j < graph.nodes().size(); ++j) {
+      const Node& cos_node = graph.node(static_cast<int>(j));
+      if (cos_node.op == OpCode::Cos && cos_node.operands == sin_node.operands &&
+          cos_node.dtype == sin_node.dtype) {
+        cos_partner[i] = static_cast<int>(j);
+        break;
+      }
+    }
+  }
+  auto describe = [&](int id) {
+    const Node& n = graph.node(id);
+    std::string comment = "t" + std::to_string(id) + " = " + op_info(n.op).name + "(";
+    for (size_t k = 0; k < n.operands.size(); ++k)
+      comment += (k ? ", " : "") + ir_operand(graph, n.operands[k]);
+    if (n.op == OpCode::Cast) comment += std::string(", ") + ir::to_string(n.cast_to);
+    return comment + ")  -> " + std::string(ir::to_string(n.dtype)) + ir::to_string(n.shape);
+  };
   std::string out;
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     int id = static_cast<int>(i);
@@ -209,13 +233,22 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
       names[i] = literal(n.value, compute_type(n.dtype));
       continue;
     }
+    if (!names[i].empty()) continue;  // the cos half of a sincosf pair, emitted already
     names[i] = "t" + std::to_string(id);
-    std::string comment = names[i] + " = " + op_info(n.op).name + "(";
-    for (size_t k = 0; k < n.operands.size(); ++k)
-      comment += (k ? ", " : "") + ir_operand(graph, n.operands[k]);
-    if (n.op == OpCode::Cast) comment += std::string(", ") + ir::to_string(n.cast_to);
-    comment += ")  -> " + std::string(ir::to_string(n.dtype)) + ir::to_string(n.shape);
-    out += indent + "// " + comment + "\n";
+    if (cos_partner[i] >= 0) {
+      const int cos_id = cos_partner[i];
+      names[static_cast<size_t>(cos_id)] = "t" + std::to_string(cos_id);
+      const std::string argument = convert(names[static_cast<size_t>(n.operands[0])],
+                                           compute_type(graph.node(n.operands[0]).dtype), "float");
+      out += indent + "// " + describe(id) + "\n";
+      out += indent + "// " + describe(cos_id) + "\n";
+      out += indent + "// (one sincosf: sin and cos of one value share the argument reduction)\n";
+      out += fmt::format("{}float {}, {};\n{}sincosf({}, &{}, &{});\n", indent, names[i],
+                         names[static_cast<size_t>(cos_id)], indent, argument, names[i],
+                         names[static_cast<size_t>(cos_id)]);
+      continue;
+    }
+    out += indent + "// " + describe(id) + "\n";
     out += fmt::format("{}const {} {} = {};\n", indent, compute_type(n.dtype), names[i],
                        node_expression(graph, id, names));
   }
