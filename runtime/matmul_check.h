@@ -42,6 +42,17 @@ struct BuiltinEpilogue {
 BuiltinEpilogue builtin_epilogue(const std::string& text, DType dtype);
 std::vector<std::string> builtin_epilogue_names();
 
+// An epilogue written in the elementwise IR's text form, over `acc` (the f32
+// accumulator; always the first parameter) and extra operands whose kind follows
+// their declared shape: [n] or [1,n] per column (a bias), [m,1] per row (a scale),
+// [m,n] a full tensor (a residual); undeclared operands are per-column vectors.
+// Operands default to `dtype`. The IR is optimized (fold, CSE, DCE) and lowered by
+// the elementwise emitter into the device function; the reference evaluates the
+// same graph in fp64 with the interpreter's op semantics.
+//   epilogue_from_ir("gelu(acc + bias)", DType::BF16)
+//   epilogue_from_ir("scale:f32[m,1]; r:bf16[m,n]; y = acc * scale + r", DType::BF16)
+BuiltinEpilogue epilogue_from_ir(const std::string& text, DType dtype);
+
 // Packed (row-major, ld = row length, batch stride = matrix size) host operands.
 struct HostProblem {
   Problem problem;

@@ -28,10 +28,15 @@ struct Case {
   std::string layout = "nn";
   DType input = DType::BF16;
   DType output = DType::BF16;
-  std::string epilogue;  // a builtin_epilogue name, or empty
+  std::string epilogue;  // a builtin_epilogue name (or IR text when `ir`), or empty
+  bool ir = false;       // the epilogue is elementwise IR (epilogue_from_ir)
   std::string config;    // empty: the default heuristic
   float alpha = 1.0f, beta = 0.0f;
 };
+
+BuiltinEpilogue epilogue_of(const Case& c) {
+  return c.ir ? epilogue_from_ir(c.epilogue, c.input) : builtin_epilogue(c.epilogue, c.input);
+}
 
 // The problem a case describes (packed tensors: the alignment class follows
 // the leading dimensions) and its config.
@@ -44,7 +49,7 @@ std::pair<Problem, Config> plan(const Case& c) {
   set_layout(p, c.layout);
   p.input = c.input;
   p.output = c.output;
-  if (!c.epilogue.empty()) p.epilogue = builtin_epilogue(c.epilogue, c.input).epilogue;
+  if (!c.epilogue.empty()) p.epilogue = epilogue_of(c).epilogue;
   Tensors packed;
   packed.a = packed.b = packed.c = packed.c0 = 256;
   packed.beta = c.beta;
@@ -81,7 +86,7 @@ class MatmulGpu : public testing::GpuTest {
     p.output = c.output;
     std::function<double(double, const std::vector<double>&)> reference;
     if (!c.epilogue.empty()) {
-      BuiltinEpilogue e = builtin_epilogue(c.epilogue, c.input);
+      BuiltinEpilogue e = epilogue_of(c);
       p.epilogue = e.epilogue;
       reference = e.reference;
     }
@@ -235,6 +240,28 @@ std::vector<Case> EachEpilogueCases() {
 }
 TEST_F(MatmulGpu, EachEpilogue) {
   run_all(EachEpilogueCases());
+}
+
+// Epilogues written in the IR and lowered by the elementwise emitter, checked
+// against the interpreter's fp64 evaluation of the same graph.
+std::vector<Case> IrEpilogueCases() {
+  std::vector<Case> cases;
+  for (const char* text : {"gelu(acc + bias)", "scale:f32[m,1]; r:bf16[m,n]; y = acc * scale + r",
+                           "g:f16[n]; y = silu(acc) * g + 1", "max(tanh(acc), 0.25) - exp2(acc)"}) {
+    cases.push_back({.m = 256, .n = 512, .k = 128, .epilogue = text, .ir = true});
+    cases.push_back({.m = 129, .n = 127, .k = 129, .epilogue = text, .ir = true});
+  }
+  cases.push_back({.m = 64,
+                   .n = 4100,
+                   .k = 2048,
+                   .output = DType::F32,
+                   .epilogue = "gelu(acc + bias)",
+                   .ir = true,
+                   .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=4"});
+  return cases;
+}
+TEST_F(MatmulGpu, IrEpilogue) {
+  run_all(IrEpilogueCases());
 }
 
 std::vector<Case> AlphaBetaCases() {

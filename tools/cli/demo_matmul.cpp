@@ -25,7 +25,7 @@ bool demo_matmul(bool have_gpu) {
   p.m = 1024;  // one wave of 128 x 128 tiles on 132 SMs: the heuristic's pick compiles fast
   p.n = 1024;
   p.k = 1024;
-  const BuiltinEpilogue gelu = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  const BuiltinEpilogue gelu = epilogue_from_ir("gelu(acc + bias)", DType::BF16);
   p.epilogue = gelu.epilogue;
   cuda::DeviceProperties device;
   if (have_gpu) {

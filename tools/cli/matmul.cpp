@@ -60,7 +60,7 @@ Setup setup(const KernelCommandOptions& o, const cuda::DeviceProperties& device)
   p.input = parse_dtype(o.dtype.empty() ? "bf16" : o.dtype);
   p.output = p.input;
   if (!o.epilogue.empty()) {
-    s.epilogue = builtin_epilogue(o.epilogue, p.input);
+    s.epilogue = epilogue_from_ir(o.epilogue, p.input);
     p.epilogue = s.epilogue.epilogue;
   }
   // Packed tensors from the allocator: the class follows the leading dimensions.

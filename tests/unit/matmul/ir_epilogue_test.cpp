@@ -1,0 +1,50 @@
+// Matmul epilogues written in the elementwise IR: the device function comes from
+// the elementwise emitter, operand kinds from declared shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/matmul_check.h"
+#include "support/error.h"
+
+namespace kjit::matmul {
+namespace {
+
+TEST(IrEpilogue, GeluBiasLowersToOneFunctionOverAccFirst) {
+  BuiltinEpilogue e = epilogue_from_ir("gelu(acc + bias)", DType::BF16);
+  EXPECT_EQ(e.epilogue.function_name, "kjit_epilogue_fn");
+  EXPECT_NE(e.epilogue.function_source.find("float kjit_epilogue_fn(float in_acc, float in_bias)"),
+            std::string::npos)
+      << e.epilogue.function_source;
+  ASSERT_EQ(e.epilogue.operands.size(), 1u);
+  EXPECT_EQ(e.epilogue.operands[0].name, "bias");
+  EXPECT_EQ(e.epilogue.operands[0].kind, OperandKind::ColumnVector);
+  EXPECT_EQ(e.epilogue.operands[0].dtype, DType::BF16);
+  // The fp64 twin agrees with the hand-written reference (erf form, both).
+  BuiltinEpilogue builtin = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  for (double acc : {-3.0, -0.5, 0.0, 0.7, 2.5})
+    EXPECT_NEAR(e.reference(acc, {0.25}), builtin.reference(acc, {0.25}), 2e-3) << acc;
+}
+
+TEST(IrEpilogue, OperandKindsFollowDeclaredShapes) {
+  BuiltinEpilogue e = epilogue_from_ir(
+      "scale:f32[m,1]; r:f16[m,n]; b:bf16[1,n]; y = acc * scale + r + b", DType::BF16);
+  ASSERT_EQ(e.epilogue.operands.size(), 3u);
+  EXPECT_EQ(e.epilogue.operands[0].kind, OperandKind::RowVector);
+  EXPECT_EQ(e.epilogue.operands[0].dtype, DType::F32);
+  EXPECT_EQ(e.epilogue.operands[1].kind, OperandKind::Tensor);
+  EXPECT_EQ(e.epilogue.operands[1].dtype, DType::F16);
+  EXPECT_EQ(e.epilogue.operands[2].kind, OperandKind::ColumnVector);
+  EXPECT_DOUBLE_EQ(e.reference(2.0, {3.0, 0.5, 0.25}), 2.0 * 3.0 + 0.5 + 0.25);
+}
+
+TEST(IrEpilogue, BadEpiloguesAreUserErrors) {
+  EXPECT_THROW(epilogue_from_ir("bias * 2", DType::BF16), UserError);                 // no acc
+  EXPECT_THROW(epilogue_from_ir("x:bf16[k]; y = acc + x", DType::BF16), UserError);   // shape
+  EXPECT_THROW(epilogue_from_ir("i:i32[n]; y = acc + i", DType::BF16), UserError);    // dtype
+  EXPECT_THROW(epilogue_from_ir("y = acc + ", DType::BF16), UserError);               // parse
+  EXPECT_THROW(epilogue_from_ir("a + b + c + d + e + acc", DType::BF16), UserError);  // > 4
+}
+
+}  // namespace
+}  // namespace kjit::matmul
