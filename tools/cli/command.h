@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/kernel_source.h"
 #include "runtime/cuda/nvrtc.h"
 
 namespace kjit::cli {
@@ -53,6 +54,17 @@ std::vector<cuda::SourceHeader> template_headers();
 // ptxas statistics as a table (text) or objects (JSON).
 void print_stats_table(const std::vector<cuda::KernelStats>& kernels);
 nlohmann::json stats_json(const cuda::KernelStats& kernel);
+
+// A kernel compiled for `arch` through the user's store (cache/): a hit skips
+// NVRTC. With `want_ptx` the store is bypassed (it keeps cubins only).
+struct StoreCompile {
+  std::vector<char> cubin;
+  std::vector<cuda::KernelStats> kernels;
+  std::string ptx;
+  std::string cache;  // "hit", "miss", or "off" (KJIT_CACHE=off, an unusable store, --ptx)
+  double ms = 0;      // store lookup on a hit; NVRTC (and the store write) on a miss
+};
+StoreCompile compile_with_store(const KernelSource& source, const std::string& arch, bool want_ptx);
 
 // Reads a whole file; a UserError names the path and the OS error.
 std::string read_file(const std::string& path);

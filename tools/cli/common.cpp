@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "cache/store.h"
+#include "runtime/compile.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/driver.h"
 #include "support/error.h"
@@ -92,6 +94,27 @@ void print_stats_table(const std::vector<cuda::KernelStats>& kernels) {
     std::cout << fmt::format("{:<40} {:>5} {:>8} {:>6} {:>6}/{:<6}\n", k.name, k.registers,
                              k.shared_bytes, k.stack_bytes, k.spill_store_bytes,
                              k.spill_load_bytes);
+}
+
+StoreCompile compile_with_store(const KernelSource& source, const std::string& arch,
+                                bool want_ptx) {
+  StoreCompile out;
+  std::unique_ptr<cache::Store> store = want_ptx ? nullptr : cache::Store::open_default();
+  if (store && store->enabled()) {
+    CachedBinary binary = compile_cached(source, arch, *store);
+    out.cubin = std::move(binary.cubin);
+    out.kernels = std::move(binary.kernels);
+    out.cache = binary.store_hit ? "hit" : "miss";
+    out.ms = binary.ms;
+    return out;
+  }
+  cuda::CompiledProgram program = compile_for_arch(source, arch);
+  out.cubin = std::move(program.cubin);
+  out.kernels = std::move(program.kernels);
+  out.ptx = std::move(program.ptx);
+  out.cache = "off";
+  out.ms = program.compile_ms;
+  return out;
 }
 
 std::string read_file(const std::string& path) {

@@ -160,21 +160,19 @@ void compile(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
   ElementwiseKernel kernel(s.graph, s.config);
   KernelSource source = kernel.source(plan_without_gpu(kernel, s));
-  cuda::NvrtcOptions nvrtc;
-  nvrtc.arch = o.arch.empty() ? default_arch() : o.arch;
-  nvrtc.extra = source.options;
-  cuda::CompiledProgram program =
-      cuda::nvrtc_compile(source.source, source.name + ".cu", nvrtc, template_headers());
+  const std::string arch = o.arch.empty() ? default_arch() : o.arch;
+  cuda::validate_arch(arch);
+  StoreCompile program = compile_with_store(source, arch, o.ptx);
   if (o.json) {
     nlohmann::json out = {{"expression", o.what},
                           {"name", source.name},
                           {"problem", source.problem},
                           {"config", source.config},
-                          {"arch", nvrtc.arch},
+                          {"arch", arch},
                           {"nvrtc_version", cuda::nvrtc_version()},
-                          {"compile_ms", program.compile_ms},
+                          {"cache", program.cache},
+                          {"compile_ms", program.ms},
                           {"cubin_bytes", program.cubin.size()},
-                          {"options", program.options},
                           {"kernels", nlohmann::json::array()}};
     for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
     if (o.ptx) out["ptx"] = program.ptx;
@@ -184,9 +182,10 @@ void compile(const KernelCommandOptions& o) {
     std::cout << program.ptx;
     return;
   }
-  std::cout << fmt::format(
-      "{}: compiled for {} in {:.1f} ms, cubin {} bytes\nproblem: {}\nconfig:  {}\n", source.name,
-      nvrtc.arch, program.compile_ms, program.cubin.size(), source.problem, source.config);
+  std::cout << fmt::format("{}: {} for {} in {:.1f} ms, cubin {} bytes\nproblem: {}\nconfig:  {}\n",
+                           source.name,
+                           program.cache == "hit" ? "loaded from the store" : "compiled", arch,
+                           program.ms, program.cubin.size(), source.problem, source.config);
   print_stats_table(program.kernels);
 }
 

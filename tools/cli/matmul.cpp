@@ -140,12 +140,14 @@ void matmul_command(const KernelCommandOptions& o) {
   }
   if (o.verb == Verb::Compile) {
     const std::string arch = o.arch.empty() ? (gpu_here ? device.arch() : "sm_90") : o.arch;
-    cuda::CompiledProgram program = compile_source(source, arch);
+    cuda::validate_arch(arch);
+    StoreCompile program = compile_with_store(source, arch, o.ptx);
     if (o.json) {
       nlohmann::json out = {{"problem", source.problem},
                             {"config", source.config},
                             {"arch", arch},
-                            {"compile_ms", program.compile_ms},
+                            {"cache", program.cache},
+                            {"compile_ms", program.ms},
                             {"dynamic_shared_bytes", source.dynamic_shared_bytes},
                             {"kernels", nlohmann::json::array()}};
       for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
@@ -157,9 +159,11 @@ void matmul_command(const KernelCommandOptions& o) {
       return;
     }
     std::cout << fmt::format(
-        "matmul {}\nconfig {}\ncompiled for {} in {:.0f} ms; {} B dynamic "
+        "matmul {}\nconfig {}\n{} for {} in {:.0f} ms; {} B dynamic "
         "shared memory\n",
-        source.problem, source.config, arch, program.compile_ms, source.dynamic_shared_bytes);
+        source.problem, source.config,
+        program.cache == "hit" ? "loaded from the store" : "compiled", arch, program.ms,
+        source.dynamic_shared_bytes);
     print_stats_table(program.kernels);
     return;
   }
