@@ -44,13 +44,16 @@ struct ElementwiseProblem {
   std::string text() const;
 };
 
+// The default, block=512 and unroll=2, was measured on the H200 (2^28 elements,
+// against block=256,unroll=4): sin(x)^2 + cos(x)^2 f32 0.553 vs 0.588 ms,
+// x * sigmoid(x) * g bf16 0.399 vs 0.407 ms, a * b + c f16 0.503 vs 0.508 ms.
 struct ElementwiseConfig {
-  int block_threads = 256;
+  int block_threads = 512;
   int vector_width =
       0;           // elements per vector on the aligned path; 0: 16 bytes of the narrowest dtype
-  int unroll = 4;  // independent vectors per thread per loop iteration (loads in flight)
+  int unroll = 2;  // independent vectors per thread per loop iteration (loads in flight)
 
-  // "block=256,vec=0,unroll=4"
+  // "block=512,vec=0,unroll=2"
   std::string text() const;
   // Parses "block=128,vec=8,unroll=2" (any subset, any order); a UserError names a
   // bad key or value.

@@ -9,7 +9,7 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
       ->required();
   cmd->add_option("--dtype", o.dtype, "Element type: f32, f16, bf16, i32, bool (default f32)");
   cmd->add_option("--config", o.config,
-                  "key=value,... Elementwise: block=256,vec=0,unroll=4,align=auto|16|1");
+                  "key=value,... Elementwise: block=512,vec=0,unroll=2,align=auto|16|1");
   cmd->add_option("--arch", o.arch, "Target architecture (default: the GPU's, else sm_90)");
   cmd->add_flag("--json", o.json, "Print JSON");
   cmd->add_option("--n", o.n, "Elements (elementwise), or N (matmul)");

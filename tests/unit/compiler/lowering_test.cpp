@@ -36,7 +36,7 @@ TEST(Lowering, HeaderCommentAndOneKernel) {
       lower_elementwise(problem("x:bf16[n]; g:bf16[n]; y = x * sigmoid(x) * g", true), {});
   EXPECT_EQ(count(s.source, "__global__"), 1);
   EXPECT_NE(s.source.find("// Problem: elementwise ir="), std::string::npos);
-  EXPECT_NE(s.source.find("// Config:  block=256,vec=0,unroll=4"), std::string::npos);
+  EXPECT_NE(s.source.find("// Config:  block=512,vec=0,unroll=2"), std::string::npos);
   EXPECT_NE(s.source.find(kGeneratorVersion), std::string::npos);
   EXPECT_NE(s.source.find("//   x:bf16[n]"), std::string::npos);
   EXPECT_NE(s.source.find("// t2 = sigmoid(x)"), std::string::npos) << s.source;
@@ -46,7 +46,7 @@ TEST(Lowering, HeaderCommentAndOneKernel) {
   EXPECT_NE(s.source.find("kjit::to_f32(in_x_vec[u].v[e])"), std::string::npos);
   EXPECT_NE(s.source.find("kjit::from_f32<kjit::bf16>(value_y)"), std::string::npos);
   EXPECT_EQ(s.family, "elementwise");
-  EXPECT_EQ(s.block_threads, 256);
+  EXPECT_EQ(s.block_threads, 512);
 }
 
 TEST(Lowering, ScalarPathOffTheAlignedClass) {
