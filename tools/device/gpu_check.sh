@@ -54,6 +54,7 @@ else note ldd PASS; fi
 step info "$build/kjit" info
 step demo "$build/kjit" demo
 step gpu_tests "$build/tests/gpu/kjit_gpu_tests" --gtest_output=json:"$out/gpu_tests.json"
+[[ -x $build/examples/kjit_embedding_example ]] && step readme_example "$build/examples/kjit_embedding_example"
 for t in "$build"/tests/unit/*/*_tests; do
   case $(basename "$t") in
     # Needs a missing driver: point it at one that does not exist, as ctest does.
