@@ -95,4 +95,20 @@ DType promote(DType a, DType b) {
   return rank(a) >= rank(b) ? a : b;
 }
 
+const char* npy_descr(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "<f4";
+    case DType::F16:
+      return "<f2";
+    case DType::BF16:
+      return "<u2";
+    case DType::I32:
+      return "<i4";
+    case DType::Bool:
+      return "|b1";
+  }
+  return "";
+}
+
 }  // namespace kjit::ir

@@ -23,6 +23,9 @@ bool is_floating(DType dtype);
 const char* storage_type(DType dtype);
 // The CUDA type a value of this dtype is computed in: float, int or bool.
 const char* compute_type(DType dtype);
+// The .npy descriptor of a dtype's storage ("<f4", "<f2", "<u2" for bf16's raw
+// bits, since NumPy has no bf16, "<i4", "|b1").
+const char* npy_descr(DType dtype);
 // The result of mixing two dtypes in arithmetic: bool < i32 < {f16, bf16} < f32,
 // and f16 with bf16 gives f32 (neither holds the other).
 DType promote(DType a, DType b);

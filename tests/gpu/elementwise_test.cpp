@@ -35,22 +35,6 @@ Runtime& runtime() {
   return *shared;
 }
 
-std::string descr(DType d) {
-  switch (d) {
-    case DType::F32:
-      return "<f4";
-    case DType::F16:
-      return "<f2";
-    case DType::BF16:
-      return "<u2";
-    case DType::I32:
-      return "<i4";
-    case DType::Bool:
-      return "|b1";
-  }
-  return "";
-}
-
 // An integer in [ceil(lo), floor(hi)] from a uniform draw u in [lo, hi): log's
 // domain [0.1, 4] gives 1..4, never log(0).
 double integer_in(double lo, double hi, double u, double u_lo, double u_hi) {
@@ -114,7 +98,7 @@ class ElementwiseGpu : public GpuTest {
           v = uniform(rng);
       }
       // What the GPU stores is the reference's input.
-      NpyArray logical = npy_from_values(descr(n.dtype), shape, values);
+      NpyArray logical = npy_from_values(ir::npy_descr(n.dtype), shape, values);
       values = npy_values(logical);
       reference[n.name] = ir::HostTensor{shape, values};
       Layout layout = c.layout.count(n.name) ? c.layout.at(n.name) : Layout{};
@@ -166,7 +150,7 @@ class ElementwiseGpu : public GpuTest {
       const std::string& name = graph.outputs()[k].first;
       DType d = outputs[k].dtype;
       NpyArray got{
-          descr(d), out_shape,
+          ir::npy_descr(d), out_shape,
           std::vector<char>(static_cast<size_t>(ir::element_count(out_shape) * ir::size_bytes(d)))};
       size_t offset = static_cast<size_t>(c.output_offset * ir::size_bytes(d));
       if (!got.data.empty())

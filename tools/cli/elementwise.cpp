@@ -210,7 +210,7 @@ void run(const KernelCommandOptions& o) {
     if (s.given.count(n.name)) {
       // Given values are rounded to the input's dtype first.
       const NpyArray& file = s.given[n.name];
-      array = npy_from_values(npy_descr(n.dtype), file.shape, npy_values(file));
+      array = npy_from_values(ir::npy_descr(n.dtype), file.shape, npy_values(file));
     } else {
       array = random_array(s.graph, ids[i], s.inputs[i].shape, 0x5eed + i);
     }
@@ -235,7 +235,7 @@ void run(const KernelCommandOptions& o) {
   for (size_t k = 0; k < s.outputs.size(); ++k) {
     const std::string& name = s.graph.outputs()[k].first;
     const TensorArg& t = s.outputs[k];
-    NpyArray out{npy_descr(t.dtype), t.shape,
+    NpyArray out{ir::npy_descr(t.dtype), t.shape,
                  std::vector<char>(static_cast<size_t>(ir::element_count(t.shape)) *
                                    static_cast<size_t>(ir::size_bytes(t.dtype)))};
     cuda::DeviceBuffer& buffer = buffers[ids.size() + k];

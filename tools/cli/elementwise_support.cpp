@@ -20,28 +20,12 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-std::string npy_descr(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return "<f4";
-    case DType::F16:
-      return "<f2";
-    case DType::BF16:
-      return "<u2";
-    case DType::I32:
-      return "<i4";
-    case DType::Bool:
-      return "|b1";
-  }
-  return "";
-}
-
 NpyArray random_array(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
                       uint64_t seed) {
   const ir::Node& node = graph.node(input_id);
   auto [lo, hi] = ir::input_domain(graph, input_id);
   int64_t count = ir::element_count(shape);
-  NpyArray array{npy_descr(node.dtype), shape, {}};
+  NpyArray array{ir::npy_descr(node.dtype), shape, {}};
   array.data.reserve(static_cast<size_t>(count) * static_cast<size_t>(ir::size_bytes(node.dtype)));
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
   auto next = [&state] {  // xorshift64*: fast enough for 2^28 values

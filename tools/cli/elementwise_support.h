@@ -18,8 +18,6 @@
 namespace kjit::cli {
 
 std::string shape_string(const std::vector<int64_t>& shape);
-// The .npy descr of a dtype: <f4, <f2, <u2 (bf16 bits), <i4, |b1.
-std::string npy_descr(DType dtype);
 // Random values for input `input_id` in its ops' domain, stored as its dtype.
 NpyArray random_array(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
                       uint64_t seed);

@@ -27,22 +27,6 @@ using namespace kjit;
 
 namespace {
 
-std::string descr(DType d) {
-  switch (d) {
-    case DType::F32:
-      return "<f4";
-    case DType::F16:
-      return "<f2";
-    case DType::BF16:
-      return "<u2";
-    case DType::I32:
-      return "<i4";
-    case DType::Bool:
-      return "|b1";
-  }
-  return "";
-}
-
 const char* run_case(int c, void** p, long long n, long long cols) {
   switch (c) {
 #include "calls.inc"
@@ -83,7 +67,7 @@ int main() {
         else
           v = uniform(rng);
       }
-      NpyArray array = npy_from_values(descr(node.dtype), shape, values);
+      NpyArray array = npy_from_values(ir::npy_descr(node.dtype), shape, values);
       reference[node.name] = ir::HostTensor{shape, npy_values(array)};
       const long long size = ir::size_bytes(node.dtype);
       const std::vector<long long>& strides = e.inputs[i].strides;
@@ -132,7 +116,8 @@ int main() {
     for (const auto& [name, id] : g.outputs()) {
       DType d = g.node(id).dtype;
       const char* data = static_cast<const char*>(pointers[k++]);
-      NpyArray got{descr(d), out_shape, std::vector<char>(data, data + n * ir::size_bytes(d))};
+      NpyArray got{ir::npy_descr(d), out_shape,
+                   std::vector<char>(data, data + n * ir::size_bytes(d))};
       std::vector<double> values = npy_values(got), want = expected[name].data;
       double diff = 0, norm = 0;
       bool finite = true;
