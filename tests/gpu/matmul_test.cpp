@@ -40,7 +40,8 @@ BuiltinEpilogue epilogue_of(const Case& c) {
 
 // The problem a case describes (packed tensors: the alignment class follows
 // the leading dimensions) and its config.
-std::pair<Problem, Config> plan(const Case& c) {
+// Sizes, layout and dtypes of a case (no epilogue, alignment class left default).
+Problem shape_of(const Case& c) {
   Problem p;
   p.m = c.m;
   p.n = c.n;
@@ -49,6 +50,11 @@ std::pair<Problem, Config> plan(const Case& c) {
   set_layout(p, c.layout);
   p.input = c.input;
   p.output = c.output;
+  return p;
+}
+
+std::pair<Problem, Config> plan(const Case& c) {
+  Problem p = shape_of(c);
   if (!c.epilogue.empty()) p.epilogue = epilogue_of(c).epilogue;
   Tensors packed;
   packed.a = packed.b = packed.c = packed.c0 = 256;
@@ -68,22 +74,15 @@ class MatmulGpu : public testing::GpuTest {
     std::vector<std::pair<Problem, Config>> work;
     for (const Case& c : cases) work.push_back(plan(c));
     precompile(work, device().arch(), static_cast<int>(std::thread::hardware_concurrency()));
-    for (const Case& c : cases) {
-      SCOPED_TRACE(plan(c).first.to_string() + " config " + plan(c).second.to_string());
-      run(c);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(work[i].first.to_string() + " config " + work[i].second.to_string());
+      run(cases[i]);
     }
   }
 
   // Runs one case and checks it; returns the relative L2 error.
   double run(const Case& c, Runtime* runtime = nullptr) {
-    Problem p;
-    p.m = c.m;
-    p.n = c.n;
-    p.k = c.k;
-    p.batch = c.batch;
-    set_layout(p, c.layout);
-    p.input = c.input;
-    p.output = c.output;
+    Problem p = shape_of(c);
     std::function<double(double, const std::vector<double>&)> reference;
     if (!c.epilogue.empty()) {
       BuiltinEpilogue e = epilogue_of(c);
