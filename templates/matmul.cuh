@@ -27,6 +27,7 @@
 // its loop checks the row and the chunk's columns at run time, once per 16 bytes.
 #pragma once
 
+#include "kjit/math.cuh"  // for epilogues: kjit::sin_f32 and friends
 #include "kjit/mma.cuh"
 #include "kjit/types.cuh"
 

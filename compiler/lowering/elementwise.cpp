@@ -198,7 +198,7 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
                                   std::vector<std::string>* result_names) {
   std::vector<std::string> names(graph.nodes().size());
   // sin(v) and cos(v) of one value share their argument reduction, the costly
-  // part of both: such pairs are emitted as one sincosf() call.
+  // part of both: such pairs are emitted as one kjit::sincos_f32() call.
   std::vector<int> cos_partner(graph.nodes().size(), -1);
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     const Node& sin_node = graph.node(static_cast<int>(i));
@@ -233,7 +233,7 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
       names[i] = literal(n.value, compute_type(n.dtype));
       continue;
     }
-    if (!names[i].empty()) continue;  // the cos half of a sincosf pair, emitted already
+    if (!names[i].empty()) continue;  // the cos half of a sin/cos pair, emitted already
     names[i] = "t" + std::to_string(id);
     if (cos_partner[i] >= 0) {
       const int cos_id = cos_partner[i];
@@ -242,8 +242,8 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
                                            compute_type(graph.node(n.operands[0]).dtype), "float");
       out += indent + "// " + describe(id) + "\n";
       out += indent + "// " + describe(cos_id) + "\n";
-      out += indent + "// (one sincosf: sin and cos of one value share the argument reduction)\n";
-      out += fmt::format("{}float {}, {};\n{}sincosf({}, &{}, &{});\n", indent, names[i],
+      out += indent + "// (one sincos: sin and cos of one value share the argument reduction)\n";
+      out += fmt::format("{}float {}, {};\n{}kjit::sincos_f32({}, &{}, &{});\n", indent, names[i],
                          names[static_cast<size_t>(cos_id)], indent, argument, names[i],
                          names[static_cast<size_t>(cos_id)]);
       continue;
@@ -347,7 +347,8 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
             : std::string("Scalar path: one element per step (pointers or sizes are not "
                           "16-byte / vector aligned)."),
       U);
-  s += "#include \"kjit/types.cuh\"\n#include \"kjit/elementwise.cuh\"\n\n";
+  s += "#include \"kjit/types.cuh\"\n#include \"kjit/math.cuh\"\n#include "
+       "\"kjit/elementwise.cuh\"\n\n";
 
   // ---- the chain for one element
   std::string chain_parameters;

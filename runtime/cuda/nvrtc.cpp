@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "support/error.h"
@@ -75,9 +76,13 @@ void validate_arch(const std::string& arch) {
 }
 
 std::vector<KernelStats> parse_ptxas_stats(const std::string& log) {
+  // ptxas info    : Compiling entry function 'NAME' for 'sm_90'
   // ptxas info    : Function properties for NAME
   // ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
   // ptxas info    : Used 32 registers, used 1 barriers, 16 bytes smem, 368 bytes cmem[0]
+  // Out-of-line device functions get "Function properties" too, with no "Compiling
+  // entry function" line: they are not kernels, and are skipped.
+  static const std::regex entry_re(R"(Compiling entry function '([^']+)')");
   static const std::regex function_re(R"(Function properties for (\S+))");
   static const std::regex frame_re(
       R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
@@ -86,15 +91,22 @@ std::vector<KernelStats> parse_ptxas_stats(const std::string& log) {
   static const std::regex smem_re(R"((\d+) bytes smem)");
   static const std::regex cmem_re(R"((\d+) bytes cmem\[0\])");
   std::vector<KernelStats> out;
+  std::set<std::string> entries;
   std::smatch m;
+  bool in_kernel = false;
   for (const std::string& line : split_lines(log)) {
-    if (std::regex_search(line, m, function_re)) {
-      out.push_back(KernelStats{m[1].str()});
-    } else if (!out.empty() && std::regex_search(line, m, frame_re)) {
+    if (std::regex_search(line, m, entry_re)) {
+      entries.insert(m[1].str());
+    } else if (std::regex_search(line, m, function_re)) {
+      in_kernel = entries.count(m[1].str()) > 0;
+      if (in_kernel) out.push_back(KernelStats{m[1].str()});
+    } else if (!in_kernel) {
+      continue;
+    } else if (std::regex_search(line, m, frame_re)) {
       out.back().stack_bytes = std::stoi(m[1]);
       out.back().spill_store_bytes = std::stoi(m[2]);
       out.back().spill_load_bytes = std::stoi(m[3]);
-    } else if (!out.empty() && std::regex_search(line, m, used_re)) {
+    } else if (std::regex_search(line, m, used_re)) {
       out.back().registers = std::stoi(m[1]);
       if (std::regex_search(line, m, barriers_re)) out.back().barriers = std::stoi(m[1]);
       if (std::regex_search(line, m, smem_re)) out.back().shared_bytes = std::stoi(m[1]);

@@ -14,6 +14,7 @@
 #include "kjit/types.cuh"  // tests/unit/emulation/host
 
 #include "kjit/elementwise.cuh"
+#include "kjit/math.cuh"
 
 #include "cases.inc"
 

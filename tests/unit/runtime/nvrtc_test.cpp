@@ -120,6 +120,26 @@ TEST(Nvrtc, ParsesPtxasReport) {
   EXPECT_EQ(stats[1].shared_bytes, 0);
 }
 
+// An out-of-line device function (templates/math.cuh's slow sin/cos path) has
+// "Function properties" of its own but is not a kernel: one kernel, its own stats.
+TEST(Nvrtc, PtxasReportSkipsDeviceFunctions) {
+  const std::string log =
+      "ptxas info    : 24 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'kernel' for 'sm_90'\n"
+      "ptxas info    : Function properties for kernel\n"
+      "    40 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 32 registers, used 0 barriers, 40 bytes cumulative stack size\n"
+      "ptxas info    : Compile time = 58.371 ms\n"
+      "ptxas info    : Function properties for _ZN4kjit15sincos_f32_slowEf\n"
+      "    16 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n";
+  std::vector<KernelStats> stats = parse_ptxas_stats(log);
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].name, "kernel");
+  EXPECT_EQ(stats[0].registers, 32);
+  EXPECT_EQ(stats[0].stack_bytes, 40);
+  EXPECT_EQ(stats[0].spill_store_bytes, 0);
+}
+
 TEST(Nvrtc, CompilesConcurrently) {
   std::vector<std::thread> threads;
   std::vector<size_t> sizes(4);

@@ -5,18 +5,23 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include "support/half.h"
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
 #define __launch_bounds__(x)
+#define __noinline__ __attribute__((noinline))
 struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 inline Dim3 blockIdx, threadIdx, gridDim, blockDim;
 struct uint4 {
   unsigned x, y, z, w;
+};
+struct float2 {
+  float x, y;
 };
 struct uint2 {
   unsigned x, y;
@@ -26,6 +31,16 @@ inline int __float2int_rz(float x) {
   if (x >= 2147483647.0f) return 2147483647;
   if (x <= -2147483648.0f) return (-2147483647 - 1);
   return static_cast<int>(x);
+}
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
 }
 using std::max;
 using std::min;
