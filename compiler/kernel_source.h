@@ -18,6 +18,9 @@ struct KernelSource {
   std::string config;   // canonical text of the Config (how)
   int block_threads = 128;
   int dynamic_shared_bytes = 0;  // > 48 KiB needs the opt-in; the runtime sets it
+  // Uses architecture-specific instructions (wgmma, setmaxnreg): compiled for
+  // "sm_90a" rather than "sm_90", and runs on that architecture only.
+  bool arch_specific = false;
 };
 
 // The generator's version: bump it whenever generated code changes for the same

@@ -22,9 +22,14 @@ const std::vector<cuda::SourceHeader>& template_headers() {
   return headers;
 }
 
+std::string target_arch(const KernelSource& source, const std::string& arch) {
+  if (!source.arch_specific || arch.empty() || arch.back() == 'a' || arch.back() == 'f') return arch;
+  return arch + "a";
+}
+
 cuda::NvrtcOptions nvrtc_options_for(const KernelSource& source, const std::string& arch) {
   cuda::NvrtcOptions options;
-  options.arch = arch;
+  options.arch = target_arch(source, arch);
   options.extra = source.options;
   if (std::optional<std::string> extra = env("KJIT_NVRTC_EXTRA_OPTIONS")) {
     std::istringstream words(*extra);
@@ -55,7 +60,8 @@ std::string binary_key(const KernelSource& source, const std::string& arch) {
                        std::string(kGeneratorVersion) + "+templates-" + templates.hex(),
                        codegen_environment()};
   }();
-  return cache::binary_key(source.source, source.options, arch, fixed.nvrtc_version,
+  return cache::binary_key(source.source, source.options, target_arch(source, arch),
+                           fixed.nvrtc_version,
                            fixed.generator_version, fixed.environment);
 }
 
@@ -116,7 +122,7 @@ CachedBinary compile_cached(const KernelSource& source, const std::string& arch,
   record.source = source.source;
   record.nvrtc_log = program.log;
   record.options = program.options;
-  record.arch = arch;
+  record.arch = target_arch(source, arch);
   record.nvrtc_version = cuda::nvrtc_version();
   record.generator_version = kGeneratorVersion;
   record.ptxas_stats = ptxas_stats_json(program.kernels);

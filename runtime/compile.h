@@ -14,6 +14,10 @@ namespace kjit {
 // The embedded templates as NVRTC headers.
 const std::vector<cuda::SourceHeader>& template_headers();
 
+// The architecture `source` is compiled for on `arch`: "sm_90a" for an
+// arch-specific source (wgmma) on "sm_90", else `arch` itself.
+std::string target_arch(const KernelSource& source, const std::string& arch);
+
 // The NVRTC options a KernelSource is compiled with for `arch` (without the
 // architecture itself, which nvrtc_compile adds): the source's own options,
 // then KJIT_NVRTC_EXTRA_OPTIONS (space separated) and -lineinfo under KJIT_LINEINFO=1.

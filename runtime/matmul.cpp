@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "runtime/compile.h"
+#include "runtime/cuda/driver.h"
 #include "support/error.h"
 
 namespace kjit::matmul {
@@ -112,6 +113,28 @@ std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std:
   return module;
 }
 
+// A 3-D tensor map of one stored operand for the copy engine (wgmma path): dims
+// (inner, rows, batch), a box of 64 inner elements (128 bytes, the swizzle span)
+// by box_rows, 128-byte swizzle, zero fill outside the matrix.
+CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t rows, int64_t ld,
+                        int64_t batch_stride, int64_t batch, int box_rows) {
+  const int64_t elem = dtype_bytes(dtype);
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[2] = {
+      static_cast<cuuint64_t>(ld * elem),
+      static_cast<cuuint64_t>((batch > 1 ? batch_stride : rows * ld) * elem)};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map;
+  KJIT_CU(cuTensorMapEncodeTiled, &map,
+          dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+          3, reinterpret_cast<void*>(base), dims, strides, box, element_strides,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return map;
+}
+
 struct Candidate {
   Config config;
   double efficiency;         // relative throughput of one SM on aligned problems (measured)
@@ -196,6 +219,11 @@ std::vector<Config> default_space(DType input) {
       make(128, 128, 64, 8, 2, 3),  // warp 64x32, 96 KiB, fewer barriers per FLOP
       make(64, 128, 32, 4, 2, 4),   // warp 32x64, 48 KiB: small problems
       make(64, 64, 64, 4, 2, 3),    // warp 32x32, 48 KiB: tiny problems
+      // Hopper (sm_90): TMA + wgmma, one producer and bm / 64 consumer warpgroups.
+      wgmma_config(128, 256, 4),  // 193 KiB, one block per SM: the large-problem workhorse
+      wgmma_config(128, 256, 3),  // 145 KiB
+      wgmma_config(128, 128, 3),  // 97 KiB, two blocks per SM (one's epilogue hides)
+      wgmma_config(64, 128, 4),   // 97 KiB, one consumer warpgroup: small problems
   };
 }
 
@@ -223,8 +251,16 @@ Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
         {make(128, 128, 32, 4, 2, 4), 0.97, 1.00, 2}, {make(128, 128, 32, 8, 2, 4), 0.76, 0.84, 1},
         {make(64, 128, 32, 4, 2, 4), 0.75, 0.83, 3},  {make(64, 64, 64, 4, 2, 3), 0.67, 0.78, 4},
     };
+    // On sm_90 the wgmma engine replaces mma.sync (same cost model; efficiencies
+    // relative to its own 128x256 tile; to be replaced by the H200 measurements).
+    const std::vector<Candidate> hopper = {
+        {wgmma_config(128, 256, 4), 1.00, 1.00, 1},
+        {wgmma_config(128, 128, 3), 0.90, 0.95, 2},
+        {wgmma_config(64, 128, 4), 0.70, 0.75, 2},
+    };
+    const bool sm90 = device.cc_major * 10 + device.cc_minor == 90;
     double best_cost = 1e300;
-    for (const Candidate& c : candidates) {
+    for (const Candidate& c : sm90 ? hopper : candidates) {
       if (shared_bytes(p, c.config) > device.shared_per_block_optin) continue;
       if (p.a_transposed && c.config.bm % 64 != 0) continue;
       if (!p.b_transposed && c.config.bn % 64 != 0) continue;
@@ -252,6 +288,11 @@ Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
 
 void check_fits_device(const Problem& p, const Config& config,
                        const cuda::DeviceProperties& device) {
+  if (config.wgmma && device.cc_major * 10 + device.cc_minor != 90)
+    throw UserError(fmt::format("matmul config {} uses wgmma and TMA, which need an sm_90 GPU "
+                                "(Hopper); {} is {}",
+                                config.to_string(), device.name, device.arch()),
+                    "use mma=sync (the mma.sync path runs on sm_80 and later)");
   const int shared = shared_bytes(p, config);
   if (shared > device.shared_per_block_optin)
     throw UserError(
@@ -469,7 +510,22 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   launch.block = {static_cast<unsigned>(source_.block_threads), 1, 1};
   launch.dynamic_shared_bytes = static_cast<unsigned>(source_.dynamic_shared_bytes);
   launch.stream = stream;
-  void* kernel_args[] = {&args, &ops};
+  void* kernel_args[] = {&args, &ops, nullptr, nullptr};
+  CUtensorMap map_a, map_b;
+  if (config_.wgmma) {
+    // The copy engine reads A and B (after padding, if any) through tensor maps:
+    // stored (inner, rows) = A: (K, M) or, transposed, (M, K); B: (N, K) or (K, N).
+    map_a = p.a_transposed
+                ? operand_map(p.input, args.a, p.m, args.k, args.lda, args.stride_a, p.batch, 64)
+                : operand_map(p.input, args.a, args.k, p.m, args.lda, args.stride_a, p.batch,
+                              config_.bm);
+    map_b = p.b_transposed
+                ? operand_map(p.input, args.b, args.k, p.n, args.ldb, args.stride_b, p.batch,
+                              config_.bn)
+                : operand_map(p.input, args.b, p.n, args.k, args.ldb, args.stride_b, p.batch, 64);
+    kernel_args[2] = &map_a;
+    kernel_args[3] = &map_b;
+  }
   main_.launch(launch, kernel_args);
   if (splits > 1) {
     cuda::LaunchConfig reduce;

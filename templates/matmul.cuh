@@ -321,6 +321,28 @@ __device__ __forceinline__ void write_chunk(const MatmulArgs& args, const Epilog
   }
 }
 
+// VEC staged floats (16-byte aligned) -> v. A quarter-warp reads 8 consecutive
+// chunks of one row with each 16-byte load; for VEC = 8 (32 bytes per chunk) the
+// chunks 4..7 of each 8 read their second half first, so that the 8 lanes of a
+// load cover 8 different 4-bank groups (no conflicts).
+template <int VEC>
+__device__ __forceinline__ void read_staged(const float* p, int chunk, float (&v)[VEC]) {
+  if constexpr (VEC == 4) {
+    Chunk<float>::load16(p, v);
+  } else {
+    static_assert(VEC == 8, "16-byte chunks hold 4 or 8 outputs");
+    const int first = (chunk / 4) % 2;  // the half read first
+    float x[4], y[4];
+    Chunk<float>::load16(p + 4 * first, x);
+    Chunk<float>::load16(p + 4 * (1 - first), y);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[j] = first ? y[j] : x[j];
+      v[4 + j] = first ? x[j] : y[j];
+    }
+  }
+}
+
 // ---- one operand's shared-memory tile -------------------------------------------
 // K_MAJOR: stored [ROWS][BK] (K contiguous: A row-major, B "t"), 16-byte chunks
 //   XOR-swizzled by row: chunk' = chunk ^ ((row / (8 / CPR)) % CPR), CPR = BK / 8.
@@ -664,29 +686,8 @@ struct TensorCoreMatmul {
         const int col = tile_n * BN + chunk * VEC;
         if (row >= args.m || col >= args.n) continue;
         float v[VEC];
-        read_staged(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
+        read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
         write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, min(args.n - col, VEC), v);
-      }
-    }
-  }
-
-  // VEC staged floats (16-byte aligned) -> v. A quarter-warp reads 8 consecutive
-  // chunks of one row with each 16-byte load; for VEC = 8 (32 bytes per chunk) the
-  // chunks 4..7 of each 8 read their second half first, so that the 8 lanes of a
-  // load cover 8 different 4-bank groups (no conflicts).
-  __device__ __forceinline__ static void read_staged(const float* p, int chunk, float (&v)[VEC]) {
-    if constexpr (VEC == 4) {
-      Chunk<float>::load16(p, v);
-    } else {
-      static_assert(VEC == 8, "16-byte chunks hold 4 or 8 outputs");
-      const int first = (chunk / 4) % 2;  // the half read first
-      float x[4], y[4];
-      Chunk<float>::load16(p + 4 * first, x);
-      Chunk<float>::load16(p + 4 * (1 - first), y);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[j] = first ? y[j] : x[j];
-        v[4 + j] = first ? x[j] : y[j];
       }
     }
   }

@@ -78,8 +78,21 @@ std::string Problem::to_string() const {
 }
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}", bm, bn, bk, warps,
-                     warps_m, stages, splitk);
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}", bm, bn, bk, warps,
+                     warps_m, stages, splitk, wgmma ? ",mma=wgmma" : "");
+}
+
+Config wgmma_config(int bm, int bn, int stages, int splitk) {
+  Config config;
+  config.wgmma = true;
+  config.bm = bm;
+  config.bn = bn;
+  config.bk = 64;
+  config.warps = 4 * (bm / 64 + 1);
+  config.warps_m = bm / 64;
+  config.stages = stages;
+  config.splitk = splitk;
+  return config;
 }
 
 int square_warps_m(int bm, int bn, int warps) {
@@ -99,9 +112,9 @@ int square_warps_m(int bm, int bn, int warps) {
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: bm, bn, bk, warps, wm, stages, splitk";
+  static const char* kValidKeys = "valid keys: bm, bn, bk, warps, wm, stages, splitk, mma";
   Config config;
-  bool warps_m_given = false;
+  bool warps_m_given = false, warps_given = false, bk_given = false;
   std::stringstream stream(text);
   std::string item;
   while (std::getline(stream, item, ',')) {
@@ -113,6 +126,13 @@ Config Config::parse(const std::string& text) {
           std::string("write e.g. bm=128,bn=128,bk=32,warps=8,stages=3,splitk=1; ") + kValidKeys);
     const std::string key = item.substr(0, eq);
     const std::string value = item.substr(eq + 1);
+    if (key == "mma") {
+      if (value != "sync" && value != "wgmma")
+        throw UserError("matmul config mma='" + value + "' is not sync or wgmma",
+                        "mma=sync: mma.sync (sm_80 and later); mma=wgmma: TMA + wgmma (sm_90)");
+      config.wgmma = value == "wgmma";
+      continue;
+    }
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
@@ -124,11 +144,13 @@ Config Config::parse(const std::string& text) {
       config.bm = v;
     else if (key == "bn")
       config.bn = v;
-    else if (key == "bk")
+    else if (key == "bk") {
       config.bk = v;
-    else if (key == "warps")
+      bk_given = true;
+    } else if (key == "warps") {
       config.warps = v;
-    else if (key == "wm") {
+      warps_given = true;
+    } else if (key == "wm") {
       config.warps_m = v;
       warps_m_given = true;
     } else if (key == "stages")
@@ -137,6 +159,14 @@ Config Config::parse(const std::string& text) {
       config.splitk = v;
     else
       throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
+  }
+  if (config.wgmma) {
+    // bk, warps and wm follow from bm; given ones must agree (validate() says so).
+    const Config derived = wgmma_config(config.bm, config.bn, config.stages, config.splitk);
+    if (!bk_given) config.bk = derived.bk;
+    if (!warps_given) config.warps = derived.warps;
+    if (!warps_m_given) config.warps_m = derived.warps_m;
+    return config;
   }
   if (!warps_m_given) config.warps_m = square_warps_m(config.bm, config.bn, config.warps);
   return config;
@@ -160,6 +190,11 @@ int pipeline_bytes(const Problem& problem, const Config& config) {
   return config.stages * (config.bm + config.bn) * config.bk * dtype_bytes(problem.input);
 }
 
+// Mirrors WgmmaMatmul::SHARED_BYTES: alignment slack, stages, 2 x stages mbarriers.
+int wgmma_shared_bytes(const Problem& problem, const Config& config) {
+  return 1024 + pipeline_bytes(problem, config) + 2 * config.stages * 8;
+}
+
 // Bytes of one epilogue pass (mirrors TensorCoreMatmul::STAGED_BYTES).
 int staged_bytes(const Config& config, int passes) {
   return config.bm / passes * (config.bn + 8) * 4;
@@ -168,7 +203,7 @@ int staged_bytes(const Config& config, int passes) {
 }  // namespace
 
 int epilogue_passes(const Problem& problem, const Config& config) {
-  if (problem.input == DType::F32) return 1;
+  if (problem.input == DType::F32 || config.wgmma) return 1;
   if (config.warps_m < 1) return 1;                      // invalid config; validate() says why
   const int mma_rows = config.bm / config.warps_m / 16;  // MT: mma rows per warp
   if (mma_rows < 1) return 1;
@@ -180,6 +215,7 @@ int epilogue_passes(const Problem& problem, const Config& config) {
 
 int shared_bytes(const Problem& problem, const Config& config) {
   if (problem.input == DType::F32) return 0;
+  if (config.wgmma) return wgmma_shared_bytes(problem, config);
   return std::max(pipeline_bytes(problem, config),
                   staged_bytes(config, epilogue_passes(problem, config)));
 }
@@ -212,6 +248,29 @@ void validate(const Problem& problem, const Config& config) {
     return;
   }
   const std::string hint = "Reducing or reshaping the block tile may help; see docs/matmul.md";
+  if (config.wgmma) {
+    const Config derived = wgmma_config(config.bm, config.bn, config.stages, config.splitk);
+    if (config.bm % 64 != 0 || config.bm < 64 || config.bm > 256 || config.bn % 64 != 0 ||
+        config.bn < 64 || config.bn > 256)
+      throw UserError(fmt::format("mma=wgmma needs bm and bn in 64, 128, 192, 256; got bm={}, "
+                                  "bn={}",
+                                  config.bm, config.bn),
+                      "each consumer warpgroup owns 64 rows; a wgmma is at most 256 wide");
+    if (config.bk != 64 || config.warps != derived.warps || config.warps_m != derived.warps_m)
+      throw UserError(fmt::format("mma=wgmma fixes bk=64, warps={} and wm={} for bm={}; got "
+                                  "bk={}, warps={}, wm={}",
+                                  derived.warps, derived.warps_m, config.bm, config.bk,
+                                  config.warps, config.warps_m),
+                      "leave bk, warps and wm out with mma=wgmma");
+    if (config.stages < 2 || config.stages > 8)
+      throw UserError(fmt::format("stages={} is out of range: 2 to 8", config.stages), hint);
+    if (config.bm * (config.bn + 8) * 4 > pipeline_bytes(problem, config))
+      throw UserError(fmt::format("mma=wgmma stages the {}x{} fp32 tile through the pipeline's "
+                                  "{} bytes, which is too small",
+                                  config.bm, config.bn, pipeline_bytes(problem, config)),
+                      "use more stages");
+    return;
+  }
   if (config.bk != 32 && config.bk != 64)
     throw UserError(fmt::format("bk={} is not supported: bk must be 32 or 64", config.bk), hint);
   if (config.warps < 1 || config.warps > 32 || config.warps % config.warps_m != 0)
@@ -308,8 +367,99 @@ std::string epilogue_glue(const Epilogue& epi) {
 
 }  // namespace
 
+namespace {
+
+// The m64nBNk16 wgmma of 16-bit inputs as one inline-asm statement: BN / 2 fp32
+// accumulators in and out, the two shared-memory descriptors, scale-d = 1 (add to
+// the accumulators) and the transpose flags of MN-major operands.
+std::string wgmma_wrapper(const Problem& problem, const Config& config) {
+  const int acc = config.bn / 2;
+  const std::string type = matmul::to_string(problem.input);
+  const int transpose_a = problem.a_transposed ? 1 : 0;  // A stored K x M: MN-major
+  const int transpose_b = problem.b_transposed ? 0 : 1;  // B stored K x N: MN-major
+  std::string s;
+  s += fmt::format(
+      "// acc(64 x {0}, f32) += A(64 x 16) * B(16 x {0}) for one warpgroup, both operands\n"
+      "// read from shared memory through descriptors; transposed (MN-major): A {1}, B {2}.\n",
+      config.bn, transpose_a, transpose_b);
+  s += "struct kjit_wgmma {\n";
+  s += fmt::format(
+      "  __device__ __forceinline__ static void run(float (&d)[{}], unsigned long long a,\n"
+      "                                             unsigned long long b) {{\n",
+      acc);
+  s += "    asm volatile(\n";
+  s += "        \"{ .reg .pred p;\\n\"\n";
+  s += fmt::format("        \"  setp.ne.b32 p, %{}, 0;\\n\"\n", acc + 2);
+  s += fmt::format("        \"  wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{}\"\n", config.bn,
+                   type, type);
+  for (int i = 0; i < acc; i += 16) {
+    std::string line;
+    for (int j = i; j < std::min(acc, i + 16); ++j)
+      line += fmt::format("%{}{}", j, j + 1 < acc ? ", " : "");
+    s += fmt::format("        \"{}{}\"\n", i == 0 ? " {" : " ", line);
+  }
+  s += fmt::format("        \"}}, %{}, %{}, p, 1, 1, {}, {}; }}\\n\"\n", acc, acc + 1, transpose_a,
+                   transpose_b);
+  for (int i = 0; i < acc; i += 8) {
+    std::string line;
+    for (int j = i; j < std::min(acc, i + 8); ++j)
+      line += fmt::format("\"+f\"(d[{}]){}", j, j + 1 < acc ? ", " : "");
+    s += fmt::format("        {}{}\n", i == 0 ? ": " : "  ", line);
+  }
+  s += "        : \"l\"(a), \"l\"(b), \"r\"(1));\n";
+  s += "  }\n};\n\n";
+  return s;
+}
+
+KernelSource lower_wgmma(const Problem& problem, const Config& config) {
+  KernelSource out;
+  out.family = "matmul";
+  out.problem = problem.kernel_class();
+  out.config = config.to_string();
+  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x64_wgmma_s{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.stages);
+  out.block_threads = config.threads();
+  out.dynamic_shared_bytes = shared_bytes(problem, config);
+  out.arch_specific = true;
+
+  std::string s;
+  s += "// kjit matmul: C = epilogue(alpha * op(A) * op(B) + beta * C0, extra operands)\n";
+  s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
+  s += "// problem:   C[M,N] = op(A)[M,K] * op(B)[K,N] (x batch), " + out.problem + "\n";
+  s += "// config:    " + out.config + "\n";
+  s += fmt::format(
+      "// path:      TMA + wgmma m64n{}k16 {} -> f32 (sm_90a); block tile {}x{}x64, 1 producer "
+      "+ {} consumer warpgroups, {}-stage mbarrier pipeline, {} B dynamic shared memory\n",
+      config.bn, matmul::to_string(problem.input), config.bm, config.bn, config.bm / 64,
+      config.stages, out.dynamic_shared_bytes);
+  s += "#include \"kjit/matmul_sm90.cuh\"\n\n";
+  s += epilogue_glue(problem.epilogue);
+  s += wgmma_wrapper(problem, config);
+  s += "// A is " + std::string(problem.a_transposed ? "K x M (M-major)" : "M x K (K-major)") +
+       ", B is " + (problem.b_transposed ? "N x K (K-major)" : "K x N (N-major)") + "\n";
+  s += fmt::format(
+      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma> "
+      "kjit_matmul_tile;\n\n",
+      device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
+      problem.a_transposed ? "false" : "true", problem.b_transposed ? "true" : "false");
+  s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block; the tensor\n"
+       "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n";
+  s += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__({}, 1)\n{}(kjit::MatmulArgs args, "
+      "kjit::EpilogueOperands ops,\n"
+      "    const __grid_constant__ kjit::TensorMap map_a,\n"
+      "    const __grid_constant__ kjit::TensorMap map_b) {{\n"
+      "  kjit_matmul_tile::run<kjit_matmul_epilogue>(args, ops, map_a, map_b);\n}}\n\n",
+      out.block_threads, out.name);
+  out.source = std::move(s);
+  return out;
+}
+
+}  // namespace
+
 KernelSource lower(const Problem& problem, const Config& config) {
   validate(problem, config);
+  if (config.wgmma) return lower_wgmma(problem, config);
   const bool simt = problem.input == DType::F32;
   KernelSource out;
   out.family = "matmul";

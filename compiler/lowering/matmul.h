@@ -75,13 +75,18 @@ struct Config {
   int bm = 128, bn = 128, bk = 32;
   int warps = 8;    // warps per block
   int warps_m = 2;  // of which along M (warps / warps_m along N)
-  int stages = 3;   // cp.async pipeline depth
+  int stages = 3;   // pipeline depth (cp.async, or TMA for wgmma)
   int splitk = 1;   // K splits (1: none)
+  // The Hopper engine (templates/matmul_sm90.cuh, sm_90a): TMA copies and wgmma,
+  // bk = 64, one producer warpgroup plus bm / 64 consumer warpgroups (so warps =
+  // 4 * (bm / 64 + 1) and wm = bm / 64). false: mma.sync (templates/matmul.cuh).
+  bool wgmma = false;
 
-  // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1"
+  // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",mma=wgmma")
   std::string to_string() const;
-  // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk.
-  // When warps is given without wm, wm is chosen to make warp tiles square-ish.
+  // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
+  // mma (sync | wgmma). When warps is given without wm, wm is chosen to make warp
+  // tiles square-ish; with mma=wgmma, bk, warps and wm follow from bm.
   // Unknown keys and malformed values are UserErrors naming the valid keys.
   static Config parse(const std::string& text);
   int threads() const { return warps * 32; }
@@ -90,6 +95,9 @@ struct Config {
 
 // The one tile shape of the exact fp32 SIMT path.
 Config simt_config(int splitk = 1);
+
+// A wgmma config: bm x bn x 64 with `stages` TMA stages (warps and wm derived).
+Config wgmma_config(int bm, int bn, int stages, int splitk = 1);
 
 // The warp split along M that makes the warp tile closest to square.
 int square_warps_m(int bm, int bn, int warps);

@@ -31,7 +31,7 @@ struct DriverApi {
                                       X(cuModuleGetFunction) X(cuFuncGetAttribute)               \
                                           X(cuFuncSetAttribute) X(cuLaunchKernel)                \
                                               X(cuOccupancyMaxActiveBlocksPerMultiprocessor)     \
-                                                  X(cuPointerGetAttribute)
+                                                  X(cuPointerGetAttribute) X(cuTensorMapEncodeTiled)
 #define KJIT_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
   KJIT_DRIVER_FUNCTIONS(KJIT_DECLARE_POINTER)
 #undef KJIT_DECLARE_POINTER

@@ -126,26 +126,40 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
       EXPECT_NE(program.ptx.find("fma.rn.f32"), std::string::npos);
       continue;
     }
-    EXPECT_NE(program.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
-    EXPECT_NE(program.ptx.find("ldmatrix.sync.aligned"), std::string::npos);
-    EXPECT_NE(program.ptx.find("cp.async.cg.shared.global"), std::string::npos);
+    const bool wgmma = all[i].config.wgmma;
+    if (wgmma) {
+      EXPECT_NE(program.ptx.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
+      EXPECT_NE(program.ptx.find("cp.async.bulk.tensor.3d"), std::string::npos);
+      EXPECT_NE(program.ptx.find("mbarrier.try_wait.parity"), std::string::npos);
+    } else {
+      EXPECT_NE(program.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+      EXPECT_NE(program.ptx.find("ldmatrix.sync.aligned"), std::string::npos);
+      EXPECT_NE(program.ptx.find("cp.async.cg.shared.global"), std::string::npos);
+    }
     const std::string sass = dump_sass(program.cubin, std::to_string(i));
     if (sass.empty()) {
       std::printf("  (no cuobjdump: SASS not checked, PTX only)\n");
       continue;
     }
     const size_t instructions = count(sass, " ;");
-    std::printf("  SASS: %zu instructions, %d HMMA, %d MUFU, LDSM %s, LDGSTS %s, local memory %s\n",
-                instructions, static_cast<int>(count(sass, "HMMA.16816.F32")),
-                static_cast<int>(count(sass, "MUFU")),
-                sass.find("LDSM") != std::string::npos ? "yes" : "NO",
-                sass.find("LDGSTS") != std::string::npos ? "yes" : "NO",
-                sass.find("LDL") == std::string::npos && sass.find("STL") == std::string::npos
-                    ? "none"
-                    : "USED");
-    EXPECT_NE(sass.find("HMMA.16816.F32"), std::string::npos);
-    EXPECT_NE(sass.find("LDSM"), std::string::npos);
-    EXPECT_NE(sass.find("LDGSTS"), std::string::npos);
+    std::printf(
+        "  SASS: %zu instructions, %d HMMA, %d HGMMA, %d MUFU, LDSM %s, LDGSTS %s, UTMALDG %s, "
+        "local memory %s\n",
+        instructions, static_cast<int>(count(sass, "HMMA.16816.F32")),
+        static_cast<int>(count(sass, "HGMMA.64x")), static_cast<int>(count(sass, "MUFU")),
+        sass.find("LDSM") != std::string::npos ? "yes" : "no",
+        sass.find("LDGSTS") != std::string::npos ? "yes" : "no",
+        sass.find("UTMALDG") != std::string::npos ? "yes" : "no",
+        sass.find("LDL") == std::string::npos && sass.find("STL") == std::string::npos ? "none"
+                                                                                       : "USED");
+    if (wgmma) {
+      EXPECT_NE(sass.find("HGMMA.64x"), std::string::npos);
+      EXPECT_NE(sass.find("UTMALDG"), std::string::npos);
+    } else {
+      EXPECT_NE(sass.find("HMMA.16816.F32"), std::string::npos);
+      EXPECT_NE(sass.find("LDSM"), std::string::npos);
+      EXPECT_NE(sass.find("LDGSTS"), std::string::npos);
+    }
     EXPECT_EQ(sass.find("LDL"), std::string::npos) << "local memory loads";
     EXPECT_EQ(sass.find("STL"), std::string::npos) << "local memory stores";
     // The staged epilogue is a rolled loop: the epilogue function appears once per

@@ -24,6 +24,13 @@ cuda::DeviceProperties h200() {
   return d;
 }
 
+// The same SMs and limits without wgmma (an sm_80-class part): the mma.sync heuristic.
+cuda::DeviceProperties h200_as_sm80() {
+  cuda::DeviceProperties d = h200();
+  d.cc_major = 8;
+  return d;
+}
+
 Problem square(int64_t size) {
   Problem p;
   p.m = p.n = p.k = size;
@@ -100,6 +107,20 @@ TEST(MatmulHeuristic, LargeSquarePicksTheBigTileWithoutSplit) {
   EXPECT_EQ(c8.bm * c8.bn, 128 * 256);
 }
 
+// sm_90 gets the TMA + wgmma engine; other architectures never do.
+TEST(MatmulHeuristic, HopperPicksWgmmaOthersMmaSync) {
+  for (int64_t size : {64, 4095, 4096}) {
+    EXPECT_TRUE(default_config(square(size), h200()).wgmma) << size;
+    EXPECT_FALSE(default_config(square(size), h200_as_sm80()).wgmma) << size;
+  }
+  try {
+    check_fits_device(square(256), wgmma_config(128, 256, 4), h200_as_sm80());
+    FAIL() << "wgmma accepted on sm_80";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("sm_90"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MatmulHeuristic, FewTilesAndLongKSplitK) {
   Problem p;
   p.m = 128;
@@ -120,9 +141,11 @@ TEST(MatmulHeuristic, EveryPickIsValid) {
         p.n = n;
         p.k = 768;
         set_layout(p, layout);
-        const Config c = default_config(p, h200());
-        EXPECT_NO_THROW(validate(p, c)) << p.to_string() << " " << c.to_string();
-        EXPECT_NO_THROW(check_fits_device(p, c, h200()));
+        for (const cuda::DeviceProperties& d : {h200(), h200_as_sm80()}) {
+          const Config c = default_config(p, d);
+          EXPECT_NO_THROW(validate(p, c)) << p.to_string() << " " << c.to_string();
+          EXPECT_NO_THROW(check_fits_device(p, c, d));
+        }
       }
   Problem f;
   f.m = f.n = f.k = 100;
@@ -188,8 +211,8 @@ TEST(MatmulLowering, EpiloguePassesFitTheSharedMemory) {
   }
 }
 
-// Measured on the H200: 128 x 128 with two blocks per SM is the best tile for the
-// padded (misaligned) path; large aligned squares keep 128 x 256.
+// Measured on the H200 (mma.sync): 128 x 128 with two blocks per SM is the best
+// tile for the padded (misaligned) path; large aligned squares keep 128 x 256.
 TEST(MatmulHeuristic, PaddedShapesPickTwoBlocksPerSm) {
   for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
            {4095, 4095, 4095}, {4097, 4097, 4097}, {2048, 50257, 768}}) {
@@ -198,7 +221,7 @@ TEST(MatmulHeuristic, PaddedShapesPickTwoBlocksPerSm) {
     p.n = n;
     p.k = k;
     p.aligned = false;
-    const Config c = default_config(p, h200());
+    const Config c = default_config(p, h200_as_sm80());
     EXPECT_EQ(c.to_string(), "bm=128,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=1") << p.to_string();
   }
 }

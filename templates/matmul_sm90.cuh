@@ -1,0 +1,291 @@
+// kjit/matmul_sm90.cuh — the Hopper matmul: TMA copies, wgmma tensor cores.
+//
+// Same problem, arguments and epilogue as kjit/matmul.cuh; a different engine
+// (needs sm_90a: compiled for "sm_90a", which the lowering asks for):
+//
+//   TMA         cp.async.bulk.tensor: one thread asks the copy engine for a whole
+//               tile (up to 256 rows x 128 bytes); it lands in shared memory
+//               already swizzled, zero-filled outside the matrix (so edge tiles
+//               need no masks in the main loop), and signals an mbarrier with the
+//               number of bytes it wrote.
+//   wgmma       wgmma.mma_async: a warpgroup (4 warps) multiplies a 64 x BN x 16
+//               step with both operands read straight from shared memory through
+//               64-bit "matrix descriptors" (no ldmatrix, no fragment registers);
+//               the accumulators stay in registers, BN / 2 floats per thread.
+//   mbarrier    full[s]: the copy engine has filled stage s (tx-count of bytes);
+//               empty[s]: every consumer warp is done reading stage s.
+//
+// Warp specialization. Warpgroup 0 is the producer: one thread walks the k-tiles
+// and issues the copies of k-tile kt into stage kt % STAGES once empty[] says the
+// stage is free. Warpgroups 1..BM/64 are consumers: each owns 64 rows of the tile,
+// waits on full[], issues 4 wgmma (BK = 64 = 4 x k16) and releases the stage of
+// the previous k-tile once that k-tile's wgmma group has completed
+// (wgmma.wait_group 1: one group stays in flight while the next k-tile starts).
+//
+// Shared memory of a stage: A then B, each in the canonical 128-byte-swizzle layout
+// (PTX ISA "Shared Memory Matrix Layout"), 1024-byte aligned:
+//   K-major operand (A "n", B "t"): [rows][64 k] — 128-byte rows, 8-row atoms of
+//     1024 bytes (SBO = 1024); a k16 step starts 32 bytes further along the row.
+//   MN-major operand (A "t", B "n"): chunks of 64 rows (M or N), each [64 k][64]
+//     — one 128-byte line per k (SBO = 1024 between 8-k groups, LBO = 64 * 128
+//     bytes between chunks); a k16 step starts 16 lines = 2048 bytes further, and
+//     wgmma reads it transposed (its tnsp flag, 16-bit types only).
+// The swizzle (16-byte unit u of line r lands at u ^ (r % 8)) is applied by the
+// copy engine on the way in and undone by wgmma on the way out: no bank conflicts.
+//
+// The epilogue stages the fp32 accumulators through the (then idle) stages and
+// writes 16-byte chunks of C with kjit::matmul::write_chunk, like the mma.sync path.
+#pragma once
+
+#include "kjit/matmul.cuh"
+
+namespace kjit {
+
+// A CUtensorMap (cuTensorMapEncodeTiled's output): 128 opaque bytes, 64-byte
+// aligned, passed by value as a __grid_constant__ kernel parameter.
+struct __align__(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+namespace sm90 {
+
+// ---- mbarrier --------------------------------------------------------------------
+__device__ __forceinline__ void barrier_init(u32 bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives once and adds `bytes` to the transactions this phase waits for.
+__device__ __forceinline__ void barrier_arrive_expect_bytes(u32 bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase with this parity has completed. A fresh barrier is in
+// phase 0, so waiting for parity 1 returns at once (the "previous" phase).
+__device__ __forceinline__ void barrier_wait(u32 bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p;\n"
+        "  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "  selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+
+// ---- TMA: a box of a 3-D tensor (inner dim, rows, batch) -> shared memory -------
+__device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar, int x, int y,
+                                         int z) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(x), "r"(y), "r"(z)
+      : "memory");
+}
+
+// ---- wgmma ---------------------------------------------------------------------
+// A shared-memory matrix descriptor: start address, leading and stride byte
+// offsets (all in 16-byte units) and the 128-byte swizzle mode (1 in bits 62-63).
+__device__ __forceinline__ unsigned long long descriptor(u32 address, u32 leading, u32 stride) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) |
+         (static_cast<unsigned long long>(leading >> 4) << 16) |
+         (static_cast<unsigned long long>(stride >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across the
+// asynchronous wgmma (which reads and writes them behind its back).
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+// Synchronizes the consumer warpgroups only (named barrier 1; the producer is
+// not part of it).
+template <int THREADS>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+}
+
+// T: bf16 or f16; TC: output type; BM = 64 x consumer warpgroups; BN <= 256;
+// A_K_MAJOR: A stored M x K (layout "n?"); B_K_MAJOR: B stored N x K ("?t");
+// Wgmma: the generated m64nBNk16 instruction wrapper,
+//   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
+template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
+          typename Wgmma>
+struct WgmmaMatmul {
+  static constexpr int BK = 64;  // one 128-byte swizzle line of 16-bit values
+  static constexpr int CONSUMERS = BM / 64;
+  static constexpr int THREADS = 128 * (CONSUMERS + 1);
+  static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
+  static constexpr int ACC = BN / 2;  // 64 x BN floats over 128 threads
+  static constexpr int A_BYTES = BM * BK * 2;
+  static constexpr int B_BYTES = BN * BK * 2;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int CHUNK_BYTES = 64 * BK * 2;  // one 64-row chunk of an MN-major operand
+  static constexpr int STAGED_STRIDE = BN + 8;     // floats per staged row (bank spread)
+  static constexpr int VEC = matmul::Chunk<TC>::VEC;
+  static constexpr int CHUNKS_PER_ROW = BN / VEC;
+  static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "BM is 64 x consumer warpgroups");
+  static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN is 64, 128, 192 or 256");
+  static_assert(BM * STAGED_STRIDE * 4 <= STAGES * STAGE_BYTES,
+                "the epilogue stages the tile through the pipeline's buffers");
+
+  // Dynamic shared memory: 1 KiB of alignment slack, the stages, then 2 x STAGES
+  // mbarriers (8 bytes each).
+  static constexpr int SHARED_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+
+  // The producer: one thread issues every copy of this tile's k-tiles.
+  __device__ __forceinline__ static void produce(const TensorMap& map_a, const TensorMap& map_b,
+                                                 u32 stages, u32 full, u32 empty, int m0, int n0,
+                                                 int batch, int k_begin, int k_tiles) {
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % STAGES;
+      const u32 a = stages + s * STAGE_BYTES;
+      const u32 b = a + A_BYTES;
+      const int k0 = k_begin + kt * BK;
+      barrier_wait(empty + 8 * s, ((kt / STAGES) & 1) ^ 1);
+      barrier_arrive_expect_bytes(full + 8 * s, STAGE_BYTES);
+      if (A_K_MAJOR) {
+        tma_load(a, map_a, full + 8 * s, k0, m0, batch);  // box: 64 k x BM rows
+      } else {
+#pragma unroll
+        for (int c = 0; c < BM / 64; ++c)  // box: 64 m x 64 k, per 64-row chunk
+          tma_load(a + c * CHUNK_BYTES, map_a, full + 8 * s, m0 + 64 * c, k0, batch);
+      }
+      if (B_K_MAJOR) {
+        tma_load(b, map_b, full + 8 * s, k0, n0, batch);  // box: 64 k x BN rows
+      } else {
+#pragma unroll
+        for (int c = 0; c < BN / 64; ++c)
+          tma_load(b + c * CHUNK_BYTES, map_b, full + 8 * s, n0 + 64 * c, k0, batch);
+      }
+    }
+  }
+
+  // A consumer warpgroup: acc += its 64 rows of A times B over all k-tiles.
+  __device__ __forceinline__ static void consume(float (&acc)[ACC], u32 stages, u32 full, u32 empty,
+                                                 int group, int k_tiles) {
+    const bool warp_leader = threadIdx.x % 32 == 0;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % STAGES;
+      const u32 a = stages + s * STAGE_BYTES;
+      const u32 b = a + A_BYTES;
+      barrier_wait(full + 8 * s, (kt / STAGES) & 1);
+      fence_accumulators(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        // This warpgroup's 64 rows: 64 K-major lines, or MN-major chunk `group`.
+        const unsigned long long desc_a =
+            A_K_MAJOR ? descriptor(a + group * 64 * 128 + kk * 32, 16, 1024)
+                      : descriptor(a + group * CHUNK_BYTES + kk * 2048, CHUNK_BYTES, 1024);
+        const unsigned long long desc_b = B_K_MAJOR ? descriptor(b + kk * 32, 16, 1024)
+                                                    : descriptor(b + kk * 2048, CHUNK_BYTES, 1024);
+        Wgmma::run(acc, desc_a, desc_b);
+      }
+      wgmma_commit();
+      fence_accumulators(acc);
+      // k-tile kt - 1's group is complete: its stage may be refilled.
+      wgmma_wait<1>();
+      if (kt > 0 && warp_leader) barrier_arrive(empty + 8 * ((kt - 1) % STAGES));
+    }
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+  }
+
+  // The consumers write the tile: accumulators -> staged fp32 rows (the wgmma
+  // accumulator layout: warp w of the group holds rows 16w + lane/4 and + 8,
+  // columns 8j + 2(lane%4) and + 1 in acc[4j .. 4j+3]) -> 16-byte chunks of C.
+  template <typename Epilogue>
+  __device__ __forceinline__ static void epilogue(const MatmulArgs& args,
+                                                  const EpilogueOperands& ops, float* staged,
+                                                  const float (&acc)[ACC], int group, int tile_m,
+                                                  int tile_n, int batch, int split) {
+    const int t = static_cast<int>(threadIdx.x) - 128;  // 0 .. CONSUMER_THREADS - 1
+    const int warp = (t / 32) % 4;
+    const int lane = t % 32;
+    consumers_sync<CONSUMER_THREADS>();  // every wgmma has read its last stage
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = group * 64 + warp * 16 + lane / 4 + 8 * half;
+        const int col = j * 8 + 2 * (lane % 4);
+        matmul::Pair<float>::store(staged + row * STAGED_STRIDE + col, acc[4 * j + 2 * half],
+                                   acc[4 * j + 2 * half + 1]);
+      }
+    consumers_sync<CONSUMER_THREADS>();
+#pragma unroll 1
+    for (int i = t; i < BM * CHUNKS_PER_ROW; i += CONSUMER_THREADS) {
+      const int staged_row = i / CHUNKS_PER_ROW;
+      const int chunk = i % CHUNKS_PER_ROW;
+      const int row = tile_m * BM + staged_row;
+      const int col = tile_n * BN + chunk * VEC;
+      if (row >= args.m || col >= args.n) continue;
+      float v[VEC];
+      matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
+      matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, min(args.n - col, VEC),
+                                        v);
+    }
+  }
+
+  // The kernel body: grid = (tiles_m * tiles_n, splits, batch), THREADS threads.
+  template <typename Epilogue>
+  __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops,
+                                             const TensorMap& map_a, const TensorMap& map_b) {
+    extern __shared__ __align__(1024) unsigned char kjit_wgmma_shared[];
+    // The swizzle pattern repeats every 1024 bytes: stages start on such a boundary.
+    const u32 base = mma::shared_address(kjit_wgmma_shared);
+    const u32 stages = (base + 1023) & ~1023u;
+    float* staged = reinterpret_cast<float*>(kjit_wgmma_shared + (stages - base));
+    const u32 full = stages + STAGES * STAGE_BYTES;
+    const u32 empty = full + 8 * STAGES;
+
+    const int tiles_m = (args.m + BM - 1) / BM;
+    const int tiles_n = (args.n + BN - 1) / BN;
+    int tile_m, tile_n;
+    matmul::tile_of_block(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
+    const int split = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int k_begin = split * args.k_per_split;
+    const int k_end = min(args.k, k_begin + args.k_per_split);
+    const int k_tiles = (k_end - k_begin + BK - 1) / BK;  // the copy engine zero-fills past K
+
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        barrier_init(full + 8 * s, 1);               // the producer's arrive + the bytes
+        barrier_init(empty + 8 * s, 4 * CONSUMERS);  // one arrive per consumer warp
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer warpgroup
+    if (group < 0) {
+      if (threadIdx.x == 0)
+        produce(map_a, map_b, stages, full, empty, tile_m * BM, tile_n * BN, batch, k_begin,
+                k_tiles);
+      return;
+    }
+    float acc[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+    consume(acc, stages, full, empty, group, k_tiles);
+    epilogue<Epilogue>(args, ops, staged, acc, group, tile_m, tile_n, batch, split);
+  }
+};
+
+}  // namespace sm90
+}  // namespace kjit
