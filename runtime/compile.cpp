@@ -23,7 +23,8 @@ const std::vector<cuda::SourceHeader>& template_headers() {
 }
 
 std::string target_arch(const KernelSource& source, const std::string& arch) {
-  if (!source.arch_specific || arch.empty() || arch.back() == 'a' || arch.back() == 'f') return arch;
+  if (!source.arch_specific || arch.empty() || arch.back() == 'a' || arch.back() == 'f')
+    return arch;
   return arch + "a";
 }
 
@@ -61,8 +62,7 @@ std::string binary_key(const KernelSource& source, const std::string& arch) {
                        codegen_environment()};
   }();
   return cache::binary_key(source.source, source.options, target_arch(source, arch),
-                           fixed.nvrtc_version,
-                           fixed.generator_version, fixed.environment);
+                           fixed.nvrtc_version, fixed.generator_version, fixed.environment);
 }
 
 std::string ptxas_stats_json(const std::vector<cuda::KernelStats>& kernels) {

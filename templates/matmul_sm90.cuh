@@ -33,8 +33,9 @@
 // The swizzle (16-byte unit u of line r lands at u ^ (r % 8)) is applied by the
 // copy engine on the way in and undone by wgmma on the way out: no bank conflicts.
 //
-// The epilogue stages the fp32 accumulators through the (then idle) stages and
-// writes 16-byte chunks of C with kjit::matmul::write_chunk, like the mma.sync path.
+// The epilogue stages the fp32 accumulators through the (then idle) stages, and
+// every warpgroup, the producer too, writes 16-byte chunks of C with
+// kjit::matmul::write_chunk, like the mma.sync path.
 #pragma once
 
 #include "kjit/matmul.cuh"
@@ -205,17 +206,15 @@ struct WgmmaMatmul {
     fence_accumulators(acc);
   }
 
-  // The consumers write the tile: accumulators -> staged fp32 rows (the wgmma
-  // accumulator layout: warp w of the group holds rows 16w + lane/4 and + 8,
-  // columns 8j + 2(lane%4) and + 1 in acc[4j .. 4j+3]) -> 16-byte chunks of C.
-  template <typename Epilogue>
-  __device__ __forceinline__ static void epilogue(const MatmulArgs& args,
-                                                  const EpilogueOperands& ops, float* staged,
-                                                  const float (&acc)[ACC], int group, int tile_m,
-                                                  int tile_n, int batch, int split) {
-    const int t = static_cast<int>(threadIdx.x) - 128;  // 0 .. CONSUMER_THREADS - 1
-    const int warp = (t / 32) % 4;
-    const int lane = t % 32;
+  // The tile goes out in two steps. The consumers stage their accumulators as fp32
+  // rows (the wgmma accumulator layout: warp w of a group holds rows 16w + lane/4
+  // and + 8, columns 8j + 2(lane%4) and + 1 in acc[4j .. 4j+3]) in the idle stages;
+  // then all THREADS, the producer warpgroup too, walk the staged rows and write
+  // 16-byte chunks of C (alpha, beta * C0 and the epilogue function per output).
+  __device__ __forceinline__ static void stage_accumulators(float* staged, const float (&acc)[ACC],
+                                                            int group) {
+    const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
     consumers_sync<CONSUMER_THREADS>();  // every wgmma has read its last stage
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
@@ -226,9 +225,16 @@ struct WgmmaMatmul {
         matmul::Pair<float>::store(staged + row * STAGED_STRIDE + col, acc[4 * j + 2 * half],
                                    acc[4 * j + 2 * half + 1]);
       }
-    consumers_sync<CONSUMER_THREADS>();
+  }
+
+  template <typename Epilogue>
+  __device__ __forceinline__ static void write_tile(const MatmulArgs& args,
+                                                    const EpilogueOperands& ops,
+                                                    const float* staged, int tile_m, int tile_n,
+                                                    int batch, int split) {
+    asm volatile("bar.sync 2, %0;" ::"n"(THREADS) : "memory");  // everything is staged
 #pragma unroll 1
-    for (int i = t; i < BM * CHUNKS_PER_ROW; i += CONSUMER_THREADS) {
+    for (int i = threadIdx.x; i < BM * CHUNKS_PER_ROW; i += THREADS) {
       const int staged_row = i / CHUNKS_PER_ROW;
       const int chunk = i % CHUNKS_PER_ROW;
       const int row = tile_m * BM + staged_row;
@@ -277,13 +283,14 @@ struct WgmmaMatmul {
       if (threadIdx.x == 0)
         produce(map_a, map_b, stages, full, empty, tile_m * BM, tile_n * BN, batch, k_begin,
                 k_tiles);
-      return;
-    }
-    float acc[ACC];
+    } else {
+      float acc[ACC];
 #pragma unroll
-    for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
-    consume(acc, stages, full, empty, group, k_tiles);
-    epilogue<Epilogue>(args, ops, staged, acc, group, tile_m, tile_n, batch, split);
+      for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+      consume(acc, stages, full, empty, group, k_tiles);
+      stage_accumulators(staged, acc, group);
+    }
+    write_tile<Epilogue>(args, ops, staged, tile_m, tile_n, batch, split);
   }
 };
 

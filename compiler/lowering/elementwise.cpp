@@ -55,7 +55,8 @@ std::string ElementwiseProblem::text() const {
 }
 
 std::string ElementwiseConfig::text() const {
-  return fmt::format("block={},vec={},unroll={}", block_threads, vector_width, unroll);
+  return fmt::format("block={},vec={},unroll={}{}", block_threads, vector_width, unroll,
+                     prefetch ? ",prefetch=1" : "");
 }
 
 ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
@@ -95,8 +96,13 @@ ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
       if (value < 1 || value > 16)
         throw UserError("unroll=" + std::to_string(value) + " is not in [1, 16]");
       config.unroll = value;
+    } else if (key == "prefetch") {
+      if (value != 0 && value != 1)
+        throw UserError("prefetch=" + std::to_string(value) + " is not 0 or 1");
+      config.prefetch = value;
     } else {
-      throw UserError("unknown config key '" + key + "'", "the keys are block, vec and unroll");
+      throw UserError("unknown config key '" + key + "'",
+                      "the keys are block, vec, unroll and prefetch");
     }
   }
   return config;
@@ -400,55 +406,98 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   s += "  // Grid-stride loop: thread t of the grid starts at vector t; consecutive threads\n"
        "  // touch consecutive vectors, so every warp access is coalesced.\n";
   s += "  const long long step = (long long)gridDim.x * blockDim.x * U;\n";
-  s += "  for (long long first = (long long)blockIdx.x * blockDim.x * U + threadIdx.x;\n"
-       "       first < vectors; first += step) {\n";
-  // Load phase.
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Node& n = graph.node(inputs[i]);
-    const char* type = storage_type(n.dtype);
-    if (problem.access[i] == Access::Column)
-      s += fmt::format("    {} in_{}_column[U];\n", type, n.name);
-    else if (problem.access[i] != Access::Scalar)
-      s += fmt::format("    kjit::Vec<{}, V> in_{}_vec[U];\n", type, n.name);
-  }
-  s += "    // Load phase: every load of the U vectors is issued before any math.\n";
-  s += "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n";
-  s += "      const long long vec = first + (long long)u * blockDim.x;\n";
-  s += "      if (vec >= vectors) break;\n";
-  s += "      const long long i = vec * V;  // first element of this vector\n";
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Node& n = graph.node(inputs[i]);
-    const char* type = storage_type(n.dtype);
-    switch (problem.access[i]) {
-      case Access::Full:
-        s += fmt::format("      in_{0}_vec[u] = kjit::load_vec<{1}, V>(in_{0} + i);  // {0}[i]\n",
-                         n.name, type);
-        break;
-      case Access::Row:
-        s += fmt::format(
-            "      in_{0}_vec[u] = kjit::load_vec<{1}, V>(in_{0} + i % cols);  // {0}[col], a row "
-            "broadcast down\n",
-            n.name, type);
-        break;
-      case Access::Column:
-        s += fmt::format(
-            "      in_{0}_column[u] = in_{0}[i / cols];  // {0}[row], a column broadcast across "
-            "(V divides cols)\n",
-            n.name);
-        break;
-      case Access::Strided:
-        s += fmt::format(
-            "#pragma unroll\n      for (int e = 0; e < V; ++e)  // {0}[row * stride0 + col * "
-            "stride1]\n"
-            "        in_{0}_vec[u].v[e] = in_{0}[((i + e) / cols) * in_{0}_stride0 + ((i + e) % "
-            "cols) * in_{0}_stride1];\n",
-            n.name);
-        break;
-      case Access::Scalar:
-        break;
+  const bool prefetch = config.prefetch != 0;
+  // Per input, U vectors ("vec", or a broadcast column's U values "column") and,
+  // with prefetch, the math's copy of them ("now").
+  auto array = [&](size_t i, const std::string& suffix) {
+    const std::string base = "in_" + graph.node(inputs[i]).name;
+    if (problem.access[i] != Access::Column) return base + "_" + suffix;
+    return suffix == "vec" ? base + "_column" : base + "_column_" + suffix;
+  };
+  // The U vectors of each input at vectors `base` + u * blockDim.x.
+  auto declare = [&](const std::string& indent, const std::string& suffix) {
+    std::string out;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Node& n = graph.node(inputs[i]);
+      const char* type = storage_type(n.dtype);
+      if (problem.access[i] == Access::Column)
+        out += fmt::format("{}{} {}[U];\n", indent, type, array(i, suffix));
+      else if (problem.access[i] != Access::Scalar)
+        out += fmt::format("{}kjit::Vec<{}, V> {}[U];\n", indent, type, array(i, suffix));
     }
+    return out;
+  };
+  auto loads = [&](const std::string& indent, const std::string& base, const std::string& suffix) {
+    std::string out;
+    out += "#pragma unroll\n" + indent + "for (int u = 0; u < U; ++u) {\n";
+    out += fmt::format("{}  const long long vec = {} + (long long)u * blockDim.x;\n", indent, base);
+    out += indent + "  if (vec >= vectors) break;\n";
+    out += indent + "  const long long i = vec * V;  // first element of this vector\n";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Node& n = graph.node(inputs[i]);
+      const char* type = storage_type(n.dtype);
+      switch (problem.access[i]) {
+        case Access::Full:
+          out += fmt::format("{}  {}[u] = kjit::load_vec<{}, V>(in_{} + i);  // {}[i]\n", indent,
+                             array(i, suffix), type, n.name, n.name);
+          break;
+        case Access::Row:
+          out += fmt::format(
+              "{}  {}[u] = kjit::load_vec<{}, V>(in_{} + i % cols);  // {}[col], a row "
+              "broadcast down\n",
+              indent, array(i, suffix), type, n.name, n.name);
+          break;
+        case Access::Column:
+          out += fmt::format(
+              "{}  {}[u] = in_{}[i / cols];  // {}[row], a column broadcast "
+              "across (V divides cols)\n",
+              indent, array(i, suffix), n.name, n.name);
+          break;
+        case Access::Strided:
+          out += fmt::format(
+              "#pragma unroll\n{0}  for (int e = 0; e < V; ++e)  // {1}[row * stride0 + col "
+              "* stride1]\n"
+              "{0}    {2}[u].v[e] = in_{1}[((i + e) / cols) * in_{1}_stride0 + ((i + e) % "
+              "cols) * in_{1}_stride1];\n",
+              indent, n.name, array(i, suffix));
+          break;
+        case Access::Scalar:
+          break;
+      }
+    }
+    out += indent + "}\n";
+    return out;
+  };
+  const std::string start = "(long long)blockIdx.x * blockDim.x * U + threadIdx.x";
+  // The arrays the math reads: this iteration's loads ("vec"), or with prefetch a
+  // copy of them ("now") taken before the next iteration's loads overwrite them.
+  const std::string current = prefetch ? "now" : "vec";
+  if (prefetch) {
+    s += "  // Software pipelining: the first iteration's vectors load before the loop;\n"
+         "  // each iteration then issues the next one's loads before its own math, so\n"
+         "  // they are in flight while the chain computes.\n";
+    s += declare("  ", "vec");
+    s += "  {\n    const long long first = " + start + ";\n";
+    s += loads("    ", "first", "vec");
+    s += "  }\n";
   }
-  s += "    }\n";
+  s += "  for (long long first = " + start +
+       ";\n"
+       "       first < vectors; first += step) {\n";
+  if (prefetch) {
+    s += declare("    ", "now");
+    s += "    // This iteration's vectors, then the next iteration's loads.\n";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (problem.access[i] == Access::Scalar) continue;
+      s += fmt::format("#pragma unroll\n    for (int u = 0; u < U; ++u) {}[u] = {}[u];\n",
+                       array(i, "now"), array(i, "vec"));
+    }
+    s += loads("    ", "first + step", "vec");
+  } else {
+    s += declare("    ", "vec");
+    s += "    // Load phase: every load of the U vectors is issued before any math.\n";
+    s += loads("    ", "first", "vec");
+  }
   // Compute and store phase.
   s += "    // Compute and store phase: the chain per element, one rounding at the store.\n";
   s += "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n";
@@ -467,10 +516,10 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
         element = "in_" + n.name + "_scalar";
         break;
       case Access::Column:
-        element = "in_" + n.name + "_column[u]";
+        element = array(i, current) + "[u]";
         break;
       default:
-        element = "in_" + n.name + "_vec[u].v[e]";
+        element = array(i, current) + "[u].v[e]";
         break;
     }
     if (is_floating(n.dtype)) element = "kjit::to_f32(" + element + ")";

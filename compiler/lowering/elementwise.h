@@ -52,8 +52,11 @@ struct ElementwiseConfig {
   int vector_width =
       0;           // elements per vector on the aligned path; 0: 16 bytes of the narrowest dtype
   int unroll = 2;  // independent vectors per thread per loop iteration (loads in flight)
+  // 1: software pipelining — the loads of the next grid-stride iteration are issued
+  // before this iteration's math, so memory stays busy while long chains compute.
+  int prefetch = 0;
 
-  // "block=512,vec=0,unroll=2"
+  // "block=512,vec=0,unroll=2" (+ ",prefetch=1")
   std::string text() const;
   // Parses "block=128,vec=8,unroll=2" (any subset, any order); a UserError names a
   // bad key or value.

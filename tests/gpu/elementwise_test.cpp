@@ -300,11 +300,33 @@ TEST_F(ElementwiseGpu, SeveralOutputsMixedDtypes) {
 }
 
 TEST_F(ElementwiseGpu, ConfigsAllAgree) {
-  for (const char* config :
-       {"block=64,unroll=1", "block=1024,unroll=8", "vec=2", "vec=16,unroll=2"}) {
+  for (const char* config : {"block=64,unroll=1", "block=1024,unroll=8", "vec=2", "vec=16,unroll=2",
+                             "prefetch=1", "block=64,unroll=3,prefetch=1"}) {
     Case c{"y = x * sigmoid(x) * g", {DType::BF16, {ir::Dim::named("n")}}, {{"n", 1 << 20}}, {}, 0,
            Alignment::Auto,          ir::ElementwiseConfig::parse(config)};
     SCOPED_TRACE(config);
+    check(c);
+    c.sizes["n"] = (1 << 20) + 7;  // the scalar path
+    check(c);
+  }
+}
+
+// Software pipelining (prefetch=1) over every access pattern: broadcast row,
+// column and scalar, strided and transposed inputs, several outputs.
+TEST_F(ElementwiseGpu, PrefetchEveryAccessPattern) {
+  const char* text =
+      "x:f32[m,n]; b:bf16[n]; c:f16[m,1]; s:f32[]; w:bf16[m,n]; y = gelu(x * b + c) - s * w; "
+      "z = x > s";
+  for (int64_t cols : {1000, 1001}) {
+    Case c{text,
+           {},
+           {{"m", 37}, {"n", cols}},
+           {},
+           0,
+           Alignment::Auto,
+           ir::ElementwiseConfig::parse("block=64,unroll=2,prefetch=1")};
+    check(c);
+    c.layout = {{"w", Layout{0, true, 0}}, {"x", Layout{0, false, 3}}};
     check(c);
   }
 }

@@ -77,5 +77,18 @@ inline std::vector<EmuCase> emu_cases() {
        0,
        ""},
       {"y = x + 1.0", {{"x", {1}, {}, 0}}, {1}, 0, ""},
+      // Software pipelining: the next iteration's loads before this one's math.
+      {"y = sin(x)^2 + cos(x)^2", {{"x", {4096}, {}, 0}}, {4096}, 1, "prefetch=1"},
+      {"y = sin(x)^2 + cos(x)^2", {{"x", {1001}, {}, 0}}, {1001}, 2, "prefetch=1,unroll=3"},
+      {"x:f32[m,n]; b:bf16[n]; c:f16[m,1]; s:f32[]; y = gelu(x * b + c) - s; z = x > s",
+       {{"x", {37, 1000}, {}, 0}, {"b", {1000}, {}, 0}, {"c", {37, 1}, {}, 0}, {"s", {}, {}, 0}},
+       {37, 1000},
+       1,
+       "prefetch=1"},
+      {"x:bf16[m,n]; w:f32[m,n]; y = x * sigmoid(w)",
+       {{"x", {33, 77}, {1, 36}, 1}, {"w", {33, 77}, {82, 1}, 0}},
+       {33, 77},
+       0,
+       "prefetch=1,unroll=1"},
   };
 }
