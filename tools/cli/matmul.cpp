@@ -13,6 +13,7 @@
 #include <iostream>
 #include <random>
 
+#include "runtime/compile.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/memory.h"
@@ -145,7 +146,7 @@ void matmul_command(const KernelCommandOptions& o) {
     if (o.json) {
       nlohmann::json out = {{"problem", source.problem},
                             {"config", source.config},
-                            {"arch", arch},
+                            {"arch", target_arch(source, arch)},
                             {"cache", program.cache},
                             {"compile_ms", program.ms},
                             {"dynamic_shared_bytes", source.dynamic_shared_bytes},
@@ -162,8 +163,8 @@ void matmul_command(const KernelCommandOptions& o) {
         "matmul {}\nconfig {}\n{} for {} in {:.0f} ms; {} B dynamic "
         "shared memory\n",
         source.problem, source.config,
-        program.cache == "hit" ? "loaded from the store" : "compiled", arch, program.ms,
-        source.dynamic_shared_bytes);
+        program.cache == "hit" ? "loaded from the store" : "compiled", target_arch(source, arch),
+        program.ms, source.dynamic_shared_bytes);
     print_stats_table(program.kernels);
     return;
   }
