@@ -161,9 +161,14 @@ TEST_F(MatmulGpu, EdgeShapesEveryLayoutBf16) {
 }
 
 // The same shapes on the engine the heuristic does not pick on this GPU: mma.sync
+// Whether this GPU runs the wgmma engine (the default config's choice there).
+bool gpu_is_sm90() {
+  return testing::gpu_state().device.arch() == "sm_90";
+}
+
 // on sm_90 (where the default is wgmma), wgmma elsewhere (skipped: sm_90 only).
 std::vector<Case> EdgeShapesOtherEngineCases() {
-  const bool sm90 = testing::gpu_state().device.arch() == "sm_90";
+  const bool sm90 = gpu_is_sm90();
   std::vector<Case> cases = EdgeShapesEveryLayoutBf16Cases();
   for (Case& c : cases)
     c.config = sm90 ? "bm=128,bn=128,bk=32,warps=4,stages=4" : "mma=wgmma,bm=128,bn=128,stages=3";
@@ -287,30 +292,30 @@ TEST_F(MatmulGpu, AlphaBeta) {
 }
 
 std::vector<Case> SplitKCases() {
-  return std::vector<Case>({{.m = 129,
-                             .n = 127,
-                             .k = 1000,
-                             .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"},
-                            {.m = 256,
-                             .n = 256,
-                             .k = 4096,
-                             .config = "bm=128,bn=256,bk=32,warps=8,wm=2,stages=4,splitk=8"},
-                            {.m = 64,
-                             .n = 128,
-                             .k = 2048,
-                             .batch = 2,
-                             .epilogue = "gelu(acc + bias)",
-                             .config = "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=5"},
-                            // The heuristic's own split for a skinny problem.
-                            {.m = 128, .n = 256, .k = 8192},
-                            // wgmma (sm_90 only) with split-K, an epilogue and edges.
-                            {.m = 129,
-                             .n = 130,
-                             .k = 2048,
-                             .epilogue = "gelu(acc + bias)",
-                             .config = testing::gpu_state().device.arch() == "sm_90"
-                                           ? "mma=wgmma,bm=64,bn=128,stages=4,splitk=4"
-                                           : "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=4"}});
+  return std::vector<Case>(
+      {{.m = 129,
+        .n = 127,
+        .k = 1000,
+        .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"},
+       {.m = 256,
+        .n = 256,
+        .k = 4096,
+        .config = "bm=128,bn=256,bk=32,warps=8,wm=2,stages=4,splitk=8"},
+       {.m = 64,
+        .n = 128,
+        .k = 2048,
+        .batch = 2,
+        .epilogue = "gelu(acc + bias)",
+        .config = "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=5"},
+       // The heuristic's own split for a skinny problem.
+       {.m = 128, .n = 256, .k = 8192},
+       // wgmma (sm_90 only) with split-K, an epilogue and edges.
+       {.m = 129,
+        .n = 130,
+        .k = 2048,
+        .epilogue = "gelu(acc + bias)",
+        .config = gpu_is_sm90() ? "mma=wgmma,bm=64,bn=128,stages=4,splitk=4"
+                                : "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=4"}});
 }
 TEST_F(MatmulGpu, SplitK) {
   run_all(SplitKCases());
@@ -339,7 +344,7 @@ TEST_F(MatmulGpu, StagedEpilogueStoreWidths) {
 // Every config of the default space on a shape with interior and edge tiles.
 std::vector<Case> EveryDefaultConfigCases() {
   std::vector<Case> cases;
-  const bool sm90 = testing::gpu_state().device.arch() == "sm_90";
+  const bool sm90 = gpu_is_sm90();
   for (const Config& c : default_space(DType::BF16))
     for (const char* layout : {"nn", "tt"})
       if (!c.wgmma || sm90)
