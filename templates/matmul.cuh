@@ -127,6 +127,18 @@ __device__ __forceinline__ float finish(float acc, float c0, const MatmulArgs& a
   return Epilogue::apply(v, batch, row, col, ops);
 }
 
+// The same, with the epilogue's per-column operands already read (columns[k]: the
+// value of column operand k at this output's column; see load_values).
+template <typename TC, typename Epilogue>
+__device__ __forceinline__ float finish(float acc, float c0, const MatmulArgs& args,
+                                        long long batch, int row, int col,
+                                        const float (&columns)[Epilogue::kColumnSlots],
+                                        const EpilogueOperands& ops) {
+  float v = args.alpha * acc;
+  if (args.beta != 0.0f) v = fmaf(args.beta, c0, v);
+  return Epilogue::apply_columns(v, batch, row, col, columns, ops);
+}
+
 // Writes outputs (row, col) and (row, col + 1) of batch `batch`. In split mode the
 // raw accumulators go to the fp32 workspace instead; splitk_reduce() finishes them.
 // MASKED: the tile may cross M or N.
@@ -270,18 +282,47 @@ __device__ __forceinline__ void store_chunk(T* p, const float (&v)[Chunk<T>::VEC
   }
 }
 
+// VEC consecutive elements of an epilogue operand at p as floats, the first `valid`
+// of them (the rest 0): 16-byte loads when all VEC are valid and p is aligned for
+// them, else pairs, else single elements. An operand of another width than the
+// output (a bf16 bias of an f32 output) takes VEC * sizeof(T) bytes.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_values(const T* p, int valid, float (&v)[VEC]) {
+  constexpr int PER16 = 16 / static_cast<int>(sizeof(T));  // elements per 16 bytes
+  if (valid == VEC && VEC % PER16 == 0 && aligned_to(p, 16)) {
+#pragma unroll
+    for (int q = 0; q < VEC; q += PER16) {
+      float part[PER16];
+      Chunk<T>::load16(p + q, part);
+#pragma unroll
+      for (int j = 0; j < PER16; ++j) v[q + j] = part[j];
+    }
+  } else if (valid == VEC && aligned_to(p, 2 * sizeof(T))) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 2) Pair<T>::load(p + j, v[j], v[j + 1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = j < valid ? to_f32(p[j]) : 0.0f;
+  }
+}
+
 // Finishes and writes one chunk: outputs (row, col .. col + VEC - 1) of batch
 // `batch`, of which the first `valid` (1..VEC) lie inside N; acc holds their fp32
 // accumulators. Split mode writes the raw accumulators to the fp32 workspace
 // instead (splitk_reduce() finishes them). A whole chunk runs the epilogue on all
 // VEC outputs at once (its operand addresses are one base plus constants); the
 // last chunk of a row that crosses N goes element by element in a rolled loop
-// (one more copy of the epilogue in the code, not VEC).
+// (one more copy of the epilogue in the code, not VEC). `columns` holds the
+// epilogue's per-column operands at these VEC columns (Epilogue::load_columns),
+// read by the caller: a thread that writes the same columns of many rows reads
+// them once.
 template <typename TC, typename Epilogue>
-__device__ __forceinline__ void write_chunk(const MatmulArgs& args, const EpilogueOperands& ops,
-                                            long long batch, int split, int row, int col, int valid,
-                                            float (&acc)[Chunk<TC>::VEC]) {
+__device__ __forceinline__ void write_chunk(
+    const MatmulArgs& args, const EpilogueOperands& ops, long long batch, int split, int row,
+    int col, int valid, float (&acc)[Chunk<TC>::VEC],
+    const float (&columns)[Epilogue::kColumnSlots][Chunk<TC>::VEC]) {
   constexpr int VEC = Chunk<TC>::VEC;
+  constexpr int SLOTS = Epilogue::kColumnSlots;
   if (args.splits > 1) {
     float* w = args.workspace +
                ((static_cast<long long>(split) * args.batch + batch) * args.m + row) *
@@ -307,18 +348,48 @@ __device__ __forceinline__ void write_chunk(const MatmulArgs& args, const Epilog
     if (args.beta != 0.0f) load_chunk(c0, c0v);
     float out[VEC];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j)
-      out[j] = finish<TC, Epilogue>(acc[j], c0v[j], args, batch, row, col + j, ops);
+    for (int j = 0; j < VEC; ++j) {
+      float at_j[SLOTS];
+#pragma unroll
+      for (int k = 0; k < SLOTS; ++k) at_j[k] = columns[k][j];
+      out[j] = finish<TC, Epilogue>(acc[j], c0v[j], args, batch, row, col + j, at_j, ops);
+    }
     store_chunk(c, out);
     return;
   }
+  // A copy to shift: the caller's columns serve its next rows too.
+  float rest[SLOTS][VEC];
+#pragma unroll
+  for (int k = 0; k < SLOTS; ++k)
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) rest[k][j] = columns[k][j];
 #pragma unroll 1
   for (int j = 0; j < valid; ++j) {
     const float c0j = args.beta != 0.0f ? to_f32(c0[j]) : 0.0f;
-    c[j] = from_f32<TC>(finish<TC, Epilogue>(acc[0], c0j, args, batch, row, col + j, ops));
+    float at_j[SLOTS];
 #pragma unroll
-    for (int k = 0; k + 1 < VEC; ++k) acc[k] = acc[k + 1];  // next output to the front
+    for (int k = 0; k < SLOTS; ++k) at_j[k] = rest[k][0];
+    c[j] = from_f32<TC>(finish<TC, Epilogue>(acc[0], c0j, args, batch, row, col + j, at_j, ops));
+    // Next output to the front (constant indices only: the arrays stay in registers).
+#pragma unroll
+    for (int q = 0; q + 1 < VEC; ++q) {
+      acc[q] = acc[q + 1];
+#pragma unroll
+      for (int k = 0; k < SLOTS; ++k) rest[k][q] = rest[k][q + 1];
+    }
   }
+}
+
+// The same, reading the per-column operands of this chunk first (one wide load
+// each instead of one load per output).
+template <typename TC, typename Epilogue>
+__device__ __forceinline__ void write_chunk(const MatmulArgs& args, const EpilogueOperands& ops,
+                                            long long batch, int split, int row, int col, int valid,
+                                            float (&acc)[Chunk<TC>::VEC]) {
+  float columns[Epilogue::kColumnSlots][Chunk<TC>::VEC];
+  if (args.splits == 1)
+    Epilogue::template load_columns<Chunk<TC>::VEC>(columns, batch, col, valid, ops);
+  write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, valid, acc, columns);
 }
 
 // VEC staged floats (16-byte aligned) -> v. A quarter-warp reads 8 consecutive

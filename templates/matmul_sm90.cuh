@@ -233,17 +233,38 @@ struct WgmmaMatmul {
                                                     const float* staged, int tile_m, int tile_n,
                                                     int batch, int split) {
     asm volatile("bar.sync 2, %0;" ::"n"(THREADS) : "memory");  // everything is staged
-#pragma unroll 1
-    for (int i = threadIdx.x; i < BM * CHUNKS_PER_ROW; i += THREADS) {
-      const int staged_row = i / CHUNKS_PER_ROW;
-      const int chunk = i % CHUNKS_PER_ROW;
-      const int row = tile_m * BM + staged_row;
+    if constexpr (THREADS % CHUNKS_PER_ROW == 0) {
+      // Each thread keeps one chunk of columns and walks down the rows: the
+      // epilogue's per-column operands (a bias) are read once, not once per row.
+      constexpr int ROW_STEP = THREADS / CHUNKS_PER_ROW;
+      const int chunk = static_cast<int>(threadIdx.x) % CHUNKS_PER_ROW;
       const int col = tile_n * BN + chunk * VEC;
-      if (row >= args.m || col >= args.n) continue;
-      float v[VEC];
-      matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
-      matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, min(args.n - col, VEC),
-                                        v);
+      if (col >= args.n) return;
+      const int valid = min(args.n - col, VEC);
+      float columns[Epilogue::kColumnSlots][VEC];
+      if (args.splits == 1) Epilogue::template load_columns<VEC>(columns, batch, col, valid, ops);
+#pragma unroll 1
+      for (int staged_row = static_cast<int>(threadIdx.x) / CHUNKS_PER_ROW; staged_row < BM;
+           staged_row += ROW_STEP) {
+        const int row = tile_m * BM + staged_row;
+        if (row >= args.m) break;
+        float v[VEC];
+        matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
+        matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, valid, v, columns);
+      }
+    } else {
+#pragma unroll 1
+      for (int i = threadIdx.x; i < BM * CHUNKS_PER_ROW; i += THREADS) {
+        const int staged_row = i / CHUNKS_PER_ROW;
+        const int chunk = i % CHUNKS_PER_ROW;
+        const int row = tile_m * BM + staged_row;
+        const int col = tile_n * BN + chunk * VEC;
+        if (row >= args.m || col >= args.n) continue;
+        float v[VEC];
+        matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
+        matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, min(args.n - col, VEC),
+                                          v);
+      }
     }
   }
 

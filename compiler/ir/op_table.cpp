@@ -12,6 +12,12 @@ namespace {
 constexpr double kSqrtHalf = 0.70710678118654752440;
 constexpr double kSqrtTwoOverPi = 0.79788456080286535588;
 
+// x * Phi(x) = x erfc(-x / sqrt 2) / 2 (erfc: no cancellation for negative x, even in
+// fp64 where 1 + erf(x / sqrt 2) is 0 below x = -8.3); -inf gives the limit, -0.
+double gelu(double x) {
+  if (x == -INFINITY) return -0.0;
+  return 0.5 * x * std::erfc(-x * kSqrtHalf);
+}
 double gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(kSqrtTwoOverPi * (x + 0.044715 * x * x * x)));
 }
@@ -25,13 +31,14 @@ int64_t wrap32(int64_t v) {
   return static_cast<int32_t>(static_cast<uint32_t>(v));
 }
 
-// gelu is written 0.5 x erfc(-x / sqrt 2) and gelu_tanh x / (1 + e^(-2u)), not
-// 0.5 x (1 + erf) and 0.5 x (1 + tanh u): for negative x, 1 + erf(..) cancels to a
-// few bits (gelu(-3) lost 2e-5 of relative accuracy in f32; a GPU test on a
-// broadcast scalar of -3 caught it). Both forms are the same function.
-// Float spellings use accurate math (expf, not __expf; sin and cos from
-// templates/math.cuh, within 2 ulp like sinf): the f32 error budget is a relative L2
-// of 1e-5 against fp64.
+// gelu_tanh is written x / (1 + e^(-2u)), not 0.5 x (1 + tanh u): for negative x,
+// 1 + tanh(..) cancels to a few bits (gelu(-3) lost 2e-5 of relative accuracy in f32
+// when gelu had the same problem; a GPU test on a broadcast scalar of -3 caught it).
+// gelu is kjit::gelu_f32 (templates/math.cuh: Phi(-|x|) from a polynomial and one
+// exponential, with the symmetry Phi(x) = 1 - Phi(-x)).
+// Float spellings use accurate math (expf, not __expf; sin, cos and gelu from
+// templates/math.cuh, within a few ulps): the f32 error budget is a relative L2 of
+// 1e-5 against fp64.
 const std::vector<OpInfo> kTable = {
     {OpCode::Input, "input", 0, TypeRule::Leaf, nullptr, nullptr, "", nullptr, -2, 2,
      "a kernel argument"},
@@ -67,14 +74,12 @@ const std::vector<OpInfo> kTable = {
      [](const double* a) { return a[0] > 0 ? a[0] : 0.0; },
      [](const int64_t* a) { return a[0] > 0 ? a[0] : int64_t{0}; }, "fmaxf({0}, 0.0f)",
      "max({0}, 0)", -3, 3, "max(x, 0)"},
-    {OpCode::Gelu, "gelu", 1, TypeRule::FloatMath,
-     [](const double* a) { return 0.5 * a[0] * (1.0 + std::erf(a[0] * kSqrtHalf)); }, nullptr,
-     "0.5f * {0} * erfcf({0} * -0.70710678118654752f)", nullptr, -3, 3,
-     "x * Phi(x), the erf form"},
+    {OpCode::Gelu, "gelu", 1, TypeRule::FloatMath, [](const double* a) { return gelu(a[0]); },
+     nullptr, "kjit::gelu_f32({0})", nullptr, -3, 3, "x * Phi(x), the erf form"},
     {OpCode::GeluTanh, "gelu_tanh", 1, TypeRule::FloatMath,
      [](const double* a) { return gelu_tanh(a[0]); }, nullptr,
-     "{0} / (1.0f + expf(-1.5957691216057307f * ({0} + 0.044715f * {0} * {0} * {0})))",
-     nullptr, -3, 3, "the tanh approximation of gelu"},
+     "{0} / (1.0f + expf(-1.5957691216057307f * ({0} + 0.044715f * {0} * {0} * {0})))", nullptr, -3,
+     3, "the tanh approximation of gelu"},
     {OpCode::Silu, "silu", 1, TypeRule::FloatMath,
      [](const double* a) { return a[0] / (1.0 + std::exp(-a[0])); }, nullptr,
      "{0} / (1.0f + expf(-{0}))", nullptr, -4, 4, "x * sigmoid(x)"},

@@ -335,33 +335,75 @@ std::string operand_read(const EpilogueOperand& op, int i) {
 }
 
 // The epilogue: the elementwise function, then the adapter that reads its operands.
+// The adapter has two entry points: apply() reads every operand itself (one output
+// at a time: the register epilogue and the split-K reduction), apply_columns() takes
+// the per-column operands (biases) from load_columns(), which the staged epilogue
+// calls once per chunk of VEC columns, with wide loads, instead of once per output.
 std::string epilogue_glue(const Epilogue& epi) {
   std::string s;
   s += "// ---- epilogue: " + (epi.function_name.empty() ? std::string("identity") : epi.text) +
        " ----\n";
-  std::string call;
+  std::vector<int> column_operands;  // operand index -> its slot in `columns`
+  std::string call, call_columns, loads;
   if (epi.function_name.empty()) {
-    call = "acc";
+    call = call_columns = "acc";
   } else {
     s += epi.function_source;
     if (!epi.function_source.empty() && epi.function_source.back() != '\n') s += "\n";
-    call = epi.function_name + "(acc";
+    call = call_columns = epi.function_name + "(acc";
     for (size_t i = 0; i < epi.operands.size(); ++i) {
       const EpilogueOperand& op = epi.operands[i];
       static const char* kKindText[] = {"one per row", "one per column", "M x N tensor"};
       s += fmt::format("// operand {}: {}, {}, {}: ops.ptr[{}]\n", i, op.name,
                        kKindText[static_cast<int>(op.kind)], matmul::to_string(op.dtype), i);
       call += ",\n        " + operand_read(op, static_cast<int>(i));
+      if (op.kind == OperandKind::ColumnVector) {
+        const int slot = static_cast<int>(column_operands.size());
+        column_operands.push_back(static_cast<int>(i));
+        call_columns += fmt::format(",\n        columns[{}]", slot);
+        loads += fmt::format(
+            "    kjit::matmul::load_values<{0}, VEC>(\n"
+            "        static_cast<const {0}*>(ops.ptr[{1}]) + batch * ops.batch_stride[{1}] + col, "
+            "valid,\n        columns[{2}]);  // {3}\n",
+            device_type(op.dtype), i, slot, op.name);
+      } else {
+        call_columns += ",\n        " + operand_read(op, static_cast<int>(i));
+      }
     }
     call += ")";
+    call_columns += ")";
   }
+  const int slots = std::max<int>(1, static_cast<int>(column_operands.size()));
+  const std::string unused = "    (void)batch; (void)row; (void)col; (void)ops;\n";
   s += "struct kjit_matmul_epilogue {\n";
+  s += fmt::format(
+      "  // per-column operands (read once per chunk of columns): {}\n"
+      "  static constexpr int kColumnSlots = {};\n",
+      column_operands.size(), slots);
   s += "  __device__ __forceinline__ static float apply(float acc, long long batch, int row, int "
        "col,\n";
   s += "                                                const kjit::EpilogueOperands& ops) {\n";
-  if (epi.operands.empty()) s += "    (void)batch; (void)row; (void)col; (void)ops;\n";
-  s += "    return " + call + ";\n  }\n};\n\n";
-
+  if (epi.operands.empty()) s += unused;
+  s += "    return " + call + ";\n  }\n";
+  s += "  template <int VEC>\n";
+  s += "  __device__ __forceinline__ static void load_columns(float "
+       "(&columns)[kColumnSlots][VEC],\n";
+  s += "                                                      long long batch, int col, int "
+       "valid,\n";
+  s += "                                                      const kjit::EpilogueOperands& ops) "
+       "{\n";
+  if (column_operands.empty())
+    s += "    (void)columns; (void)batch; (void)col; (void)valid; (void)ops;\n";
+  s += loads + "  }\n";
+  s += "  __device__ __forceinline__ static float apply_columns(float acc, long long batch, int "
+       "row,\n";
+  s += "                                                        int col,\n";
+  s += "                                                        const float "
+       "(&columns)[kColumnSlots],\n";
+  s += "                                                        const kjit::EpilogueOperands& ops) "
+       "{\n";
+  s += "    (void)batch; (void)row; (void)col; (void)columns; (void)ops;\n";
+  s += "    return " + call_columns + ";\n  }\n};\n\n";
   return s;
 }
 

@@ -32,6 +32,7 @@ struct Case {
   bool ir = false;       // the epilogue is elementwise IR (epilogue_from_ir)
   std::string config;    // empty: the default heuristic
   float alpha = 1.0f, beta = 0.0f;
+  int extra_offset = 0;  // epilogue operands start this many elements into their buffers
 };
 
 BuiltinEpilogue epilogue_of(const Case& c) {
@@ -106,9 +107,9 @@ class MatmulGpu : public testing::GpuTest {
     t.alpha = c.alpha;
     t.beta = c.beta;
     for (size_t i = 0; i < host.extras.size(); ++i) {
-      extras.push_back(upload(host.extras[i]));
+      extras.push_back(upload(host.extras[i], c.extra_offset));
       Tensors::Extra x;
-      x.pointer = extras.back().get();
+      x.pointer = extras.back().get() + c.extra_offset * dtype_bytes(p.epilogue.operands[i].dtype);
       const OperandKind kind = p.epilogue.operands[i].kind;
       x.batch_stride = kind == OperandKind::RowVector      ? p.m
                        : kind == OperandKind::ColumnVector ? p.n
@@ -136,10 +137,12 @@ class MatmulGpu : public testing::GpuTest {
     return result.relative_l2;
   }
 
-  static cuda::DeviceBuffer upload(const HostTensor& t) {
+  // `offset_elements` of padding in front (the caller offsets the pointer).
+  static cuda::DeviceBuffer upload(const HostTensor& t, int offset_elements = 0) {
     const std::vector<unsigned char> bytes = t.bytes();
-    cuda::DeviceBuffer buffer(std::max<size_t>(bytes.size(), 16));
-    buffer.upload(bytes.data(), bytes.size());
+    const size_t offset = static_cast<size_t>(offset_elements) * dtype_bytes(t.dtype);
+    cuda::DeviceBuffer buffer(std::max<size_t>(offset + bytes.size(), 16));
+    buffer.upload(bytes.data(), bytes.size(), offset);
     return buffer;
   }
 };
@@ -258,6 +261,45 @@ std::vector<Case> EachEpilogueCases() {
 }
 TEST_F(MatmulGpu, EachEpilogue) {
   run_all(EachEpilogueCases());
+}
+
+// Per-column operands (a bias) are read a chunk of columns at a time with wide
+// loads where the address allows: every alignment of the bias pointer, an N that
+// ends inside a chunk, an odd per-batch stride, a bias of another width than C,
+// and both engines' staged epilogues.
+std::vector<Case> ColumnOperandAlignmentCases() {
+  std::vector<Case> cases;
+  for (int offset : {0, 1, 2, 4}) {
+    cases.push_back(
+        {.m = 256, .n = 512, .k = 64, .epilogue = "gelu(acc + bias)", .extra_offset = offset});
+    cases.push_back(
+        {.m = 129, .n = 4097, .k = 64, .epilogue = "relu(acc + bias)", .extra_offset = offset});
+    cases.push_back({.m = 130,
+                     .n = 135,
+                     .k = 64,
+                     .output = DType::F32,
+                     .epilogue = "bias:f32[n]; y = acc + bias",
+                     .ir = true,
+                     .extra_offset = offset});
+    cases.push_back({.m = 130,
+                     .n = 256,
+                     .k = 64,
+                     .output = DType::F32,
+                     .epilogue = "acc + bias",
+                     .extra_offset = offset});
+    cases.push_back(
+        {.m = 96, .n = 203, .k = 64, .batch = 3, .epilogue = "acc + bias", .extra_offset = offset});
+    cases.push_back({.m = 200,
+                     .n = 520,
+                     .k = 64,
+                     .epilogue = "gelu(acc + bias)",
+                     .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1",
+                     .extra_offset = offset});
+  }
+  return cases;
+}
+TEST_F(MatmulGpu, ColumnOperandsAtEveryAlignment) {
+  run_all(ColumnOperandAlignmentCases());
 }
 
 // Epilogues written in the IR and lowered by the elementwise emitter, checked

@@ -6,7 +6,8 @@
 // tuning data), cuBLASLt on the same problem in layouts nn and nt (the faster is
 // the peer; the table says which), each result checked against cuBLAS (relative
 // L2) before it is timed. Then 4096^3 with gelu(acc + bias): kjit fused vs kjit
-// plain vs cuBLAS followed by a separate bias+GELU kernel (NVRTC'd here).
+// plain vs cuBLAS followed by a separate bias+GELU kernel (NVRTC'd here), and the
+// cost of lighter epilogues (interleaved rounds; see the comment there).
 // Timing: CUDA events around the kernel(s) only, L2 flushed (a 256 MiB memset)
 // before every repetition, median of --repeats after 3 warm-up runs.
 // --quick: smaller shapes and fewer configs (a smoke run).
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -428,8 +430,52 @@ void run(const Options& options) {
     std::string where;
     const double check = relative_l2_bf16(download(c, out_count), reference, s.n, &where);
     if (check > 1e-2) std::cout << "  kjit fused WRONG: " << where << "\n";
-    const double plain_ms = timer.median_ms([&] { plain.launch(t, stream.get()); });
-    const double fused_ms = timer.median_ms([&] { fused_mm.launch(tf, stream.get()); });
+
+    // Where the epilogue's time goes: the same matmul with lighter epilogues (the
+    // bias load alone, a cheap activation, the tanh form of GELU, GELU without the
+    // bias). Clocks drift between measurements more than the few percent compared
+    // here, so every variant is timed once per round, rounds interleaved, and the
+    // median over rounds is reported.
+    struct Variant {
+      std::string text;
+      std::unique_ptr<Matmul> matmul;
+      Tensors tensors;
+      std::vector<double> rounds;
+    };
+    std::vector<Variant> variants;
+    variants.push_back({"none (plain)", nullptr, t, {}});
+    variants.push_back({"gelu(acc + bias)", nullptr, tf, {}});
+    for (const char* text :
+         {"acc + bias", "relu(acc + bias)", "gelu_tanh(acc + bias)", "gelu(acc)"}) {
+      Problem p = problem_for(s);
+      p.epilogue = epilogue_from_ir(text, DType::BF16).epilogue;
+      Variant v{text, std::make_unique<Matmul>(p, default_config(p, device), device), t, {}};
+      for (size_t i = 0; i < p.epilogue.operands.size(); ++i)
+        v.tensors.extras.push_back({bias.get(), 0, 0});
+      variants.push_back(std::move(v));
+    }
+    const int rounds = 5;
+    for (int round = 0; round < rounds; ++round)
+      for (Variant& v : variants) {
+        Matmul& m = v.matmul ? *v.matmul : v.text == "gelu(acc + bias)" ? fused_mm : plain;
+        v.rounds.push_back(timer.median_ms([&] { m.launch(v.tensors, stream.get()); }));
+      }
+    auto median_of = [](std::vector<double> x) {
+      std::sort(x.begin(), x.end());
+      return x[x.size() / 2];
+    };
+    const double plain_ms = median_of(variants[0].rounds);
+    const double fused_ms = median_of(variants[1].rounds);
+    nlohmann::json breakdown = nlohmann::json::array();
+    std::cout << fmt::format("  epilogue cost (median of {} interleaved rounds):\n", rounds);
+    for (const Variant& v : variants) {
+      const double ms = median_of(v.rounds);
+      std::cout << fmt::format("    {:<24} {:.4f} ms {:+6.1f}%  rounds:", v.text, ms,
+                               (ms / plain_ms - 1) * 100);
+      for (double r : v.rounds) std::cout << fmt::format(" {:.4f}", r);
+      std::cout << "\n";
+      breakdown.push_back({{"epilogue", v.text}, {"median_ms", ms}, {"rounds_ms", v.rounds}});
+    }
     std::cout << fmt::format(
         "  kjit fused  {:.4f} ms {:7.1f} TFLOP/s (check vs cuBLAS+GELU {:.1e}{})\n"
         "  kjit plain  {:.4f} ms {:7.1f} TFLOP/s\n  cuBLAS + bias+GELU kernel {:.4f} ms\n"
@@ -446,7 +492,8 @@ void run(const Options& options) {
                        {"cublas_plus_gelu_ms", peer_ms},
                        {"check_rel_l2", check},
                        {"fused_overhead", fused_ms / plain_ms - 1},
-                       {"speedup_vs_cublas_gelu", peer_ms / fused_ms}});
+                       {"speedup_vs_cublas_gelu", peer_ms / fused_ms},
+                       {"epilogue_breakdown", breakdown}});
     table.push_back(
         fmt::format("{:<16} fused {:.1f} TFLOP/s, {:+.1f}% vs plain, {:.2f}x vs "
                     "cuBLAS+GELU{}",

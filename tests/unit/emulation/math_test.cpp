@@ -1,11 +1,14 @@
-// templates/math.cuh on the CPU: kjit::sincos_f32 against fp64 sin/cos, in ulps of
-// the float result. The device runs the same source (fmaf is a fused multiply-add on
-// both), so what holds here holds there; tests/gpu checks the device too.
+// templates/math.cuh on the CPU: kjit::sincos_f32 against fp64 sin/cos and
+// kjit::gelu_f32 against fp64 x * erfc(-x / sqrt 2) / 2, in ulps of the float result. The device
+// runs the same source (fmaf is a fused multiply-add on both), so what holds here holds there;
+// tests/gpu checks the device too.
 //
 // The default sweep takes a few seconds: floats in [-4pi, 4pi] at a fixed bit stride,
 // the rest of the fast range at a wider one, every float within 8 ulps of each
 // multiple of pi/2 up to the fast limit (where the reduction cancels most), the limit
 // itself and specials. KJIT_MATH_EXHAUSTIVE=1 checks every float up to the limit.
+// gelu: floats in [-24, 24] at a bit stride, around the branch at 0, the cap and
+// specials; KJIT_MATH_EXHAUSTIVE=1 checks every float.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,6 +126,75 @@ TEST(MathSinCos, ExhaustiveWhenAsked) {
   const uint32_t end = to_bits(kjit::kSinCosFastLimit);
   for (uint32_t u = 0; u <= end; ++u) w.check_both_signs(from_bits(u));
   EXPECT_LE(w.ulps, kMaxUlps) << "worst at x = " << w.at << " (" << w.checked << " checked)";
+}
+
+// ---- gelu ------------------------------------------------------------------------
+
+double gelu_reference(float x) {
+  const double d = x;
+  if (d == -std::numeric_limits<double>::infinity()) return -0.0;  // the limit
+  return 0.5 * d * std::erfc(-d * 0.70710678118654752440);
+}
+
+struct GeluWorst {
+  double ulps = 0;
+  float at = 0;
+  long long checked = 0;
+  void check(float x) {
+    const double e = ulp_error(kjit::gelu_f32(x), gelu_reference(x));
+    if (!(e <= ulps)) {
+      ulps = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+      at = x;
+    }
+    ++checked;
+  }
+};
+
+// Eight ulps. Most of it is the rounding of t = 1 / (1 + |x|/4) (and of 1 + |x|/4),
+// which R(t) = t * P(t) amplifies by its logarithmic slope, up to 3.2 near x = 0;
+// then the polynomial (2e-8), expf and the final products.
+constexpr double kGeluMaxUlps = 8.0;
+
+TEST(MathGelu, EveryRangeAtAStride) {
+  GeluWorst w;
+  const uint32_t end = to_bits(24.0f);
+  for (uint32_t u = 0; u <= end; u += 61) {
+    w.check(from_bits(u));
+    w.check(-from_bits(u));
+  }
+  EXPECT_LE(w.ulps, kGeluMaxUlps) << "worst at x = " << w.at << " (" << w.checked << " checked)";
+}
+
+TEST(MathGelu, AroundZeroAndTheCap) {
+  GeluWorst w;
+  for (uint32_t u = 0; u <= 4000; ++u) {  // zero and the smallest magnitudes, both signs
+    w.check(from_bits(u));
+    w.check(-from_bits(u));
+  }
+  for (float center : {19.0f, -19.0f, 14.0f, -14.0f, 13.2f, -13.2f, 1.0f, -1.0f})
+    for (int i = -2000; i <= 2000; ++i) w.check(from_bits(to_bits(center) + i));
+  EXPECT_LE(w.ulps, kGeluMaxUlps) << "worst at x = " << w.at;
+  EXPECT_EQ(kjit::gelu_f32(0.0f), 0.0f);
+  EXPECT_EQ(kjit::gelu_f32(100.0f), 100.0f) << "Phi(100) rounds to 1";
+  EXPECT_EQ(kjit::gelu_f32(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(kjit::gelu_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(to_bits(kjit::gelu_f32(-std::numeric_limits<float>::infinity())), to_bits(-0.0f))
+      << "the limit of x * Phi(x), not -inf * 0";
+  EXPECT_EQ(to_bits(kjit::gelu_f32(-100.0f)), to_bits(-0.0f));
+}
+
+TEST(MathGelu, ExhaustiveWhenAsked) {
+  const char* flag = std::getenv("KJIT_MATH_EXHAUSTIVE");
+  if (flag == nullptr || std::strcmp(flag, "1") != 0)
+    GTEST_SKIP() << "set KJIT_MATH_EXHAUSTIVE=1 to check every float";
+  GeluWorst w;
+  const uint32_t end = to_bits(std::numeric_limits<float>::infinity());
+  for (uint32_t u = 0; u < end; ++u) {
+    w.check(from_bits(u));
+    w.check(-from_bits(u));
+  }
+  EXPECT_LE(w.ulps, kGeluMaxUlps) << "worst at x = " << w.at << " (" << w.checked << " checked)";
 }
 
 }  // namespace
