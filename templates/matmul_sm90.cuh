@@ -243,7 +243,9 @@ struct WgmmaMatmul {
       const int valid = min(args.n - col, VEC);
       float columns[Epilogue::kColumnSlots][VEC];
       if (args.splits == 1) Epilogue::template load_columns<VEC>(columns, batch, col, valid, ops);
-#pragma unroll 1
+        // Two rows per iteration: twice the independent epilogue math in flight (the
+        // accumulators are staged, so the registers are free) hides its latencies.
+#pragma unroll 2
       for (int staged_row = static_cast<int>(threadIdx.x) / CHUNKS_PER_ROW; staged_row < BM;
            staged_row += ROW_STEP) {
         const int row = tile_m * BM + staged_row;

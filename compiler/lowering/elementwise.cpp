@@ -55,8 +55,8 @@ std::string ElementwiseProblem::text() const {
 }
 
 std::string ElementwiseConfig::text() const {
-  return fmt::format("block={},vec={},unroll={}{}", block_threads, vector_width, unroll,
-                     prefetch ? ",prefetch=1" : "");
+  return fmt::format("block={},vec={},unroll={}{}{}", block_threads, vector_width, unroll,
+                     prefetch ? ",prefetch=1" : "", stream ? "" : ",stream=0");
 }
 
 ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
@@ -100,9 +100,13 @@ ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
       if (value != 0 && value != 1)
         throw UserError("prefetch=" + std::to_string(value) + " is not 0 or 1");
       config.prefetch = value;
+    } else if (key == "stream") {
+      if (value != 0 && value != 1)
+        throw UserError("stream=" + std::to_string(value) + " is not 0 or 1");
+      config.stream = value;
     } else {
       throw UserError("unknown config key '" + key + "'",
-                      "the keys are block, vec, unroll and prefetch");
+                      "the keys are block, vec, unroll, prefetch and stream");
     }
   }
   return config;
@@ -538,9 +542,12 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
     s += fmt::format("        out_{}_vec.v[e] = {};\n", name, value);
   }
   s += "      }\n";
+  if (config.stream)
+    s += "      // Streaming stores (st.global.cs): written once, never read back here.\n";
   for (const auto& [name, out] : graph.outputs())
-    s += fmt::format("      kjit::store_vec<{}, V>(out_{} + vec * V, out_{}_vec);\n",
-                     storage_type(graph.node(out).dtype), name, name);
+    s += fmt::format("      kjit::store_vec{}<{}, V>(out_{} + vec * V, out_{}_vec);\n",
+                     config.stream ? "_streaming" : "", storage_type(graph.node(out).dtype), name,
+                     name);
   s += "    }\n  }\n}\n";
 
   KernelSource source;

@@ -42,6 +42,11 @@ inline float __uint_as_float(unsigned u) {
   std::memcpy(&x, &u, sizeof x);
   return x;
 }
+// st.global.cs on the device; a plain store here.
+template <typename T>
+inline void __stcs(T* p, T v) {
+  *p = v;
+}
 using std::max;
 using std::min;
 inline float fmaxf(float a, float b) {
