@@ -56,7 +56,7 @@ std::string ElementwiseProblem::text() const {
 
 std::string ElementwiseConfig::text() const {
   return fmt::format("block={},vec={},unroll={}{}{}", block_threads, vector_width, unroll,
-                     prefetch ? ",prefetch=1" : "", stream ? "" : ",stream=0");
+                     prefetch ? ",prefetch=1" : "", stream ? ",stream=1" : "");
 }
 
 ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {

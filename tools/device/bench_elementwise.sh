@@ -26,10 +26,10 @@ PY
 }
 {
   echo "config sweep (kjit bench --config):"
-  sweep 'y = sin(x)^2 + cos(x)^2' f32 block=512,unroll=2 block=512,unroll=2,stream=0 \
-    block=1024,unroll=1 block=1024,unroll=1,stream=0 block=512,unroll=2,prefetch=1 \
+  sweep 'y = sin(x)^2 + cos(x)^2' f32 block=512,unroll=2 block=512,unroll=2,stream=1 \
+    block=1024,unroll=1 block=1024,unroll=1,stream=1 block=512,unroll=2,prefetch=1 \
     block=1024,unroll=1,prefetch=1 block=256,unroll=2,prefetch=1
-  sweep 'y = x * sigmoid(x) * g' bf16 block=512,unroll=2 block=512,unroll=2,stream=0 \
+  sweep 'y = x * sigmoid(x) * g' bf16 block=512,unroll=2 block=512,unroll=2,stream=1 \
     block=512,unroll=2,prefetch=1 block=1024,unroll=1
 } >>"$out/elementwise.table"
 cat "$out/elementwise.table"

@@ -105,12 +105,12 @@ TEST(Config, ParsesAndRejects) {
   EXPECT_THROW(ElementwiseConfig::parse("vec=3"), UserError);
   EXPECT_THROW(ElementwiseConfig::parse("tile=3"), UserError);
   EXPECT_THROW(ElementwiseConfig::parse("block"), UserError);
-  // Streaming stores are the default; stream=0 is spelled out and round-trips.
-  EXPECT_EQ(ElementwiseConfig().stream, 1);
-  ElementwiseConfig plain = ElementwiseConfig::parse("stream=0,prefetch=1");
-  EXPECT_EQ(plain.stream, 0);
-  EXPECT_EQ(plain.text(), "block=512,vec=0,unroll=2,prefetch=1,stream=0");
-  EXPECT_EQ(ElementwiseConfig::parse(plain.text()).text(), plain.text());
+  // Plain stores are the default; stream=1 is spelled out and round-trips.
+  EXPECT_EQ(ElementwiseConfig().stream, 0);
+  ElementwiseConfig streaming = ElementwiseConfig::parse("stream=1,prefetch=1");
+  EXPECT_EQ(streaming.stream, 1);
+  EXPECT_EQ(streaming.text(), "block=512,vec=0,unroll=2,prefetch=1,stream=1");
+  EXPECT_EQ(ElementwiseConfig::parse(streaming.text()).text(), streaming.text());
   EXPECT_THROW(ElementwiseConfig::parse("stream=2"), UserError);
 }
 
