@@ -247,6 +247,20 @@ TEST_F(ElementwiseGpu, SinCosOfLargeArguments) {
   }
 }
 
+// sigmoid, silu and gelu_tanh divide by 1 + e^(..), which overflows to infinity for
+// large negative arguments (the fast division must give 0 there, not NaN), and gelu's
+// tail (Phi underflows below x = -14) — as in a matmul epilogue, where the
+// accumulators are often this large.
+TEST_F(ElementwiseGpu, ActivationsOfLargeArguments) {
+  for (const char* text : {"y = sigmoid(x)", "y = silu(x)", "y = gelu_tanh(x)", "y = gelu(x)"}) {
+    Case c{text, {DType::F32, {ir::Dim::named("n")}}, {{"n", 1 << 20}}, {}, 0, Alignment::Auto, {}};
+    c.domain["x"] = {-200.0, 200.0};
+    check(c);
+    c.domain["x"] = {-30.0, 30.0};
+    check(c);
+  }
+}
+
 TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
   const char* text =
       "x:f32[m,n]; b:bf16[n]; c:f16[m,1]; s:f32[]; y = gelu(x * b + c) - s; "

@@ -42,6 +42,10 @@ inline float __uint_as_float(unsigned u) {
   std::memcpy(&x, &u, sizeof x);
   return x;
 }
+// The device's fast division: 2 ulps, and 0 for |b| > 2^126 (like the device).
+inline float __fdividef(float a, float b) {
+  return std::fabs(b) > 0x1p126f ? a * 0.0f : a / b;
+}
 // st.global.cs on the device; a plain store here.
 template <typename T>
 inline void __stcs(T* p, T v) {
