@@ -393,7 +393,8 @@ std::string epilogue_glue(const Epilogue& epi) {
   s += "                                                      const kjit::EpilogueOperands& ops) "
        "{\n";
   if (column_operands.empty())
-    s += "    (void)columns; (void)batch; (void)col; (void)valid; (void)ops;\n";
+    s += "    (void)batch; (void)col; (void)valid; (void)ops;\n"
+         "    for (int j = 0; j < VEC; ++j) columns[0][j] = 0.0f;  // no column operands\n";
   s += loads + "  }\n";
   s += "  __device__ __forceinline__ static float apply_columns(float acc, long long batch, int "
        "row,\n";
