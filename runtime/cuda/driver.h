@@ -19,7 +19,8 @@ struct DriverApi {
 #define KJIT_DRIVER_FUNCTIONS(X)                                                                 \
   X(cuInit)                                                                                      \
   X(cuDriverGetVersion)                                                                          \
-  X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)    \
+  X(cuGetErrorName)                                                                              \
+  X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                      \
       X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain) \
           X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) \
               X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)         \
@@ -31,7 +32,8 @@ struct DriverApi {
                                       X(cuModuleGetFunction) X(cuFuncGetAttribute)               \
                                           X(cuFuncSetAttribute) X(cuLaunchKernel)                \
                                               X(cuOccupancyMaxActiveBlocksPerMultiprocessor)     \
-                                                  X(cuPointerGetAttribute) X(cuTensorMapEncodeTiled)
+                                                  X(cuPointerGetAttribute)                       \
+                                                      X(cuTensorMapEncodeTiled)
 #define KJIT_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
   KJIT_DRIVER_FUNCTIONS(KJIT_DECLARE_POINTER)
 #undef KJIT_DECLARE_POINTER

@@ -38,7 +38,9 @@ KernelSource empty_source() {
   return s;
 }
 
-std::string arch() { return cli::default_arch(); }
+std::string arch() {
+  return cli::default_arch();
+}
 
 void BM_NvrtcCompileDemo(benchmark::State& state) {
   KernelSource source = demo_source();

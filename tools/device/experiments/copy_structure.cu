@@ -10,10 +10,10 @@
 //   bash tools/device/experiments/copy_structure.sh    (on the GPU machine; nvcc)
 //
 // docs/perf/2026-11-29-h200-elementwise.md has what it measured on the H200.
+#include <cuda_runtime.h>
+#include <algorithm>
 #include <cstdio>
 #include <vector>
-#include <algorithm>
-#include <cuda_runtime.h>
 #include "kjit/math.cuh"
 
 __device__ __forceinline__ void sincos_fast(float x, float* s, float* c) {
@@ -48,27 +48,35 @@ __device__ __forceinline__ void sincos_fast(float x, float* s, float* c) {
 // iteration, 2 unchecked fast path (bound), 3 no math (copy kernel), 4 libdevice sinf/cosf
 // LD: 0 ld.global.nc, 1 ld.global.cs ; ST: 0 st.global, 1 st.global.cs
 template <int MATH, int LD, int ST, int BLOCK, int U>
-__global__ void __launch_bounds__(BLOCK) k(const float* __restrict__ in, float* __restrict__ out, long long n) {
+__global__ void __launch_bounds__(BLOCK)
+    k(const float* __restrict__ in, float* __restrict__ out, long long n) {
   const long long vectors = n / 4;
   const long long step = (long long)gridDim.x * BLOCK * U;
-  for (long long first = (long long)blockIdx.x * BLOCK * U + threadIdx.x; first < vectors; first += step) {
+  for (long long first = (long long)blockIdx.x * BLOCK * U + threadIdx.x; first < vectors;
+       first += step) {
     float4 v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long vec = first + (long long)u * BLOCK;
       if (vec >= vectors) break;
-      if (LD == 0) v[u] = __ldg(reinterpret_cast<const float4*>(in) + vec);
-      else if (LD == 1) v[u] = __ldcs(reinterpret_cast<const float4*>(in) + vec);
+      if (LD == 0)
+        v[u] = __ldg(reinterpret_cast<const float4*>(in) + vec);
+      else if (LD == 1)
+        v[u] = __ldcs(reinterpret_cast<const float4*>(in) + vec);
       else {
         const float4* p = reinterpret_cast<const float4*>(in) + vec;
-        asm volatile("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[u].x), "=f"(v[u].y), "=f"(v[u].z), "=f"(v[u].w) : "l"(p));
+        asm volatile("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(v[u].x), "=f"(v[u].y), "=f"(v[u].z), "=f"(v[u].w)
+                     : "l"(p));
       }
     }
     bool all_fast = true;
     if (MATH == 1) {
       float m = 0.f;
 #pragma unroll
-      for (int u = 0; u < U; ++u) m = fmaxf(m, fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)), fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
+      for (int u = 0; u < U; ++u)
+        m = fmaxf(m,
+                  fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)), fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
       all_fast = m <= kjit::kSinCosFastLimit;
     }
 #pragma unroll
@@ -80,43 +88,84 @@ __global__ void __launch_bounds__(BLOCK) k(const float* __restrict__ in, float* 
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         float s, c;
-        if (MATH == 0) kjit::sincos_f32(e[q], &s, &c);
-        else if (MATH == 1) { if (all_fast) sincos_fast(e[q], &s, &c); else kjit::sincos_f32(e[q], &s, &c); }
-        else if (MATH == 2) sincos_fast(e[q], &s, &c);
-        else if (MATH == 4) { s = sinf(e[q]); c = cosf(e[q]); }
-        if (MATH == 3) o[q] = e[q]; else o[q] = s * s + c * c;
+        if (MATH == 0)
+          kjit::sincos_f32(e[q], &s, &c);
+        else if (MATH == 1) {
+          if (all_fast)
+            sincos_fast(e[q], &s, &c);
+          else
+            kjit::sincos_f32(e[q], &s, &c);
+        } else if (MATH == 2)
+          sincos_fast(e[q], &s, &c);
+        else if (MATH == 4) {
+          s = sinf(e[q]);
+          c = cosf(e[q]);
+        }
+        if (MATH == 3)
+          o[q] = e[q];
+        else
+          o[q] = s * s + c * c;
       }
       float4 w = make_float4(o[0], o[1], o[2], o[3]);
-      if (ST == 0) reinterpret_cast<float4*>(out)[vec] = w; else __stcs(reinterpret_cast<float4*>(out) + vec, w);
+      if (ST == 0)
+        reinterpret_cast<float4*>(out)[vec] = w;
+      else
+        __stcs(reinterpret_cast<float4*>(out) + vec, w);
     }
   }
 }
 
-struct Variant { const char* name; void (*kernel)(const float*, float*, long long); int block; int per_sm = 0; };
-#define V(M, L, S, B, U) {#M " ld" #L " st" #S " block" #B " u" #U, k<M, L, S, B, U>, B}
-#define VB(M, L, S, B, U, PER) {#M " ld" #L " st" #S " block" #B " u" #U " per_sm" #PER, k<M, L, S, B, U>, B, PER}
+struct Variant {
+  const char* name;
+  void (*kernel)(const float*, float*, long long);
+  int block;
+  int per_sm = 0;
+};
+#define V(M, L, S, B, U) \
+  { #M " ld" #L " st" #S " block" #B " u" #U, k < M, L, S, B, U>, B }
+#define VB(M, L, S, B, U, PER) \
+  { #M " ld" #L " st" #S " block" #B " u" #U " per_sm" #PER, k < M, L, S, B, U>, B, PER }
 
 int main() {
   const long long n = 1ll << 28;
   float *in, *out;
-  cudaMalloc(&in, n * 4); cudaMalloc(&out, n * 4);
+  cudaMalloc(&in, n * 4);
+  cudaMalloc(&out, n * 4);
   std::vector<float> h(n);
   unsigned s = 12345;
-  for (long long i = 0; i < n; ++i) { s = s * 1664525u + 1013904223u; h[i] = ((s >> 8) * (1.0f / 16777216.0f)) * 20.f - 10.f; }
+  for (long long i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    h[i] = ((s >> 8) * (1.0f / 16777216.0f)) * 20.f - 10.f;
+  }
   cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice);
-  int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  int sms;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   Variant vs[] = {
-    V(3,0,0,512,2), V(3,0,1,512,2), V(3,0,1,1024,1), V(3,0,1,256,4), V(3,0,1,256,8), V(3,2,1,512,2), V(3,2,0,512,2),
-    VB(3,0,1,1024,4,1), VB(3,0,1,512,4,2), VB(3,0,1,256,2,4), VB(3,0,1,512,2,3), VB(3,0,1,512,2,2),
-    V(0,0,0,512,2), V(0,0,1,1024,1), V(1,0,1,1024,1), V(1,2,1,1024,1), V(1,0,1,512,2), V(1,0,1,256,4),
-    VB(1,0,1,1024,2,1), VB(1,0,1,512,2,3),
+      V(3, 0, 0, 512, 2),      V(3, 0, 1, 512, 2),      V(3, 0, 1, 1024, 1),
+      V(3, 0, 1, 256, 4),      V(3, 0, 1, 256, 8),      V(3, 2, 1, 512, 2),
+      V(3, 2, 0, 512, 2),      VB(3, 0, 1, 1024, 4, 1), VB(3, 0, 1, 512, 4, 2),
+      VB(3, 0, 1, 256, 2, 4),  VB(3, 0, 1, 512, 2, 3),  VB(3, 0, 1, 512, 2, 2),
+      V(0, 0, 0, 512, 2),      V(0, 0, 1, 1024, 1),     V(1, 0, 1, 1024, 1),
+      V(1, 2, 1, 1024, 1),     V(1, 0, 1, 512, 2),      V(1, 0, 1, 256, 4),
+      VB(1, 0, 1, 1024, 2, 1), VB(1, 0, 1, 512, 2, 3),
   };
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
   auto time = [&](auto f) {
     std::vector<float> t;
     for (int r = 0; r < 3; ++r) f();
-    for (int r = 0; r < 20; ++r) { cudaEventRecord(a); f(); cudaEventRecord(b); cudaEventSynchronize(b); float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms); }
-    std::sort(t.begin(), t.end()); return t[10];
+    for (int r = 0; r < 20; ++r) {
+      cudaEventRecord(a);
+      f();
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      float ms;
+      cudaEventElapsedTime(&ms, a, b);
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[10];
   };
   const int nv = sizeof(vs) / sizeof(vs[0]);
   std::vector<std::vector<float>> res(nv);
@@ -124,17 +173,21 @@ int main() {
   for (int round = 0; round < 3; ++round) {
     copies.push_back(time([&] { cudaMemcpyAsync(out, in, n * 4, cudaMemcpyDeviceToDevice); }));
     for (int i = 0; i < nv; ++i) {
-      int per_sm; cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vs[i].kernel, vs[i].block, 0);
+      int per_sm;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vs[i].kernel, vs[i].block, 0);
       if (vs[i].per_sm) per_sm = vs[i].per_sm;
       res[i].push_back(time([&] { vs[i].kernel<<<sms * per_sm, vs[i].block>>>(in, out, n); }));
     }
   }
   std::sort(copies.begin(), copies.end());
   const float copy = copies[1];
-  printf("copy (cudaMemcpy D2D) %.4f ms  rounds:", copy); for (float c : copies) printf(" %.4f", c); printf("\n");
+  printf("copy (cudaMemcpy D2D) %.4f ms  rounds:", copy);
+  for (float c : copies) printf(" %.4f", c);
+  printf("\n");
   for (int i = 0; i < nv; ++i) {
     std::sort(res[i].begin(), res[i].end());
-    printf("%-28s %.4f ms  %5.1f%% of copy  (min round %.4f)\n", vs[i].name, res[i][1], 100 * copy / res[i][1], res[i][0]);
+    printf("%-28s %.4f ms  %5.1f%% of copy  (min round %.4f)\n", vs[i].name, res[i][1],
+           100 * copy / res[i][1], res[i][0]);
   }
   // correctness spot check of the last math kernel vs 1
   return 0;
