@@ -16,24 +16,53 @@ namespace kjit::cuda {
 // One function pointer per driver entry point we use. `decltype(&::cuX)` is the
 // header's prototype for the versioned symbol cuda.h maps cuX to.
 struct DriverApi {
-#define KJIT_DRIVER_FUNCTIONS(X)                                                                 \
-  X(cuInit)                                                                                      \
-  X(cuDriverGetVersion)                                                                          \
-  X(cuGetErrorName)                                                                              \
-  X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                      \
-      X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain) \
-          X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) \
-              X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)         \
-                  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8)   \
-                      X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemGetInfo) X(cuStreamCreate)   \
-                          X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)             \
-                              X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)           \
-                                  X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)    \
-                                      X(cuModuleGetFunction) X(cuFuncGetAttribute)               \
-                                          X(cuFuncSetAttribute) X(cuLaunchKernel)                \
-                                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)     \
-                                                  X(cuPointerGetAttribute)                       \
-                                                      X(cuTensorMapEncodeTiled)
+// clang-format off (one entry point per line; the formatter folds it unstably)
+#define KJIT_DRIVER_FUNCTIONS(X)                 \
+  X(cuInit)                                      \
+  X(cuDriverGetVersion)                          \
+  X(cuGetErrorName)                              \
+  X(cuGetErrorString)                            \
+  X(cuDeviceGetCount)                            \
+  X(cuDeviceGet)                                 \
+  X(cuDeviceGetName)                             \
+  X(cuDeviceGetAttribute)                        \
+  X(cuDeviceTotalMem)                            \
+  X(cuDeviceGetUuid)                             \
+  X(cuDevicePrimaryCtxRetain)                    \
+  X(cuDevicePrimaryCtxRelease)                   \
+  X(cuCtxSetCurrent)                             \
+  X(cuCtxGetCurrent)                             \
+  X(cuCtxSynchronize)                            \
+  X(cuMemAlloc)                                  \
+  X(cuMemFree)                                   \
+  X(cuMemcpyHtoD)                                \
+  X(cuMemcpyDtoH)                                \
+  X(cuMemcpyDtoD)                                \
+  X(cuMemcpyHtoDAsync)                           \
+  X(cuMemcpyDtoHAsync)                           \
+  X(cuMemcpyDtoDAsync)                           \
+  X(cuMemsetD8)                                  \
+  X(cuMemsetD8Async)                             \
+  X(cuMemsetD32Async)                            \
+  X(cuMemGetInfo)                                \
+  X(cuStreamCreate)                              \
+  X(cuStreamDestroy)                             \
+  X(cuStreamSynchronize)                         \
+  X(cuEventCreate)                               \
+  X(cuEventDestroy)                              \
+  X(cuEventRecord)                               \
+  X(cuEventSynchronize)                          \
+  X(cuEventElapsedTime)                          \
+  X(cuModuleLoadData)                            \
+  X(cuModuleUnload)                              \
+  X(cuModuleGetFunction)                         \
+  X(cuFuncGetAttribute)                          \
+  X(cuFuncSetAttribute)                          \
+  X(cuLaunchKernel)                              \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(cuPointerGetAttribute)                       \
+  X(cuTensorMapEncodeTiled)
+// clang-format on
 #define KJIT_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
   KJIT_DRIVER_FUNCTIONS(KJIT_DECLARE_POINTER)
 #undef KJIT_DECLARE_POINTER
