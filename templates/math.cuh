@@ -94,9 +94,9 @@ __device__ __forceinline__ float cos_f32(float x) {
 //
 // Why not 0.5f * x * erfcf(-x / sqrt 2)? It is accurate, but erfcf costs about 45
 // instructions (two reciprocals, an exponential, a long polynomial) and in a matmul
-// epilogue every output pays them while the tensor cores wait: on the H200 the GELU
-// of gelu(acc + bias) was most of the fused epilogue's cost. This version needs
-// about 30, all full rate but one reciprocal and one exponential:
+// epilogue every output pays them while the tensor cores wait (the epilogue's
+// arithmetic is exposed time: docs/perf/2026-11-29-h200-matmul-wgmma.md). This
+// version needs about 34, all full rate but one reciprocal and one exponential:
 //
 //   1. Symmetry: Phi(x) = 1 - Phi(-x). Compute q = Phi(-|x|) = erfc(|x|/sqrt 2) / 2,
 //      which is at most 1/2, and take Phi = q for x < 0 and 1 - q otherwise: the
