@@ -53,11 +53,17 @@ inline void __stcs(T* p, T v) {
 }
 using std::max;
 using std::min;
+// Written out: std::fmax may call ::fmaxf, which is this function (unoptimized
+// builds recursed forever). NaN loses to a number, as on the device.
 inline float fmaxf(float a, float b) {
-  return std::fmax(a, b);
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  return a > b ? a : b;
 }
 inline float fminf(float a, float b) {
-  return std::fmin(a, b);
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  return a < b ? a : b;
 }
 namespace kjit {
 typedef unsigned char u8;
