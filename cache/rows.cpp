@@ -218,49 +218,61 @@ std::optional<Measurement> stored_measurement(Database& db, const char* sql,
   return Measurement{query.column_double(0), query.column_double(1), query.column_int(2)};
 }
 
-PutOutcome upsert_tuning(Database& db, const TuningRecord& t, int64_t now) {
-  std::optional<Measurement> existing = stored_measurement(
-      db, "SELECT median_ms, spread, runs FROM tunings WHERE gpu_model = ?1 AND problem = ?2",
-      {t.gpu_model, t.problem});
-  if (existing && !better_measured(t.measured, *existing)) return PutOutcome::Kept;
-  Statement& write = db.cached(
-      "INSERT OR REPLACE INTO tunings (gpu_model, problem, config, median_ms, spread, runs, "
-      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+// The policy tunings and trials share: the stored row stays unless the new
+// measurement is better (better_measured); `bind_row` binds every column of
+// `insert_sql`.
+template <typename BindRow>
+PutOutcome upsert_measured(Database& db, const char* select_sql,
+                           std::initializer_list<std::string_view> key, const Measurement& measured,
+                           const char* insert_sql, BindRow bind_row) {
+  std::optional<Measurement> existing = stored_measurement(db, select_sql, key);
+  if (existing && !better_measured(measured, *existing)) return PutOutcome::Kept;
+  Statement& write = db.cached(insert_sql);
   StatementReset rewind(write);
-  write.bind(1, t.gpu_model)
-      .bind(2, t.problem)
-      .bind(3, t.config)
-      .bind(4, t.measured.median_ms)
-      .bind(5, t.measured.spread)
-      .bind(6, t.measured.runs)
-      .bind(7, t.tuner_version)
-      .bind(8, t.created != 0 ? t.created : now);
+  bind_row(write);
   write.step();
   return existing ? PutOutcome::Replaced : PutOutcome::Inserted;
 }
 
+// Columns 1..6, the same in both tables: gpu_model, problem, config, the measurement.
+Statement& bind_measured_columns(Statement& write, const std::string& gpu_model,
+                                 const std::string& problem, const std::string& config,
+                                 const Measurement& m) {
+  return write.bind(1, gpu_model)
+      .bind(2, problem)
+      .bind(3, config)
+      .bind(4, m.median_ms)
+      .bind(5, m.spread)
+      .bind(6, m.runs);
+}
+
+PutOutcome upsert_tuning(Database& db, const TuningRecord& t, int64_t now) {
+  return upsert_measured(
+      db, "SELECT median_ms, spread, runs FROM tunings WHERE gpu_model = ?1 AND problem = ?2",
+      {t.gpu_model, t.problem}, t.measured,
+      "INSERT OR REPLACE INTO tunings (gpu_model, problem, config, median_ms, spread, runs, "
+      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+      [&](Statement& write) {
+        bind_measured_columns(write, t.gpu_model, t.problem, t.config, t.measured)
+            .bind(7, t.tuner_version)
+            .bind(8, t.created != 0 ? t.created : now);
+      });
+}
+
 PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
-  std::optional<Measurement> existing =
-      stored_measurement(db,
-                         "SELECT median_ms, spread, runs FROM trials "
-                         "WHERE gpu_model = ?1 AND problem = ?2 AND config = ?3",
-                         {t.gpu_model, t.problem, t.config});
-  if (existing && !better_measured(t.measured, *existing)) return PutOutcome::Kept;
-  Statement& write = db.cached(
+  return upsert_measured(
+      db,
+      "SELECT median_ms, spread, runs FROM trials "
+      "WHERE gpu_model = ?1 AND problem = ?2 AND config = ?3",
+      {t.gpu_model, t.problem, t.config}, t.measured,
       "INSERT OR REPLACE INTO trials (gpu_model, problem, config, median_ms, spread, runs, error, "
-      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
-  StatementReset rewind(write);
-  write.bind(1, t.gpu_model)
-      .bind(2, t.problem)
-      .bind(3, t.config)
-      .bind(4, t.measured.median_ms)
-      .bind(5, t.measured.spread)
-      .bind(6, t.measured.runs)
-      .bind(7, t.error)
-      .bind(8, t.tuner_version)
-      .bind(9, t.created != 0 ? t.created : now);
-  write.step();
-  return existing ? PutOutcome::Replaced : PutOutcome::Inserted;
+      "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+      [&](Statement& write) {
+        bind_measured_columns(write, t.gpu_model, t.problem, t.config, t.measured)
+            .bind(7, t.error)
+            .bind(8, t.tuner_version)
+            .bind(9, t.created != 0 ? t.created : now);
+      });
 }
 
 PutOutcome upsert_device(Database& db, const DeviceRecord& d, int64_t first_seen,

@@ -136,18 +136,6 @@ BuiltinEpilogue builtin_epilogue(const std::string& text, DType dtype) {
 
 namespace {
 
-ir::DType ir_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return ir::DType::F32;
-    case DType::F16:
-      return ir::DType::F16;
-    case DType::BF16:
-      return ir::DType::BF16;
-  }
-  return ir::DType::F32;
-}
-
 DType matmul_dtype(ir::DType dtype, const std::string& name) {
   switch (dtype) {
     case ir::DType::F32:
@@ -182,7 +170,7 @@ OperandKind kind_of(const ir::Node& input) {
 BuiltinEpilogue epilogue_from_ir(const std::string& text, DType dtype) {
   // `acc` is declared first so that it is the device function's first parameter.
   ir::ParseOptions options;
-  options.default_dtype = ir_dtype(dtype);
+  options.default_dtype = to_ir(dtype);
   options.default_shape = {ir::Dim::named("n")};
   const ir::Graph parsed = ir::parse("acc:f32[m,n]\n" + text, options);
   const ir::Graph graph = ir::optimize(parsed);

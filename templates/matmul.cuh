@@ -77,6 +77,23 @@ __device__ __forceinline__ void tile_of_block(int block, int tiles_m, int tiles_
   tile_n = in_group / group_rows;
 }
 
+// What one block computes, from its grid position (grid = (tiles_m * tiles_n,
+// splits, batch)): its output tile (rasterized by tile_of_block), its split of K
+// and its batch. Every engine starts here.
+struct BlockWork {
+  int tile_m, tile_n, split, batch, k_begin, k_end;
+};
+template <int BM, int BN>
+__device__ __forceinline__ BlockWork block_work(const MatmulArgs& args) {
+  BlockWork w;
+  tile_of_block(blockIdx.x, (args.m + BM - 1) / BM, (args.n + BN - 1) / BN, w.tile_m, w.tile_n);
+  w.split = blockIdx.y;
+  w.batch = blockIdx.z;
+  w.k_begin = w.split * args.k_per_split;
+  w.k_end = min(args.k, w.k_begin + args.k_per_split);
+  return w;
+}
+
 // ---- stores of two horizontally adjacent outputs --------------------------------
 template <typename T>
 struct Pair;
@@ -117,14 +134,18 @@ struct Pair<f16> {
   }
 };
 
+// alpha * acc + beta * c0 (c0 is not read when beta is 0).
+__device__ __forceinline__ float scaled(float acc, float c0, const MatmulArgs& args) {
+  const float v = args.alpha * acc;
+  return args.beta != 0.0f ? fmaf(args.beta, c0, v) : v;
+}
+
 // The final value of one output: alpha * acc + beta * c0, then the epilogue.
 template <typename TC, typename Epilogue>
 __device__ __forceinline__ float finish(float acc, float c0, const MatmulArgs& args,
                                         long long batch, int row, int col,
                                         const EpilogueOperands& ops) {
-  float v = args.alpha * acc;
-  if (args.beta != 0.0f) v = fmaf(args.beta, c0, v);
-  return Epilogue::apply(v, batch, row, col, ops);
+  return Epilogue::apply(scaled(acc, c0, args), batch, row, col, ops);
 }
 
 // The same, with the epilogue's per-column operands already read (columns[k]: the
@@ -134,9 +155,7 @@ __device__ __forceinline__ float finish(float acc, float c0, const MatmulArgs& a
                                         long long batch, int row, int col,
                                         const float (&columns)[Epilogue::kColumnSlots],
                                         const EpilogueOperands& ops) {
-  float v = args.alpha * acc;
-  if (args.beta != 0.0f) v = fmaf(args.beta, c0, v);
-  return Epilogue::apply_columns(v, batch, row, col, columns, ops);
+  return Epilogue::apply_columns(scaled(acc, c0, args), batch, row, col, columns, ops);
 }
 
 // Writes outputs (row, col) and (row, col + 1) of batch `batch`. In split mode the
@@ -767,14 +786,9 @@ struct TensorCoreMatmul {
   template <typename Epilogue>
   __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops) {
     extern __shared__ __align__(128) unsigned char kjit_matmul_shared[];
-    const int tiles_m = (args.m + BM - 1) / BM;
-    const int tiles_n = (args.n + BN - 1) / BN;
-    int tile_m, tile_n;
-    tile_of_block(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
-    const int split = blockIdx.y;
-    const int batch = blockIdx.z;
-    const int k_begin = split * args.k_per_split;
-    const int k_end = min(args.k, k_begin + args.k_per_split);
+    const BlockWork w = block_work<BM, BN>(args);
+    const int tile_m = w.tile_m, tile_n = w.tile_n, split = w.split, batch = w.batch;
+    const int k_begin = w.k_begin, k_end = w.k_end;
     const bool interior =
         (tile_m + 1) * BM <= args.m && (tile_n + 1) * BN <= args.n && (k_end - k_begin) % BK == 0;
     float acc[MT][NT][4];

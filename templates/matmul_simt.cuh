@@ -18,18 +18,34 @@ struct SimtMatmul {
   static constexpr int BM = 64, BN = 64, BK = 16, THREADS = 256;
   static constexpr int SHARED_BYTES = 0;  // static shared memory only
 
+  // One operand's BK x ROWS slice into tile[k][row] (zeros past `rows` and k_end):
+  // consecutive threads take consecutive addresses in the stored layout (K-major:
+  // element (row, k) at p[row * ld + k], else at p[k * ld + row]).
+  template <int ROWS, bool K_MAJOR>
+  __device__ __forceinline__ static void load_tile(float (&tile)[BK][ROWS + 4], const float* p,
+                                                   long long ld, int r0, int rows, int k0,
+                                                   int k_end) {
+#pragma unroll
+    for (int i = 0; i < ROWS * BK / THREADS; ++i) {
+      const int e = i * THREADS + static_cast<int>(threadIdx.x);
+      const int rr = K_MAJOR ? e / BK : e % ROWS;
+      const int kk = K_MAJOR ? e % BK : e / ROWS;
+      const int row = r0 + rr, k = k0 + kk;
+      float v = 0.0f;
+      if (row < rows && k < k_end)
+        v = K_MAJOR ? p[static_cast<long long>(row) * ld + k]
+                    : p[static_cast<long long>(k) * ld + row];
+      tile[kk][rr] = v;
+    }
+  }
+
   template <typename Epilogue>
   __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops) {
     __shared__ float tile_a[BK][BM + 4];  // [k][m]; +4 keeps 16-byte rows, fewer conflicts
     __shared__ float tile_b[BK][BN + 4];  // [k][n]
-    const int tiles_m = (args.m + BM - 1) / BM;
-    const int tiles_n = (args.n + BN - 1) / BN;
-    int tile_m, tile_n;
-    tile_of_block(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
-    const int split = blockIdx.y;
-    const int batch = blockIdx.z;
-    const int k_begin = split * args.k_per_split;
-    const int k_end = min(args.k, k_begin + args.k_per_split);
+    const BlockWork w = block_work<BM, BN>(args);
+    const int tile_m = w.tile_m, tile_n = w.tile_n, split = w.split, batch = w.batch;
+    const int k_begin = w.k_begin, k_end = w.k_end;
     const int m0 = tile_m * BM, n0 = tile_n * BN;
     const float* a = static_cast<const float*>(args.a) + batch * args.stride_a;
     const float* b = static_cast<const float*>(args.b) + batch * args.stride_b;
@@ -44,43 +60,8 @@ struct SimtMatmul {
       for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 
     for (int k0 = k_begin; k0 < k_end; k0 += BK) {
-      // Load: consecutive threads take consecutive addresses in the stored layout.
-#pragma unroll
-      for (int i = 0; i < BM * BK / THREADS; ++i) {
-        const int e = i * THREADS + tid;
-        int mm, kk;
-        if (A_K_MAJOR) {
-          kk = e % BK;
-          mm = e / BK;
-        } else {
-          mm = e % BM;
-          kk = e / BM;
-        }
-        const int row = m0 + mm, k = k0 + kk;
-        float v = 0.0f;
-        if (row < args.m && k < k_end)
-          v = A_K_MAJOR ? a[static_cast<long long>(row) * args.lda + k]
-                        : a[static_cast<long long>(k) * args.lda + row];
-        tile_a[kk][mm] = v;
-      }
-#pragma unroll
-      for (int i = 0; i < BN * BK / THREADS; ++i) {
-        const int e = i * THREADS + tid;
-        int nn, kk;
-        if (B_K_MAJOR) {
-          kk = e % BK;
-          nn = e / BK;
-        } else {
-          nn = e % BN;
-          kk = e / BN;
-        }
-        const int col = n0 + nn, k = k0 + kk;
-        float v = 0.0f;
-        if (col < args.n && k < k_end)
-          v = B_K_MAJOR ? b[static_cast<long long>(col) * args.ldb + k]
-                        : b[static_cast<long long>(k) * args.ldb + col];
-        tile_b[kk][nn] = v;
-      }
+      load_tile<BM, A_K_MAJOR>(tile_a, a, args.lda, m0, args.m, k0, k_end);
+      load_tile<BN, B_K_MAJOR>(tile_b, b, args.ldb, n0, args.n, k0, k_end);
       __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) {

@@ -233,40 +233,26 @@ struct WgmmaMatmul {
                                                     const float* staged, int tile_m, int tile_n,
                                                     int batch, int split) {
     asm volatile("bar.sync 2, %0;" ::"n"(THREADS) : "memory");  // everything is staged
-    if constexpr (THREADS % CHUNKS_PER_ROW == 0) {
-      // Each thread keeps one chunk of columns and walks down the rows: the
-      // epilogue's per-column operands (a bias) are read once, not once per row.
-      constexpr int ROW_STEP = THREADS / CHUNKS_PER_ROW;
-      const int chunk = static_cast<int>(threadIdx.x) % CHUNKS_PER_ROW;
-      const int col = tile_n * BN + chunk * VEC;
-      if (col >= args.n) return;
-      const int valid = min(args.n - col, VEC);
-      float columns[Epilogue::kColumnSlots][VEC];
-      if (args.splits == 1) Epilogue::template load_columns<VEC>(columns, batch, col, valid, ops);
-        // Two rows per iteration: twice the independent epilogue math in flight (the
-        // accumulators are staged, so the registers are free) hides its latencies.
-#pragma unroll 2
-      for (int staged_row = static_cast<int>(threadIdx.x) / CHUNKS_PER_ROW; staged_row < BM;
-           staged_row += ROW_STEP) {
-        const int row = tile_m * BM + staged_row;
-        if (row >= args.m) break;
-        float v[VEC];
-        matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
-        matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, valid, v, columns);
-      }
-    } else {
+    // Each thread keeps one chunk of columns and walks down the rows, so the
+    // epilogue's per-column operands (a bias) are read once per tile, not once per
+    // row. ROW_STEP rows per pass; with BN = 192 the last THREADS % CHUNKS_PER_ROW
+    // threads sit this out.
+    constexpr int ROW_STEP = THREADS / CHUNKS_PER_ROW;
+    if (static_cast<int>(threadIdx.x) >= ROW_STEP * CHUNKS_PER_ROW) return;
+    const int chunk = static_cast<int>(threadIdx.x) % CHUNKS_PER_ROW;
+    const int col = tile_n * BN + chunk * VEC;
+    if (col >= args.n) return;
+    const int valid = min(args.n - col, VEC);
+    float columns[Epilogue::kColumnSlots][VEC];
+    if (args.splits == 1) Epilogue::template load_columns<VEC>(columns, batch, col, valid, ops);
 #pragma unroll 1
-      for (int i = threadIdx.x; i < BM * CHUNKS_PER_ROW; i += THREADS) {
-        const int staged_row = i / CHUNKS_PER_ROW;
-        const int chunk = i % CHUNKS_PER_ROW;
-        const int row = tile_m * BM + staged_row;
-        const int col = tile_n * BN + chunk * VEC;
-        if (row >= args.m || col >= args.n) continue;
-        float v[VEC];
-        matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
-        matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, min(args.n - col, VEC),
-                                          v);
-      }
+    for (int staged_row = static_cast<int>(threadIdx.x) / CHUNKS_PER_ROW; staged_row < BM;
+         staged_row += ROW_STEP) {
+      const int row = tile_m * BM + staged_row;
+      if (row >= args.m) break;
+      float v[VEC];
+      matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
+      matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, valid, v, columns);
     }
   }
 
@@ -282,14 +268,9 @@ struct WgmmaMatmul {
     const u32 full = stages + STAGES * STAGE_BYTES;
     const u32 empty = full + 8 * STAGES;
 
-    const int tiles_m = (args.m + BM - 1) / BM;
-    const int tiles_n = (args.n + BN - 1) / BN;
-    int tile_m, tile_n;
-    matmul::tile_of_block(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
-    const int split = blockIdx.y;
-    const int batch = blockIdx.z;
-    const int k_begin = split * args.k_per_split;
-    const int k_end = min(args.k, k_begin + args.k_per_split);
+    const matmul::BlockWork w = matmul::block_work<BM, BN>(args);
+    const int tile_m = w.tile_m, tile_n = w.tile_n, split = w.split, batch = w.batch;
+    const int k_begin = w.k_begin, k_end = w.k_end;
     const int k_tiles = (k_end - k_begin + BK - 1) / BK;  // the copy engine zero-fills past K
 
     if (threadIdx.x == 0) {

@@ -6,30 +6,35 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "compiler/ir/dtype.h"
 #include "support/error.h"
 
 namespace kjit::matmul {
 
-const char* to_string(DType dtype) {
+// The three matmul dtypes are a subset of the IR's; names and sizes come from there.
+ir::DType to_ir(DType dtype) {
   switch (dtype) {
     case DType::F32:
-      return "f32";
+      return ir::DType::F32;
     case DType::F16:
-      return "f16";
+      return ir::DType::F16;
     case DType::BF16:
-      return "bf16";
+      return ir::DType::BF16;
   }
-  return "?";
+  return ir::DType::F32;
+}
+
+const char* to_string(DType dtype) {
+  return ir::to_string(to_ir(dtype));
 }
 
 int dtype_bytes(DType dtype) {
-  return dtype == DType::F32 ? 4 : 2;
+  return ir::size_bytes(to_ir(dtype));
 }
 
 DType parse_dtype(const std::string& text) {
-  if (text == "f32") return DType::F32;
-  if (text == "f16") return DType::F16;
-  if (text == "bf16") return DType::BF16;
+  for (DType d : {DType::F32, DType::F16, DType::BF16})
+    if (text == to_string(d)) return d;
   throw UserError("matmul does not support dtype '" + text + "'",
                   "use one of bf16, f16 (tensor cores, f32 accumulation) or f32 (exact SIMT)");
 }
@@ -307,15 +312,7 @@ void validate(const Problem& problem, const Config& config) {
 namespace {
 
 const char* device_type(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return "float";
-    case DType::F16:
-      return "kjit::f16";
-    case DType::BF16:
-      return "kjit::bf16";
-  }
-  return "?";
+  return ir::storage_type(to_ir(dtype));
 }
 
 // The expression that reads extra operand `i` at (batch, row, col), as float.

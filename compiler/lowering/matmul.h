@@ -15,11 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir/dtype.h"
 #include "compiler/kernel_source.h"
 
 namespace kjit::matmul {
 
 enum class DType { F32, F16, BF16 };
+ir::DType to_ir(DType dtype);
 const char* to_string(DType dtype);
 int dtype_bytes(DType dtype);
 // "f32" | "f16" | "bf16"; anything else is a UserError naming the supported ones.

@@ -16,6 +16,17 @@ int device_count() {
   return count;
 }
 
+DeviceProperties h200_class_device(const std::string& name) {
+  DeviceProperties d;
+  d.name = name;
+  d.cc_major = 9;
+  d.sm_count = 132;
+  d.max_threads_per_block = 1024;
+  d.shared_per_block_optin = 232448;
+  d.registers_per_block = 65536;
+  return d;
+}
+
 DeviceProperties device_properties(int ordinal) {
   int count = device_count();
   if (ordinal < 0 || ordinal >= count)

@@ -41,4 +41,8 @@ struct DeviceProperties {
 int device_count();
 DeviceProperties device_properties(int ordinal);
 
+// The launch limits of an H200 (sm_90, 132 SMs, 227 KiB of opt-in shared memory per
+// block), named `name`: what kernels are planned for where there is no GPU.
+DeviceProperties h200_class_device(const std::string& name);
+
 }  // namespace kjit::cuda

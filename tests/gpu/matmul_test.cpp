@@ -266,7 +266,8 @@ TEST_F(MatmulGpu, EachEpilogue) {
 // Per-column operands (a bias) are read a chunk of columns at a time with wide
 // loads where the address allows: every alignment of the bias pointer, an N that
 // ends inside a chunk, an odd per-batch stride, a bias of another width than C,
-// and both engines' staged epilogues.
+// both engines' staged epilogues, and a wgmma tile whose chunks per row do not
+// divide its threads.
 std::vector<Case> ColumnOperandAlignmentCases() {
   std::vector<Case> cases;
   for (int offset : {0, 1, 2, 4}) {
@@ -294,6 +295,13 @@ std::vector<Case> ColumnOperandAlignmentCases() {
                      .k = 64,
                      .epilogue = "gelu(acc + bias)",
                      .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1",
+                     .extra_offset = offset});
+    // BN = 192 with 256 threads: 24 chunks per row do not divide the threads.
+    cases.push_back({.m = 200,
+                     .n = 203,
+                     .k = 64,
+                     .epilogue = "gelu(acc + bias)",
+                     .config = "bm=64,bn=192,bk=64,warps=8,wm=1,stages=4,splitk=1,mma=wgmma",
                      .extra_offset = offset});
   }
   return cases;

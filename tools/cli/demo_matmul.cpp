@@ -27,17 +27,8 @@ bool demo_matmul(bool have_gpu) {
   p.k = 1024;
   const BuiltinEpilogue gelu = epilogue_from_ir("gelu(acc + bias)", DType::BF16);
   p.epilogue = gelu.epilogue;
-  cuda::DeviceProperties device;
-  if (have_gpu) {
-    device = cuda::device_properties(0);
-  } else {
-    device.name = "sm_90 (planning)";
-    device.cc_major = 9;
-    device.sm_count = 132;
-    device.max_threads_per_block = 1024;
-    device.shared_per_block_optin = 232448;
-    device.registers_per_block = 65536;
-  }
+  const cuda::DeviceProperties device =
+      have_gpu ? cuda::device_properties(0) : cuda::h200_class_device("sm_90 (planning)");
   const Config config = default_config(p, device);
   const KernelSource source = lower(p, config);
   std::cout << fmt::format("{}\nconfig {} (default heuristic)\n", p.to_string(),

@@ -34,14 +34,7 @@ using namespace kjit::matmul;
 // Without a GPU, emit and compile plan for an H200-class device.
 cuda::DeviceProperties planning_device(bool have_gpu) {
   if (have_gpu) return cuda::device_properties(0);
-  cuda::DeviceProperties d;
-  d.name = "sm_90 (no GPU: planning for an H200-class device)";
-  d.cc_major = 9;
-  d.sm_count = 132;
-  d.max_threads_per_block = 1024;
-  d.shared_per_block_optin = 232448;
-  d.registers_per_block = 65536;
-  return d;
+  return cuda::h200_class_device("sm_90 (no GPU: planning for an H200-class device)");
 }
 
 struct Setup {

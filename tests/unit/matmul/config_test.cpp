@@ -14,14 +14,7 @@ namespace kjit::matmul {
 namespace {
 
 cuda::DeviceProperties h200() {
-  cuda::DeviceProperties d;
-  d.name = "NVIDIA H200";
-  d.cc_major = 9;
-  d.sm_count = 132;
-  d.max_threads_per_block = 1024;
-  d.shared_per_block_optin = 232448;
-  d.registers_per_block = 65536;
-  return d;
+  return cuda::h200_class_device("NVIDIA H200");
 }
 
 // The same SMs and limits without wgmma (an sm_80-class part): the mma.sync heuristic.
