@@ -5,7 +5,10 @@
 // config and the first wrong element with its batch, row and column.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -18,6 +21,7 @@
 #include "runtime/matmul_check.h"
 #include "runtime/runtime.h"
 #include "support/error.h"
+#include "support/half.h"
 #include "tests/support/gpu_test.h"
 
 namespace kjit::matmul {
@@ -261,6 +265,61 @@ std::vector<Case> EachEpilogueCases() {
 }
 TEST_F(MatmulGpu, EachEpilogue) {
   run_all(EachEpilogueCases());
+}
+
+// The builtin gelu(acc + bias) is the tanh form with the hardware tanh
+// (tanh.approx.f32). Its error bound, checked on every normal bf16 value in [-16, 16]:
+// |got - gelu_tanh(x)| <= 2^-10 |x| / 2 (the documented ~2^-11 relative error of
+// tanh, scaled by x / 2, with margin); exact where tanh saturates. acc = x exactly:
+// A's first column holds the values, B's first row is 1, the rest zero; f32 out.
+TEST_F(MatmulGpu, BuiltinGeluErrorBound) {
+  std::vector<uint16_t> values;
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const float x = bf16_to_f32(static_cast<uint16_t>(bits));
+    // Subnormals excluded: the tensor cores and the FTZ epilogue flush them to 0.
+    if (std::abs(x) <= 16.0f && (x == 0.0f || std::abs(x) >= FLT_MIN))
+      values.push_back(static_cast<uint16_t>(bits));
+  }
+  const int64_t m = static_cast<int64_t>(values.size()), n = 8, k = 8;
+  std::vector<uint16_t> a(static_cast<size_t>(m * k), 0), b(static_cast<size_t>(k * n), 0),
+      bias(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < m; ++i) a[static_cast<size_t>(i * k)] = values[static_cast<size_t>(i)];
+  for (int64_t j = 0; j < n; ++j) b[static_cast<size_t>(j)] = f32_to_bf16(1.0f);
+  Problem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.output = DType::F32;
+  BuiltinEpilogue gelu = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  p.epilogue = gelu.epilogue;
+  cuda::DeviceBuffer da = cuda::DeviceBuffer::from(a), db = cuda::DeviceBuffer::from(b),
+                     dbias = cuda::DeviceBuffer::from(bias), dc(static_cast<size_t>(m * n) * 4);
+  dc.fill_bytes(0xFF);
+  Tensors t;
+  t.a = da.get();
+  t.b = db.get();
+  t.c = dc.get();
+  t.extras.push_back({dbias.get(), 0, 0});
+  Matmul matmul(p, default_config(p, device()), device());
+  cuda::Stream stream;
+  matmul.launch(t, stream.get());
+  stream.synchronize();
+  std::vector<float> got(static_cast<size_t>(m * n));
+  dc.download(got.data(), got.size() * 4);
+  double worst = 0;  // |error| / (|x| / 2)
+  for (int64_t i = 0; i < m; ++i) {
+    const double x = bf16_to_f32(values[static_cast<size_t>(i)]);
+    const double want = gelu.reference(x, {0.0});
+    for (int64_t j = 0; j < n; ++j) {
+      const double g = got[static_cast<size_t>(i * n + j)];
+      const double err = std::abs(g - want);
+      ASSERT_LE(err, std::ldexp(std::abs(x) / 2, -10) + 1e-30)
+          << "gelu(" << x << ") = " << g << ", expected " << want;
+      if (x != 0) worst = std::max(worst, err / (std::abs(x) / 2));
+    }
+  }
+  std::printf("builtin gelu: %lld values, worst |error| = 2^%.2f |x|/2\n",
+              static_cast<long long>(m), std::log2(std::max(worst, 1e-300)));
 }
 
 // Per-column operands (a bias) are read a chunk of columns at a time with wide

@@ -47,13 +47,21 @@ __device__ __forceinline__ void sincos_fast(float x, float* s, float* c) {
 // MATH: 0 kjit::sincos_f32 (checked per element), 1 one range check per thread
 // iteration, 2 unchecked fast path (bound), 3 no math (copy kernel), 4 libdevice sinf/cosf
 // LD: 0 ld.global.nc, 1 ld.global.cs ; ST: 0 st.global, 1 st.global.cs
-template <int MATH, int LD, int ST, int BLOCK, int U>
+// BLOCKED: each block walks its own contiguous share of the vectors instead of
+// the grid striding over all of them together.
+template <int MATH, int LD, int ST, int BLOCK, int U, int BLOCKED = 0>
 __global__ void __launch_bounds__(BLOCK)
     k(const float* __restrict__ in, float* __restrict__ out, long long n) {
-  const long long vectors = n / 4;
-  const long long step = (long long)gridDim.x * BLOCK * U;
-  for (long long first = (long long)blockIdx.x * BLOCK * U + threadIdx.x; first < vectors;
-       first += step) {
+  long long vectors = n / 4;
+  long long step = (long long)gridDim.x * BLOCK * U;
+  long long begin = (long long)blockIdx.x * BLOCK * U;
+  if (BLOCKED) {
+    const long long share = (vectors + gridDim.x - 1) / gridDim.x;
+    begin = blockIdx.x * share;
+    vectors = min(vectors, begin + share);
+    step = BLOCK * U;
+  }
+  for (long long first = begin + threadIdx.x; first < vectors; first += step) {
     float4 v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -125,6 +133,11 @@ struct Variant {
   { #M " ld" #L " st" #S " block" #B " u" #U, k < M, L, S, B, U>, B }
 #define VB(M, L, S, B, U, PER) \
   { #M " ld" #L " st" #S " block" #B " u" #U " per_sm" #PER, k < M, L, S, B, U>, B, PER }
+#define VK(M, L, S, B, U, PER)                                                                    \
+  {                                                                                               \
+#M " ld" #L " st" #S " block" #B " u" #U " per_sm" #PER " blocked", k < M, L, S, B, U, 1>, B, \
+        PER                                                                                       \
+  }
 
 int main() {
   const long long n = 1ll << 28;
@@ -147,7 +160,9 @@ int main() {
       VB(3, 0, 1, 256, 2, 4),  VB(3, 0, 1, 512, 2, 3),  VB(3, 0, 1, 512, 2, 2),
       V(0, 0, 0, 512, 2),      V(0, 0, 1, 1024, 1),     V(1, 0, 1, 1024, 1),
       V(1, 2, 1, 1024, 1),     V(1, 0, 1, 512, 2),      V(1, 0, 1, 256, 4),
-      VB(1, 0, 1, 1024, 2, 1), VB(1, 0, 1, 512, 2, 3),
+      VB(1, 0, 1, 1024, 2, 1), VB(1, 0, 1, 512, 2, 3),  VK(3, 0, 0, 512, 2, 2),
+      VK(3, 0, 1, 1024, 1, 2), VK(3, 0, 1, 256, 4, 4),  VK(1, 0, 1, 1024, 1, 2),
+      VK(0, 0, 1, 1024, 1, 2), VK(1, 0, 1, 256, 4, 8),
   };
   cudaEvent_t a, b;
   cudaEventCreate(&a);
