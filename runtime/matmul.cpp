@@ -37,6 +37,13 @@ struct DeviceOperands {
 };
 static_assert(sizeof(DeviceOperands) == 96, "DeviceOperands must mirror kjit::EpilogueOperands");
 
+// Mirror of kjit::matmul::StageJob.
+struct DeviceStageJob {
+  CUdeviceptr src, dst;
+  long long rows, cols, ld_src, stride_src, ld_dst, transpose;
+};
+static_assert(sizeof(DeviceStageJob) == 64, "DeviceStageJob must mirror kjit::matmul::StageJob");
+
 // Mirror of kjit::matmul::PadJob.
 struct DevicePadJob {
   CUdeviceptr src, dst;
@@ -114,8 +121,8 @@ std::shared_ptr<cuda::Module> load_cached(const KernelSource& source, const std:
 }
 
 // A 3-D tensor map of one stored operand for the copy engine (wgmma path): dims
-// (inner, rows, batch), a box of 64 inner elements (128 bytes, the swizzle span)
-// by box_rows, 128-byte swizzle, zero fill outside the matrix.
+// (inner, rows, batch), a box of 128 bytes of inner elements (the swizzle span: 64
+// bf16/f16, 32 f32) by box_rows, 128-byte swizzle, zero fill outside the matrix.
 CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t rows, int64_t ld,
                         int64_t batch_stride, int64_t batch, int box_rows) {
   const int64_t elem = dtype_bytes(dtype);
@@ -124,13 +131,17 @@ CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t ro
   const cuuint64_t strides[2] = {
       static_cast<cuuint64_t>(ld * elem),
       static_cast<cuuint64_t>((batch > 1 ? batch_stride : rows * ld) * elem)};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / elem), static_cast<cuuint32_t>(box_rows),
+                             1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
+  // tf32 operands travel as plain f32 bits; the tensor cores read their top 19
+  // (sign, exponent, 10 mantissa bits: the rest is truncated).
+  const CUtensorMapDataType type = dtype == DType::BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   CUtensorMap map;
-  KJIT_CU(cuTensorMapEncodeTiled, &map,
-          dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-          3, reinterpret_cast<void*>(base), dims, strides, box, element_strides,
-          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  KJIT_CU(cuTensorMapEncodeTiled, &map, type, 3, reinterpret_cast<void*>(base), dims, strides, box,
+          element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return map;
 }
@@ -209,6 +220,9 @@ bool is_aligned(const Problem& p, const Tensors& t) {
 
 std::vector<Config> default_space(DType input) {
   if (input == DType::F32) return {simt_config(1)};
+  if (input == DType::TF32)  // the wgmma engine only; the same bytes per stage as bf16
+    return {wgmma_config(128, 256, 4, 1, input), wgmma_config(128, 256, 3, 1, input),
+            wgmma_config(128, 128, 3, 1, input), wgmma_config(64, 128, 4, 1, input)};
   return {
       make(128, 256, 32, 8, 2, 4),  // warp 64x64, 96 KiB: the large-problem workhorse
       make(128, 256, 32, 8, 2, 3),  // 72 KiB
@@ -256,12 +270,14 @@ Config default_config(const Problem& p, const cuda::DeviceProperties& device) {
     // 4095^3 / 4097^3 / 2048x50257x768 padded: 128x256 s4 732 / 771 and 559 / 429 /
     // 383 (best everywhere), 128x256 s3 693 / 738, 64x128 s4 513 / 451 and
     // 406 / 269 / 253, 128x128 s3 485 / 520 and 411 / 343 / 281.
+    // tf32 uses the same tiles (a k-tile holds the same bytes); it has no other
+    // engine, so off sm_90 the wgmma config stays and check_fits_device says why.
     const std::vector<Candidate> hopper = {
-        {wgmma_config(128, 256, 4), 1.00, 1.00, 1},
-        {wgmma_config(128, 128, 3), 0.66, 0.74, 2},
-        {wgmma_config(64, 128, 4), 0.70, 0.73, 2},
+        {wgmma_config(128, 256, 4, 1, p.input), 1.00, 1.00, 1},
+        {wgmma_config(128, 128, 3, 1, p.input), 0.66, 0.74, 2},
+        {wgmma_config(64, 128, 4, 1, p.input), 0.70, 0.73, 2},
     };
-    const bool sm90 = device.cc_major * 10 + device.cc_minor == 90;
+    const bool sm90 = device.cc_major * 10 + device.cc_minor == 90 || p.input == DType::TF32;
     double best_cost = 1e300;
     for (const Candidate& c : sm90 ? hopper : candidates) {
       if (shared_bytes(p, c.config) > device.shared_per_block_optin) continue;
@@ -295,7 +311,10 @@ void check_fits_device(const Problem& p, const Config& config,
     throw UserError(fmt::format("matmul config {} uses wgmma and TMA, which need an sm_90 GPU "
                                 "(Hopper); {} is {}",
                                 config.to_string(), device.name, device.arch()),
-                    "use mma=sync (the mma.sync path runs on sm_80 and later)");
+                    p.input == DType::TF32
+                        ? "tf32 runs only on the wgmma engine here; use dtype f32 (exact SIMT) "
+                          "or bf16/f16"
+                        : "use mma=sync (the mma.sync path runs on sm_80 and later)");
   const int shared = shared_bytes(p, config);
   if (shared > device.shared_per_block_optin)
     throw UserError(
@@ -321,8 +340,9 @@ void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::
   for (const auto& [problem, config] : work) {
     sources.push_back(lower(problem, config));
     if (config.splitk > 1) sources.push_back(lower_reduce(problem));
-    if (!problem.aligned && problem.input != DType::F32)
+    if (!problem.aligned && problem.input != DType::F32 && problem.input != DType::TF32)
       sources.push_back(lower_pad(problem.input));
+    if (problem.input == DType::TF32) sources.push_back(lower_stage_k_major());
   }
   std::atomic<size_t> next{0};
   std::vector<std::thread> pool;
@@ -376,8 +396,9 @@ void Matmul::init(
   if (source_.dynamic_shared_bytes > 48 * 1024)
     main_.set_max_dynamic_shared(source_.dynamic_shared_bytes);
   if (config_.splitk > 1) reduce_ = load(lower_reduce(problem_), nullptr);
-  if (!problem_.aligned && problem_.input != DType::F32)
+  if (!problem_.aligned && problem_.input != DType::F32 && problem_.input != DType::TF32)
     pad_ = load(lower_pad(problem_.input), nullptr);
+  if (problem_.input == DType::TF32) stage_ = load(lower_stage_k_major(), nullptr);
 }
 
 void Matmul::launch(const Tensors& given, CUstream stream) {
@@ -385,7 +406,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   Tensors t = resolve(p, given);
   const bool aligned = is_aligned(p, t);
   const bool simt = p.input == DType::F32;
-  if (!simt && p.aligned && !aligned)
+  const bool tf32 = p.input == DType::TF32;
+  if (!simt && !tf32 && p.aligned && !aligned)
     throw UserError(
         "these tensors are not 16-byte aligned (pointers, leading dimensions or "
         "batch strides of A or B), but the matmul was built for the aligned class",
@@ -417,7 +439,66 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   // interior blocks on the unmasked main loop), in one launch, then run the aligned
   // kernel. An operand that is already 16-byte aligned is read in place when K
   // needs no padding (e.g. A of 2048 x 50257 x 768: only B is copied).
-  if (!simt && !p.aligned) {
+  // The tf32 path: wgmma reads 32-bit operands K-major only, and the copy engine
+  // needs 16-byte row strides. An operand stored M/N-major (A "t", B "n") is
+  // transposed into K-major scratch, a misaligned K-major one copied with 16-byte
+  // rows; both in one launch. "nt" with aligned rows reads A and B in place.
+  if (tf32) {
+    std::vector<DeviceStageJob> jobs;
+    auto stage = [&](cuda::DeviceBuffer& scratch, CUdeviceptr src, int64_t rows, int64_t ld,
+                     int64_t stride, bool transpose) {
+      DeviceStageJob job{};
+      job.src = src;
+      job.rows = rows;
+      job.cols = p.k;
+      job.ld_src = ld;
+      job.stride_src = stride;
+      job.ld_dst = round_up(p.k, 4);
+      job.transpose = transpose ? 1 : 0;
+      const size_t bytes = static_cast<size_t>(rows * job.ld_dst * p.batch * 4);
+      if (scratch.bytes() < bytes) scratch = cuda::DeviceBuffer(bytes);
+      job.dst = scratch.get();
+      jobs.push_back(job);
+      return job;
+    };
+    auto in_place = [&](CUdeviceptr ptr, int64_t ld, int64_t stride, bool k_major) {
+      return k_major && ptr % 16 == 0 && ld % 4 == 0 && (p.batch == 1 || stride % 4 == 0);
+    };
+    if (!in_place(t.a, t.lda, t.stride_a, !p.a_transposed)) {
+      const DeviceStageJob job = stage(scratch_a_, t.a, p.m, t.lda, t.stride_a, p.a_transposed);
+      args.a = job.dst;
+      args.lda = job.ld_dst;
+      args.stride_a = p.m * job.ld_dst;
+    }
+    if (!in_place(t.b, t.ldb, t.stride_b, p.b_transposed)) {
+      const DeviceStageJob job = stage(scratch_b_, t.b, p.n, t.ldb, t.stride_b, !p.b_transposed);
+      args.b = job.dst;
+      args.ldb = job.ld_dst;
+      args.stride_b = p.n * job.ld_dst;
+    }
+    if (!jobs.empty()) {
+      int64_t most_rows = 0;
+      for (const DeviceStageJob& job : jobs) most_rows = std::max<int64_t>(most_rows, job.rows);
+      const int64_t z = p.batch * static_cast<int64_t>(jobs.size());
+      if (ceil_div(most_rows, 32) > 65535 || ceil_div(p.k, 32) > 2147483647 || z > 65535)
+        throw UserError(fmt::format("the tf32 staging copy of a {} x {} operand (batch {}) "
+                                    "exceeds the launch grid",
+                                    most_rows, p.k, p.batch),
+                        "pass K-major operands (layout nt) with 16-byte-aligned rows, or split "
+                        "the problem");
+      cuda::LaunchConfig launch;
+      launch.block = {256, 1, 1};
+      launch.grid = {static_cast<unsigned>(ceil_div(p.k, 32)),
+                     static_cast<unsigned>(ceil_div(most_rows, 32)), static_cast<unsigned>(z)};
+      launch.stream = stream;
+      DeviceStageJob job0 = jobs[0], job1 = jobs.size() > 1 ? jobs[1] : jobs[0];
+      int count = static_cast<int>(jobs.size());
+      void* stage_args[] = {&job0, &job1, &count};
+      stage_.launch(launch, stage_args);
+    }
+  }
+
+  if (!simt && !tf32 && !p.aligned) {
     const int64_t k_padded = round_up(p.k, config_.bk);
     auto operand_aligned = [&](CUdeviceptr ptr, int64_t ld, int64_t stride) {
       const int64_t per16 = 16 / elem;
@@ -518,11 +599,11 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   if (config_.wgmma) {
     // The copy engine reads A and B (after padding, if any) through tensor maps:
     // stored (inner, rows) = A: (K, M) or, transposed, (M, K); B: (N, K) or (K, N).
-    map_a = p.a_transposed
+    map_a = p.a_transposed && !tf32
                 ? operand_map(p.input, args.a, p.m, args.k, args.lda, args.stride_a, p.batch, 64)
                 : operand_map(p.input, args.a, args.k, p.m, args.lda, args.stride_a, p.batch,
                               config_.bm);
-    map_b = p.b_transposed
+    map_b = p.b_transposed || tf32
                 ? operand_map(p.input, args.b, args.k, p.n, args.ldb, args.stride_b, p.batch,
                               config_.bn)
                 : operand_map(p.input, args.b, p.n, args.k, args.ldb, args.stride_b, p.batch, 64);

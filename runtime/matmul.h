@@ -97,7 +97,7 @@ class Matmul {
   cuda::DeviceProperties device_;
   KernelSource source_;
   cuda::KernelStats stats_;
-  cuda::Function main_, reduce_, pad_;
+  cuda::Function main_, reduce_, pad_, stage_;
   cuda::DeviceBuffer scratch_a_, scratch_b_, workspace_;
 };
 

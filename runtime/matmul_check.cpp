@@ -23,6 +23,7 @@ namespace {
 float round_to(DType dtype, float x) {
   switch (dtype) {
     case DType::F32:
+    case DType::TF32:  // stored as f32; the tensor cores drop the low bits
       return x;
     case DType::F16:
       return f16_to_f32(f32_to_f16(x));
@@ -62,7 +63,7 @@ double gelu(double x) {
 std::vector<unsigned char> HostTensor::bytes() const {
   std::vector<unsigned char> out(values.size() * dtype_bytes(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::F32) {
+    if (dtype_bytes(dtype) == 4) {
       std::memcpy(&out[i * 4], &values[i], 4);
     } else {
       const uint16_t h = dtype == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
@@ -85,7 +86,7 @@ HostTensor random_tensor(DType dtype, size_t count, uint64_t seed, float lo, flo
 std::vector<double> to_doubles(DType dtype, const std::vector<unsigned char>& bytes, size_t count) {
   std::vector<double> out(count);
   for (size_t i = 0; i < count; ++i) {
-    if (dtype == DType::F32) {
+    if (dtype_bytes(dtype) == 4) {
       float f;
       std::memcpy(&f, &bytes[i * 4], 4);
       out[i] = f;
@@ -103,6 +104,7 @@ std::vector<std::string> builtin_epilogue_names() {
 }
 
 BuiltinEpilogue builtin_epilogue(const std::string& text, DType dtype) {
+  if (dtype == DType::TF32) dtype = DType::F32;  // operands of tf32 problems are f32
   BuiltinEpilogue out;
   Epilogue& e = out.epilogue;
   e.text = text;

@@ -897,5 +897,56 @@ __device__ __forceinline__ PadJob select_job(int index, const PadJob& job0, cons
   return job;
 }
 
+// ---- the tf32 staging copy ----------------------------------------------------------
+// wgmma reads 32-bit operands only K-major, and TMA needs 16-byte row strides. One
+// f32 operand to stage: dst is [rows][ld_dst] (rows = M for A, N for B; ld_dst >=
+// cols = K, a multiple of 4), per batch rows * ld_dst apart. The source element
+// (r, k) is src[r * ld_src + k] (K-major) or, with `transpose`, src[k * ld_src + r]
+// (M/N-major). Mirrored by runtime/matmul.cpp.
+struct StageJob {
+  const float* src;
+  float* dst;
+  long long rows, cols, ld_src, stride_src, ld_dst, transpose;
+};
+
+// Grid: (x: 32-column tiles of K, y: 32-row tiles, z: batch x jobs), 32 x 8
+// threads; z = batch * jobs + job. A 32 x 32 tile goes through shared memory, so
+// both the read (along the source's contiguous dimension) and the write (along K)
+// are coalesced; the +1 column keeps the transposed reads off one bank. Columns
+// between cols and ld_dst are not written (the copy engine zero-fills past K).
+__device__ __forceinline__ void stage_k_major(const StageJob& job0, const StageJob& job1,
+                                              int jobs) {
+  __shared__ float tile[32][33];
+  const bool first = static_cast<int>(blockIdx.z) % jobs == 0;
+  const long long batch = static_cast<int>(blockIdx.z) / jobs;
+  const float* src =
+      (first ? job0.src : job1.src) + batch * (first ? job0.stride_src : job1.stride_src);
+  const long long rows = first ? job0.rows : job1.rows, cols = first ? job0.cols : job1.cols;
+  const long long ld_src = first ? job0.ld_src : job1.ld_src;
+  const long long ld_dst = first ? job0.ld_dst : job1.ld_dst;
+  const bool transpose = (first ? job0.transpose : job1.transpose) != 0;
+  float* dst = (first ? job0.dst : job1.dst) + batch * rows * ld_dst;
+  const long long r0 = static_cast<long long>(blockIdx.y) * 32;
+  const long long k0 = static_cast<long long>(blockIdx.x) * 32;
+  if (r0 >= rows || k0 >= cols) return;
+  const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int j = 0; j < 32; j += 8) {
+    if (transpose) {  // lanes walk r, the source's contiguous dimension
+      const long long k = k0 + ty + j, r = r0 + tx;
+      tile[ty + j][tx] = k < cols && r < rows ? src[k * ld_src + r] : 0.0f;
+    } else {  // lanes walk k
+      const long long r = r0 + ty + j, k = k0 + tx;
+      tile[ty + j][tx] = r < rows && k < cols ? src[r * ld_src + k] : 0.0f;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 32; j += 8) {
+    const long long r = r0 + ty + j, k = k0 + tx;
+    if (r < rows && k < cols) dst[r * ld_dst + k] = transpose ? tile[tx][ty + j] : tile[ty + j][tx];
+  }
+}
+
 }  // namespace matmul
 }  // namespace kjit

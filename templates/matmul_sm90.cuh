@@ -18,14 +18,16 @@
 // Warp specialization. Warpgroup 0 is the producer: one thread walks the k-tiles
 // and issues the copies of k-tile kt into stage kt % STAGES once empty[] says the
 // stage is free. Warpgroups 1..BM/64 are consumers: each owns 64 rows of the tile,
-// waits on full[], issues 4 wgmma (BK = 64 = 4 x k16) and releases the stage of
+// waits on full[], issues 4 wgmma (a k-tile is one 128-byte line of K per row: BK =
+// 64 = 4 x k16 of bf16/f16, or 32 = 4 x k8 of tf32) and releases the stage of
 // the previous k-tile once that k-tile's wgmma group has completed
 // (wgmma.wait_group 1: one group stays in flight while the next k-tile starts).
 //
 // Shared memory of a stage: A then B, each in the canonical 128-byte-swizzle layout
 // (PTX ISA "Shared Memory Matrix Layout"), 1024-byte aligned:
-//   K-major operand (A "n", B "t"): [rows][64 k] — 128-byte rows, 8-row atoms of
-//     1024 bytes (SBO = 1024); a k16 step starts 32 bytes further along the row.
+//   K-major operand (A "n", B "t"): [rows][BK] — 128-byte rows, 8-row atoms of
+//     1024 bytes (SBO = 1024); a k step (k16, or k8 of tf32) starts 32 bytes
+//     further along the row.
 //   MN-major operand (A "t", B "n"): chunks of 64 rows (M or N), each [64 k][64]
 //     — one 128-byte line per k (SBO = 1024 between 8-k groups, LBO = 64 * 128
 //     bytes between chunks); a k16 step starts 16 lines = 2048 bytes further, and
@@ -119,25 +121,30 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
 }
 
-// T: bf16 or f16; TC: output type; BM = 64 x consumer warpgroups; BN <= 256;
-// A_K_MAJOR: A stored M x K (layout "n?"); B_K_MAJOR: B stored N x K ("?t");
-// Wgmma: the generated m64nBNk16 instruction wrapper,
+// T: bf16, f16, or float (read as tf32); TC: output type; BM = 64 x consumer
+// warpgroups; BN <= 256; A_K_MAJOR: A stored M x K (layout "n?"); B_K_MAJOR: B
+// stored N x K ("?t"); tf32 operands must both be K-major (wgmma has no transpose
+// for 32-bit types). Wgmma: the generated instruction wrapper for one 32-byte k
+// step (m64nBNk16 of 16-bit types, m64nBNk8 of tf32),
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
           typename Wgmma>
 struct WgmmaMatmul {
-  static constexpr int BK = 64;  // one 128-byte swizzle line of 16-bit values
+  static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
+  static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
   static constexpr int CONSUMERS = BM / 64;
   static constexpr int THREADS = 128 * (CONSUMERS + 1);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int ACC = BN / 2;  // 64 x BN floats over 128 threads
-  static constexpr int A_BYTES = BM * BK * 2;
-  static constexpr int B_BYTES = BN * BK * 2;
+  static constexpr int A_BYTES = BM * 128;
+  static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int CHUNK_BYTES = 64 * BK * 2;  // one 64-row chunk of an MN-major operand
-  static constexpr int STAGED_STRIDE = BN + 8;     // floats per staged row (bank spread)
+  static constexpr int CHUNK_BYTES = 64 * 128;  // one 64-row chunk of an MN-major operand
+  static constexpr int STAGED_STRIDE = BN + 8;  // floats per staged row (bank spread)
   static constexpr int VEC = matmul::Chunk<TC>::VEC;
   static constexpr int CHUNKS_PER_ROW = BN / VEC;
+  static_assert(sizeof(T) == 2 || (A_K_MAJOR && B_K_MAJOR),
+                "wgmma reads 32-bit (tf32) operands K-major only");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "BM is 64 x consumer warpgroups");
   static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN is 64, 128, 192 or 256");
   static_assert(BM * STAGED_STRIDE * 4 <= STAGES * STAGE_BYTES,
@@ -159,14 +166,14 @@ struct WgmmaMatmul {
       barrier_wait(empty + 8 * s, ((kt / STAGES) & 1) ^ 1);
       barrier_arrive_expect_bytes(full + 8 * s, STAGE_BYTES);
       if (A_K_MAJOR) {
-        tma_load(a, map_a, full + 8 * s, k0, m0, batch);  // box: 64 k x BM rows
+        tma_load(a, map_a, full + 8 * s, k0, m0, batch);  // box: BK k x BM rows
       } else {
 #pragma unroll
         for (int c = 0; c < BM / 64; ++c)  // box: 64 m x 64 k, per 64-row chunk
           tma_load(a + c * CHUNK_BYTES, map_a, full + 8 * s, m0 + 64 * c, k0, batch);
       }
       if (B_K_MAJOR) {
-        tma_load(b, map_b, full + 8 * s, k0, n0, batch);  // box: 64 k x BN rows
+        tma_load(b, map_b, full + 8 * s, k0, n0, batch);  // box: BK k x BN rows
       } else {
 #pragma unroll
         for (int c = 0; c < BN / 64; ++c)
@@ -187,8 +194,10 @@ struct WgmmaMatmul {
       fence_accumulators(acc);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        // This warpgroup's 64 rows: 64 K-major lines, or MN-major chunk `group`.
+      for (int kk = 0; kk < K_STEPS; ++kk) {
+        // This warpgroup's 64 rows: 64 K-major lines, or MN-major chunk `group`. A
+        // k step is 32 bytes along a K-major line (16 bf16/f16 or 8 tf32 values), or
+        // 16 lines (16 k) of an MN-major chunk.
         const unsigned long long desc_a =
             A_K_MAJOR ? descriptor(a + group * 64 * 128 + kk * 32, 16, 1024)
                       : descriptor(a + group * CHUNK_BYTES + kk * 2048, CHUNK_BYTES, 1024);

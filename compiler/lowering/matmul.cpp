@@ -11,10 +11,12 @@
 
 namespace kjit::matmul {
 
-// The three matmul dtypes are a subset of the IR's; names and sizes come from there.
+// The matmul dtypes are stored as a subset of the IR's; names and sizes come from
+// there (TF32 is stored as f32 and only named apart).
 ir::DType to_ir(DType dtype) {
   switch (dtype) {
     case DType::F32:
+    case DType::TF32:
       return ir::DType::F32;
     case DType::F16:
       return ir::DType::F16;
@@ -25,7 +27,7 @@ ir::DType to_ir(DType dtype) {
 }
 
 const char* to_string(DType dtype) {
-  return ir::to_string(to_ir(dtype));
+  return dtype == DType::TF32 ? "tf32" : ir::to_string(to_ir(dtype));
 }
 
 int dtype_bytes(DType dtype) {
@@ -33,10 +35,11 @@ int dtype_bytes(DType dtype) {
 }
 
 DType parse_dtype(const std::string& text) {
-  for (DType d : {DType::F32, DType::F16, DType::BF16})
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::TF32})
     if (text == to_string(d)) return d;
   throw UserError("matmul does not support dtype '" + text + "'",
-                  "use one of bf16, f16 (tensor cores, f32 accumulation) or f32 (exact SIMT)");
+                  "use one of bf16, f16 (tensor cores, f32 accumulation), f32 (exact SIMT) or "
+                  "tf32 (f32 data on the tensor cores, sm_90)");
 }
 
 const char* to_string(OperandKind kind) {
@@ -87,17 +90,21 @@ std::string Config::to_string() const {
                      warps_m, stages, splitk, wgmma ? ",mma=wgmma" : "");
 }
 
-Config wgmma_config(int bm, int bn, int stages, int splitk) {
+Config wgmma_config(int bm, int bn, int stages, int splitk, DType input) {
   Config config;
   config.wgmma = true;
   config.bm = bm;
   config.bn = bn;
-  config.bk = 64;
+  config.bk = wgmma_bk(input);
   config.warps = 4 * (bm / 64 + 1);
   config.warps_m = bm / 64;
   config.stages = stages;
   config.splitk = splitk;
   return config;
+}
+
+int wgmma_bk(DType input) {
+  return 128 / dtype_bytes(input);  // one 128-byte swizzle line of K per row
 }
 
 int square_warps_m(int bm, int bn, int warps) {
@@ -244,6 +251,13 @@ void validate(const Problem& problem, const Config& config) {
   if (config.splitk < 1 || config.splitk > 64)
     throw UserError(fmt::format("splitk={} is out of range", config.splitk),
                     "use 1 (no split) to 64");
+  if (problem.output == DType::TF32)
+    throw UserError("tf32 is an input type; the output is f32, bf16 or f16",
+                    "write --dtype tf32 --out f32");
+  if (problem.input == DType::TF32 && !config.wgmma)
+    throw UserError("tf32 inputs run on the wgmma engine (TMA + wgmma, sm_90); config " +
+                        config.to_string() + " is not a wgmma config",
+                    "add mma=wgmma and bk=32 to the config, or leave the config out");
   if (problem.input == DType::F32) {
     Config simt = simt_config(config.splitk);
     if (config != simt)
@@ -254,19 +268,24 @@ void validate(const Problem& problem, const Config& config) {
   }
   const std::string hint = "Reducing or reshaping the block tile may help; see docs/matmul.md";
   if (config.wgmma) {
-    const Config derived = wgmma_config(config.bm, config.bn, config.stages, config.splitk);
+    const Config derived =
+        wgmma_config(config.bm, config.bn, config.stages, config.splitk, problem.input);
     if (config.bm % 64 != 0 || config.bm < 64 || config.bm > 256 || config.bn % 64 != 0 ||
         config.bn < 64 || config.bn > 256)
       throw UserError(fmt::format("mma=wgmma needs bm and bn in 64, 128, 192, 256; got bm={}, "
                                   "bn={}",
                                   config.bm, config.bn),
                       "each consumer warpgroup owns 64 rows; a wgmma is at most 256 wide");
-    if (config.bk != 64 || config.warps != derived.warps || config.warps_m != derived.warps_m)
-      throw UserError(fmt::format("mma=wgmma fixes bk=64, warps={} and wm={} for bm={}; got "
-                                  "bk={}, warps={}, wm={}",
-                                  derived.warps, derived.warps_m, config.bm, config.bk,
-                                  config.warps, config.warps_m),
-                      "leave bk, warps and wm out with mma=wgmma");
+    if (config.bk != derived.bk || config.warps != derived.warps ||
+        config.warps_m != derived.warps_m)
+      throw UserError(
+          fmt::format("mma=wgmma with {} inputs fixes bk={} (128 bytes of K per "
+                      "stage), warps={} and wm={} for bm={}; got bk={}, warps={}, "
+                      "wm={}",
+                      matmul::to_string(problem.input), derived.bk, derived.warps, derived.warps_m,
+                      config.bm, config.bk, config.warps, config.warps_m),
+          problem.input == DType::TF32 ? "write bk=32 and leave warps and wm out with mma=wgmma"
+                                       : "leave bk, warps and wm out with mma=wgmma");
     if (config.stages < 2 || config.stages > 8)
       throw UserError(fmt::format("stages={} is out of range: 2 to 8", config.stages), hint);
     if (config.bm * (config.bn + 8) * 4 > pipeline_bytes(problem, config))
@@ -409,19 +428,30 @@ std::string epilogue_glue(const Epilogue& epi) {
 
 namespace {
 
-// The m64nBNk16 wgmma of 16-bit inputs as one inline-asm statement: BN / 2 fp32
-// accumulators in and out, the two shared-memory descriptors, scale-d = 1 (add to
-// the accumulators) and the transpose flags of MN-major operands.
+// The wgmma of one 32-byte k step as one inline-asm statement: m64nBNk16 for 16-bit
+// inputs, m64nBNk8 for tf32. BN / 2 fp32 accumulators in and out, the two
+// shared-memory descriptors, scale-d = 1 (add to the accumulators), and for 16-bit
+// inputs the transpose flags of MN-major operands (tf32 has none: both operands are
+// K-major).
 std::string wgmma_wrapper(const Problem& problem, const Config& config) {
   const int acc = config.bn / 2;
+  const bool tf32 = problem.input == DType::TF32;
   const std::string type = matmul::to_string(problem.input);
+  const int k = tf32 ? 8 : 16;
   const int transpose_a = problem.a_transposed ? 1 : 0;  // A stored K x M: MN-major
   const int transpose_b = problem.b_transposed ? 0 : 1;  // B stored K x N: MN-major
   std::string s;
-  s += fmt::format(
-      "// acc(64 x {0}, f32) += A(64 x 16) * B(16 x {0}) for one warpgroup, both operands\n"
-      "// read from shared memory through descriptors; transposed (MN-major): A {1}, B {2}.\n",
-      config.bn, transpose_a, transpose_b);
+  if (tf32)
+    s += fmt::format(
+        "// acc(64 x {0}, f32) += A(64 x 8) * B(8 x {0}) for one warpgroup, both operands\n"
+        "// K-major tf32 (f32 in shared memory; the tensor cores read 10 mantissa bits)\n"
+        "// read from shared memory through descriptors.\n",
+        config.bn);
+  else
+    s += fmt::format(
+        "// acc(64 x {0}, f32) += A(64 x 16) * B(16 x {0}) for one warpgroup, both operands\n"
+        "// read from shared memory through descriptors; transposed (MN-major): A {1}, B {2}.\n",
+        config.bn, transpose_a, transpose_b);
   s += "struct kjit_wgmma {\n";
   s += fmt::format(
       "  __device__ __forceinline__ static void run(float (&d)[{}], unsigned long long a,\n"
@@ -430,7 +460,7 @@ std::string wgmma_wrapper(const Problem& problem, const Config& config) {
   s += "    asm volatile(\n";
   s += "        \"{ .reg .pred p;\\n\"\n";
   s += fmt::format("        \"  setp.ne.b32 p, %{}, 0;\\n\"\n", acc + 2);
-  s += fmt::format("        \"  wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{}\"\n", config.bn,
+  s += fmt::format("        \"  wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{}.{}\"\n", config.bn, k,
                    type, type);
   for (int i = 0; i < acc; i += 16) {
     std::string line;
@@ -438,8 +468,11 @@ std::string wgmma_wrapper(const Problem& problem, const Config& config) {
       line += fmt::format("%{}{}", j, j + 1 < acc ? ", " : "");
     s += fmt::format("        \"{}{}\"\n", i == 0 ? " {" : " ", line);
   }
-  s += fmt::format("        \"}}, %{}, %{}, p, 1, 1, {}, {}; }}\\n\"\n", acc, acc + 1, transpose_a,
-                   transpose_b);
+  if (tf32)
+    s += fmt::format("        \"}}, %{}, %{}, p, 1, 1; }}\\n\"\n", acc, acc + 1);
+  else
+    s += fmt::format("        \"}}, %{}, %{}, p, 1, 1, {}, {}; }}\\n\"\n", acc, acc + 1,
+                     transpose_a, transpose_b);
   for (int i = 0; i < acc; i += 8) {
     std::string line;
     for (int j = i; j < std::min(acc, i + 8); ++j)
@@ -456,8 +489,9 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   out.family = "matmul";
   out.problem = problem.kernel_class();
   out.config = config.to_string();
-  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x64_wgmma_s{}", matmul::to_string(problem.input),
-                         problem.layout(), config.bm, config.bn, config.stages);
+  const bool tf32 = problem.input == DType::TF32;
+  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.stages);
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
   out.arch_specific = true;
@@ -468,20 +502,27 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   s += "// problem:   C[M,N] = op(A)[M,K] * op(B)[K,N] (x batch), " + out.problem + "\n";
   s += "// config:    " + out.config + "\n";
   s += fmt::format(
-      "// path:      TMA + wgmma m64n{}k16 {} -> f32 (sm_90a); block tile {}x{}x64, 1 producer "
+      "// path:      TMA + wgmma m64n{}k{} {} -> f32 (sm_90a); block tile {}x{}x{}, 1 producer "
       "+ {} consumer warpgroups, {}-stage mbarrier pipeline, {} B dynamic shared memory\n",
-      config.bn, matmul::to_string(problem.input), config.bm, config.bn, config.bm / 64,
-      config.stages, out.dynamic_shared_bytes);
+      config.bn, tf32 ? 8 : 16, matmul::to_string(problem.input), config.bm, config.bn, config.bk,
+      config.bm / 64, config.stages, out.dynamic_shared_bytes);
   s += "#include \"kjit/matmul_sm90.cuh\"\n\n";
   s += epilogue_glue(problem.epilogue);
   s += wgmma_wrapper(problem, config);
-  s += "// A is " + std::string(problem.a_transposed ? "K x M (M-major)" : "M x K (K-major)") +
-       ", B is " + (problem.b_transposed ? "N x K (K-major)" : "K x N (N-major)") + "\n";
+  // tf32: wgmma reads 32-bit operands K-major only, so the runtime first copies an
+  // M/N-major operand into K-major scratch (transposed); the kernel sees "nt".
+  const bool a_k_major = tf32 || !problem.a_transposed;
+  const bool b_k_major = tf32 || problem.b_transposed;
+  if (tf32 && problem.layout() != "nt")
+    s += "// layout " + problem.layout() +
+         ": the runtime transposes the M/N-major operand(s) into K-major scratch first\n";
+  s += "// A is " + std::string(a_k_major ? "M x K (K-major)" : "K x M (M-major)") + ", B is " +
+       (b_k_major ? "N x K (K-major)" : "K x N (N-major)") + "\n";
   s += fmt::format(
       "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma> "
       "kjit_matmul_tile;\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
-      problem.a_transposed ? "false" : "true", problem.b_transposed ? "true" : "false");
+      a_k_major ? "true" : "false", b_k_major ? "true" : "false");
   s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block; the tensor\n"
        "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n";
   s += fmt::format(
@@ -563,7 +604,10 @@ KernelSource lower(const Problem& problem, const Config& config) {
 }
 
 KernelSource lower_reduce(const Problem& problem) {
-  validate(problem, problem.input == DType::F32 ? simt_config(1) : Config());
+  // The problem's checks; the config of the tile kernel is not this kernel's.
+  validate(problem, problem.input == DType::F32    ? simt_config(1)
+                    : problem.input == DType::TF32 ? wgmma_config(64, 128, 4, 1, problem.input)
+                                                   : Config());
   KernelSource out;
   out.family = "matmul";
   out.problem = problem.kernel_class();
@@ -586,26 +630,52 @@ KernelSource lower_reduce(const Problem& problem) {
   return out;
 }
 
-KernelSource lower_pad(DType dtype) {
-  if (dtype == DType::F32)
-    throw InternalError("the padded path is only for 16-bit inputs (f32 uses SIMT)");
+namespace {
+
+// A 256-thread helper kernel of the matmul family (operand copies before the tile
+// kernel): its header comment, the templates, and one extern "C" entry point.
+KernelSource helper_kernel(const std::string& name, const std::string& problem,
+                           const std::string& what, const std::string& grid,
+                           const std::string& parameters, const std::string& body) {
   KernelSource out;
   out.family = "matmul";
-  out.problem = std::string("pad,dtype=") + to_string(dtype);
-  out.name = std::string("kjit_matmul_pad_") + to_string(dtype);
+  out.problem = problem;
+  out.name = name;
   out.block_threads = 256;
-  std::string s;
-  s += "// kjit matmul padding: copies a misaligned operand into 16-byte-aligned rows\n";
+  std::string s = what;
   s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
   s += "#include \"kjit/matmul.cuh\"\n\n";
-  s += "// grid: (blocks over one matrix, batch, 1 or 2 jobs): A and B in one launch\n";
-  s += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(kjit::matmul::PadJob job0, "
-      "kjit::matmul::PadJob job1) {{\n"
-      "  kjit::matmul::pad_copy<{}>(kjit::matmul::select_job(blockIdx.z, job0, job1));\n}}\n",
-      out.name, device_type(dtype));
+  s += grid;
+  s += fmt::format("extern \"C\" __global__ void __launch_bounds__(256)\n{}({}) {{\n{}}}\n", name,
+                   parameters, body);
   out.source = std::move(s);
   return out;
+}
+
+}  // namespace
+
+KernelSource lower_stage_k_major() {
+  return helper_kernel(
+      "kjit_matmul_stage_k_major_f32", "stage,dtype=f32",
+      "// kjit matmul staging (tf32): copies an f32 operand into K-major scratch with\n"
+      "// 16-byte rows, transposing an M/N-major one through shared memory\n",
+      "// grid: (32-column tiles of K, 32-row tiles, batch x jobs); block: 32 x 8 threads\n",
+      "kjit::matmul::StageJob job0, kjit::matmul::StageJob job1, int jobs",
+      "  kjit::matmul::stage_k_major(job0, job1, jobs);\n");
+}
+
+KernelSource lower_pad(DType dtype) {
+  if (dtype == DType::F32 || dtype == DType::TF32)
+    throw InternalError("the padded path is only for 16-bit inputs (f32 uses SIMT)");
+  return helper_kernel(
+      std::string("kjit_matmul_pad_") + to_string(dtype),
+      std::string("pad,dtype=") + to_string(dtype),
+      "// kjit matmul padding: copies a misaligned operand into 16-byte-aligned rows\n",
+      "// grid: (blocks over one matrix, batch, 1 or 2 jobs): A and B in one launch\n",
+      "kjit::matmul::PadJob job0, kjit::matmul::PadJob job1",
+      fmt::format("  kjit::matmul::pad_copy<{}>(kjit::matmul::select_job(blockIdx.z, job0, "
+                  "job1));\n",
+                  device_type(dtype)));
 }
 
 }  // namespace kjit::matmul

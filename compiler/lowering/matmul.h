@@ -20,11 +20,15 @@
 
 namespace kjit::matmul {
 
-enum class DType { F32, F16, BF16 };
-ir::DType to_ir(DType dtype);
+// Input (and output) element types. TF32 is an input type only: f32 values in
+// memory, multiplied on the tensor cores as TF32 (10-bit mantissa, fp32
+// accumulation; the wgmma engine, sm_90) — what "allow TF32" means elsewhere. F32
+// inputs take the exact SIMT path.
+enum class DType { F32, F16, BF16, TF32 };
+ir::DType to_ir(DType dtype);  // the stored type: TF32 is stored as f32
 const char* to_string(DType dtype);
 int dtype_bytes(DType dtype);
-// "f32" | "f16" | "bf16"; anything else is a UserError naming the supported ones.
+// "f32" | "f16" | "bf16" | "tf32"; anything else is a UserError naming the supported ones.
 DType parse_dtype(const std::string& text);
 
 // How an extra epilogue operand is indexed.
@@ -98,8 +102,11 @@ struct Config {
 // The one tile shape of the exact fp32 SIMT path.
 Config simt_config(int splitk = 1);
 
-// A wgmma config: bm x bn x 64 with `stages` TMA stages (warps and wm derived).
-Config wgmma_config(int bm, int bn, int stages, int splitk = 1);
+// A wgmma config: bm x bn x bk with `stages` TMA stages; bk = wgmma_bk(input) (64
+// for 16-bit inputs, 32 for tf32), warps and wm derived.
+Config wgmma_config(int bm, int bn, int stages, int splitk = 1, DType input = DType::BF16);
+// The wgmma engine's k-tile: one 128-byte swizzle line per row.
+int wgmma_bk(DType input);
 
 // The warp split along M that makes the warp tile closest to square.
 int square_warps_m(int bm, int bn, int warps);
@@ -132,5 +139,11 @@ KernelSource lower_reduce(const Problem& problem);
 // PadJob job1) with grid (blocks, batch, jobs); see kjit::matmul::PadJob in
 // templates/matmul.cuh.
 KernelSource lower_pad(DType dtype);
+
+// The staging kernel of tf32 inputs: (StageJob job0, StageJob job1, int jobs) with
+// grid (K / 32, rows / 32, batch x jobs), 32 x 8 threads; copies an f32 operand into
+// K-major scratch with 16-byte rows, transposing M/N-major ones (see
+// kjit::matmul::StageJob in templates/matmul.cuh).
+KernelSource lower_stage_k_major();
 
 }  // namespace kjit::matmul

@@ -131,7 +131,8 @@ class MatmulGpu : public testing::GpuTest {
     out.download(bytes.data(), bytes.size());
     const std::vector<double> got = to_doubles(p.output, bytes, out_count);
     const CheckResult result = check_output(host, got, rows_to_check(p, seed));
-    const double tolerance = p.input == DType::F32 ? 1e-5 : 1e-2;
+    // tf32 keeps 10 mantissa bits of each input: ~1e-3 relative, bounded at 5e-3.
+    const double tolerance = p.input == DType::F32 ? 1e-5 : p.input == DType::TF32 ? 5e-3 : 1e-2;
     EXPECT_LE(result.relative_l2, tolerance)
         << p.to_string() << "\nconfig " << config.to_string() << " (seed " << seed << ")\n"
         << result.describe();
@@ -167,12 +168,12 @@ TEST_F(MatmulGpu, EdgeShapesEveryLayoutBf16) {
   run_all(EdgeShapesEveryLayoutBf16Cases());
 }
 
-// The same shapes on the engine the heuristic does not pick on this GPU: mma.sync
 // Whether this GPU runs the wgmma engine (the default config's choice there).
 bool gpu_is_sm90() {
   return testing::gpu_state().device.arch() == "sm_90";
 }
 
+// The same shapes on the engine the heuristic does not pick on this GPU: mma.sync
 // on sm_90 (where the default is wgmma), wgmma elsewhere (skipped: sm_90 only).
 std::vector<Case> EdgeShapesOtherEngineCases() {
   const bool sm90 = gpu_is_sm90();
@@ -220,6 +221,48 @@ std::vector<Case> F32ExactSimtEveryLayoutCases() {
 }
 TEST_F(MatmulGpu, F32ExactSimtEveryLayout) {
   run_all(F32ExactSimtEveryLayoutCases());
+}
+
+// tf32 (sm_90 only): f32 data on the wgmma engine. Every layout (the runtime
+// transposes M/N-major operands into K-major scratch), edges in M, N and K, K = 1,
+// odd K (rows not 16-byte aligned: copied even when K-major), batched, an epilogue,
+// split-K, a bf16 output, and a layout read in place ("nt", aligned).
+std::vector<Case> Tf32Cases() {
+  std::vector<Case> cases;
+  if (!gpu_is_sm90()) return cases;
+  const Case f{.input = DType::TF32, .output = DType::F32};
+  auto with = [&](int64_t m, int64_t n, int64_t k, const char* layout) {
+    Case c = f;
+    c.m = m;
+    c.n = n;
+    c.k = k;
+    c.layout = layout;
+    return c;
+  };
+  for (const char* layout : {"nn", "nt", "tn", "tt"}) {
+    cases.push_back(with(129, 127, 129, layout));
+    cases.push_back(with(7, 17, 1, layout));
+    cases.push_back(with(256, 264, 96, layout));
+  }
+  cases.push_back(with(1, 4097, 17, "nn"));
+  cases.push_back(with(1024, 1024, 1024, "nt"));
+  Case batched = with(129, 65, 33, "tt");
+  batched.batch = 3;
+  cases.push_back(batched);
+  Case gelu = with(200, 300, 128, "nn");
+  gelu.epilogue = "gelu(acc + bias)";
+  cases.push_back(gelu);
+  Case split = with(64, 128, 4096, "nt");
+  split.config = "bm=64,bn=128,bk=32,stages=4,splitk=4,mma=wgmma";
+  cases.push_back(split);
+  Case bf16_out = with(300, 200, 77, "tn");
+  bf16_out.output = DType::BF16;
+  cases.push_back(bf16_out);
+  return cases;
+}
+TEST_F(MatmulGpu, Tf32) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "tf32 runs on the wgmma engine, which needs sm_90";
+  run_all(Tf32Cases());
 }
 
 // Misaligned rows: the padded path (4097 and the 50257 vocabulary).
@@ -475,6 +518,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"EdgeShapesOtherEngine", EdgeShapesOtherEngineCases},
         {"F16AndF32Outputs", F16AndF32OutputsCases},
         {"F32ExactSimtEveryLayout", F32ExactSimtEveryLayoutCases},
+        {"Tf32", Tf32Cases},
         {"MisalignedPaddedPath", MisalignedPaddedPathCases},
         {"AlignedLargeSampled", AlignedLargeSampledCases},
         {"Batched", BatchedCases},

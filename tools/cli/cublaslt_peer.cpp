@@ -46,6 +46,7 @@ bool resolve(void* library, const char* name, F& out, std::string* reason) {
 cudaDataType_t data_type(matmul::DType dtype) {
   switch (dtype) {
     case matmul::DType::F32:
+    case matmul::DType::TF32:
       return CUDA_R_32F;
     case matmul::DType::F16:
       return CUDA_R_16F;
@@ -115,7 +116,10 @@ void CublasLtPeer::plan(const matmul::Problem& p) {
   release_plan();
   const cudaDataType_t type = data_type(p.input);
   cublasLtMatmulDesc_t desc;
-  check(api_->desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // tf32: f32 data on the tensor cores, cuBLAS's "fast TF32" compute type.
+  const cublasComputeType_t compute =
+      p.input == matmul::DType::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check(api_->desc_create(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   desc_ = desc;
   // First operand: B's storage. Row-major K x N is column-major N x K (op N);
   // row-major N x K ("t") is column-major K x N (op T).

@@ -7,7 +7,10 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                   "An elementwise expression (\"y = sin(x)^2 + cos(x)^2\") or a family name "
                   "(matmul)")
       ->required();
-  cmd->add_option("--dtype", o.dtype, "Element type: f32, f16, bf16, i32, bool (default f32)");
+  cmd->add_option("--dtype", o.dtype,
+                  "Element type: f32, f16, bf16, i32, bool (default f32); matmul: bf16 "
+                  "(default), f16, f32 (exact SIMT) or tf32 (f32 data on the tensor cores, sm_90; "
+                  "f32 out)");
   cmd->add_option("--config", o.config,
                   "key=value,... Elementwise: block=512,vec=0,unroll=2,align=auto|16|1");
   cmd->add_option("--arch", o.arch, "Target architecture (default: the GPU's, else sm_90)");

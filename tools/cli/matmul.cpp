@@ -1,4 +1,4 @@
-// kjit emit|compile|run|bench matmul --m M --n N --k K [--dtype bf16|f16|f32]
+// kjit emit|compile|run|bench matmul --m M --n N --k K [--dtype bf16|f16|f32|tf32]
 //   [--layout nn|nt|tn|tt] [--batch B] [--epilogue 'gelu(acc + bias)'] [--config ...]
 //
 //   emit     the generated CUDA source (header: problem, config, generator)
@@ -52,7 +52,7 @@ Setup setup(const KernelCommandOptions& o, const cuda::DeviceProperties& device)
   p.batch = o.batch;
   set_layout(p, o.layout);
   p.input = parse_dtype(o.dtype.empty() ? "bf16" : o.dtype);
-  p.output = p.input;
+  p.output = p.input == DType::TF32 ? DType::F32 : p.input;  // tf32 is an input type
   if (!o.epilogue.empty()) {
     s.epilogue = epilogue_from_ir(o.epilogue, p.input);
     p.epilogue = s.epilogue.epilogue;
@@ -174,7 +174,7 @@ void matmul_command(const KernelCommandOptions& o) {
   const size_t count = static_cast<size_t>(p.batch * p.m * p.n);
   const CheckResult check =
       check_output(d->host, to_doubles(p.output, bytes, count), rows_to_check(p, seed));
-  const double tolerance = p.input == DType::F32 ? 1e-5 : 1e-2;
+  const double tolerance = p.input == DType::F32 ? 1e-5 : p.input == DType::TF32 ? 5e-3 : 1e-2;
   const bool ok = check.relative_l2 <= tolerance;
   if (!ok) exit_code = 1;
 
@@ -207,7 +207,7 @@ void matmul_command(const KernelCommandOptions& o) {
     } else {
       Problem plain = p;
       plain.epilogue = Epilogue();
-      plain.output = p.input;
+      plain.output = p.input == DType::TF32 ? DType::F32 : p.input;
       peer->plan(plain);
       cuda::DeviceBuffer c_peer(static_cast<size_t>(p.batch * p.m * p.n) * dtype_bytes(p.input));
       peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get());
@@ -216,11 +216,11 @@ void matmul_command(const KernelCommandOptions& o) {
       peer_status = p.epilogue.function_name.empty()
                         ? "cuBLASLt, same problem"
                         : "cuBLASLt, matmul only (without the epilogue)";
-      if (p.epilogue.function_name.empty() && p.output == p.input) {
+      if (p.epilogue.function_name.empty() && p.output == plain.output) {
         std::vector<unsigned char> peer_bytes(c_peer.bytes());
         c_peer.download(peer_bytes.data(), peer_bytes.size());
         const std::vector<double> ours = to_doubles(p.output, bytes, count);
-        const std::vector<double> theirs = to_doubles(p.input, peer_bytes, count);
+        const std::vector<double> theirs = to_doubles(plain.output, peer_bytes, count);
         double diff = 0, norm = 0;
         for (size_t i = 0; i < count; ++i) {
           diff += (ours[i] - theirs[i]) * (ours[i] - theirs[i]);

@@ -29,7 +29,7 @@ Problem problem_for(DType dtype, const std::string& layout, bool with_epilogue) 
   Problem p;
   p.m = p.n = p.k = 4096;
   p.input = dtype;
-  p.output = dtype;
+  p.output = dtype == DType::TF32 ? DType::F32 : dtype;  // tf32 is an input type
   set_layout(p, layout);
   if (with_epilogue) p.epilogue = builtin_epilogue("gelu(acc + bias)", dtype).epilogue;
   return p;
@@ -44,6 +44,10 @@ std::vector<Case> cases() {
   out.push_back({problem_for(DType::F16, "nn", false), default_space(DType::F16)[0],
                  "f16 nn " + default_space(DType::F16)[0].to_string()});
   out.push_back({problem_for(DType::F32, "nn", true), simt_config(1), "f32 nn"});
+  // tf32: the wgmma engine over its whole space (the kernel reads K-major operands
+  // in every layout: the runtime transposes the others first).
+  for (const Config& c : default_space(DType::TF32))
+    out.push_back({problem_for(DType::TF32, "nn", true), c, "tf32 nn " + c.to_string()});
   // Every operand layout on the workhorse config, and the tall one transposed.
   const Config workhorse = default_space(DType::BF16)[0];
   for (const char* layout : {"nt", "tn", "tt"})
@@ -129,6 +133,9 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
     const bool wgmma = all[i].config.wgmma;
     if (wgmma) {
       EXPECT_NE(program.ptx.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
+      if (all[i].problem.input == DType::TF32) {
+        EXPECT_NE(program.ptx.find("k8.f32.tf32.tf32"), std::string::npos);
+      }
       EXPECT_NE(program.ptx.find("cp.async.bulk.tensor.3d"), std::string::npos);
       EXPECT_NE(program.ptx.find("mbarrier.try_wait.parity"), std::string::npos);
     } else {
@@ -163,8 +170,8 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
     EXPECT_EQ(sass.find("LDL"), std::string::npos) << "local memory loads";
     EXPECT_EQ(sass.find("STL"), std::string::npos) << "local memory stores";
     // The staged epilogue is a rolled loop: the epilogue function appears once per
-    // output of a 16-byte chunk plus once in the edge loop (GELU: 2 MUFU each), not
-    // once per accumulator in each of the two main-loop instantiations (128 x 2 x 2
+    // output of a 16-byte chunk plus once in the edge loop (GELU: 1 MUFU each), not
+    // once per accumulator in each of the two main-loop instantiations (128 x 2
     // MUFU and ~28000 instructions for 128 x 256 before the staging). The main
     // loops, prologues and epilogue fit in ~2000 instructions.
     EXPECT_LE(count(sass, "MUFU"), 40u);
@@ -172,10 +179,11 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
   }
 }
 
-TEST(MatmulCompile, ReductionAndPaddingKernelsCompileWithoutSpills) {
-  for (DType dtype : {DType::BF16, DType::F16}) {
+TEST(MatmulCompile, ReductionPaddingAndStagingKernelsCompileWithoutSpills) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::TF32}) {
     Problem p = problem_for(dtype, "nn", true);
-    for (const KernelSource& source : {lower_reduce(p), lower_pad(dtype)}) {
+    for (const KernelSource& source :
+         {lower_reduce(p), dtype == DType::TF32 ? lower_stage_k_major() : lower_pad(dtype)}) {
       SCOPED_TRACE(source.name);
       const cuda::CompiledProgram program = compile_source(source, "sm_90");
       ASSERT_EQ(program.kernels.size(), 1u);

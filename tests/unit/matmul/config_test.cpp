@@ -114,6 +114,54 @@ TEST(MatmulHeuristic, HopperPicksWgmmaOthersMmaSync) {
   }
 }
 
+// tf32: f32 data on the wgmma engine, bk = 32 (128 bytes of K), f32 out; every other
+// engine, output type or bk is refused with what to write instead; off sm_90 the
+// error says tf32 has no other engine.
+TEST(MatmulTf32, WgmmaOnlyWithBk32) {
+  Problem p = square(1000);
+  p.input = DType::TF32;
+  p.output = DType::F32;
+  EXPECT_EQ(parse_dtype("tf32"), DType::TF32);
+  EXPECT_EQ(std::string(to_string(DType::TF32)), "tf32");
+  EXPECT_EQ(dtype_bytes(DType::TF32), 4);
+  const Config c = default_config(p, h200());
+  EXPECT_TRUE(c.wgmma);
+  EXPECT_EQ(c.bk, 32);
+  EXPECT_NO_THROW(validate(p, c));
+  EXPECT_NO_THROW(check_fits_device(p, c, h200()));
+  auto message = [&](const Problem& q, const std::string& text) -> std::string {
+    try {
+      validate(q, Config::parse(text));
+    } catch (const UserError& e) {
+      return std::string(e.what()) + " | " + e.hint();
+    }
+    return "";
+  };
+  EXPECT_NE(message(p, "bm=128,bn=128,bk=32,warps=8").find("wgmma engine"), std::string::npos);
+  EXPECT_NE(message(p, "bm=128,bn=256,stages=4,mma=wgmma").find("bk=32"), std::string::npos);
+  EXPECT_EQ(message(p, "bm=128,bn=256,bk=32,stages=4,mma=wgmma"), "");
+  Problem out_tf32 = p;
+  out_tf32.output = DType::TF32;
+  EXPECT_NE(message(out_tf32, c.to_string()).find("input type"), std::string::npos);
+  try {
+    check_fits_device(p, c, h200_as_sm80());
+    FAIL() << "tf32 accepted off sm_90";
+  } catch (const UserError& e) {
+    EXPECT_NE(e.hint().find("f32"), std::string::npos) << e.hint();
+  }
+  // The generated kernel: m64nBNk8 tf32 wgmma, both operands K-major in every layout.
+  for (const char* layout : {"nn", "nt", "tn", "tt"}) {
+    set_layout(p, layout);
+    const std::string source = lower(p, c).source;
+    EXPECT_NE(source.find(fmt::format("m64n{}k8.f32.tf32.tf32", c.bn)), std::string::npos);
+    EXPECT_NE(source.find("WgmmaMatmul<float, float, " + std::to_string(c.bm) + ", " +
+                          std::to_string(c.bn) + ", " + std::to_string(c.stages) +
+                          ", true, true, kjit_wgmma>"),
+              std::string::npos)
+        << layout;
+  }
+}
+
 TEST(MatmulHeuristic, FewTilesAndLongKSplitK) {
   Problem p;
   p.m = 128;
