@@ -520,6 +520,88 @@ struct OperandLoader {
     }
     src += tile_step;
   }
+
+  // The main loop's interface (shared with NarrowLoader): issue() starts the copies
+  // of a k-tile into `stage`; finish() completes them. cp.async needs no finishing
+  // (cp.async.wait_group and the barrier do it).
+  template <bool MASKED>
+  __device__ __forceinline__ void issue(u32 stage, int k0, int k_end, int rows_total) {
+    load<MASKED>(stage, k0, k_end, rows_total);
+  }
+  __device__ __forceinline__ void finish() {}
+};
+
+// The narrow-load alternative to padding, for operands whose rows are not 16-byte
+// aligned (an odd leading dimension of 16-bit values: every other row starts on a
+// 2-byte boundary). cp.async copies only 4, 8 or 16 aligned bytes, so these chunks
+// go through registers: issue() reads the same chunks as OperandLoader with the
+// widest loads each chunk's address allows (one 16-byte, four 4-byte or eight
+// 2-byte loads) and holds them; finish() stores them to shared memory. The main
+// loop calls finish() one k-tile later (with 3 or more stages), so a k-tile of
+// tensor-core work hides the loads' latency. MASKED: elements past the matrix or
+// past K read as zero.
+//
+// Measured on the H200 (docs/matmul.md): 54-92 TFLOP/s on 4095^3, 4097^3 and
+// 2048x50257x768, 3-9x slower than padding + wgmma at every size tried. The loads
+// and packing cost more issue slots per k-tile than the tensor-core work they feed
+// (one coalesced word per lane plus a shuffle to realign measured no better), and
+// the wgmma engine needs aligned rows anyway. So padding is the default; this is a
+// config (load=narrow) for a tuner to try.
+template <typename T, typename Tile, bool K_MAJOR, int BK, int ROWS, int THREADS>
+struct NarrowLoader : OperandLoader<T, Tile, K_MAJOR, BK, ROWS, THREADS> {
+  typedef OperandLoader<T, Tile, K_MAJOR, BK, ROWS, THREADS> Base;
+  U32x4 held[Tile::LOADS];  // the chunks of the k-tile in flight
+  u32 target;               // the stage they go to
+
+  template <bool MASKED>
+  __device__ __forceinline__ void issue(u32 stage, int k0, int k_end, int rows_total) {
+    target = stage;
+#pragma unroll
+    for (int i = 0; i < Tile::LOADS; ++i) {
+      const T* chunk = this->src + i * this->row_stride;
+      int valid = 8;  // leading elements of the chunk inside the operand
+      if (MASKED) {
+        if (K_MAJOR)
+          valid = this->row0 + i * Base::ROW_STEP < rows_total
+                      ? min(max(k_end - (k0 + this->col0), 0), 8)
+                      : 0;
+        else
+          valid = k0 + this->row0 + i * Base::ROW_STEP < k_end
+                      ? min(max(rows_total - this->col0, 0), 8)
+                      : 0;
+      }
+      held[i] = read_chunk(chunk, valid);
+    }
+    this->src += this->tile_step;
+  }
+
+  __device__ __forceinline__ void finish() {
+#pragma unroll
+    for (int i = 0; i < Tile::LOADS; ++i)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(target + this->dst[i]),
+                   "r"(held[i].x), "r"(held[i].y), "r"(held[i].z), "r"(held[i].w)
+                   : "memory");
+  }
+
+  // 8 elements at p, the first `valid` of them (the rest zero), packed in pairs.
+  __device__ __forceinline__ static U32x4 read_chunk(const T* p, int valid) {
+    if (valid == 8) {
+      if (aligned_to(p, 16)) return *reinterpret_cast<const U32x4*>(p);
+      if (aligned_to(p, 4)) {
+        const u32* w = reinterpret_cast<const u32*>(p);
+        return U32x4{w[0], w[1], w[2], w[3]};
+      }
+    }
+    const u16* h = reinterpret_cast<const u16*>(p);
+    u32 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const u32 lo = 2 * j < valid ? h[2 * j] : 0u;
+      const u32 hi = 2 * j + 1 < valid ? h[2 * j + 1] : 0u;
+      v[j] = lo | (hi << 16);
+    }
+    return U32x4{v[0], v[1], v[2], v[3]};
+  }
 };
 
 // Per-lane ldmatrix addresses of one operand. A lane addresses row r8 + 8 * row_sel
@@ -561,7 +643,7 @@ struct FragmentAddress {
 //   passes (chosen by the generator, epilogue_passes() in compiler/lowering/matmul.h,
 //   so that one pass fits the pipeline's buffers).
 template <typename T, typename TC, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES,
-          bool A_K_MAJOR, bool B_K_MAJOR, int EPILOGUE_PASSES>
+          bool A_K_MAJOR, bool B_K_MAJOR, int EPILOGUE_PASSES, bool NARROW = false>
 struct TensorCoreMatmul {
   static constexpr int THREADS = WARPS_M * WARPS_N * 32;
   static constexpr int WTM = BM / WARPS_M;  // warp tile rows
@@ -573,6 +655,15 @@ struct TensorCoreMatmul {
   typedef OperandTile<BM, BK, A_K_MAJOR, THREADS> TileA;
   typedef OperandTile<BN, BK, B_K_MAJOR, THREADS> TileB;
   static constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
+  // NARROW: operands of any alignment through registers (NarrowLoader), instead of
+  // cp.async from 16-byte-aligned (or padded) rows.
+  typedef typename Select<NARROW, NarrowLoader<T, TileA, A_K_MAJOR, BK, BM, THREADS>,
+                          OperandLoader<T, TileA, A_K_MAJOR, BK, BM, THREADS>>::type LoaderA;
+  typedef typename Select<NARROW, NarrowLoader<T, TileB, B_K_MAJOR, BK, BN, THREADS>,
+                          OperandLoader<T, TileB, B_K_MAJOR, BK, BN, THREADS>>::type LoaderB;
+  // Narrow loads land in shared memory one k-tile after they are issued, which the
+  // pipeline allows when a refilled stage is read STAGES - 1 >= 2 k-tiles later.
+  static constexpr bool DEFER_FINISH = STAGES >= 3;
 
   // Stage 5's staging buffer: one pass holds MT_PER_PASS mma rows of every warp,
   // BM / EPILOGUE_PASSES rows of C, as fp32 rows of BN + 8 floats. The 8 floats of
@@ -648,8 +739,8 @@ struct TensorCoreMatmul {
     const T* a = static_cast<const T*>(args.a) + batch * args.stride_a;
     const T* b = static_cast<const T*>(args.b) + batch * args.stride_b;
 
-    OperandLoader<T, TileA, A_K_MAJOR, BK, BM, THREADS> load_a;
-    OperandLoader<T, TileB, B_K_MAJOR, BK, BN, THREADS> load_b;
+    LoaderA load_a;
+    LoaderB load_b;
     load_a.init(a, args.lda, m0, k_begin);
     load_b.init(b, args.ldb, n0, k_begin);
     const u32 smem = mma::shared_address(shared);
@@ -670,8 +761,10 @@ struct TensorCoreMatmul {
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < k_tiles) {
         const int k0 = k_begin + s * BK;
-        load_a.template load<MASKED>(smem + s * STAGE_BYTES, k0, k_end, args.m);
-        load_b.template load<MASKED>(smem + s * STAGE_BYTES + TileA::BYTES, k0, k_end, args.n);
+        load_a.template issue<MASKED>(smem + s * STAGE_BYTES, k0, k_end, args.m);
+        load_b.template issue<MASKED>(smem + s * STAGE_BYTES + TileA::BYTES, k0, k_end, args.n);
+        load_a.finish();
+        load_b.finish();
       }
       mma::cp_async_commit();
     }
@@ -688,10 +781,16 @@ struct TensorCoreMatmul {
 
     int read_stage = 0;            // stage holding k-tile kt
     int write_stage = STAGES - 1;  // stage receiving k-tile kt + STAGES - 1
+    bool pending = false;          // narrow loads issued but not yet in shared memory
     for (int kt = 0; kt < k_tiles; ++kt) {
 #pragma unroll
       for (int kk = 0; kk < KSTEPS; ++kk) {
         if (kk == KSTEPS - 1) {
+          if (!DEFER_FINISH && pending) {
+            load_a.finish();
+            load_b.finish();
+            pending = false;
+          }
           // The next k-tile must be resident before its first fragment is read.
           // This barrier also ends every read of k-tile kt's stage, which the
           // refill at kk == 0 of the next iteration overwrites.
@@ -703,13 +802,21 @@ struct TensorCoreMatmul {
         load_fragments(smem + read_stage * STAGE_BYTES, (kk + 1) % KSTEPS, addr_a, addr_b,
                        frag_a[(kk + 1) % 2], frag_b[(kk + 1) % 2]);
         if (kk == 0) {
+          // Narrow loads of the previous refill (k-tile kt + STAGES - 2, read two or
+          // more barriers from now) go to shared memory before the next are issued.
+          if (DEFER_FINISH && pending) {
+            load_a.finish();
+            load_b.finish();
+            pending = false;
+          }
           // Refill the stage freed by k-tile kt-1 with k-tile kt + STAGES - 1.
           const int next = kt + STAGES - 1;
           if (next < k_tiles) {
             const int k0 = k_begin + next * BK;
-            load_a.template load<MASKED>(smem + write_stage * STAGE_BYTES, k0, k_end, args.m);
-            load_b.template load<MASKED>(smem + write_stage * STAGE_BYTES + TileA::BYTES, k0, k_end,
-                                         args.n);
+            load_a.template issue<MASKED>(smem + write_stage * STAGE_BYTES, k0, k_end, args.m);
+            load_b.template issue<MASKED>(smem + write_stage * STAGE_BYTES + TileA::BYTES, k0,
+                                          k_end, args.n);
+            pending = NARROW;
           }
           mma::cp_async_commit();
           write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;

@@ -15,6 +15,16 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
+// Select<C, A, B>::type is A when C holds, else B (NVRTC has no <type_traits>).
+template <bool C, typename A, typename B>
+struct Select {
+  typedef A type;
+};
+template <typename A, typename B>
+struct Select<false, A, B> {
+  typedef B type;
+};
+
 // IEEE half: 1 sign, 5 exponent, 10 mantissa bits.
 struct __align__(2) f16 {
   u16 bits;

@@ -86,8 +86,9 @@ std::string Problem::to_string() const {
 }
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}", bm, bn, bk, warps,
-                     warps_m, stages, splitk, wgmma ? ",mma=wgmma" : "");
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}", bm, bn, bk, warps,
+                     warps_m, stages, splitk, wgmma ? ",mma=wgmma" : "",
+                     narrow ? ",load=narrow" : "");
 }
 
 Config wgmma_config(int bm, int bn, int stages, int splitk, DType input) {
@@ -124,7 +125,7 @@ int square_warps_m(int bm, int bn, int warps) {
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: bm, bn, bk, warps, wm, stages, splitk, mma";
+  static const char* kValidKeys = "valid keys: bm, bn, bk, warps, wm, stages, splitk, mma, load";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   std::stringstream stream(text);
@@ -143,6 +144,14 @@ Config Config::parse(const std::string& text) {
         throw UserError("matmul config mma='" + value + "' is not sync or wgmma",
                         "mma=sync: mma.sync (sm_80 and later); mma=wgmma: TMA + wgmma (sm_90)");
       config.wgmma = value == "wgmma";
+      continue;
+    }
+    if (key == "load") {
+      if (value != "async" && value != "narrow")
+        throw UserError("matmul config load='" + value + "' is not async or narrow",
+                        "load=async: cp.async from 16-byte-aligned (or padded) rows; "
+                        "load=narrow: any alignment, through registers (mma.sync only)");
+      config.narrow = value == "narrow";
       continue;
     }
     char* end = nullptr;
@@ -267,6 +276,11 @@ void validate(const Problem& problem, const Config& config) {
     return;
   }
   const std::string hint = "Reducing or reshaping the block tile may help; see docs/matmul.md";
+  if (config.narrow && config.wgmma)
+    throw UserError(
+        "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "
+        "engine (TMA) needs 16-byte-aligned rows",
+        "drop mma=wgmma (misaligned operands are padded for wgmma)");
   if (config.wgmma) {
     const Config derived =
         wgmma_config(config.bm, config.bn, config.stages, config.splitk, problem.input);
@@ -546,11 +560,11 @@ KernelSource lower(const Problem& problem, const Config& config) {
   out.family = "matmul";
   out.problem = problem.kernel_class();  // sizes are arguments: one binary for all
   out.config = config.to_string();
-  out.name =
-      simt ? fmt::format("kjit_matmul_f32_{}_simt_64x64x16", problem.layout())
-           : fmt::format("kjit_matmul_{}_{}_{}x{}x{}_w{}x{}_s{}", matmul::to_string(problem.input),
-                         problem.layout(), config.bm, config.bn, config.bk, config.warps_m,
-                         config.warps / config.warps_m, config.stages);
+  out.name = simt ? fmt::format("kjit_matmul_f32_{}_simt_64x64x16", problem.layout())
+                  : fmt::format("kjit_matmul_{}_{}_{}x{}x{}_w{}x{}_s{}{}",
+                                matmul::to_string(problem.input), problem.layout(), config.bm,
+                                config.bn, config.bk, config.warps_m, config.warps / config.warps_m,
+                                config.stages, config.narrow ? "_narrow" : "");
   out.block_threads = simt ? 256 : config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
 
@@ -566,11 +580,12 @@ KernelSource lower(const Problem& problem, const Config& config) {
   } else {
     s += fmt::format(
         "// path:      mma.sync m16n8k16 {} -> f32; block tile {}x{}x{}, {} warps ({} along M) "
-        "of {}x{}, {}-stage cp.async pipeline, {} B dynamic shared memory; epilogue staged "
+        "of {}x{}, {}-stage {} pipeline, {} B dynamic shared memory; epilogue staged "
         "through shared memory in {} pass(es) of {} rows\n",
         matmul::to_string(problem.input), config.bm, config.bn, config.bk, config.warps,
         config.warps_m, config.bm / config.warps_m, config.bn / (config.warps / config.warps_m),
-        config.stages, out.dynamic_shared_bytes, epilogue_passes(problem, config),
+        config.stages, config.narrow ? "narrow-load (through registers)" : "cp.async",
+        out.dynamic_shared_bytes, epilogue_passes(problem, config),
         config.bm / epilogue_passes(problem, config));
     s += "#include \"kjit/matmul.cuh\"\n\n";
   }
@@ -586,12 +601,15 @@ KernelSource lower(const Problem& problem, const Config& config) {
   } else {
     s += "// A is " + std::string(problem.a_transposed ? "K x M (M-major)" : "M x K (K-major)") +
          ", B is " + (problem.b_transposed ? "N x K (K-major)" : "K x N (N-major)") + "\n";
+    if (config.narrow)
+      s += "// load=narrow: A and B of any alignment, read through registers with the widest\n"
+           "// loads each 8-element chunk's address allows (no padded copies)\n";
     s += fmt::format(
-        "typedef kjit::matmul::TensorCoreMatmul<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>\n"
+        "typedef kjit::matmul::TensorCoreMatmul<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>\n"
         "    kjit_matmul_tile;\n\n",
         device_type(problem.input), out_type, config.bm, config.bn, config.bk, config.warps_m,
         config.warps / config.warps_m, config.stages, a_k_major, b_k_major,
-        epilogue_passes(problem, config));
+        epilogue_passes(problem, config), config.narrow ? ", true" : "");
   }
   s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block\n";
   s += fmt::format(

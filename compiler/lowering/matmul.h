@@ -87,12 +87,18 @@ struct Config {
   // bk = 64, one producer warpgroup plus bm / 64 consumer warpgroups (so warps =
   // 4 * (bm / 64 + 1) and wm = bm / 64). false: mma.sync (templates/matmul.cuh).
   bool wgmma = false;
+  // mma.sync only: operands of any alignment are read with narrow loads through
+  // registers (NarrowLoader in templates/matmul.cuh) instead of being padded into
+  // 16-byte-aligned scratch first; the alternative for misaligned problems.
+  bool narrow = false;
 
-  // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",mma=wgmma")
+  // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",mma=wgmma" or
+  // ",load=narrow")
   std::string to_string() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
-  // mma (sync | wgmma). When warps is given without wm, wm is chosen to make warp
-  // tiles square-ish; with mma=wgmma, bk, warps and wm follow from bm.
+  // mma (sync | wgmma) load (async | narrow). When warps is given without wm, wm is
+  // chosen to make warp tiles square-ish; with mma=wgmma, bk, warps and wm follow
+  // from bm.
   // Unknown keys and malformed values are UserErrors naming the valid keys.
   static Config parse(const std::string& text);
   int threads() const { return warps * 32; }

@@ -277,6 +277,36 @@ TEST_F(MatmulGpu, MisalignedPaddedPath) {
   run_all(MisalignedPaddedPathCases());
 }
 
+// The same misaligned shapes, and the edge shapes in every layout, read in place
+// with narrow loads (load=narrow: no padded copies), on each narrow config.
+std::vector<Case> NarrowLoadsCases() {
+  std::vector<Case> cases;
+  for (Case c : MisalignedPaddedPathCases()) {
+    c.config = "bm=128,bn=128,bk=32,warps=8,stages=4,load=narrow";
+    cases.push_back(c);
+  }
+  for (Case c : EdgeShapesEveryLayoutBf16Cases()) {
+    c.config = "bm=64,bn=128,bk=32,warps=8,stages=4,load=narrow";
+    cases.push_back(c);
+  }
+  cases.push_back({.m = 1000,
+                   .n = 999,
+                   .k = 333,
+                   .layout = "tn",
+                   .input = DType::F16,
+                   .output = DType::F32,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "bm=64,bn=64,bk=64,warps=4,stages=3,load=narrow"});
+  cases.push_back({.m = 300,
+                   .n = 257,
+                   .k = 4097,
+                   .config = "bm=128,bn=128,bk=32,warps=8,stages=4,splitk=3,load=narrow"});
+  return cases;
+}
+TEST_F(MatmulGpu, NarrowLoads) {
+  run_all(NarrowLoadsCases());
+}
+
 std::vector<Case> AlignedLargeSampledCases() {
   return std::vector<Case>(
       {{.m = 4096, .n = 4096, .k = 4096},
@@ -520,6 +550,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"F32ExactSimtEveryLayout", F32ExactSimtEveryLayoutCases},
         {"Tf32", Tf32Cases},
         {"MisalignedPaddedPath", MisalignedPaddedPathCases},
+        {"NarrowLoads", NarrowLoadsCases},
         {"AlignedLargeSampled", AlignedLargeSampledCases},
         {"Batched", BatchedCases},
         {"EachEpilogue", EachEpilogueCases},

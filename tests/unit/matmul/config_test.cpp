@@ -77,6 +77,32 @@ TEST(MatmulConfig, ValidationSaysWhichConstraintFailed) {
   EXPECT_THROW(set_layout(p, "nx"), UserError);
 }
 
+// load=narrow: the mma.sync engine's alternative to padding; prints and parses
+// back, and is refused with the wgmma engine (TMA needs aligned rows).
+TEST(MatmulConfig, NarrowLoads) {
+  const Config c = Config::parse("bm=128,bn=128,bk=32,warps=8,stages=4,load=narrow");
+  EXPECT_TRUE(c.narrow);
+  EXPECT_EQ(c.to_string(), "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=1,load=narrow");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_FALSE(Config::parse("load=async").narrow);
+  EXPECT_THROW(Config::parse("load=wide"), UserError);
+  Problem p = square(4095);
+  p.aligned = false;
+  EXPECT_NO_THROW(validate(p, c));
+  try {
+    validate(p, Config::parse("bm=128,bn=256,mma=wgmma,stages=4,load=narrow"));
+    FAIL() << "narrow accepted with wgmma";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("mma.sync"), std::string::npos) << e.what();
+  }
+  const KernelSource source = lower(p, c);
+  EXPECT_NE(source.name.find("_narrow"), std::string::npos);
+  EXPECT_NE(source.source.find("TensorCoreMatmul<kjit::bf16, kjit::bf16, 128, 128, 32, 2, 4, 4, "
+                               "true, false, 2, true>"),
+            std::string::npos)
+      << source.source;
+}
+
 TEST(MatmulConfig, DeviceLimitsStateRequiredAndLimit) {
   Problem p = square(1024);
   try {
@@ -185,6 +211,8 @@ TEST(MatmulHeuristic, EveryPickIsValid) {
         for (const cuda::DeviceProperties& d : {h200(), h200_as_sm80()}) {
           const Config c = default_config(p, d);
           EXPECT_NO_THROW(validate(p, c)) << p.to_string() << " " << c.to_string();
+          // Padding measured 3-9x faster than narrow loads (docs/matmul.md).
+          EXPECT_FALSE(c.narrow) << p.to_string();
           EXPECT_NO_THROW(check_fits_device(p, c, d));
         }
       }
