@@ -225,8 +225,10 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
   const int64_t vectors = p.n / V;
   const KernelSource& source = kernel->kernel->source();
   const int64_t per_block = int64_t{source.block_threads} * config_.unroll;
-  // Whole waves: every SM gets its resident blocks; fewer when there is less work.
-  int64_t blocks = std::min<int64_t>(int64_t{runtime_->device().sm_count} * kernel->blocks_per_sm,
+  // Whole waves: every SM gets per_sm blocks (auto: 1024 threads' worth, at most the
+  // resident limit); fewer when there is less work.
+  const int per_sm = ir::grid_blocks_per_sm(config_, kernel->blocks_per_sm);
+  int64_t blocks = std::min<int64_t>(int64_t{runtime_->device().sm_count} * per_sm,
                                      (vectors + per_block - 1) / per_block);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -235,7 +237,7 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
                        kernel->kernel->key(),
                        static_cast<unsigned>(blocks),
                        source.block_threads,
-                       kernel->blocks_per_sm,
+                       per_sm,
                        compiled_now,
                        to_string(kernel->kernel->origin()),
                        kernel->kernel->compile_ms()};

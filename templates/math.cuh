@@ -13,9 +13,9 @@
 //      (Cody and Waite) so that x - j * pi/2 keeps ~70 bits of pi/2: x - j*c1 is exact
 //      (both are multiples of 2^-23 and the difference is below 1), the next two FMAs
 //      add the rest.
-//   2. Approximate on [-pi/4, pi/4]: Taylor series, long enough that the first
-//      omitted term is below half an ulp (sin: r^11/11! < 2e-9 * |r|; cos: r^12/12! <
-//      2e-10), evaluated by Horner's rule in FMAs.
+//   2. Approximate on [-pi/4, pi/4]: polynomials fitted to the relative error
+//      (degree 7 for sin, 8 for cos: 4e-9 and 1e-10 before rounding, a term shorter
+//      than the Taylor series of the same accuracy), by Horner's rule in FMAs.
 //   3. Rotate by the quadrant j mod 4: sin(x) is s, c, -s, -c and cos(x) is c, -s,
 //      -c, s; a swap and two sign flips.
 //
@@ -56,18 +56,18 @@ __device__ __forceinline__ void sincos_f32(float x, float* s, float* c) {
   float r = fmaf(j, -0x1.921fb6p+0f, a);         // c1 = 1.5707964
   r = fmaf(j, 0x1.777a5cp-25f, r);               // c2 = -4.3711388e-08
   r = fmaf(j, 0x1.ee59dap-50f, r);               // c3 = -1.7151245e-15
-  // 2. Taylor series on [-pi/4, pi/4].
+  // 2. Polynomials on [-pi/4, pi/4]: sin r = r + r^3 P(r^2), cos r = 1 - r^2/2 + r^4 Q(r^2),
+  //    P and Q of degree 2 fitted to the relative error (least squares at Chebyshev
+  //    nodes: 4e-9 and 1e-10 before rounding), one term shorter each than Taylor.
   const float r2 = r * r;
-  float sp = 2.7557319e-6f;           // 1/9!
-  sp = fmaf(sp, r2, -1.9841270e-4f);  // -1/7!
-  sp = fmaf(sp, r2, 8.3333333e-3f);   // 1/5!
-  sp = fmaf(sp, r2, -1.6666667e-1f);  // -1/3!
+  float sp = -1.95159487e-4f;          // ~ -1/7!
+  sp = fmaf(sp, r2, 8.33216573e-3f);   // ~ 1/5!
+  sp = fmaf(sp, r2, -1.66666547e-1f);  // ~ -1/3!
   const float sin_r = fmaf(sp * r2, r, r);
-  float cp = -2.7557319e-7f;          // -1/10!
-  cp = fmaf(cp, r2, 2.4801587e-5f);   // 1/8!
-  cp = fmaf(cp, r2, -1.3888889e-3f);  // -1/6!
-  cp = fmaf(cp, r2, 4.1666667e-2f);   // 1/4!
-  cp = fmaf(cp, r2, -0.5f);           // -1/2!
+  float cp = 2.44358479e-5f;           // ~ 1/8!
+  cp = fmaf(cp, r2, -1.38873415e-3f);  // ~ -1/6!
+  cp = fmaf(cp, r2, 4.16666462e-2f);   // ~ 1/4!
+  cp = fmaf(cp, r2, -0.5f);            // -1/2!
   const float cos_r = fmaf(cp, r2, 1.0f);
   // 3. Rotate: odd quadrants swap sin and cos; the sign bits flip in quadrants 2, 3
   //    (sin) and 1, 2 (cos), and sin takes the sign of x.

@@ -54,9 +54,19 @@ std::string ElementwiseProblem::text() const {
                      aligned ? "16" : "1");
 }
 
-std::string ElementwiseConfig::text() const {
+std::string ElementwiseConfig::source_text() const {
   return fmt::format("block={},vec={},unroll={}{}{}", block_threads, vector_width, unroll,
                      prefetch ? ",prefetch=1" : "", stream ? ",stream=1" : "");
+}
+
+int grid_blocks_per_sm(const ElementwiseConfig& config, int resident) {
+  const int wanted =
+      config.per_sm > 0 ? config.per_sm : std::max(1, 1024 / std::max(config.block_threads, 1));
+  return std::max(1, std::min(wanted, resident));
+}
+
+std::string ElementwiseConfig::text() const {
+  return source_text() + (per_sm ? fmt::format(",per_sm={}", per_sm) : "");
 }
 
 ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
@@ -104,9 +114,14 @@ ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
       if (value != 0 && value != 1)
         throw UserError("stream=" + std::to_string(value) + " is not 0 or 1");
       config.stream = value;
+    } else if (key == "per_sm") {
+      if (value < 0 || value > 32)
+        throw UserError("per_sm=" + std::to_string(value) +
+                        " is not in [0, 32] (0: auto, 1024 threads per SM)");
+      config.per_sm = value;
     } else {
       throw UserError("unknown config key '" + key + "'",
-                      "the keys are block, vec, unroll, prefetch and stream");
+                      "the keys are block, vec, unroll, prefetch, stream and per_sm");
     }
   }
   return config;
@@ -324,7 +339,7 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   const int V = effective_vector_width(problem, config);
   const int U = config.unroll;
   const std::string problem_text = problem.text();
-  const std::string config_text = config.text();
+  const std::string config_text = config.source_text();
   const std::string ir_text = print(graph);
   const std::string id =
       KeyHasher().add(kGeneratorVersion).add(ir_text).add(problem_text).add(config_text).hex();

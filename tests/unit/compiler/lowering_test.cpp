@@ -112,6 +112,22 @@ TEST(Config, ParsesAndRejects) {
   EXPECT_EQ(streaming.text(), "block=512,vec=0,unroll=2,prefetch=1,stream=1");
   EXPECT_EQ(ElementwiseConfig::parse(streaming.text()).text(), streaming.text());
   EXPECT_THROW(ElementwiseConfig::parse("stream=2"), UserError);
+  // per_sm sizes the grid only: it round-trips, and the source does not change.
+  ElementwiseConfig two = ElementwiseConfig::parse("per_sm=2");
+  EXPECT_EQ(two.per_sm, 2);
+  EXPECT_EQ(two.text(), "block=512,vec=0,unroll=2,per_sm=2");
+  EXPECT_EQ(ElementwiseConfig::parse(two.text()).text(), two.text());
+  EXPECT_EQ(two.source_text(), ElementwiseConfig().text());
+  EXPECT_THROW(ElementwiseConfig::parse("per_sm=33"), UserError);
+  // Auto: 1024 threads per SM, never more blocks than are resident, at least one.
+  EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig(), 4), 2);
+  EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=256"), 8), 4);
+  EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=256"), 3), 3);
+  EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=1024"), 2), 1);
+  EXPECT_EQ(grid_blocks_per_sm(two, 1), 1);
+  EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("per_sm=3"), 4), 3);
+  ElementwiseProblem p = problem("y = sin(x)^2 + cos(x)^2", true);
+  EXPECT_EQ(lower_elementwise(p, two).source, lower_elementwise(p, ElementwiseConfig()).source);
 }
 
 }  // namespace
