@@ -29,10 +29,7 @@ PY
   # Default first (block=512,unroll=2, per_sm auto = 2 blocks of 512 per SM); per_sm=4
   # is every resident block (the grid before auto).
   sweep 'y = sin(x)^2 + cos(x)^2' f32 block=512,unroll=2 block=512,unroll=2,per_sm=4 \
-    block=512,unroll=2,stream=1 block=1024,unroll=2 block=1024,unroll=1,per_sm=2 \
-    block=512,unroll=2,prefetch=1 block=256,unroll=4
-  sweep 'y = x * sigmoid(x) * g' bf16 block=512,unroll=2 block=512,unroll=2,per_sm=4 \
-    block=512,unroll=2,prefetch=1 block=1024,unroll=1,per_sm=2
-  sweep 'y = a * b + c' f16 block=512,unroll=2 block=512,unroll=2,per_sm=4
+    block=1024,unroll=1
+  sweep 'y = x * sigmoid(x) * g' bf16 block=512,unroll=2 block=512,unroll=2,per_sm=4
 } >>"$out/elementwise.table"
 cat "$out/elementwise.table"
