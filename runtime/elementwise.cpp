@@ -225,8 +225,8 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
   const int64_t vectors = p.n / V;
   const KernelSource& source = kernel->kernel->source();
   const int64_t per_block = int64_t{source.block_threads} * config_.unroll;
-  // Whole waves: every SM gets per_sm blocks (auto: 1024 threads' worth, at most the
-  // resident limit); fewer when there is less work.
+  // Whole waves: every SM gets per_sm blocks (auto: 2048 vectors in flight, at most
+  // the resident limit); fewer when there is less work.
   const int per_sm = ir::grid_blocks_per_sm(config_, kernel->blocks_per_sm);
   int64_t blocks = std::min<int64_t>(int64_t{runtime_->device().sm_count} * per_sm,
                                      (vectors + per_block - 1) / per_block);

@@ -60,8 +60,8 @@ std::string ElementwiseConfig::source_text() const {
 }
 
 int grid_blocks_per_sm(const ElementwiseConfig& config, int resident) {
-  const int wanted =
-      config.per_sm > 0 ? config.per_sm : std::max(1, 1024 / std::max(config.block_threads, 1));
+  const int vectors_per_block = std::max(config.block_threads * config.unroll, 1);
+  const int wanted = config.per_sm > 0 ? config.per_sm : std::max(1, 2048 / vectors_per_block);
   return std::max(1, std::min(wanted, resident));
 }
 
@@ -117,7 +117,7 @@ ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
     } else if (key == "per_sm") {
       if (value < 0 || value > 32)
         throw UserError("per_sm=" + std::to_string(value) +
-                        " is not in [0, 32] (0: auto, 1024 threads per SM)");
+                        " is not in [0, 32] (0: auto, 2048 vectors in flight per SM)");
       config.per_sm = value;
     } else {
       throw UserError("unknown config key '" + key + "'",

@@ -61,12 +61,14 @@ struct ElementwiseConfig {
   // though a hand-written copy kernel gained 0.2 points. A knob for the tuner.
   int stream = 0;
   // Blocks per SM the grid is sized for (whole waves of SMs x per_sm blocks), at most
-  // the resident limit. 0 (auto): 1024 threads per SM, i.e. 1024 / block blocks. On the
-  // H200 (2^28 elements, block=512, unroll=2, same run) two blocks per SM instead of
-  // the four that fit took sin(x)^2 + cos(x)^2 f32 from 91.5% to 93.3% of copy and
-  // x * sigmoid(x) * g bf16 from 96.8% to 97.8%; a * b + c f16 stayed at 100.8% (the
-  // SM clock was the same, 1961 MHz, in every variant). A launch parameter: the
-  // kernel's source does not depend on it.
+  // the resident limit. 0 (auto): 2048 vectors in flight per SM (block x unroll x
+  // blocks = 2048; the default 512 x 2 gives 2 blocks). On the H200 (2^28 elements,
+  // same run) 2 blocks of 512 x 2 per SM instead of the 4 that fit took sin(x)^2 +
+  // cos(x)^2 f32 from 91.5% to 93.3% of copy and x * sigmoid(x) * g bf16 from 96.8%
+  // to 97.8%, a * b + c f16 unchanged (100.8%); 1 block of 1024 x 2 gave 93.0%, 2 of
+  // 1024 x 1 92.4%, 1 of 1024 x 1 83.3% (half the vectors in flight). The SM clock was
+  // the same, 1961 MHz, in every variant. A launch parameter: the kernel's source does
+  // not depend on it.
   int per_sm = 0;
 
   // "block=512,vec=0,unroll=2" (+ ",prefetch=1", ",stream=1", ",per_sm=2" where set)
@@ -78,8 +80,8 @@ struct ElementwiseConfig {
   static ElementwiseConfig parse(const std::string& text);
 };
 
-// Blocks per SM a launch sizes its grid for: config per_sm (auto: 1024 threads per
-// SM), at most `resident` (the occupancy limit of the compiled kernel).
+// Blocks per SM a launch sizes its grid for: config per_sm (auto: 2048 vectors in
+// flight per SM), at most `resident` (the occupancy limit of the compiled kernel).
 int grid_blocks_per_sm(const ElementwiseConfig& config, int resident);
 
 // The elements per vector the kernel uses: 1 off the aligned path, else the

@@ -119,11 +119,14 @@ TEST(Config, ParsesAndRejects) {
   EXPECT_EQ(ElementwiseConfig::parse(two.text()).text(), two.text());
   EXPECT_EQ(two.source_text(), ElementwiseConfig().text());
   EXPECT_THROW(ElementwiseConfig::parse("per_sm=33"), UserError);
-  // Auto: 1024 threads per SM, never more blocks than are resident, at least one.
+  // Auto: 2048 vectors in flight per SM (block x unroll x blocks), never more blocks
+  // than are resident, at least one.
   EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig(), 4), 2);
   EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=256"), 8), 4);
   EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=256"), 3), 3);
   EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=1024"), 2), 1);
+  EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=1024,unroll=1"), 2), 2);
+  EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("block=128,unroll=8"), 8), 2);
   EXPECT_EQ(grid_blocks_per_sm(two, 1), 1);
   EXPECT_EQ(grid_blocks_per_sm(ElementwiseConfig::parse("per_sm=3"), 4), 3);
   ElementwiseProblem p = problem("y = sin(x)^2 + cos(x)^2", true);
