@@ -239,18 +239,37 @@ void Store::set_wal_mode(Database& database) {
 // Rejected for a file it will not use.
 void Store::attach() {
   fs::path file(path_);
-  try {
-    make_directories(file.parent_path());
-    create_file(path_);
-  } catch (const std::runtime_error& e) {
-    throw Rejected(Rejected::Kind::Unusable, e.what());
+  std::unique_ptr<Database> database;
+  // Another process that found the same damage may move the file aside and create
+  // a fresh one while this one opens it. Then SQLite fails to open the path
+  // (CANTOPEN: for an instant there is no file), or opens the fresh file read-only
+  // (it appeared between SQLite's read-write and read-only attempts), or the path
+  // names another file after the open than before it (so which one SQLite holds is
+  // unknown, and quarantine() must not trust the identity). Each time: create the
+  // fresh file if needed and open again (a few times; after that it is not this race).
+  struct stat before {
+  }, after{};
+  for (int attempt = 0; !database; ++attempt) {
+    try {
+      make_directories(file.parent_path());
+      create_file(path_);
+    } catch (const std::runtime_error& e) {
+      throw Rejected(Rejected::Kind::Unusable, e.what());
+    }
+    const bool had = ::stat(path_.c_str(), &before) == 0;
+    try {
+      database = std::make_unique<Database>(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+    } catch (const SqliteError& e) {
+      if ((e.code() & 0xff) != SQLITE_CANTOPEN || attempt >= 3) throw;
+      continue;
+    }
+    const bool has = ::stat(path_.c_str(), &after) == 0;
+    const bool same = had && has && before.st_dev == after.st_dev && before.st_ino == after.st_ino;
+    const bool spurious_read_only = database->read_only() && ::access(path_.c_str(), W_OK) == 0;
+    if ((!same || spurious_read_only) && attempt < 3) database.reset();
   }
-  auto database = std::make_unique<Database>(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
-  struct stat info {};
-  if (::stat(path_.c_str(), &info) == 0) {
-    file_device_ = info.st_dev;
-    file_inode_ = info.st_ino;
-  }
+  file_device_ = after.st_dev;
+  file_inode_ = after.st_ino;
   if (database->read_only())
     throw Rejected(Rejected::Kind::Unusable, "the file is read-only for this user");
   configure(*database);
@@ -286,8 +305,15 @@ void Store::attach() {
   db_ = std::move(database);
 }
 
+bool Store::replaced_underneath() const {
+  if (file_inode_ == 0) return false;  // nothing opened yet
+  struct stat info {};
+  return ::stat(path_.c_str(), &info) != 0 || info.st_dev != file_device_ ||
+         info.st_ino != file_inode_;
+}
+
 void Store::connect() {
-  for (int attempt = 0;; ++attempt) {
+  for (int attempt = 0, replaced = 0;; ++attempt) {
     std::string damage;
     try {
       attach();
@@ -300,6 +326,16 @@ void Store::connect() {
       damage = e.what();
     } catch (const SqliteError& e) {
       if (!e.is_corruption()) {
+        // Another process that found the same damage moved the file aside while
+        // this one was reading it (SQLite then reports I/O errors): attach to
+        // what the path names now, a few times at most.
+        if (options_.recover && replaced_underneath() && replaced < 3) {
+          db_.reset();
+          file_device_ = file_inode_ = 0;
+          ++replaced;
+          --attempt;
+          continue;
+        }
         if (!options_.recover) throw;
         return disable(e.what());
       }

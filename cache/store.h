@@ -194,6 +194,10 @@ class Store {
   void attach();
   void set_wal_mode(Database& database);
   void quarantine(const std::string& why);
+  // Whether the path no longer names the file attach() opened (another process
+  // moved it aside, and perhaps created a fresh one): errors from the old file are
+  // then not this cache's, and attaching again is the cure.
+  bool replaced_underneath() const;
   void disable(const std::string& reason);
   void warn(const std::string& message);
   int64_t now() const;
