@@ -84,7 +84,7 @@ class ElementwiseKernel {
     std::string key;  // the runtime's binary key
     unsigned grid_blocks = 0;
     int block_threads = 0;
-    int blocks_per_sm = 0;
+    int blocks_per_sm = 0;  // what the grid was sized for: config per_sm (auto), <= resident
     bool compiled_now = false;
     std::string origin;  // "compiled", "memory", "store" (see KernelOrigin)
     double compile_ms = 0;
@@ -94,7 +94,7 @@ class ElementwiseKernel {
  private:
   struct Compiled {
     std::shared_ptr<const CompiledKernel> kernel;
-    int blocks_per_sm = 0;
+    int blocks_per_sm = 0;  // resident (the occupancy limit)
   };
   std::shared_ptr<const Compiled> compiled(const ElementwisePlan& plan, bool* compiled_now);
 
