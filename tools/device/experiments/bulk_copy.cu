@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <vector>
+#include "experiment.cuh"
 #include "kjit/math.cuh"
 
 __device__ __forceinline__ unsigned smem(const void* p) {
@@ -152,12 +153,7 @@ int main() {
   float *in, *out;
   cudaMalloc(&in, n * 4);
   cudaMalloc(&out, n * 4);
-  std::vector<float> h(n);
-  unsigned s = 12345;
-  for (long long i = 0; i < n; ++i) {
-    s = s * 1664525u + 1013904223u;
-    h[i] = ((s >> 8) * (1.0f / 16777216.0f)) * 20.f - 10.f;
-  }
+  const std::vector<float> h = experiment::inputs(n);
   cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice);
   int sms;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -174,24 +170,8 @@ int main() {
                                          vs[i].smem_bytes);
     if (e != cudaSuccess) printf("%s: %s\n", vs[i].name, cudaGetErrorString(e));
   }
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  auto time = [&](auto f) {
-    std::vector<float> t;
-    for (int r = 0; r < 3; ++r) f();
-    for (int r = 0; r < 20; ++r) {
-      cudaEventRecord(a);
-      f();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms;
-      cudaEventElapsedTime(&ms, a, b);
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[10];
-  };
+  experiment::Timer timer;
+  auto time = [&](auto f) { return timer.median_ms(f); };
   // Correctness first: every variant against the host (sin^2 + cos^2 ~ 1, copy exact).
   std::vector<float> got(n);
   for (int i = 0; i < nv; ++i) {

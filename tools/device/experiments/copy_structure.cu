@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <vector>
+#include "experiment.cuh"
 #include "kjit/math.cuh"
 
 // MINIMAX: polynomials fitted to the relative error (kjit's since 3295b35), one
@@ -184,12 +185,7 @@ int main() {
   float *in, *out;
   cudaMalloc(&in, n * 4);
   cudaMalloc(&out, n * 4);
-  std::vector<float> h(n);
-  unsigned s = 12345;
-  for (long long i = 0; i < n; ++i) {
-    s = s * 1664525u + 1013904223u;
-    h[i] = ((s >> 8) * (1.0f / 16777216.0f)) * 20.f - 10.f;
-  }
+  const std::vector<float> h = experiment::inputs(n);
   cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice);
   int sms;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -199,24 +195,8 @@ int main() {
       VB(5, 0, 1, 1024, 2, 1), V(2, 0, 1, 1024, 1),    V(4, 0, 1, 1024, 1),
   };
 
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  auto time = [&](auto f) {
-    std::vector<float> t;
-    for (int r = 0; r < 3; ++r) f();
-    for (int r = 0; r < 20; ++r) {
-      cudaEventRecord(a);
-      f();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms;
-      cudaEventElapsedTime(&ms, a, b);
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[10];
-  };
+  experiment::Timer timer;
+  auto time = [&](auto f) { return timer.median_ms(f); };
   const int nv = sizeof(vs) / sizeof(vs[0]);
   std::vector<std::vector<float>> res(nv);
   std::vector<float> copies;
