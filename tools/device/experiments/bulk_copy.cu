@@ -149,14 +149,10 @@ struct Variant {
   }
 
 int main() {
-  const long long n = 1ll << 28;
-  float *in, *out;
-  cudaMalloc(&in, n * 4);
-  cudaMalloc(&out, n * 4);
-  const std::vector<float> h = experiment::inputs(n);
-  cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice);
-  int sms;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const experiment::Setup e = experiment::setup(1ll << 28);
+  const long long n = e.n;
+  float *in = e.in, *out = e.out;
+  const int sms = e.sms;
   Variant vs[] = {
       V(3, 0, 0, 256, 4096, 4, 2), V(3, 0, 0, 256, 8192, 4, 1),  V(3, 0, 0, 256, 8192, 6, 1),
       V(3, 0, 1, 256, 8192, 4, 1), V(0, 0, 0, 256, 4096, 4, 2),  V(0, 0, 0, 512, 4096, 6, 2),
@@ -166,9 +162,9 @@ int main() {
   };
   const int nv = sizeof(vs) / sizeof(vs[0]);
   for (int i = 0; i < nv; ++i) {
-    cudaError_t e = cudaFuncSetAttribute(vs[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         vs[i].smem_bytes);
-    if (e != cudaSuccess) printf("%s: %s\n", vs[i].name, cudaGetErrorString(e));
+    const cudaError_t status = cudaFuncSetAttribute(
+        vs[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, vs[i].smem_bytes);
+    if (status != cudaSuccess) printf("%s: %s\n", vs[i].name, cudaGetErrorString(status));
   }
   experiment::Timer timer;
   auto time = [&](auto f) { return timer.median_ms(f); };
@@ -177,13 +173,13 @@ int main() {
   for (int i = 0; i < nv; ++i) {
     cudaMemset(out, 0xFF, n * 4);
     vs[i].kernel<<<sms * vs[i].per_sm, vs[i].threads, vs[i].smem_bytes>>>(in, out, n);
-    cudaError_t e = cudaDeviceSynchronize();
+    const cudaError_t status = cudaDeviceSynchronize();
     cudaMemcpy(got.data(), out, n * 4, cudaMemcpyDeviceToHost);
     long long bad = 0;
     const bool copy = vs[i].name[4] == '3';
     for (long long j = 0; j < n; ++j)
-      if (copy ? got[j] != h[j] : !(std::abs(got[j] - 1.0f) < 1e-6f)) ++bad;
-    printf("check %-52s %s, %lld wrong\n", vs[i].name, cudaGetErrorString(e), bad);
+      if (copy ? got[j] != e.host[j] : !(std::abs(got[j] - 1.0f) < 1e-6f)) ++bad;
+    printf("check %-52s %s, %lld wrong\n", vs[i].name, cudaGetErrorString(status), bad);
   }
   std::vector<std::vector<float>> res(nv);
   std::vector<float> copies;

@@ -181,14 +181,10 @@ struct Variant {
   }
 
 int main() {
-  const long long n = 1ll << 28;
-  float *in, *out;
-  cudaMalloc(&in, n * 4);
-  cudaMalloc(&out, n * 4);
-  const std::vector<float> h = experiment::inputs(n);
-  cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice);
-  int sms;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const experiment::Setup e = experiment::setup(1ll << 28);
+  const long long n = e.n;
+  float *in = e.in, *out = e.out;
+  const int sms = e.sms;
   Variant vs[] = {
       V(3, 0, 1, 1024, 1),     VB(3, 0, 1, 512, 2, 2), V(0, 0, 0, 512, 2),  V(0, 0, 1, 1024, 1),
       V(1, 0, 1, 1024, 1),     V(5, 0, 1, 1024, 1),    V(5, 0, 0, 1024, 1), VB(5, 0, 1, 512, 2, 2),

@@ -21,6 +21,26 @@ inline std::vector<float> inputs(long long n) {
   return h;
 }
 
+// The in and out buffers of n floats on the device (in holding inputs(n)), and the
+// SM count the grids are sized by.
+struct Setup {
+  long long n = 0;
+  std::vector<float> host;
+  float* in = nullptr;
+  float* out = nullptr;
+  int sms = 0;
+};
+inline Setup setup(long long n) {
+  Setup s;
+  s.n = n;
+  s.host = inputs(n);
+  cudaMalloc(&s.in, n * 4);
+  cudaMalloc(&s.out, n * 4);
+  cudaMemcpy(s.in, s.host.data(), n * 4, cudaMemcpyHostToDevice);
+  cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, 0);
+  return s;
+}
+
 class Timer {
  public:
   Timer() {
