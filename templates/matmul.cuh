@@ -541,8 +541,8 @@ struct OperandLoader {
 // tensor-core work hides the loads' latency. MASKED: elements past the matrix or
 // past K read as zero.
 //
-// Measured on the H200 (docs/matmul.md): 54-92 TFLOP/s on 4095^3, 4097^3 and
-// 2048x50257x768, 3-9x slower than padding + wgmma at every size tried. The loads
+// Measured on the H200 (docs/matmul.md): at best 62-88 TFLOP/s on 4095^3, 4097^3 and
+// 2048x50257x768, 3-8.4x slower than padding + wgmma at every size tried. The loads
 // and packing cost more issue slots per k-tile than the tensor-core work they feed
 // (one coalesced word per lane plus a shuffle to realign measured no better), and
 // the wgmma engine needs aligned rows anyway. So padding is the default; this is a
