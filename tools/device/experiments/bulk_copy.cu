@@ -10,7 +10,7 @@
 // in shared memory; one thread hands the chunk back to the copy engine
 // (shared -> global), and refills a stage once the engine has read it.
 //
-//   bash tools/device/experiments/bulk_copy.sh    (on the GPU machine; nvcc)
+//   bash tools/device/experiments/run.sh bulk_copy    (on the GPU machine; nvcc)
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>

@@ -7,7 +7,7 @@
 // runs per round. Knobs: the math, the load (ld.global.nc, .cs, .L2::256B), the
 // store (st.global or st.global.cs), block size, vectors per thread, blocks per SM.
 //
-//   bash tools/device/experiments/copy_structure.sh    (on the GPU machine; nvcc)
+//   bash tools/device/experiments/run.sh copy_structure    (on the GPU machine; nvcc)
 //
 // docs/perf/2026-11-29-h200-elementwise.md has what it measured on the H200.
 #include <cuda_runtime.h>
