@@ -313,7 +313,7 @@ bool Store::replaced_underneath() const {
 }
 
 void Store::connect() {
-  for (int attempt = 0, replaced = 0;; ++attempt) {
+  for (int quarantined = 0, replaced = 0;;) {
     std::string damage;
     try {
       attach();
@@ -329,13 +329,7 @@ void Store::connect() {
         // Another process that found the same damage moved the file aside while
         // this one was reading it (SQLite then reports I/O errors): attach to
         // what the path names now, a few times at most.
-        if (options_.recover && replaced_underneath() && replaced < 3) {
-          db_.reset();
-          file_device_ = file_inode_ = 0;
-          ++replaced;
-          --attempt;
-          continue;
-        }
+        if (options_.recover && replaced_underneath() && replaced++ < 3) continue;
         if (!options_.recover) throw;
         return disable(e.what());
       }
@@ -343,7 +337,7 @@ void Store::connect() {
     }
     if (!options_.recover)
       throw CacheError(fmt::format("{} is damaged or not a kjit cache: {}", path_, damage));
-    if (attempt > 0) return disable("a fresh file was damaged again: " + damage);
+    if (quarantined++ > 0) return disable("a fresh file was damaged again: " + damage);
     quarantine(damage);
   }
 }

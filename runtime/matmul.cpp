@@ -165,7 +165,7 @@ Config make(int bm, int bn, int bk, int warps, int wm, int stages) {
   return c;
 }
 
-Config narrow(Config c) {
+Config with_narrow_loads(Config c) {
   c.narrow = true;
   return c;
 }
@@ -241,9 +241,9 @@ std::vector<Config> default_space(DType input) {
       // Misaligned operands read in place through registers (no padded copies; the
       // chunks held across a k-tile take 16-32 registers: 112-166 in all). Measured
       // 3-9x slower than padding on the H200, so never the default; for the tuner.
-      narrow(make(128, 128, 32, 8, 2, 4)),  // warp 64x32
-      narrow(make(64, 128, 32, 8, 2, 4)),   // warp 32x32
-      narrow(make(64, 64, 64, 4, 2, 3)),    // warp 32x32
+      with_narrow_loads(make(128, 128, 32, 8, 2, 4)),  // warp 64x32
+      with_narrow_loads(make(64, 128, 32, 8, 2, 4)),   // warp 32x32
+      with_narrow_loads(make(64, 64, 64, 4, 2, 3)),    // warp 32x32
       // Hopper (sm_90): TMA + wgmma, one producer and bm / 64 consumer warpgroups.
       wgmma_config(128, 256, 4),  // 193 KiB, one block per SM: the large-problem workhorse
       wgmma_config(128, 256, 3),  // 145 KiB
@@ -495,7 +495,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       int64_t most_rows = 0;
       for (const DeviceStageJob& job : jobs) most_rows = std::max<int64_t>(most_rows, job.rows);
       const int64_t z = p.batch * static_cast<int64_t>(jobs.size());
-      if (ceil_div(most_rows, 32) > 65535 || ceil_div(p.k, 32) > 2147483647 || z > 65535)
+      if (ceil_div(most_rows, 32) > 65535 || z > 65535)  // K fits 32 bits (validate())
         throw UserError(fmt::format("the tf32 staging copy of a {} x {} operand (batch {}) "
                                     "exceeds the launch grid",
                                     most_rows, p.k, p.batch),

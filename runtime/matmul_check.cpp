@@ -306,6 +306,10 @@ std::string CheckResult::describe() const {
   return s;
 }
 
+double check_tolerance(DType input) {
+  return input == DType::F32 ? 1e-5 : input == DType::TF32 ? 5e-3 : 1e-2;
+}
+
 CheckResult check_output(const HostProblem& h, const std::vector<double>& out,
                          const std::vector<int64_t>& rows) {
   const Problem& p = h.problem;

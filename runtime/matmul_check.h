@@ -74,6 +74,11 @@ double reference_at(const HostProblem& host, int64_t batch, int64_t row, int64_t
 // edges, random) sized to keep the reference under ~2e8 multiply-adds.
 std::vector<int64_t> rows_to_check(const Problem& problem, uint64_t seed);
 
+// The relative L2 error a result of `input` may have against the fp64 reference:
+// 1e-5 for the exact f32 path, 5e-3 for tf32 (10 mantissa bits kept: ~1e-3), 1e-2
+// for bf16/f16 inputs.
+double check_tolerance(DType input);
+
 struct CheckResult {
   double relative_l2 = 0;
   int64_t checked = 0;

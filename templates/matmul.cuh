@@ -499,34 +499,30 @@ struct OperandLoader {
     }
   }
 
-  // Issues this thread's copies of the k-tile starting at k0 into `stage` and
-  // advances to the next k-tile. MASKED: rows past rows_total and k past k_end
-  // are zero-filled (partial chunks copy only their valid bytes).
+  // Elements of chunk i (of the k-tile starting at k0) inside the operand: 0 to 8.
+  __device__ __forceinline__ int valid_elements(int i, int k0, int k_end, int rows_total) const {
+    if (K_MAJOR) return row0 + i * ROW_STEP < rows_total ? min(max(k_end - (k0 + col0), 0), 8) : 0;
+    return k0 + row0 + i * ROW_STEP < k_end ? min(max(rows_total - col0, 0), 8) : 0;
+  }
+
+  // The main loop's interface (shared with NarrowLoader): issue() starts this
+  // thread's copies of the k-tile starting at k0 into `stage` and advances to the
+  // next k-tile; finish() completes them (nothing to do for cp.async: the
+  // cp.async.wait_group and the barrier do it). MASKED: rows past rows_total and k
+  // past k_end are zero-filled (partial chunks copy only their valid bytes).
   template <bool MASKED>
-  __device__ __forceinline__ void load(u32 stage, int k0, int k_end, int rows_total) {
+  __device__ __forceinline__ void issue(u32 stage, int k0, int k_end, int rows_total) {
 #pragma unroll
     for (int i = 0; i < Tile::LOADS; ++i) {
       const T* chunk = src + i * row_stride;
       if (!MASKED) {
         mma::cp_async_16(stage + dst[i], chunk);
       } else {
-        int valid;  // elements of this 8-element chunk inside the operand
-        if (K_MAJOR)
-          valid = row0 + i * ROW_STEP < rows_total ? min(max(k_end - (k0 + col0), 0), 8) : 0;
-        else
-          valid = k0 + row0 + i * ROW_STEP < k_end ? min(max(rows_total - col0, 0), 8) : 0;
+        const int valid = valid_elements(i, k0, k_end, rows_total);
         mma::cp_async_16_zfill(stage + dst[i], valid > 0 ? chunk : base, valid * 2);
       }
     }
     src += tile_step;
-  }
-
-  // The main loop's interface (shared with NarrowLoader): issue() starts the copies
-  // of a k-tile into `stage`; finish() completes them. cp.async needs no finishing
-  // (cp.async.wait_group and the barrier do it).
-  template <bool MASKED>
-  __device__ __forceinline__ void issue(u32 stage, int k0, int k_end, int rows_total) {
-    load<MASKED>(stage, k0, k_end, rows_total);
   }
   __device__ __forceinline__ void finish() {}
 };
@@ -549,7 +545,6 @@ struct OperandLoader {
 // config (load=narrow) for a tuner to try.
 template <typename T, typename Tile, bool K_MAJOR, int BK, int ROWS, int THREADS>
 struct NarrowLoader : OperandLoader<T, Tile, K_MAJOR, BK, ROWS, THREADS> {
-  typedef OperandLoader<T, Tile, K_MAJOR, BK, ROWS, THREADS> Base;
   U32x4 held[Tile::LOADS];  // the chunks of the k-tile in flight
   u32 target;               // the stage they go to
 
@@ -558,19 +553,8 @@ struct NarrowLoader : OperandLoader<T, Tile, K_MAJOR, BK, ROWS, THREADS> {
     target = stage;
 #pragma unroll
     for (int i = 0; i < Tile::LOADS; ++i) {
-      const T* chunk = this->src + i * this->row_stride;
-      int valid = 8;  // leading elements of the chunk inside the operand
-      if (MASKED) {
-        if (K_MAJOR)
-          valid = this->row0 + i * Base::ROW_STEP < rows_total
-                      ? min(max(k_end - (k0 + this->col0), 0), 8)
-                      : 0;
-        else
-          valid = k0 + this->row0 + i * Base::ROW_STEP < k_end
-                      ? min(max(rows_total - this->col0, 0), 8)
-                      : 0;
-      }
-      held[i] = read_chunk(chunk, valid);
+      const int valid = MASKED ? this->valid_elements(i, k0, k_end, rows_total) : 8;
+      held[i] = read_chunk(this->src + i * this->row_stride, valid);
     }
     this->src += this->tile_step;
   }
@@ -782,15 +766,17 @@ struct TensorCoreMatmul {
     int read_stage = 0;            // stage holding k-tile kt
     int write_stage = STAGES - 1;  // stage receiving k-tile kt + STAGES - 1
     bool pending = false;          // narrow loads issued but not yet in shared memory
+    auto finish_pending = [&] {
+      if (!pending) return;
+      load_a.finish();
+      load_b.finish();
+      pending = false;
+    };
     for (int kt = 0; kt < k_tiles; ++kt) {
 #pragma unroll
       for (int kk = 0; kk < KSTEPS; ++kk) {
         if (kk == KSTEPS - 1) {
-          if (!DEFER_FINISH && pending) {
-            load_a.finish();
-            load_b.finish();
-            pending = false;
-          }
+          if (!DEFER_FINISH) finish_pending();  // 2 stages: before the barrier
           // The next k-tile must be resident before its first fragment is read.
           // This barrier also ends every read of k-tile kt's stage, which the
           // refill at kk == 0 of the next iteration overwrites.
@@ -804,11 +790,7 @@ struct TensorCoreMatmul {
         if (kk == 0) {
           // Narrow loads of the previous refill (k-tile kt + STAGES - 2, read two or
           // more barriers from now) go to shared memory before the next are issued.
-          if (DEFER_FINISH && pending) {
-            load_a.finish();
-            load_b.finish();
-            pending = false;
-          }
+          if (DEFER_FINISH) finish_pending();
           // Refill the stage freed by k-tile kt-1 with k-tile kt + STAGES - 1.
           const int next = kt + STAGES - 1;
           if (next < k_tiles) {

@@ -241,7 +241,10 @@ int shared_bytes(const Problem& problem, const Config& config) {
                   staged_bytes(config, epilogue_passes(problem, config)));
 }
 
-void validate(const Problem& problem, const Config& config) {
+namespace {
+
+// What holds for the problem whatever the config.
+void validate_problem(const Problem& problem) {
   if (problem.m < 1 || problem.n < 1 || problem.k < 1 || problem.batch < 1)
     throw UserError(fmt::format("matmul needs M, N, K and batch >= 1; got M={}, N={}, K={}, "
                                 "batch={}",
@@ -257,12 +260,18 @@ void validate(const Problem& problem, const Config& config) {
                     "fold constants into the expression, or split the epilogue");
   if (!problem.epilogue.function_name.empty() && problem.epilogue.function_source.empty())
     throw UserError("epilogue '" + problem.epilogue.function_name + "' has no source");
-  if (config.splitk < 1 || config.splitk > 64)
-    throw UserError(fmt::format("splitk={} is out of range", config.splitk),
-                    "use 1 (no split) to 64");
   if (problem.output == DType::TF32)
     throw UserError("tf32 is an input type; the output is f32, bf16 or f16",
                     "write --dtype tf32 --out f32");
+}
+
+}  // namespace
+
+void validate(const Problem& problem, const Config& config) {
+  validate_problem(problem);
+  if (config.splitk < 1 || config.splitk > 64)
+    throw UserError(fmt::format("splitk={} is out of range", config.splitk),
+                    "use 1 (no split) to 64");
   if (problem.input == DType::TF32 && !config.wgmma)
     throw UserError("tf32 inputs run on the wgmma engine (TMA + wgmma, sm_90); config " +
                         config.to_string() + " is not a wgmma config",
@@ -622,10 +631,7 @@ KernelSource lower(const Problem& problem, const Config& config) {
 }
 
 KernelSource lower_reduce(const Problem& problem) {
-  // The problem's checks; the config of the tile kernel is not this kernel's.
-  validate(problem, problem.input == DType::F32    ? simt_config(1)
-                    : problem.input == DType::TF32 ? wgmma_config(64, 128, 4, 1, problem.input)
-                                                   : Config());
+  validate_problem(problem);
   KernelSource out;
   out.family = "matmul";
   out.problem = problem.kernel_class();

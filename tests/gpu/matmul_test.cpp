@@ -1,7 +1,7 @@
 // Matmul numeric tests against an fp64 CPU reference (runtime/matmul_check.h):
 // inputs rounded to their dtype first, fresh random values, outputs poisoned with
-// 0xFF (NaN) so an unwritten element fails; relative L2 <= 1e-2 for bf16/f16
-// inputs and <= 1e-5 for the exact f32 path. A failure prints the problem, the
+// 0xFF (NaN) so an unwritten element fails; relative L2 within check_tolerance()
+// (1e-2 bf16/f16, 5e-3 tf32, 1e-5 the exact f32 path). A failure prints the problem, the
 // config and the first wrong element with its batch, row and column.
 #include <gtest/gtest.h>
 
@@ -131,8 +131,7 @@ class MatmulGpu : public testing::GpuTest {
     out.download(bytes.data(), bytes.size());
     const std::vector<double> got = to_doubles(p.output, bytes, out_count);
     const CheckResult result = check_output(host, got, rows_to_check(p, seed));
-    // tf32 keeps 10 mantissa bits of each input: ~1e-3 relative, bounded at 5e-3.
-    const double tolerance = p.input == DType::F32 ? 1e-5 : p.input == DType::TF32 ? 5e-3 : 1e-2;
+    const double tolerance = check_tolerance(p.input);
     EXPECT_LE(result.relative_l2, tolerance)
         << p.to_string() << "\nconfig " << config.to_string() << " (seed " << seed << ")\n"
         << result.describe();

@@ -174,7 +174,7 @@ void matmul_command(const KernelCommandOptions& o) {
   const size_t count = static_cast<size_t>(p.batch * p.m * p.n);
   const CheckResult check =
       check_output(d->host, to_doubles(p.output, bytes, count), rows_to_check(p, seed));
-  const double tolerance = p.input == DType::F32 ? 1e-5 : p.input == DType::TF32 ? 5e-3 : 1e-2;
+  const double tolerance = check_tolerance(p.input);
   const bool ok = check.relative_l2 <= tolerance;
   if (!ok) exit_code = 1;
 

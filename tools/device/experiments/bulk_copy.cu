@@ -190,15 +190,7 @@ int main() {
         vs[i].kernel<<<sms * vs[i].per_sm, vs[i].threads, vs[i].smem_bytes>>>(in, out, n);
       }));
   }
-  std::sort(copies.begin(), copies.end());
-  const float copy = copies[1];
-  printf("copy (cudaMemcpy D2D) %.4f ms  rounds:", copy);
-  for (float c : copies) printf(" %.4f", c);
-  printf("\n");
-  for (int i = 0; i < nv; ++i) {
-    std::sort(res[i].begin(), res[i].end());
-    printf("%-52s %.4f ms  %5.1f%% of copy  (min round %.4f)\n", vs[i].name, res[i][1],
-           100 * copy / res[i][1], res[i][0]);
-  }
+  const float copy = experiment::report_copy(copies);
+  for (int i = 0; i < nv; ++i) experiment::report_variant(vs[i].name, res[i], copy);
   return 0;
 }

@@ -216,16 +216,11 @@ int main() {
     cudaMemcpyFromSymbol(c, g_clock, sizeof c);
     mhz[i] = c[3] > c[1] ? 1e3 * double(c[2] - c[0]) / double(c[3] - c[1]) : 0;
   }
-  std::sort(copies.begin(), copies.end());
-  const float copy = copies[1];
-  printf("copy (cudaMemcpy D2D) %.4f ms  rounds:", copy);
-  for (float c : copies) printf(" %.4f", c);
-  printf("\n");
+  const float copy = experiment::report_copy(copies);
   for (int i = 0; i < nv; ++i) {
-    std::sort(res[i].begin(), res[i].end());
-    printf("%-34s %.4f ms  %5.1f%% of copy  (min round %.4f)  SM clock %.0f MHz\n", vs[i].name,
-           res[i][1], 100 * copy / res[i][1], res[i][0], mhz[i]);
+    char clock[32];
+    snprintf(clock, sizeof clock, "  SM clock %.0f MHz", mhz[i]);
+    experiment::report_variant(vs[i].name, res[i], copy, clock);
   }
-  // correctness spot check of the last math kernel vs 1
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 namespace experiment {
@@ -39,6 +40,27 @@ inline Setup setup(long long n) {
   cudaMemcpy(s.in, s.host.data(), n * 4, cudaMemcpyHostToDevice);
   cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, 0);
   return s;
+}
+
+// Prints the copy line (the median of the rounds' cudaMemcpy times and every
+// round) and returns that median.
+inline float report_copy(std::vector<float> rounds) {
+  std::sort(rounds.begin(), rounds.end());
+  const float copy = rounds[rounds.size() / 2];
+  printf("copy (cudaMemcpy D2D) %.4f ms  rounds:", copy);
+  for (float c : rounds) printf(" %.4f", c);
+  printf("\n");
+  return copy;
+}
+
+// One variant's line: the median of its rounds, as a fraction of copy, and the
+// fastest round; `extra` is appended.
+inline void report_variant(const char* name, std::vector<float> rounds, float copy,
+                           const char* extra = "") {
+  std::sort(rounds.begin(), rounds.end());
+  const float median = rounds[rounds.size() / 2];
+  printf("%-52s %.4f ms  %5.1f%% of copy  (min round %.4f)%s\n", name, median, 100 * copy / median,
+         rounds[0], extra);
 }
 
 class Timer {
