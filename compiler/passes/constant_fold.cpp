@@ -8,7 +8,7 @@
 namespace kjit::ir {
 
 Graph constant_fold(const Graph& graph) {
-  return rebuild(graph, [](Node node, Graph& out) {
+  return rebuild(graph, [](size_t /*index*/, Node node, Graph& out) {
     bool all_literal = !node.operands.empty();
     double operands[3] = {0, 0, 0};
     for (size_t k = 0; k < node.operands.size(); ++k) {

@@ -11,7 +11,7 @@ namespace kjit::ir {
 Graph cse(const Graph& graph) {
   using Key = std::tuple<int, std::vector<int>, int, uint64_t, int, std::string>;
   std::map<Key, int> seen;
-  return rebuild(graph, [&seen](Node node, Graph& out) {
+  return rebuild(graph, [&seen](size_t /*index*/, Node node, Graph& out) {
     uint64_t value_bits = 0;
     std::memcpy(&value_bits, &node.value, sizeof(value_bits));
     // Inputs are distinct by name; everything else by what it computes.

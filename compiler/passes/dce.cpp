@@ -11,9 +11,8 @@ Graph dce(const Graph& graph) {
     if (!live[i]) continue;
     for (int operand : graph.nodes()[i].operands) live[static_cast<size_t>(operand)] = true;
   }
-  size_t index = 0;
-  return rebuild(graph, [&](Node node, Graph& out) {
-    bool keep = live[index++] || node.op == OpCode::Input;
+  return rebuild(graph, [&](size_t index, Node node, Graph& out) {
+    bool keep = live[index] || node.op == OpCode::Input;
     return keep ? out.add_node_unchecked(std::move(node)) : -1;
   });
 }

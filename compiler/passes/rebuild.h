@@ -9,8 +9,11 @@
 
 namespace kjit::ir {
 
-// `visit(node, new_graph)` returns the new id for the node (after remapping its
-// operands to new ids), or -1 to drop it (then no kept node may use it).
-Graph rebuild(const Graph& graph, const std::function<int(Node node, Graph& out)>& visit);
+// `visit(index, node, new_graph)` gets each node (`index` in the old graph, its
+// operands already remapped to new ids) and returns the node's new id, or -1 to
+// drop it. A node that uses a dropped node is dropped too, without a visit;
+// dropping a node an output names is a bug in the pass.
+Graph rebuild(const Graph& graph,
+              const std::function<int(size_t index, Node node, Graph& out)>& visit);
 
 }  // namespace kjit::ir

@@ -75,6 +75,20 @@ TEST(Dce, DropsDeadNodesKeepsInputs) {
   EXPECT_EQ(live.inputs().size(), 2u);
 }
 
+TEST(Dce, DropsADeadChain) {
+  // A dead node whose operand is dead too (a literal here): found by the parser
+  // fuzzer, rebuild() had refused the dead user before dce could drop it.
+  Graph g = parse("a = (E); b = a * 2\nreturn a");
+  ASSERT_EQ(count_ops(g, OpCode::Mul), 1);
+  Graph live = optimize(g);
+  EXPECT_EQ(count_ops(live, OpCode::Mul), 0);
+  EXPECT_EQ(count_ops(live, OpCode::Const), 0);
+  EXPECT_EQ(print(live), "E:f32[n]\na = E\nreturn a\n");
+  Graph chain = dce(parse("x:f32[n]; y = x; t = cos(sin(x) * 3.0)\nreturn y"));
+  EXPECT_EQ(count_ops(chain, OpCode::Sin), 0);
+  EXPECT_EQ(count_ops(chain, OpCode::Cos), 0);
+}
+
 TEST(Fuse, OneGroupFusedOneKernelPerOpUnfused) {
   Graph g = optimize(parse("y = sin(x)^2 + cos(x)^2"));
   EXPECT_EQ(fuse(g).size(), 1u);
