@@ -10,6 +10,7 @@
 #include "compiler/ir/printer.h"
 #include "support/error.h"
 #include "support/hash.h"
+#include "support/key_values.h"
 
 namespace kjit::ir {
 
@@ -71,26 +72,14 @@ std::string ElementwiseConfig::text() const {
 
 ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
   ElementwiseConfig config;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(start, end - start);
-    start = end + 1;
-    if (item.empty()) continue;
-    size_t eq = item.find('=');
-    std::string key = item.substr(0, eq);
+  const char* hint = "write key=integer, e.g. block=256,unroll=4";
+  for (const auto& [key, text_value] : split_key_values(text, "elementwise config", hint)) {
     int value = 0;
-    bool ok = eq != std::string::npos;
-    if (ok) {
-      const char* b = item.data() + eq + 1;
-      const char* e = item.data() + item.size();
-      auto r = std::from_chars(b, e, value);
-      ok = r.ec == std::errc() && r.ptr == e && b != e;
-    }
-    if (!ok)
-      throw UserError("bad config item '" + item + "'",
-                      "write key=integer, e.g. block=256,unroll=4");
+    const char* b = text_value.data();
+    const char* e = b + text_value.size();
+    auto r = std::from_chars(b, e, value);
+    if (r.ec != std::errc() || r.ptr != e || b == e)
+      throw UserError("bad config item '" + key + "=" + text_value + "'", hint);
     auto power_of_two = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
     if (key == "block") {
       if (value < 32 || value > 1024 || value % 32 != 0)

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <sstream>
 
 #include "compiler/ir/dtype.h"
 #include "support/error.h"
+#include "support/key_values.h"
 
 namespace kjit::matmul {
 
@@ -128,17 +128,10 @@ Config Config::parse(const std::string& text) {
   static const char* kValidKeys = "valid keys: bm, bn, bk, warps, wm, stages, splitk, mma, load";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      throw UserError(
-          "matmul config item '" + item + "' is not key=value",
-          std::string("write e.g. bm=128,bn=128,bk=32,warps=8,stages=3,splitk=1; ") + kValidKeys);
-    const std::string key = item.substr(0, eq);
-    const std::string value = item.substr(eq + 1);
+  for (const auto& [key, value] :
+       split_key_values(text, "matmul config",
+                        std::string("write e.g. bm=128,bn=128,bk=32,warps=8,stages=3,splitk=1; ") +
+                            kValidKeys)) {
     if (key == "mma") {
       if (value != "sync" && value != "wgmma")
         throw UserError("matmul config mma='" + value + "' is not sync or wgmma",

@@ -105,6 +105,8 @@ TEST(Config, ParsesAndRejects) {
   EXPECT_THROW(ElementwiseConfig::parse("vec=3"), UserError);
   EXPECT_THROW(ElementwiseConfig::parse("tile=3"), UserError);
   EXPECT_THROW(ElementwiseConfig::parse("block"), UserError);
+  EXPECT_THROW(ElementwiseConfig::parse("block=128,block=256"), UserError);  // was: last won
+  EXPECT_EQ(ElementwiseConfig::parse(" block = 128, unroll=2 ,vec=8").text(), c.text());
   // Plain stores are the default; stream=1 is spelled out and round-trips.
   EXPECT_EQ(ElementwiseConfig().stream, 0);
   ElementwiseConfig streaming = ElementwiseConfig::parse("stream=1,prefetch=1");

@@ -51,6 +51,15 @@ TEST(MatmulConfig, BadTextNamesTheValidKeys) {
   EXPECT_THROW(Config::parse("bm=abc"), UserError);
   EXPECT_THROW(Config::parse("bm"), UserError);
   EXPECT_THROW(Config::parse("bm=-4"), UserError);
+  // A key given twice was taken silently (the last one won).
+  EXPECT_THROW(Config::parse("bm=128,bn=128,bm=64"), UserError);
+}
+
+TEST(MatmulConfig, SpacesAroundItemsAreFine) {
+  EXPECT_EQ(Config::parse("bm=128, bn=256 , warps=8").to_string(),
+            Config::parse("bm=128,bn=256,warps=8").to_string());
+  EXPECT_EQ(Config::parse(" mma = wgmma, bm=128").to_string(),
+            Config::parse("mma=wgmma,bm=128").to_string());
 }
 
 TEST(MatmulConfig, ValidationSaysWhichConstraintFailed) {
