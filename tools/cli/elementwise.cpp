@@ -21,6 +21,7 @@
 #include "runtime/elementwise.h"
 #include "runtime/runtime.h"
 #include "support/error.h"
+#include "support/key_values.h"
 #include "support/npy.h"
 #include "tools/cli/command.h"
 #include "tools/cli/elementwise_support.h"
@@ -51,22 +52,18 @@ Setup make_setup(const KernelCommandOptions& o, int64_t default_n) {
   s.graph = ir::parse(o.what, parse_options);
   // "align=..." is the Problem's alignment class; the rest is the Config.
   std::string config_text;
-  for (size_t start = 0; start <= o.config.size();) {
-    size_t end = std::min(o.config.find(',', start), o.config.size());
-    std::string item = o.config.substr(start, end - start);
-    start = end + 1;
-    if (item.rfind("align=", 0) == 0) {
-      std::string v = item.substr(6);
-      if (v == "16")
-        s.alignment = Alignment::Aligned;
-      else if (v == "1")
-        s.alignment = Alignment::Unaligned;
-      else if (v == "auto")
-        s.alignment = Alignment::Auto;
-      else
-        throw UserError("align=" + v + ": write align=16, align=1 or align=auto");
-    } else if (!item.empty()) {
-      config_text += (config_text.empty() ? "" : ",") + item;
+  for (const auto& [key, value] :
+       split_key_values(o.config, "elementwise config", "e.g. block=256,unroll=4,align=16")) {
+    if (key != "align") {
+      config_text += (config_text.empty() ? "" : ",") + key + "=" + value;
+    } else if (value == "16") {
+      s.alignment = Alignment::Aligned;
+    } else if (value == "1") {
+      s.alignment = Alignment::Unaligned;
+    } else if (value == "auto") {
+      s.alignment = Alignment::Auto;
+    } else {
+      throw UserError("align=" + value + ": write align=16, align=1 or align=auto");
     }
   }
   s.config = ir::ElementwiseConfig::parse(config_text);
