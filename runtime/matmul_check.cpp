@@ -181,7 +181,8 @@ BuiltinEpilogue epilogue_from_ir(const std::string& text, DType dtype) {
   ir::ParseOptions options;
   options.default_dtype = to_ir(dtype);
   options.default_shape = {ir::Dim::named("n")};
-  const ir::Graph parsed = ir::parse("acc:f32[m,n]\n" + text, options);
+  options.inputs = {{"acc", ir::DType::F32, {ir::Dim::named("m"), ir::Dim::named("n")}}};
+  const ir::Graph parsed = ir::parse(text, options);
   const ir::Graph graph = ir::optimize(parsed);
   if (graph.outputs().size() != 1)
     throw UserError("a matmul epilogue computes one output; '" + text + "' computes " +

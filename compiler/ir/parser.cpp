@@ -24,6 +24,8 @@ class Parser {
  public:
   Parser(const std::string& text, const ParseOptions& options) : text_(text), options_(options) {
     tokenize();
+    for (const Predeclared& input : options_.inputs)
+      graph_.input(input.name, input.dtype, input.shape);
   }
 
   Graph run() {
@@ -214,6 +216,10 @@ class Parser {
   void declaration() {
     const Token& name = next();
     next();  // ':'
+    for (const Predeclared& input : options_.inputs)
+      if (input.name == name.text)
+        fail(name, "'" + name.text + "' is given: " + name.text + ":" + to_string(input.dtype) +
+                       to_string(input.shape) + "; it cannot be declared again");
     if (values_.count(name.text) || graph_.find_input(name.text) >= 0)
       fail(name, "'" + name.text + "' is declared after it was used or assigned");
     DType dtype = options_.default_dtype;

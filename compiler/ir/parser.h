@@ -12,14 +12,24 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compiler/ir/graph.h"
 
 namespace kjit::ir {
 
+// An input the caller declares before the text (a matmul epilogue's `acc`): it is
+// the graph's first input, and error positions stay those of the user's text.
+struct Predeclared {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
 struct ParseOptions {
   DType default_dtype = DType::F32;
   Shape default_shape = {Dim::named("n")};
+  std::vector<Predeclared> inputs;
 };
 
 Graph parse(const std::string& text, const ParseOptions& options = {});

@@ -60,6 +60,30 @@ TEST(Parser, ErrorsNameLineColumnWithCaret) {
   EXPECT_NE(e.find("\n  y = x $ 2\n        ^"), std::string::npos) << e;
 }
 
+TEST(Parser, PredeclaredInputsComeFirstAndKeepErrorPositions) {
+  ParseOptions options;
+  options.inputs = {{"acc", DType::F32, {Dim::named("m"), Dim::named("n")}}};
+  Graph g = parse("y = bias + acc", options);
+  ASSERT_EQ(g.inputs().size(), 2u);
+  EXPECT_EQ(g.node(g.inputs()[0]).name, "acc");
+  EXPECT_EQ(to_string(g.node(g.inputs()[0]).shape), "[m,n]");
+  // Positions are the user's: the declaration used to be a hidden first line.
+  std::string e;
+  try {
+    parse("gelu(acc +", options);
+  } catch (const UserError& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("line 1, column 11"), std::string::npos) << e;
+  try {
+    parse("acc:f32[m,n]; y = acc", options);
+    e.clear();
+  } catch (const UserError& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("'acc' is given: acc:f32[m,n]"), std::string::npos) << e;
+}
+
 TEST(Parser, UnknownOpSuggestsNearest) {
   std::string e = error_of("y = sinn(x)");
   EXPECT_NE(e.find("unknown op 'sinn'; did you mean sin"), std::string::npos) << e;

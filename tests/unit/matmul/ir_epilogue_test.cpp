@@ -44,6 +44,14 @@ TEST(IrEpilogue, BadEpiloguesAreUserErrors) {
   EXPECT_THROW(epilogue_from_ir("i:i32[n]; y = acc + i", DType::BF16), UserError);    // dtype
   EXPECT_THROW(epilogue_from_ir("y = acc + ", DType::BF16), UserError);               // parse
   EXPECT_THROW(epilogue_from_ir("a + b + c + d + e + acc", DType::BF16), UserError);  // > 4
+  // A parse error points into the user's one line (it had said line 2: acc's
+  // declaration was a hidden first line).
+  try {
+    epilogue_from_ir("gelu(acc +", DType::BF16);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 1, column 11"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
