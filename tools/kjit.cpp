@@ -1,6 +1,7 @@
 // kjit — the command-line tool. Subcommands live in tools/cli/, one per file.
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "support/error.h"
 #include "tools/cli/command.h"
@@ -11,16 +12,22 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(KJIT_VERSION));
   kjit::cli::add_registered_commands(app);
 
-  // Name an unknown subcommand plainly (CLI11 would only say one is required).
-  auto is_subcommand = [&app](const std::string& name) {
-    for (const CLI::App* sub : app.get_subcommands({})) {
-      if (sub->check_name(name)) return true;
+  // Name an unknown subcommand plainly, at any level (CLI11 would only say one is
+  // required): `kjit bogus`, `kjit cache list`.
+  CLI::App* level = &app;
+  for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+    std::vector<CLI::App*> subcommands = level->get_subcommands({});
+    if (subcommands.empty()) break;
+    CLI::App* named = nullptr;
+    for (CLI::App* sub : subcommands)
+      if (sub->check_name(argv[i])) named = sub;
+    if (!named) {
+      std::cerr << "kjit: unknown subcommand '" << argv[i] << "'"
+                << (level == &app ? "" : " of '" + level->get_name() + "'") << "\n\n"
+                << level->help();
+      return 2;
     }
-    return false;
-  };
-  if (argc > 1 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
-    std::cerr << "kjit: unknown subcommand '" << argv[1] << "'\n\n" << app.help();
-    return 2;
+    level = named;
   }
   try {
     app.parse(argc, argv);
