@@ -18,17 +18,14 @@ std::string format_literal(double value, DType dtype) {
   return text;
 }
 
-std::string print(const Graph& graph) {
-  std::string out;
-  std::map<int, std::string> names;
+std::vector<std::string> value_names(const Graph& graph) {
+  std::vector<std::string> names(graph.nodes().size());
   std::set<std::string> taken;
   for (int id : graph.inputs()) {
-    const Node& n = graph.node(id);
-    names[id] = n.name;
-    taken.insert(n.name);
-    out += n.name + ":" + to_string(n.dtype) + to_string(n.shape) + "\n";
+    names[static_cast<size_t>(id)] = graph.node(id).name;
+    taken.insert(graph.node(id).name);
   }
-  // An op node is printed under its first output's name, else a fresh temporary.
+  // An op node is named after its first output, else a fresh temporary.
   std::map<int, std::string> output_name;
   for (const auto& [name, id] : graph.outputs()) {
     taken.insert(name);
@@ -37,24 +34,36 @@ std::string print(const Graph& graph) {
       output_name[id] = name;
   }
   int temporary = 0;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const OpCode op = graph.nodes()[i].op;
+    if (op == OpCode::Input || op == OpCode::Const) continue;
+    auto named = output_name.find(static_cast<int>(i));
+    if (named != output_name.end()) {
+      names[i] = named->second;
+      continue;
+    }
+    do names[i] = "_" + std::to_string(++temporary);
+    while (taken.count(names[i]));
+  }
+  return names;
+}
+
+std::string print(const Graph& graph) {
+  const std::vector<std::string> names = value_names(graph);
   auto operand = [&](int id) {
     const Node& n = graph.node(id);
-    if (n.op == OpCode::Const) return format_literal(n.value, n.dtype);
-    return names.at(id);
+    return n.op == OpCode::Const ? format_literal(n.value, n.dtype)
+                                 : names[static_cast<size_t>(id)];
   };
-  for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    int id = static_cast<int>(i);
+  std::string out;
+  for (int id : graph.inputs()) {
     const Node& n = graph.node(id);
+    out += n.name + ":" + to_string(n.dtype) + to_string(n.shape) + "\n";
+  }
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& n = graph.nodes()[i];
     if (n.op == OpCode::Input || n.op == OpCode::Const) continue;
-    std::string name;
-    if (output_name.count(id)) {
-      name = output_name[id];
-    } else {
-      do name = "_" + std::to_string(++temporary);
-      while (taken.count(name));
-    }
-    names[id] = name;
-    std::string line = name + " = " + op_info(n.op).name + "(";
+    std::string line = names[i] + " = " + op_info(n.op).name + "(";
     for (size_t k = 0; k < n.operands.size(); ++k) {
       if (k) line += ", ";
       line += operand(n.operands[k]);
@@ -64,7 +73,7 @@ std::string print(const Graph& graph) {
   }
   std::string returned;
   for (const auto& [name, id] : graph.outputs()) {
-    if (!names.count(id) || names[id] != name) out += name + " = " + operand(id) + "\n";
+    if (names[static_cast<size_t>(id)] != name) out += name + " = " + operand(id) + "\n";
     if (!returned.empty()) returned += ", ";
     returned += name;
   }

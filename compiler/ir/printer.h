@@ -9,12 +9,19 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compiler/ir/graph.h"
 
 namespace kjit::ir {
 
 std::string print(const Graph& graph);
+
+// The name print() gives each node, by id: inputs their own, an op node its first
+// output's name or a fresh temporary (_1, _2, ...); "" for literals (printed inline
+// with format_literal). Generated kernels use these names in their comments, so the
+// code reads against the IR listing in their header.
+std::vector<std::string> value_names(const Graph& graph);
 
 // A literal as the parser reads it back: "2" (i32), "2.0", "1e-05" (f32), "true".
 std::string format_literal(double value, DType dtype);

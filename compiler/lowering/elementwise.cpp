@@ -199,11 +199,12 @@ std::string node_expression(const Graph& graph, int id, const std::vector<std::s
   return replace_operands(spelling, operands);
 }
 
-std::string ir_operand(const Graph& graph, int id) {
-  const Node& n = graph.node(id);
-  if (n.op == OpCode::Input) return n.name;
-  if (n.op == OpCode::Const) return format_literal(n.value, n.dtype);
-  return "t" + std::to_string(id);
+// The C variable for an op node's value, from its IR name: a temporary _3 is t3,
+// a named value y is v_y (inputs are in_x, outputs out_y).
+std::string variable_name(const std::string& ir_name) {
+  const bool temporary = ir_name.size() > 1 && ir_name[0] == '_' &&
+                         ir_name.find_first_not_of("0123456789", 1) == std::string::npos;
+  return temporary ? "t" + ir_name.substr(1) : "v_" + ir_name;
 }
 
 }  // namespace
@@ -227,11 +228,19 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
       }
     }
   }
+  // Comments show each op as the header's IR listing does (same names), so the
+  // code reads line by line against it.
+  const std::vector<std::string> ir_names = value_names(graph);
+  auto ir_operand = [&](int id) {
+    const Node& n = graph.node(id);
+    return n.op == OpCode::Const ? format_literal(n.value, n.dtype)
+                                 : ir_names[static_cast<size_t>(id)];
+  };
   auto describe = [&](int id) {
     const Node& n = graph.node(id);
-    std::string comment = "t" + std::to_string(id) + " = " + op_info(n.op).name + "(";
+    std::string comment = ir_names[static_cast<size_t>(id)] + " = " + op_info(n.op).name + "(";
     for (size_t k = 0; k < n.operands.size(); ++k)
-      comment += (k ? ", " : "") + ir_operand(graph, n.operands[k]);
+      comment += (k ? ", " : "") + ir_operand(n.operands[k]);
     if (n.op == OpCode::Cast) comment += std::string(", ") + ir::to_string(n.cast_to);
     return comment + ")  -> " + std::string(ir::to_string(n.dtype)) + ir::to_string(n.shape);
   };
@@ -248,10 +257,10 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
       continue;
     }
     if (!names[i].empty()) continue;  // the cos half of a sin/cos pair, emitted already
-    names[i] = "t" + std::to_string(id);
+    names[i] = variable_name(ir_names[i]);
     if (cos_partner[i] >= 0) {
       const int cos_id = cos_partner[i];
-      names[static_cast<size_t>(cos_id)] = "t" + std::to_string(cos_id);
+      names[static_cast<size_t>(cos_id)] = variable_name(ir_names[static_cast<size_t>(cos_id)]);
       const std::string argument = convert(names[static_cast<size_t>(n.operands[0])],
                                            compute_type(graph.node(n.operands[0]).dtype), "float");
       out += indent + "// " + describe(id) + "\n";
@@ -351,8 +360,9 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
       "//\n// Plan: the output is viewed as [rows, cols] with n = rows * cols elements.\n"
       "// {}\n"
       "// Each thread handles U = {} independent vectors per loop iteration (all loads\n"
-      "// issued before any math, so several are in flight), and the grid is sized to whole\n"
-      "// waves (SMs x resident blocks per SM) with a grid-stride loop over the rest.\n"
+      "// issued before any math, so several are in flight). The launcher sizes the grid\n"
+      "// to whole waves, SMs x blocks per SM (enough for about 2048 vectors in flight per\n"
+      "// SM, never more than fit; config per_sm), and a grid-stride loop covers the rest.\n"
       "// f16/bf16 values are computed in f32 and rounded once, at the store.\n\n",
       V > 1 ? fmt::format("Aligned path: V = {} elements per vector, moved as 16-byte chunks; "
                           "n and cols are\n// multiples of V and vector pointers are 16-byte "

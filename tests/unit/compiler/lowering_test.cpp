@@ -39,7 +39,16 @@ TEST(Lowering, HeaderCommentAndOneKernel) {
   EXPECT_NE(s.source.find("// Config:  block=512,vec=0,unroll=2"), std::string::npos);
   EXPECT_NE(s.source.find(kGeneratorVersion), std::string::npos);
   EXPECT_NE(s.source.find("//   x:bf16[n]"), std::string::npos);
-  EXPECT_NE(s.source.find("// t2 = sigmoid(x)"), std::string::npos) << s.source;
+  // The body's comments use the header's IR names: the code reads against the listing.
+  EXPECT_NE(s.source.find("//   _1 = sigmoid(x)\n//   _2 = mul(x, _1)\n//   y = mul(_2, g)\n"),
+            std::string::npos)
+      << s.source;
+  EXPECT_NE(s.source.find("  // _1 = sigmoid(x)  -> bf16[n]\n  const float t1 = "),
+            std::string::npos)
+      << s.source;
+  EXPECT_NE(s.source.find("  // y = mul(_2, g)  -> bf16[n]\n  const float v_y = t2 * in_g;"),
+            std::string::npos)
+      << s.source;
   // 8 bf16 per 16-byte vector, math in f32.
   EXPECT_NE(s.source.find("constexpr int V = 8;"), std::string::npos);
   EXPECT_NE(s.source.find("kjit::load_vec<kjit::bf16, V>(in_x + i)"), std::string::npos);
@@ -88,7 +97,7 @@ TEST(Lowering, EpilogueFunctionIsStable) {
             std::string::npos)
       << f;
   EXPECT_NE(f.find("kjit::gelu_f32("), std::string::npos);
-  EXPECT_NE(f.find("return t"), std::string::npos);
+  EXPECT_NE(f.find("return v_y;"), std::string::npos) << f;
   EXPECT_EQ(f, emit_epilogue_function(parse("acc:f32[m,n]; bias:f32[n]; y = gelu(acc + bias)"),
                                       "kjit_epilogue"));
   EXPECT_THROW(emit_epilogue_function(parse("a = x; b = x + 1"), "f"), UserError);
