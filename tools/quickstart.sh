@@ -4,7 +4,8 @@
 #   demo   install what is missing, build (release), run `kjit demo`
 #   test   install what is missing, build, run the whole test suite (ctest), then
 #          build and run the unit tests under AddressSanitizer + UBSan, then fuzz
-#          the expression parser briefly
+#          the expression parser briefly (cuobjdump and nvdisasm for the SASS
+#          checks come from PyPI into .whl/ when the toolkit lacks them)
 #   build  install what is missing and build (release)
 #
 # Needs Debian 12 (or similar) with the CUDA toolkit 12.x or 13.x installed
@@ -23,7 +24,7 @@ esac
 
 packages=(cmake ninja-build g++ pkg-config file binutils libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
-  llvm-14-tools clang-14 libclang-rt-14-dev python3)
+  llvm-14-tools clang-14 libclang-rt-14-dev python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -67,10 +68,35 @@ done
 configure release
 cmake --build build/release -j "$jobs"
 
+# The SASS checks of the matmul compile test need cuobjdump and nvdisasm. Where the
+# toolkit was installed without them, NVIDIA's PyPI wheels are unpacked into .whl/
+# (best effort: without them the test checks the PTX only, and says so).
+sass_tools() {
+  if [[ -x $cuda_home/bin/cuobjdump && -x $cuda_home/bin/nvdisasm ]] ||
+    { command -v cuobjdump && command -v nvdisasm; } >/dev/null 2>&1; then
+    return
+  fi
+  local version=13.5.37 bin=.whl/nvidia/cu13/bin
+  if [[ ! -x $bin/cuobjdump || ! -x $bin/nvdisasm ]]; then
+    echo "quickstart: fetching cuobjdump and nvdisasm $version (PyPI) for the SASS checks"
+    if ! python3 -m pip download -q --no-deps --only-binary=:all: -d .whl/wheels \
+      "nvidia-cuda-cuobjdump==$version" "nvidia-cuda-nvdisasm==$version"; then
+      echo "quickstart: could not fetch them; the SASS checks fall back to the PTX" >&2
+      return
+    fi
+    for wheel in .whl/wheels/nvidia_cuda_{cuobjdump,nvdisasm}-"$version"-*.whl; do
+      python3 -m zipfile -e "$wheel" .whl
+    done
+    chmod +x "$bin"/cuobjdump "$bin"/nvdisasm
+  fi
+  export PATH=$PWD/$bin:$PATH
+}
+
 case $mode in
   build) ;;
   demo) build/release/kjit demo ;;
   test)
+    sass_tools
     ctest --test-dir build/release --output-on-failure -j "$jobs"
     echo "quickstart: unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
     configure asan

@@ -59,8 +59,8 @@ std::vector<Case> cases() {
   return out;
 }
 
-// cuobjdump --dump-sass of a cubin (the toolkit's, else one on PATH), or "" when
-// the tool is not installed.
+// cuobjdump --dump-sass of a cubin (the toolkit's, else one on PATH, as
+// tools/quickstart.sh provides), or "" when the tool is not installed or fails.
 std::string dump_sass(const std::vector<char>& cubin, const std::string& tag) {
   std::string tool = "/usr/local/cuda/bin/cuobjdump";
   if (!std::filesystem::exists(tool)) {
@@ -81,6 +81,14 @@ std::string dump_sass(const std::vector<char>& cubin, const std::string& tag) {
   while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
   pclose(pipe);
   std::filesystem::remove(path);
+  // A cuobjdump without its nvdisasm prints only an error: not a listing to check.
+  if (out.find("Function : ") == std::string::npos) {
+    size_t start = out.find("fatal");
+    if (start == std::string::npos) start = 0;
+    std::printf("  (%s gave no listing: %s)\n", tool.c_str(),
+                out.substr(start, out.find('\n', start) - start).c_str());
+    return "";
+  }
   return out;
 }
 
