@@ -22,6 +22,7 @@
 #include "support/npy.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/numeric.h"
+#include "tests/support/random_expression.h"
 
 namespace kjit {
 namespace {
@@ -345,52 +346,13 @@ TEST_F(ElementwiseGpu, PrefetchEveryAccessPattern) {
   }
 }
 
-// Random expression trees over ops that stay finite for any finite operand. No
-// floor/ceil and no comparisons of computed values: an f32 result a hair from an
-// integer or a tie may round the other way than fp64, a true but unfair failure.
-std::string random_expression(std::mt19937_64& rng, int depth,
-                              const std::vector<std::string>& leaves) {
-  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
-  if (depth == 0 || pick(4) == 0) {
-    if (pick(5) == 0) return std::to_string(pick(7) - 3) + ".5";
-    return leaves[static_cast<size_t>(pick(static_cast<int>(leaves.size())))];
-  }
-  auto sub = [&] { return random_expression(rng, depth - 1, leaves); };
-  static const char* unary[] = {"neg",     "abs",  "sin",  "cos",       "tanh",
-                                "sigmoid", "relu", "gelu", "gelu_tanh", "silu"};
-  static const char* binary[] = {"+", "-", "*", "max", "min"};
-  switch (pick(7)) {
-    case 0:
-    case 1:
-      return std::string(unary[pick(10)]) + "(" + sub() + ")";
-    case 2: {
-      const char* op = binary[pick(5)];
-      if (op[0] == '+' || op[0] == '-' || op[0] == '*')
-        return "(" + sub() + " " + op + " " + sub() + ")";
-      return std::string(op) + "(" + sub() + ", " + sub() + ")";
-    }
-    case 3:
-      return "(" + sub() + " / (abs(" + sub() + ") + 1.0))";
-    case 4:
-      return "exp(tanh(" + sub() + ")) + log(abs(" + sub() + ") + 1.0) + sqrt(abs(" + sub() + "))";
-    case 5: {
-      auto leaf = [&] {
-        return leaves[static_cast<size_t>(pick(static_cast<int>(leaves.size())))];
-      };
-      return "where(" + leaf() + " > " + leaf() + ", " + sub() + ", " + sub() + ")";
-    }
-    default:
-      return "fma(" + sub() + ", tanh(" + sub() + "), softplus(" + sub() + "))";
-  }
-}
-
 TEST_F(ElementwiseGpu, RandomExpressionsMatchTheReference) {
   std::mt19937_64 rng(20261129);
   for (int i = 0; i < 60; ++i) {
     DType dtype =
         std::vector<DType>{DType::F32, DType::F16, DType::BF16}[static_cast<size_t>(i % 3)];
-    std::string text = "y = " + random_expression(rng, 4, {"a", "b", "c"}) +
-                       "; z = " + random_expression(rng, 3, {"a", "b"});
+    std::string text = "y = " + kjit::testing::random_expression(rng, 4, {"a", "b", "c"}) +
+                       "; z = " + kjit::testing::random_expression(rng, 3, {"a", "b"});
     int64_t n = (i % 2) ? (1 << 16) : (1 << 16) + 3;
     Case c{text, {dtype, {ir::Dim::named("n")}}, {{"n", n}}, {}, 0, Alignment::Auto, {}};
     check(c);
