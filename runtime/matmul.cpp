@@ -170,6 +170,13 @@ Config with_narrow_loads(Config c) {
   return c;
 }
 
+// Misaligned 16-bit operands on the cp.async / TMA paths are first copied into
+// 16-byte-aligned scratch (lower_pad); f32, tf32 (staged instead) and narrow loads
+// read them in place.
+bool pads_operands(const Problem& p, const Config& c) {
+  return !p.aligned && p.input != DType::F32 && p.input != DType::TF32 && !c.narrow;
+}
+
 }  // namespace
 
 Tensors resolve(const Problem& p, Tensors t) {
@@ -351,9 +358,7 @@ void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::
   for (const auto& [problem, config] : work) {
     sources.push_back(lower(problem, config));
     if (config.splitk > 1) sources.push_back(lower_reduce(problem));
-    if (!problem.aligned && problem.input != DType::F32 && problem.input != DType::TF32 &&
-        !config.narrow)
-      sources.push_back(lower_pad(problem.input));
+    if (pads_operands(problem, config)) sources.push_back(lower_pad(problem.input));
     if (problem.input == DType::TF32) sources.push_back(lower_stage_k_major());
   }
   std::atomic<size_t> next{0};
@@ -408,9 +413,7 @@ void Matmul::init(
   if (source_.dynamic_shared_bytes > 48 * 1024)
     main_.set_max_dynamic_shared(source_.dynamic_shared_bytes);
   if (config_.splitk > 1) reduce_ = load(lower_reduce(problem_), nullptr);
-  if (!problem_.aligned && problem_.input != DType::F32 && problem_.input != DType::TF32 &&
-      !config_.narrow)
-    pad_ = load(lower_pad(problem_.input), nullptr);
+  if (pads_operands(problem_, config_)) pad_ = load(lower_pad(problem_.input), nullptr);
   if (problem_.input == DType::TF32) stage_ = load(lower_stage_k_major(), nullptr);
 }
 
@@ -513,7 +516,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     }
   }
 
-  if (!simt && !tf32 && !narrow && !p.aligned) {
+  if (pads_operands(p, config_)) {
     const int64_t k_padded = round_up(p.k, config_.bk);
     auto operand_aligned = [&](CUdeviceptr ptr, int64_t ld, int64_t stride) {
       const int64_t per16 = 16 / elem;

@@ -15,10 +15,9 @@ std::string trimmed(const std::string& text) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> split_key_values(const std::string& text,
-                                                                  const std::string& what,
-                                                                  const std::string& hint) {
-  std::vector<std::pair<std::string, std::string>> pairs;
+KeyValues split_key_values(const std::string& text, const std::string& what,
+                           const std::string& hint) {
+  KeyValues pairs;
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = std::min(text.find(',', start), text.size());

@@ -48,32 +48,40 @@ std::vector<std::string> value_names(const Graph& graph) {
   return names;
 }
 
+namespace {
+
+std::string operand_text(const Graph& graph, int id, const std::vector<std::string>& names) {
+  const Node& n = graph.node(id);
+  return n.op == OpCode::Const ? format_literal(n.value, n.dtype) : names[static_cast<size_t>(id)];
+}
+
+}  // namespace
+
+std::string node_line(const Graph& graph, int id, const std::vector<std::string>& names) {
+  const Node& n = graph.node(id);
+  std::string line = names[static_cast<size_t>(id)] + " = " + op_info(n.op).name + "(";
+  for (size_t k = 0; k < n.operands.size(); ++k)
+    line += (k ? ", " : "") + operand_text(graph, n.operands[k], names);
+  if (n.op == OpCode::Cast) line += std::string(", ") + to_string(n.cast_to);
+  return line + ")";
+}
+
 std::string print(const Graph& graph) {
   const std::vector<std::string> names = value_names(graph);
-  auto operand = [&](int id) {
-    const Node& n = graph.node(id);
-    return n.op == OpCode::Const ? format_literal(n.value, n.dtype)
-                                 : names[static_cast<size_t>(id)];
-  };
   std::string out;
   for (int id : graph.inputs()) {
     const Node& n = graph.node(id);
     out += n.name + ":" + to_string(n.dtype) + to_string(n.shape) + "\n";
   }
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    const Node& n = graph.nodes()[i];
-    if (n.op == OpCode::Input || n.op == OpCode::Const) continue;
-    std::string line = names[i] + " = " + op_info(n.op).name + "(";
-    for (size_t k = 0; k < n.operands.size(); ++k) {
-      if (k) line += ", ";
-      line += operand(n.operands[k]);
-    }
-    if (n.op == OpCode::Cast) line += std::string(", ") + to_string(n.cast_to);
-    out += line + ")\n";
+    const OpCode op = graph.nodes()[i].op;
+    if (op != OpCode::Input && op != OpCode::Const)
+      out += node_line(graph, static_cast<int>(i), names) + "\n";
   }
   std::string returned;
   for (const auto& [name, id] : graph.outputs()) {
-    if (names[static_cast<size_t>(id)] != name) out += name + " = " + operand(id) + "\n";
+    if (names[static_cast<size_t>(id)] != name)
+      out += name + " = " + operand_text(graph, id, names) + "\n";
     if (!returned.empty()) returned += ", ";
     returned += name;
   }

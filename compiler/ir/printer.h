@@ -23,6 +23,10 @@ std::string print(const Graph& graph);
 // code reads against the IR listing in their header.
 std::vector<std::string> value_names(const Graph& graph);
 
+// The line print() writes for op node `id`, e.g. "_2 = mul(x, _1)", with `names`
+// from value_names(graph).
+std::string node_line(const Graph& graph, int id, const std::vector<std::string>& names);
+
 // A literal as the parser reads it back: "2" (i32), "2.0", "1e-05" (f32), "true".
 std::string format_literal(double value, DType dtype);
 

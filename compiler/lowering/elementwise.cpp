@@ -70,16 +70,23 @@ std::string ElementwiseConfig::text() const {
   return source_text() + (per_sm ? fmt::format(",per_sm={}", per_sm) : "");
 }
 
+namespace {
+const char* const kConfigHint = "write key=integer, e.g. block=256,unroll=4";
+}  // namespace
+
 ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
+  return parse(split_key_values(text, "elementwise config", kConfigHint));
+}
+
+ElementwiseConfig ElementwiseConfig::parse(const KeyValues& pairs) {
   ElementwiseConfig config;
-  const char* hint = "write key=integer, e.g. block=256,unroll=4";
-  for (const auto& [key, text_value] : split_key_values(text, "elementwise config", hint)) {
+  for (const auto& [key, text_value] : pairs) {
     int value = 0;
     const char* b = text_value.data();
     const char* e = b + text_value.size();
     auto r = std::from_chars(b, e, value);
     if (r.ec != std::errc() || r.ptr != e || b == e)
-      throw UserError("bad config item '" + key + "=" + text_value + "'", hint);
+      throw UserError("bad config item '" + key + "=" + text_value + "'", kConfigHint);
     auto power_of_two = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
     if (key == "block") {
       if (value < 32 || value > 1024 || value % 32 != 0)
@@ -231,18 +238,10 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
   // Comments show each op as the header's IR listing does (same names), so the
   // code reads line by line against it.
   const std::vector<std::string> ir_names = value_names(graph);
-  auto ir_operand = [&](int id) {
-    const Node& n = graph.node(id);
-    return n.op == OpCode::Const ? format_literal(n.value, n.dtype)
-                                 : ir_names[static_cast<size_t>(id)];
-  };
   auto describe = [&](int id) {
     const Node& n = graph.node(id);
-    std::string comment = ir_names[static_cast<size_t>(id)] + " = " + op_info(n.op).name + "(";
-    for (size_t k = 0; k < n.operands.size(); ++k)
-      comment += (k ? ", " : "") + ir_operand(n.operands[k]);
-    if (n.op == OpCode::Cast) comment += std::string(", ") + ir::to_string(n.cast_to);
-    return comment + ")  -> " + std::string(ir::to_string(n.dtype)) + ir::to_string(n.shape);
+    return node_line(graph, id, ir_names) + "  -> " + ir::to_string(n.dtype) +
+           ir::to_string(n.shape);
   };
   std::string out;
   for (size_t i = 0; i < graph.nodes().size(); ++i) {

@@ -15,6 +15,7 @@
 
 #include "compiler/ir/graph.h"
 #include "compiler/kernel_source.h"
+#include "support/key_values.h"
 
 namespace kjit::ir {
 
@@ -78,6 +79,8 @@ struct ElementwiseConfig {
   // Parses "block=128,vec=8,unroll=2" (any subset, any order); a UserError names a
   // bad key or value.
   static ElementwiseConfig parse(const std::string& text);
+  // The same over pairs split already (support/key_values.h).
+  static ElementwiseConfig parse(const KeyValues& pairs);
 };
 
 // Blocks per SM a launch sizes its grid for: config per_sm (auto: 2048 vectors in

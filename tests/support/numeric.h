@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "compiler/ir/dtype.h"
+
 namespace kjit::testing {
 
 // ||out - ref|| / ||ref||; infinity when any output is NaN/inf where the reference is
@@ -34,6 +36,23 @@ inline std::vector<float> random_floats(size_t n, float lo = -1, float hi = 1,
   std::vector<float> out(n);
   for (float& v : out) v = dist(rng);
   return out;
+}
+
+// `count` values for an input of `dtype` drawn from [lo, hi): 0 or 1 for bool,
+// whole numbers (rounded down) for i32.
+inline std::vector<double> random_values(ir::DType dtype, size_t count, double lo, double hi,
+                                         std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> uniform(lo, hi);
+  std::vector<double> values(count);
+  for (double& v : values) {
+    if (dtype == ir::DType::Bool)
+      v = static_cast<double>(rng() % 2);
+    else if (dtype == ir::DType::I32)
+      v = std::floor(uniform(rng));
+    else
+      v = uniform(rng);
+  }
+  return values;
 }
 
 }  // namespace kjit::testing

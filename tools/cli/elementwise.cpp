@@ -51,11 +51,11 @@ Setup make_setup(const KernelCommandOptions& o, int64_t default_n) {
   }
   s.graph = ir::parse(o.what, parse_options);
   // "align=..." is the Problem's alignment class; the rest is the Config.
-  std::string config_text;
+  KeyValues config;
   for (const auto& [key, value] :
        split_key_values(o.config, "elementwise config", "e.g. block=256,unroll=4,align=16")) {
     if (key != "align") {
-      config_text += (config_text.empty() ? "" : ",") + key + "=" + value;
+      config.emplace_back(key, value);
     } else if (value == "16") {
       s.alignment = Alignment::Aligned;
     } else if (value == "1") {
@@ -66,7 +66,7 @@ Setup make_setup(const KernelCommandOptions& o, int64_t default_n) {
       throw UserError("align=" + value + ": write align=16, align=1 or align=auto");
     }
   }
-  s.config = ir::ElementwiseConfig::parse(config_text);
+  s.config = ir::ElementwiseConfig::parse(config);
   auto split = [](const std::string& item, const char* flag) {
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())

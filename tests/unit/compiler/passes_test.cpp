@@ -13,6 +13,7 @@
 #include "compiler/passes/dce.h"
 #include "compiler/passes/fuse.h"
 #include "compiler/passes/pipeline.h"
+#include "tests/support/numeric.h"
 #include "tests/support/random_expression.h"
 #include "tests/unit/compiler/corpus.h"
 
@@ -117,7 +118,7 @@ TEST(Pipeline, DumpsEachPassAndUnchanged) {
 }
 
 // Inputs for every input of `graph`: dims m = 3, n = 7 (other names 5), values
-// drawn from the input's domain (integers for i32, 0/1 for bool).
+// drawn from the input's domain (x10 for i32; 0/1 for bool).
 std::map<std::string, HostTensor> random_inputs(const Graph& graph, std::mt19937_64& rng) {
   std::map<std::string, HostTensor> inputs;
   for (int id : graph.inputs()) {
@@ -126,13 +127,10 @@ std::map<std::string, HostTensor> random_inputs(const Graph& graph, std::mt19937
     for (const Dim& d : n.shape)
       t.shape.push_back(!d.is_symbolic() ? d.size : d.symbol == "m" ? 3 : d.symbol == "n" ? 7 : 5);
     auto [lo, hi] = input_domain(graph, id);
-    std::uniform_real_distribution<double> value(lo, hi);
-    for (int64_t i = 0; i < element_count(t.shape); ++i) {
-      double v = value(rng);
-      if (n.dtype == DType::I32) v = std::round(v * 10);
-      if (n.dtype == DType::Bool) v = v > (lo + hi) / 2;
-      t.data.push_back(round_to(n.dtype, v));
-    }
+    if (n.dtype == DType::I32) lo *= 10, hi *= 10;  // a wider range of integers
+    t.data =
+        testing::random_values(n.dtype, static_cast<size_t>(element_count(t.shape)), lo, hi, rng);
+    for (double& v : t.data) v = round_to(n.dtype, v);
     inputs[n.name] = std::move(t);
   }
   return inputs;

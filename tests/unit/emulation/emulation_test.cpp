@@ -22,6 +22,7 @@
 #include "compiler/ir/parser.h"
 #include "compiler/passes/pipeline.h"
 #include "support/npy.h"
+#include "tests/support/numeric.h"
 #include "tests/unit/emulation/cases.h"
 
 using namespace kjit;
@@ -58,16 +59,8 @@ int main() {
       std::vector<int64_t> shape(e.inputs[i].shape.begin(), e.inputs[i].shape.end());
       int64_t count = ir::element_count(shape);
       auto [lo, hi] = ir::input_domain(g, ids[i]);
-      std::uniform_real_distribution<double> uniform(lo, hi);
-      std::vector<double> values(static_cast<size_t>(count));
-      for (double& v : values) {
-        if (node.dtype == DType::Bool)
-          v = static_cast<double>(rng() % 2);
-        else if (node.dtype == DType::I32)
-          v = std::floor(uniform(rng));
-        else
-          v = uniform(rng);
-      }
+      std::vector<double> values =
+          testing::random_values(node.dtype, static_cast<size_t>(count), lo, hi, rng);
       NpyArray array = npy_from_values(ir::npy_descr(node.dtype), shape, values);
       reference[node.name] = ir::HostTensor{shape, npy_values(array)};
       const long long size = ir::size_bytes(node.dtype);
