@@ -632,9 +632,10 @@ std::vector<TrialRecord> Store::trials_for(const std::string& gpu_model,
                                            const std::string& problem) {
   return guarded<std::vector<TrialRecord>>("reading trials", {}, [&](Database& db) {
     std::vector<TrialRecord> out;
+    // An empty problem lists every trial of the GPU model (the model's refit).
     Statement& query = db.cached("SELECT " KJIT_TRIAL_COLUMNS
-                                 " FROM trials WHERE gpu_model = ?1 AND problem = ?2 "
-                                 "ORDER BY error != '', median_ms, config");
+                                 " FROM trials WHERE gpu_model = ?1 AND (?2 = '' OR problem = ?2) "
+                                 "ORDER BY problem, error != '', median_ms, config");
     StatementReset rewind(query);
     query.bind(1, gpu_model).bind(2, problem);
     while (query.step()) out.push_back(read_trial(query));

@@ -163,7 +163,8 @@ class Store {
   std::vector<TuningRecord> tunings(const std::string& gpu_model = "");
   // Same policy as put_tuning, per (gpu_model, problem, config).
   PutOutcome put_trial(const TrialRecord& trial);
-  // Measured trials fastest first, then rejected ones.
+  // Measured trials fastest first, then rejected ones; an empty `problem` gives every
+  // trial of the GPU model (grouped by problem).
   std::vector<TrialRecord> trials_for(const std::string& gpu_model, const std::string& problem);
 
   // ---- administration (throw CacheError; UserError for bad arguments) ----

@@ -7,192 +7,63 @@
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/pipeline.h"
+#include "runtime/tuning.h"
 #include "support/error.h"
 #include "support/hash.h"
+#include "tuner/elementwise_space.h"
 
 namespace kjit {
 
-namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
-  return strides;
-}
-
-void check_pointer(const TensorArg& t, const std::string& what, int64_t elements) {
-  if (elements == 0) return;
-  if (t.data == 0) throw UserError(what + " is a null pointer");
-  int size = ir::size_bytes(t.dtype);
-  if (t.data % static_cast<CUdeviceptr>(size) != 0)
-    throw UserError(fmt::format("{} at 0x{:x} is not aligned to its element size ({} bytes)", what,
-                                t.data, size));
-}
-
-}  // namespace
-
 ElementwiseKernel::ElementwiseKernel(Runtime& runtime, const Graph& graph,
-                                     ir::ElementwiseConfig config)
+                                     std::optional<ir::ElementwiseConfig> config)
     : runtime_(&runtime),
       graph_(ir::optimize(graph)),
       ir_digest_(hex64(hash64(ir::print(graph_)))),
-      config_(config) {}
+      config_(config.value_or(ir::ElementwiseConfig())),
+      fixed_(config.has_value()) {}
 
-ElementwiseKernel::ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config)
-    : graph_(ir::optimize(graph)), ir_digest_(hex64(hash64(ir::print(graph_)))), config_(config) {}
+ElementwiseKernel::ElementwiseKernel(const Graph& graph,
+                                     std::optional<ir::ElementwiseConfig> config)
+    : graph_(ir::optimize(graph)),
+      ir_digest_(hex64(hash64(ir::print(graph_)))),
+      config_(config.value_or(ir::ElementwiseConfig())),
+      fixed_(config.has_value()) {}
 
 ElementwisePlan ElementwiseKernel::plan(const std::vector<TensorArg>& inputs,
                                         const std::vector<TensorArg>& outputs,
                                         Alignment alignment) const {
-  std::vector<int> input_ids = graph_.inputs();
-  auto names = [&](bool want_inputs) {
-    std::string out;
-    if (want_inputs) {
-      for (int id : input_ids) out += (out.empty() ? "" : ", ") + graph_.node(id).name;
-    } else {
-      for (const auto& [name, id] : graph_.outputs()) out += (out.empty() ? "" : ", ") + name;
-    }
-    return out;
-  };
-  if (inputs.size() != input_ids.size())
-    throw UserError(fmt::format("the kernel takes {} input(s) ({}), got {}", input_ids.size(),
-                                names(true), inputs.size()));
-  if (outputs.size() != graph_.outputs().size())
-    throw UserError(fmt::format("the kernel writes {} output(s) ({}), got {}",
-                                graph_.outputs().size(), names(false), outputs.size()));
-  // Bind symbolic dims, check dtypes and ranks.
-  ir::Bindings bindings;
-  std::map<std::string, std::string> bound_by;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const ir::Node& n = graph_.node(input_ids[i]);
-    const TensorArg& t = inputs[i];
-    std::string what = "input '" + n.name + "'";
-    if (t.dtype != n.dtype)
-      throw UserError(fmt::format("{} is {}, the kernel takes {}", what, ir::to_string(t.dtype),
-                                  ir::to_string(n.dtype)));
-    if (t.shape.size() != n.shape.size())
-      throw UserError(fmt::format("{} has shape {}, the kernel takes {}", what, shape_text(t.shape),
-                                  ir::to_string(n.shape)));
-    if (!t.strides.empty() && t.strides.size() != t.shape.size())
-      throw UserError(
-          fmt::format("{} has {} strides for {} dims", what, t.strides.size(), t.shape.size()));
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-      const ir::Dim& dim = n.shape[d];
-      if (t.shape[d] < 0) throw UserError(what + " has a negative size");
-      if (!dim.is_symbolic()) {
-        if (dim.size != t.shape[d])
-          throw UserError(fmt::format("{} has shape {}, the kernel takes {}", what,
-                                      shape_text(t.shape), ir::to_string(n.shape)));
-        continue;
-      }
-      auto [it, inserted] = bindings.emplace(dim.symbol, t.shape[d]);
-      if (inserted) {
-        bound_by[dim.symbol] = n.name;
-      } else if (it->second != t.shape[d]) {
-        throw UserError(fmt::format("dim '{}' is {} in input '{}' but {} in {}", dim.symbol,
-                                    it->second, bound_by[dim.symbol], t.shape[d], what));
-      }
-    }
-  }
-  std::vector<int64_t> out_shape = ir::concrete(graph_.output_shape(), bindings);
-  if (out_shape.size() > 2)
-    throw UserError(
-        "elementwise kernels take outputs of rank 2 at most; this one is " + shape_text(out_shape),
-        "reshape the tensors to 2-D: [rows, cols]");
-  ElementwisePlan plan;
-  plan.n = ir::element_count(out_shape);
-  plan.cols = out_shape.empty() ? 1 : out_shape.back();
-  const int64_t rows = out_shape.size() == 2 ? out_shape[0] : 1;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const auto& [name, id] = graph_.outputs()[k];
-    const TensorArg& t = outputs[k];
-    std::string what = "output '" + name + "'";
-    if (t.dtype != graph_.node(id).dtype)
-      throw UserError(fmt::format("{} is {}, the kernel writes {}", what, ir::to_string(t.dtype),
-                                  ir::to_string(graph_.node(id).dtype)));
-    if (t.shape != out_shape)
-      throw UserError(fmt::format("{} has shape {}, the kernel writes {}", what,
-                                  shape_text(t.shape), shape_text(out_shape)));
-    if (!t.strides.empty() && t.strides != contiguous_strides(t.shape))
-      throw UserError(what + " must be contiguous");
-    check_pointer(t, what, plan.n);
-  }
-  // Access patterns over the [rows, cols] view.
-  plan.problem.graph = graph_;
-  plan.problem.ir_digest = ir_digest_;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorArg& t = inputs[i];
-    std::string what = "input '" + graph_.node(input_ids[i]).name + "'";
-    int64_t count = ir::element_count(t.shape);
-    check_pointer(t, what, plan.n == 0 ? 0 : count);
-    std::vector<int64_t> strides = t.strides.empty() ? contiguous_strides(t.shape) : t.strides;
-    // Right-align to two dims; a size-1 dim (broadcast) has stride 0.
-    int64_t size2[2] = {1, 1}, stride2[2] = {0, 0};
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-      size_t slot = 2 - t.shape.size() + d;
-      size2[slot] = t.shape[d];
-      stride2[slot] = t.shape[d] == 1 ? 0 : strides[d];
-    }
-    if (out_shape.size() < 2) {
-      size2[0] = 1;
-      stride2[0] = 0;
-    }
-    bool full_rows = size2[0] == rows, full_cols = size2[1] == plan.cols;
-    ir::Access access = ir::Access::Strided;
-    if (count == 1) {
-      access = ir::Access::Scalar;
-    } else if (full_rows && full_cols && (stride2[1] == 1 || plan.cols == 1) &&
-               (stride2[0] == plan.cols || rows == 1)) {
-      access = ir::Access::Full;
-    } else if (size2[0] == 1 && full_cols && stride2[1] == 1) {
-      access = ir::Access::Row;
-    } else if (size2[1] == 1 && full_rows && stride2[0] == 1) {
-      access = ir::Access::Column;
-    }
-    plan.problem.access.push_back(access);
-    plan.strides.emplace_back(stride2[0], stride2[1]);
-  }
-  // The alignment class: 16-byte pointers for everything moved as vectors, and sizes
-  // that are whole vectors.
-  plan.problem.aligned = true;
-  const int V = ir::effective_vector_width(plan.problem, config_);
-  std::string why_not;
-  auto aligned16 = [](const TensorArg& t) { return t.data % 16 == 0; };
-  for (size_t i = 0; i < inputs.size() && why_not.empty(); ++i) {
-    ir::Access a = plan.problem.access[i];
-    if ((a == ir::Access::Full || a == ir::Access::Row) && !aligned16(inputs[i]))
-      why_not = "input '" + graph_.node(input_ids[i]).name + "' is not 16-byte aligned";
-    if (a == ir::Access::Row || a == ir::Access::Column) {
-      if (plan.cols % V != 0)
-        why_not = fmt::format("cols = {} is not a multiple of {}", plan.cols, V);
-    }
-  }
-  for (size_t k = 0; k < outputs.size() && why_not.empty(); ++k) {
-    if (!aligned16(outputs[k]))
-      why_not = "output '" + graph_.outputs()[k].first + "' is not 16-byte aligned";
-  }
-  if (why_not.empty() && plan.n % V != 0)
-    why_not = fmt::format("n = {} is not a multiple of the vector width {}", plan.n, V);
-  if (alignment == Alignment::Aligned && !why_not.empty())
-    throw UserError("the aligned kernel was requested but " + why_not,
-                    "let kjit pick the alignment class, or pass aligned buffers and sizes");
-  plan.problem.aligned = alignment != Alignment::Unaligned && why_not.empty();
-  return plan;
+  return ir::plan_elementwise(graph_, ir_digest_, config_, inputs, outputs, alignment);
 }
 
 KernelSource ElementwiseKernel::source(const ElementwisePlan& plan) const {
   return ir::lower_elementwise(plan.problem, config_);
 }
 
+KernelSource ElementwiseKernel::source(const ElementwisePlan& plan,
+                                       const ir::ElementwiseConfig& config) const {
+  return ir::lower_elementwise(plan.problem, config);
+}
+
+ir::ElementwiseConfig ElementwiseKernel::config_for(const ElementwisePlan& plan) {
+  if (fixed_) return config_;
+  const std::string key = fmt::format("{} n={} cols={}", plan.problem.text(), plan.n, plan.cols);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = chosen_.find(key);
+    if (it != chosen_.end()) return it->second.config;
+  }
+  if (!runtime_) return config_;
+  const tuner::Choice choice = choose_config(*runtime_, tuner::ElementwiseTuning(plan));
+  std::lock_guard<std::mutex> lock(mutex_);
+  return chosen_
+      .emplace(key,
+               Chosen{ir::ElementwiseConfig::parse(choice.config), tuner::to_string(choice.source)})
+      .first->second.config;
+}
+
 std::shared_ptr<const ElementwiseKernel::Compiled> ElementwiseKernel::compiled(
-    const ElementwisePlan& plan, bool* compiled_now) {
-  std::string key = plan.problem.text();
+    const ElementwisePlan& plan, const ir::ElementwiseConfig& config, bool* compiled_now) {
+  const std::string key = plan.problem.text() + " " + config.source_text();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = cache_.find(key);
@@ -207,9 +78,9 @@ std::shared_ptr<const ElementwiseKernel::Compiled> ElementwiseKernel::compiled(
         "source but not launch",
         "construct it as ElementwiseKernel(runtime, graph)");
   auto result = std::make_shared<Compiled>();
-  result->kernel = runtime_->compile(source(plan));
+  result->kernel = runtime_->compile(source(plan, config));
   result->blocks_per_sm =
-      std::max(1, result->kernel->function().max_active_blocks_per_sm(config_.block_threads, 0));
+      std::max(1, result->kernel->function().max_active_blocks_per_sm(config.block_threads, 0));
   *compiled_now = true;
   std::lock_guard<std::mutex> lock(mutex_);
   return cache_.emplace(key, std::move(result)).first->second;
@@ -218,26 +89,38 @@ std::shared_ptr<const ElementwiseKernel::Compiled> ElementwiseKernel::compiled(
 void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
                                const std::vector<TensorArg>& outputs, CUstream stream,
                                Alignment alignment) {
+  if (!runtime_)
+    throw UserError(
+        "this ElementwiseKernel was made without a Runtime; it can plan and emit "
+        "source but not launch",
+        "construct it as ElementwiseKernel(runtime, graph)");
   ElementwisePlan p = plan(inputs, outputs, alignment);
+  const ir::ElementwiseConfig config = config_for(p);
   bool compiled_now = false;
-  std::shared_ptr<const Compiled> kernel = compiled(p, &compiled_now);
-  const int V = ir::effective_vector_width(p.problem, config_);
+  std::shared_ptr<const Compiled> kernel = compiled(p, config, &compiled_now);
+  const int V = ir::effective_vector_width(p.problem, config);
   const int64_t vectors = p.n / V;
   const KernelSource& source = kernel->kernel->source();
-  const int64_t per_block = int64_t{source.block_threads} * config_.unroll;
-  // Whole waves: every SM gets per_sm blocks (auto: 2048 vectors in flight, at most
-  // the resident limit); fewer when there is less work.
-  const int per_sm = ir::grid_blocks_per_sm(config_, kernel->blocks_per_sm);
-  int64_t blocks = std::min<int64_t>(int64_t{runtime_->device().sm_count} * per_sm,
-                                     (vectors + per_block - 1) / per_block);
+  // grid=waves: every SM gets per_sm blocks (auto: 2048 vectors in flight, at most
+  // the resident limit), fewer when there is less work; grid=tiles: one block per tile.
+  const int64_t blocks =
+      ir::grid_blocks(config, vectors, runtime_->device().sm_count, kernel->blocks_per_sm);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    std::string config_source = "given";
+    if (!fixed_) {
+      auto it = chosen_.find(fmt::format("{} n={} cols={}", p.problem.text(), p.n, p.cols));
+      if (it != chosen_.end()) config_source = it->second.source;
+    }
     last_ = LaunchInfo{source.name,
                        source.source,
                        kernel->kernel->key(),
+                       config.text(),
+                       config_source,
                        static_cast<unsigned>(blocks),
                        source.block_threads,
-                       per_sm,
+                       ir::grid_blocks_per_sm(config, kernel->blocks_per_sm),
+                       kernel->kernel->stats().registers,
                        compiled_now,
                        to_string(kernel->kernel->origin()),
                        kernel->kernel->compile_ms()};

@@ -29,48 +29,39 @@
 #include "compiler/ir/graph.h"
 #include "compiler/kernel_source.h"
 #include "compiler/lowering/elementwise.h"
+#include "compiler/lowering/elementwise_plan.h"
 #include "runtime/cuda/module.h"
 #include "runtime/runtime.h"
 
 namespace kjit {
 
-// A device tensor as the caller owns it.
-struct TensorArg {
-  CUdeviceptr data = 0;
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;    // {} for a scalar
-  std::vector<int64_t> strides;  // in elements, one per dim; empty: contiguous
-};
-
-// How one launch maps onto the kernel: the problem it needs and the sizes.
-struct ElementwisePlan {
-  ir::ElementwiseProblem problem;
-  int64_t n = 0;     // output elements
-  int64_t cols = 1;  // the output's last dim (n for a 1-D output)
-  // Per input: {stride0, stride1} in elements over the [rows, cols] view (strided only).
-  std::vector<std::pair<int64_t, int64_t>> strides;
-};
-
-enum class Alignment { Auto, Aligned, Unaligned };
-
 class ElementwiseKernel {
  public:
   // Verifies and optimizes `graph` (KJIT_DUMP=passes shows each pass). Launches
   // compile through `runtime` and run on its device; the runtime must outlive the
-  // kernel, and its context be current on the launching thread.
-  ElementwiseKernel(Runtime& runtime, const Graph& graph, ir::ElementwiseConfig config = {});
+  // kernel, and its context be current on the launching thread. Without `config`,
+  // each launch's problem (access patterns, alignment class, sizes) gets its config
+  // from the tuner: the store's tuning, the nearest tuned problem, or the model.
+  ElementwiseKernel(Runtime& runtime, const Graph& graph,
+                    std::optional<ir::ElementwiseConfig> config = std::nullopt);
   // Without a runtime: plan() and source() only (no GPU needed); launch() refuses.
-  explicit ElementwiseKernel(const Graph& graph, ir::ElementwiseConfig config = {});
+  explicit ElementwiseKernel(const Graph& graph,
+                             std::optional<ir::ElementwiseConfig> config = std::nullopt);
 
   const Graph& graph() const { return graph_; }
+  // The fixed config, or the default one (what plan() and source() use when no
+  // config was given; launches take the tuner's).
   const ir::ElementwiseConfig& config() const { return config_; }
 
   // Checks the arguments and picks the specialization; a UserError says what is
   // wrong before anything runs. Needs no GPU.
   ElementwisePlan plan(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
                        Alignment alignment = Alignment::Auto) const;
-  // The CUDA source for a plan.
+  // The CUDA source for a plan (with config(), or `config` when given).
   KernelSource source(const ElementwisePlan& plan) const;
+  KernelSource source(const ElementwisePlan& plan, const ir::ElementwiseConfig& config) const;
+  // The config a launch with this plan uses: the fixed one, or the tuner's choice.
+  ir::ElementwiseConfig config_for(const ElementwisePlan& plan);
 
   // Checks, compiles on first use, and launches asynchronously on `stream`.
   void launch(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
@@ -82,9 +73,12 @@ class ElementwiseKernel {
     std::string kernel_name;
     std::string source;
     std::string key;  // the runtime's binary key
+    std::string config;
+    std::string config_source;  // "given", or where the tuner found it: store, nearest, model
     unsigned grid_blocks = 0;
     int block_threads = 0;
     int blocks_per_sm = 0;  // what the grid was sized for: config per_sm (auto), <= resident
+    int registers = 0;
     bool compiled_now = false;
     std::string origin;  // "compiled", "memory", "store" (see KernelOrigin)
     double compile_ms = 0;
@@ -96,14 +90,21 @@ class ElementwiseKernel {
     std::shared_ptr<const CompiledKernel> kernel;
     int blocks_per_sm = 0;  // resident (the occupancy limit)
   };
-  std::shared_ptr<const Compiled> compiled(const ElementwisePlan& plan, bool* compiled_now);
+  std::shared_ptr<const Compiled> compiled(const ElementwisePlan& plan,
+                                           const ir::ElementwiseConfig& config, bool* compiled_now);
 
   Runtime* runtime_ = nullptr;
   Graph graph_;
   std::string ir_digest_;  // of the optimized graph, for problem texts
   ir::ElementwiseConfig config_;
+  bool fixed_ = false;
   mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<const Compiled>> cache_;  // by problem text
+  std::map<std::string, std::shared_ptr<const Compiled>> cache_;  // by problem + config source
+  struct Chosen {
+    ir::ElementwiseConfig config;
+    std::string source;  // where it came from
+  };
+  std::map<std::string, Chosen> chosen_;  // by problem text and sizes
   LaunchInfo last_;
 };
 

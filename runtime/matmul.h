@@ -1,11 +1,11 @@
-// The matmul family's host side: the default config heuristic, device-limit
-// checks, compilation, and launch (padding path, split-K) on a caller's stream.
+// The matmul family's kernel: a Problem on a Runtime, its config from the tuner
+// (tuner/choose.h), compiled through Runtime::compile, launched (padding path,
+// split-K, TMA descriptors) on the caller's stream.
 //
+//   kjit::Runtime runtime;
 //   matmul::Problem p{.m = 4096, .n = 4096, .k = 4096};
-//   matmul::Matmul mm(p, matmul::default_config(p, device), device);
+//   matmul::Matmul mm(runtime, p);
 //   mm.launch({.a = a, .b = b, .c = c}, stream);   // packed row-major A, B, C
-//
-// The heuristic is documented in docs/matmul.md; the tuner replaces it.
 #pragma once
 
 #include <cuda.h>
@@ -49,55 +49,49 @@ Tensors resolve(const Problem& problem, Tensors tensors);
 // leading dimensions and batch strides multiples of 8 elements (16 bytes).
 bool is_aligned(const Problem& problem, const Tensors& tensors);
 
-// The configs a tuner would search first; every one is compiled by the unit tests.
-std::vector<Config> default_space(DType input);
-
-// A simple documented heuristic (docs/matmul.md): for each candidate tile, the
-// number of waves (tiles / (SMs x resident blocks)) times the per-block work over
-// the tile's relative efficiency; the cheapest wins, larger tiles on ties. Then
-// split-K when the tiles fill less than half a wave and K is long.
-Config default_config(const Problem& problem, const cuda::DeviceProperties& device);
-
 // UserError, with required vs limit and a hint, when the config does not fit the
 // device (shared memory, threads). Registers are checked after compilation.
 void check_fits_device(const Problem& problem, const Config& config,
                        const cuda::DeviceProperties& device);
 
-// NVRTC compile of a matmul KernelSource for `arch`; no GPU needed.
-cuda::CompiledProgram compile_source(const KernelSource& source, const std::string& arch);
-
-// Compiles the kernels of these (problem, config) pairs on `threads` threads ahead
-// of time (NVRTC needs no GPU); Matmul then only loads them. Rethrows the first
-// compile failure.
-void precompile(const std::vector<std::pair<Problem, Config>>& work, const std::string& arch,
-                int threads);
-
 class Matmul {
  public:
-  // Validates, lowers, compiles (cached in-process by source and arch) and loads
-  // into the current context.
-  Matmul(Problem problem, Config config, const cuda::DeviceProperties& device);
-  // The same through a Runtime: its in-process map and binary store (disk cache).
-  Matmul(Problem problem, Config config, Runtime& runtime);
+  // The config comes from the tuner (the store's tuning for this problem on this
+  // GPU model, else the nearest tuned problem, else the model), per alignment
+  // class: each launch picks the class from its tensors (`problem.aligned` is not
+  // used). Kernels compile through the runtime (its map, the store, NVRTC) on the
+  // first launch of a class.
+  Matmul(Runtime& runtime, Problem problem);
+  // A fixed config for the problem's alignment class (`problem.aligned`): what the
+  // tuner measures and tests pin. Validates, checks the device and compiles now.
+  Matmul(Runtime& runtime, Problem problem, Config config);
+  ~Matmul();
 
   // C = epilogue(alpha * op(A) * op(B) + beta * C0, extras), asynchronously on
   // `stream`. Scratch (padding, split-K partials) is owned by this object and
   // reused across launches; do not launch one Matmul on two streams at once.
   void launch(const Tensors& tensors, CUstream stream);
 
-  const Problem& problem() const { return problem_; }
-  const Config& config() const { return config_; }
-  const KernelSource& source() const { return source_; }
-  const cuda::KernelStats& stats() const { return stats_; }
+  // The problem, config, source and ptxas report of the class used last (before
+  // any launch: the aligned class, or the fixed one).
+  const Problem& problem() const;
+  const Config& config() const;
+  const KernelSource& source() const;
+  const cuda::KernelStats& stats() const;
+  // Where the config came from ("store", "nearest", "model"; "given" for a fixed one).
+  std::string config_source() const;
 
  private:
-  void init(const std::function<cuda::Function(const KernelSource&, cuda::KernelStats*)>& load);
+  struct Variant;
+  Variant& variant(bool aligned);
+  Variant& current();  // the class used last, else the aligned one
+  void load(Variant& v);
+
+  Runtime* runtime_;
   Problem problem_;
-  Config config_;
-  cuda::DeviceProperties device_;
-  KernelSource source_;
-  cuda::KernelStats stats_;
-  cuda::Function main_, reduce_, pad_, stage_;
+  bool fixed_ = false;
+  std::unique_ptr<Variant> variants_[2];  // [aligned]
+  Variant* last_ = nullptr;
   cuda::DeviceBuffer scratch_a_, scratch_b_, workspace_;
 };
 

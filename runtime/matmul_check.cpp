@@ -1,10 +1,5 @@
 #include "runtime/matmul_check.h"
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "compiler/lowering/elementwise.h"
-#include "compiler/passes/pipeline.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +10,7 @@
 
 #include "support/error.h"
 #include "support/half.h"
+#include "tuner/check.h"
 
 namespace kjit::matmul {
 
@@ -103,11 +99,13 @@ std::vector<std::string> builtin_epilogue_names() {
   return {"acc + bias", "gelu(acc + bias)", "relu(acc + bias)", "acc * scale + residual"};
 }
 
-BuiltinEpilogue builtin_epilogue(const std::string& text, DType dtype) {
+LoweredEpilogue builtin_epilogue(const std::string& text, DType dtype) {
   if (dtype == DType::TF32) dtype = DType::F32;  // operands of tf32 problems are f32
-  BuiltinEpilogue out;
+  LoweredEpilogue out;
   Epilogue& e = out.epilogue;
-  e.text = text;
+  // Marked apart from the IR epilogue of the same text (a different function: the
+  // builtin GELU uses the hardware tanh), so the two never share a kernel or a tuning.
+  e.text = "builtin:" + text;
   e.function_name = "kjit_epilogue_fn";
   if (text == "acc + bias") {
     e.function_source =
@@ -140,92 +138,6 @@ BuiltinEpilogue builtin_epilogue(const std::string& text, DType dtype) {
     throw UserError("unknown matmul epilogue '" + text + "'",
                     "until the elementwise IR is wired in, the built-in epilogues are:" + names);
   }
-  return out;
-}
-
-namespace {
-
-DType matmul_dtype(ir::DType dtype, const std::string& name) {
-  switch (dtype) {
-    case ir::DType::F32:
-      return DType::F32;
-    case ir::DType::F16:
-      return DType::F16;
-    case ir::DType::BF16:
-      return DType::BF16;
-    default:
-      break;
-  }
-  throw UserError("epilogue operand '" + name + "' is " + ir::to_string(dtype) +
-                      "; matmul epilogue operands are f32, f16 or bf16",
-                  "declare it as " + name + ":bf16[n] (or f16, f32)");
-}
-
-OperandKind kind_of(const ir::Node& input) {
-  const ir::Shape& shape = input.shape;
-  auto is = [](const ir::Dim& d, const char* symbol) { return d.symbol == symbol; };
-  if (shape.size() == 1 && is(shape[0], "n")) return OperandKind::ColumnVector;
-  if (shape.size() == 2 && shape[0].is_one() && is(shape[1], "n")) return OperandKind::ColumnVector;
-  if (shape.size() == 2 && is(shape[0], "m") && shape[1].is_one()) return OperandKind::RowVector;
-  if (shape.size() == 2 && is(shape[0], "m") && is(shape[1], "n")) return OperandKind::Tensor;
-  throw UserError("epilogue operand '" + input.name + "' has shape " + ir::to_string(shape) +
-                      "; a matmul epilogue operand is [n] (per column), [m,1] (per row) or "
-                      "[m,n] (a full tensor)",
-                  "declare it, e.g. " + input.name + ":bf16[n]");
-}
-
-}  // namespace
-
-BuiltinEpilogue epilogue_from_ir(const std::string& text, DType dtype) {
-  // `acc` is declared first so that it is the device function's first parameter.
-  ir::ParseOptions options;
-  options.default_dtype = to_ir(dtype);
-  options.default_shape = {ir::Dim::named("n")};
-  options.inputs = {{"acc", ir::DType::F32, {ir::Dim::named("m"), ir::Dim::named("n")}}};
-  const ir::Graph parsed = ir::parse(text, options);
-  const ir::Graph graph = ir::optimize(parsed);
-  if (graph.outputs().size() != 1)
-    throw UserError("a matmul epilogue computes one output; '" + text + "' computes " +
-                    std::to_string(graph.outputs().size()));
-  const int acc_id = graph.inputs().empty() ? -1 : graph.inputs()[0];
-  bool uses_acc = false;
-  for (const ir::Node& node : graph.nodes())
-    for (int operand : node.operands) uses_acc = uses_acc || operand == acc_id;
-  for (const auto& output : graph.outputs()) uses_acc = uses_acc || output.second == acc_id;
-  if (acc_id < 0 || graph.node(acc_id).name != "acc" || !uses_acc)
-    throw UserError("the epilogue '" + text + "' does not use acc, the matmul's result",
-                    "write it over acc, e.g. 'gelu(acc + bias)'");
-  BuiltinEpilogue out;
-  Epilogue& e = out.epilogue;
-  e.text = text;
-  e.function_name = "kjit_epilogue_fn";
-  e.function_source = ir::emit_epilogue_function(graph, e.function_name);
-  for (size_t i = 1; i < graph.inputs().size(); ++i) {
-    const ir::Node& input = graph.node(graph.inputs()[i]);
-    e.operands.push_back({input.name, kind_of(input), matmul_dtype(input.dtype, input.name)});
-  }
-  if (static_cast<int>(e.operands.size()) > Epilogue::kMaxOperands)
-    throw UserError("the epilogue '" + text + "' reads " + std::to_string(e.operands.size()) +
-                    " operands besides acc; at most " + std::to_string(Epilogue::kMaxOperands));
-  // The fp64 twin: the graph's nodes in order, with the interpreter's semantics.
-  out.reference = [graph](double acc, const std::vector<double>& operands) {
-    std::vector<double> values(graph.nodes().size());
-    size_t next_operand = 0;
-    for (size_t i = 0; i < graph.nodes().size(); ++i) {
-      const ir::Node& node = graph.node(static_cast<int>(i));
-      if (node.op == ir::OpCode::Input) {
-        values[i] = node.name == "acc" ? acc : operands.at(next_operand++);
-      } else if (node.op == ir::OpCode::Const) {
-        values[i] = node.value;
-      } else {
-        double arguments[3] = {};
-        for (size_t k = 0; k < node.operands.size() && k < 3; ++k)
-          arguments[k] = values[static_cast<size_t>(node.operands[k])];
-        values[i] = ir::evaluate_node(node, arguments);
-      }
-    }
-    return values[static_cast<size_t>(graph.outputs()[0].second)];
-  };
   return out;
 }
 
@@ -308,49 +220,58 @@ std::string CheckResult::describe() const {
 }
 
 double check_tolerance(DType input) {
-  return input == DType::F32 ? 1e-5 : input == DType::TF32 ? 5e-3 : 1e-2;
+  return tuner::tolerance(input == DType::F32    ? tuner::Precision::Exact32
+                          : input == DType::TF32 ? tuner::Precision::TF32
+                                                 : tuner::Precision::Half);
 }
 
-CheckResult check_output(const HostProblem& h, const std::vector<double>& out,
-                         const std::vector<int64_t>& rows) {
+SampledReference sample_reference(const HostProblem& h, const std::vector<int64_t>& rows) {
   const Problem& p = h.problem;
-  CheckResult r;
-  std::vector<double> ref_values, out_values;
-  struct Where {
-    int64_t batch, row, col;
-  };
-  std::vector<Where> where;
+  SampledReference r;
+  r.problem = p;
+  r.rows = rows;
+  r.values.reserve(static_cast<size_t>(p.batch) * rows.size() * static_cast<size_t>(p.n));
   for (int64_t batch = 0; batch < p.batch; ++batch)
     for (int64_t row : rows)
-      for (int64_t col = 0; col < p.n; ++col) {
-        ref_values.push_back(reference_at(h, batch, row, col));
-        out_values.push_back(out[static_cast<size_t>((batch * p.m + row) * p.n + col)]);
-        where.push_back({batch, row, col});
-      }
-  double diff = 0, norm = 0;
-  bool nan = false;
-  for (size_t i = 0; i < ref_values.size(); ++i) {
-    if (!std::isfinite(out_values[i])) nan = true;
-    diff += (out_values[i] - ref_values[i]) * (out_values[i] - ref_values[i]);
-    norm += ref_values[i] * ref_values[i];
-  }
+      for (int64_t col = 0; col < p.n; ++col) r.values.push_back(reference_at(h, batch, row, col));
+  return r;
+}
+
+CheckResult check_rows(const SampledReference& reference, const std::vector<double>& out_values) {
+  const Problem& p = reference.problem;
+  const std::vector<double>& ref_values = reference.values;
+  CheckResult r;
+  r.checked = static_cast<int64_t>(ref_values.size());
+  r.relative_l2 = tuner::relative_l2(out_values, ref_values);
+  if (out_values.size() != ref_values.size()) return r;
+  double norm = 0;
+  for (double v : ref_values) norm += v * v;
   const double rms = std::sqrt(norm / std::max<size_t>(ref_values.size(), 1));
+  const size_t per_batch = reference.rows.size() * static_cast<size_t>(p.n);
   for (size_t i = 0; i < ref_values.size(); ++i) {
     const double err = std::abs(out_values[i] - ref_values[i]);
     if (!std::isfinite(out_values[i]) || err > 0.05 * (std::abs(ref_values[i]) + rms)) {
       r.has_first_bad = true;
-      r.bad_batch = where[i].batch;
-      r.bad_row = where[i].row;
-      r.bad_col = where[i].col;
+      r.bad_batch = static_cast<int64_t>(i / per_batch);
+      r.bad_row = reference.rows[(i % per_batch) / static_cast<size_t>(p.n)];
+      r.bad_col = static_cast<int64_t>(i % static_cast<size_t>(p.n));
       r.bad_out = out_values[i];
       r.bad_ref = ref_values[i];
       break;
     }
   }
-  r.checked = static_cast<int64_t>(ref_values.size());
-  r.relative_l2 =
-      nan ? INFINITY : (norm == 0 ? (diff == 0 ? 0 : INFINITY) : std::sqrt(diff / norm));
   return r;
+}
+
+CheckResult check_output(const HostProblem& h, const std::vector<double>& out,
+                         const std::vector<int64_t>& rows) {
+  const Problem& p = h.problem;
+  std::vector<double> out_values;
+  for (int64_t batch = 0; batch < p.batch; ++batch)
+    for (int64_t row : rows)
+      for (int64_t col = 0; col < p.n; ++col)
+        out_values.push_back(out[static_cast<size_t>((batch * p.m + row) * p.n + col)]);
+  return check_rows(sample_reference(h, rows), out_values);
 }
 
 }  // namespace kjit::matmul

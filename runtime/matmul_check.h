@@ -4,8 +4,6 @@
 // twins. Used by the GPU tests, `kjit run|bench matmul`, the demo and the benchmark
 // (a tuner checks each candidate the same way).
 //
-// The epilogue table stands in for the elementwise IR's emitter: each entry is the
-// CUDA device function the IR would emit for that expression, written by hand.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "compiler/lowering/matmul.h"
+#include "compiler/lowering/matmul_epilogue.h"
 
 namespace kjit::matmul {
 
@@ -31,27 +30,14 @@ HostTensor random_tensor(DType dtype, size_t count, uint64_t seed, float lo = -1
 // Device bytes of `count` elements of `dtype` as doubles.
 std::vector<double> to_doubles(DType dtype, const std::vector<unsigned char>& bytes, size_t count);
 
-// A hand-written epilogue: the device function and its CPU twin.
-struct BuiltinEpilogue {
-  Epilogue epilogue;
-  std::function<double(double acc, const std::vector<double>& operands)> reference;
-};
-// "acc + bias", "gelu(acc + bias)", "relu(acc + bias)", "acc * scale + residual"
-// (bias: per column, scale: per row, residual: M x N), operands of `dtype`.
+// Hand-written epilogues (device function and CPU twin), for tests and the
+// benchmark: "acc + bias", "gelu(acc + bias)" (the tanh form with the hardware
+// tanh), "relu(acc + bias)", "acc * scale + residual" (bias: per column, scale: per
+// row, residual: M x N), operands of `dtype`. Their kernel class says
+// "epilogue=builtin:...", apart from the IR epilogue of the same text.
 // UserError for other text, listing these.
-BuiltinEpilogue builtin_epilogue(const std::string& text, DType dtype);
+LoweredEpilogue builtin_epilogue(const std::string& text, DType dtype);
 std::vector<std::string> builtin_epilogue_names();
-
-// An epilogue written in the elementwise IR's text form, over `acc` (the f32
-// accumulator; always the first parameter) and extra operands whose kind follows
-// their declared shape: [n] or [1,n] per column (a bias), [m,1] per row (a scale),
-// [m,n] a full tensor (a residual); undeclared operands are per-column vectors.
-// Operands default to `dtype`. The IR is optimized (fold, CSE, DCE) and lowered by
-// the elementwise emitter into the device function; the reference evaluates the
-// same graph in fp64 with the interpreter's op semantics.
-//   epilogue_from_ir("gelu(acc + bias)", DType::BF16)
-//   epilogue_from_ir("scale:f32[m,1]; r:bf16[m,n]; y = acc * scale + r", DType::BF16)
-BuiltinEpilogue epilogue_from_ir(const std::string& text, DType dtype);
 
 // Packed (row-major, ld = row length, batch stride = matrix size) host operands.
 struct HostProblem {
@@ -92,5 +78,16 @@ struct CheckResult {
 // Compares the packed output `out` (batch x M x N, as doubles) on the sampled rows.
 CheckResult check_output(const HostProblem& host, const std::vector<double>& out,
                          const std::vector<int64_t>& rows);
+
+// The reference on sampled rows, computed once and compared with many outputs (the
+// tuner checks every candidate against one).
+struct SampledReference {
+  Problem problem;
+  std::vector<int64_t> rows;
+  std::vector<double> values;  // batch-major, then rows in order, then columns
+};
+SampledReference sample_reference(const HostProblem& host, const std::vector<int64_t>& rows);
+// `out_rows`: the output's sampled rows only, in the same order as `values`.
+CheckResult check_rows(const SampledReference& reference, const std::vector<double>& out_rows);
 
 }  // namespace kjit::matmul

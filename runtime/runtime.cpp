@@ -6,6 +6,7 @@
 #include "runtime/compile.h"
 #include "runtime/cuda/driver.h"
 #include "support/error.h"
+#include "support/options.h"
 
 namespace kjit {
 
@@ -54,6 +55,8 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   record.driver = cuda::Driver::get().version_string();
   record.memory_bytes = device_.total_memory;
   store_->record_device(record);
+  chooser_ = std::make_unique<tuner::Chooser>(store_, gpu_model_, device_);
+  tune_on_first_use_ = options_.tune_on_first_use.value_or(env_flag("KJIT_TUNE"));
 }
 
 Runtime::~Runtime() = default;

@@ -13,6 +13,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -22,6 +23,7 @@
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/module.h"
 #include "runtime/cuda/nvrtc.h"
+#include "tuner/choose.h"
 
 namespace kjit {
 
@@ -32,6 +34,10 @@ struct RuntimeOptions {
   // The binary store; nullptr opens the user's (cache::Store::open_default(),
   // which honours KJIT_CACHE=off and KJIT_CACHE_DIR).
   std::shared_ptr<cache::Store> store;
+  // Tune a problem the store has no tuning for on its first use (as Triton's
+  // autotune does) instead of taking the nearest tuned problem or the model's
+  // choice. Unset: KJIT_TUNE=1 turns it on.
+  std::optional<bool> tune_on_first_use;
 };
 
 // Where a kernel came from, for logs and `--json` output.
@@ -85,6 +91,11 @@ class Runtime {
   // Kernels held in the in-process map.
   size_t cached_kernels() const;
 
+  // Where configs come from (tuner/choose.h): the store's tunings for this GPU
+  // model, the nearest tuned problem, the model.
+  tuner::Chooser& chooser() const { return *chooser_; }
+  bool tune_on_first_use() const { return tune_on_first_use_; }
+
  private:
   std::shared_ptr<const CompiledKernel> build(const KernelSource& source, const std::string& key);
 
@@ -94,6 +105,8 @@ class Runtime {
   std::string arch_;
   std::string gpu_model_;
   std::shared_ptr<cache::Store> store_;
+  std::unique_ptr<tuner::Chooser> chooser_;
+  bool tune_on_first_use_ = false;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>>
       kernels_;

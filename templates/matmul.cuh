@@ -7,7 +7,7 @@
 // the lecture; this file follows it stage by stage:
 //
 //   1. block -> output tile:  a BM x BN tile of C per thread block, grouped by
-//      GROUP_M tile rows so that consecutive blocks share A and B tiles in L2
+//      args.raster tile rows so that consecutive blocks share A and B tiles in L2
 //   2. the pipeline:          STAGES shared-memory buffers of A (BM x BK) and
 //      B (BK x BN); cp.async fills buffer s+STAGES-1 while the warps compute on s
 //   3. the swizzle:           16-byte chunks XOR-permuted within rows, so that
@@ -49,6 +49,7 @@ struct MatmulArgs {
   int k_per_split;  // a multiple of BK
   int c_pairs;      // 1: C and C0 take 2-element vector stores (the SIMT path; the
                     // tensor-core epilogue checks each 16-byte chunk's address)
+  int raster;       // tile rows per group of the block order (>= 1; config raster)
   float alpha, beta;
 };
 
@@ -61,17 +62,15 @@ struct EpilogueOperands {
 
 namespace matmul {
 
-// Consecutive blocks walk GROUP_M tile rows down a column of tiles before moving
-// right: a group of blocks in flight reads GROUP_M A-tiles and a few B-tiles, all
-// of which stay in L2 ("block rasterization").
-constexpr int GROUP_M = 8;
-
-__device__ __forceinline__ void tile_of_block(int block, int tiles_m, int tiles_n, int& tile_m,
-                                              int& tile_n) {
-  const int blocks_per_group = GROUP_M * tiles_n;
-  const int group = block / blocks_per_group;
-  const int first_m = group * GROUP_M;
-  const int group_rows = min(tiles_m - first_m, GROUP_M);
+// Consecutive blocks walk `group` tile rows down a column of tiles before moving
+// right: a group of blocks in flight reads `group` A-tiles and a few B-tiles, all of
+// which stay in L2 ("block rasterization"). The group is a launch argument (config
+// raster, 8 by default), so the tuner tries several without compiling again.
+__device__ __forceinline__ void tile_of_block(int block, int tiles_m, int tiles_n, int group,
+                                              int& tile_m, int& tile_n) {
+  const int blocks_per_group = group * tiles_n;
+  const int first_m = block / blocks_per_group * group;
+  const int group_rows = min(tiles_m - first_m, group);
   const int in_group = block % blocks_per_group;
   tile_m = first_m + in_group % group_rows;
   tile_n = in_group / group_rows;
@@ -86,7 +85,8 @@ struct BlockWork {
 template <int BM, int BN>
 __device__ __forceinline__ BlockWork block_work(const MatmulArgs& args) {
   BlockWork w;
-  tile_of_block(blockIdx.x, (args.m + BM - 1) / BM, (args.n + BN - 1) / BN, w.tile_m, w.tile_n);
+  tile_of_block(blockIdx.x, (args.m + BM - 1) / BM, (args.n + BN - 1) / BN, args.raster, w.tile_m,
+                w.tile_n);
   w.split = blockIdx.y;
   w.batch = blockIdx.z;
   w.k_begin = w.split * args.k_per_split;

@@ -155,4 +155,41 @@ std::map<std::string, HostTensor> interpret(const Graph& graph,
   return result;
 }
 
+NpyArray random_input(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
+                      uint64_t seed) {
+  const ir::Node& node = graph.node(input_id);
+  auto [lo, hi] = input_domain(graph, input_id);
+  int64_t count = element_count(shape);
+  NpyArray array{npy_descr(node.dtype), shape, {}};
+  array.data.reserve(static_cast<size_t>(count) * static_cast<size_t>(size_bytes(node.dtype)));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&state] {  // xorshift64*: fast enough for 2^28 values
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return (state * 0x2545F4914F6CDD1Dull) >> 11;  // 53 bits
+  };
+  double int_lo = std::ceil(lo), int_hi = std::floor(hi);
+  if (int_lo > int_hi) int_lo = int_hi = 1;
+  const int64_t chunk = 1 << 20;
+  std::vector<double> values;
+  for (int64_t start = 0; start < count; start += chunk) {
+    int64_t size = std::min(chunk, count - start);
+    values.resize(static_cast<size_t>(size));
+    for (double& v : values) {
+      double u = static_cast<double>(next()) / 9007199254740992.0;  // [0, 1)
+      if (node.dtype == DType::Bool) {
+        v = u < 0.5 ? 0 : 1;
+      } else if (node.dtype == DType::I32) {
+        v = std::min(int_hi, int_lo + std::floor(u * (int_hi - int_lo + 1)));
+      } else {
+        v = lo + u * (hi - lo);
+      }
+    }
+    NpyArray part = npy_from_values(array.descr, {size}, values);
+    array.data.insert(array.data.end(), part.data.begin(), part.data.end());
+  }
+  return array;
+}
+
 }  // namespace kjit::ir

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compiler/ir/graph.h"
+#include "support/npy.h"
 
 namespace kjit::ir {
 
@@ -29,6 +30,11 @@ double round_to(DType dtype, double value);
 // conditioned (the intersection of their op-table domains), for random tests:
 // [0.1, 4] for an input of log, [-3, 3] for sin.
 std::pair<double, double> input_domain(const Graph& graph, int input_id);
+
+// Fresh random values for input `input_id` in its ops' domain (input_domain), as
+// an .npy array of its dtype (whole numbers for i32, 0/1 for bool); never all zeros.
+NpyArray random_input(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
+                      uint64_t seed);
 
 // Evaluates every output; `inputs` by name. Binds symbolic dims from the inputs'
 // shapes; a UserError names a missing input, a dtype-independent shape mismatch.

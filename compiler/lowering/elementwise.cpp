@@ -66,8 +66,19 @@ int grid_blocks_per_sm(const ElementwiseConfig& config, int resident) {
   return std::max(1, std::min(wanted, resident));
 }
 
+int64_t grid_blocks(const ElementwiseConfig& config, int64_t vectors, int sm_count, int resident) {
+  const int64_t per_block = int64_t{config.block_threads} * config.unroll;
+  const int64_t needed = std::max<int64_t>(1, (vectors + per_block - 1) / per_block);
+  // The grid's x dimension holds at most 2^31 - 1 blocks; the grid-stride loop
+  // covers whatever a capped grid leaves.
+  constexpr int64_t kMaxBlocks = 2147483647;
+  if (config.tiles) return std::min(needed, kMaxBlocks);
+  return std::min(int64_t{sm_count} * grid_blocks_per_sm(config, resident), needed);
+}
+
 std::string ElementwiseConfig::text() const {
-  return source_text() + (per_sm ? fmt::format(",per_sm={}", per_sm) : "");
+  return source_text() + (per_sm ? fmt::format(",per_sm={}", per_sm) : "") +
+         (tiles ? ",grid=tiles" : "");
 }
 
 namespace {
@@ -81,6 +92,14 @@ ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
 ElementwiseConfig ElementwiseConfig::parse(const KeyValues& pairs) {
   ElementwiseConfig config;
   for (const auto& [key, text_value] : pairs) {
+    if (key == "grid") {
+      if (text_value != "waves" && text_value != "tiles")
+        throw UserError("grid=" + text_value + " is not waves or tiles",
+                        "grid=waves: whole waves of blocks in a grid-stride loop; grid=tiles: "
+                        "one block per block-sized tile of the work");
+      config.tiles = text_value == "tiles";
+      continue;
+    }
     int value = 0;
     const char* b = text_value.data();
     const char* e = b + text_value.size();
@@ -117,7 +136,7 @@ ElementwiseConfig ElementwiseConfig::parse(const KeyValues& pairs) {
       config.per_sm = value;
     } else {
       throw UserError("unknown config key '" + key + "'",
-                      "the keys are block, vec, unroll, prefetch, stream and per_sm");
+                      "the keys are block, vec, unroll, prefetch, stream, per_sm and grid");
     }
   }
   return config;

@@ -71,10 +71,16 @@ struct ElementwiseConfig {
   // the same, 1961 MHz, in every variant. A launch parameter: the kernel's source does
   // not depend on it.
   int per_sm = 0;
+  // The grid schedule. false (grid=waves): whole waves of SMs x per_sm blocks, each
+  // looping over the work (grid-stride). true (grid=tiles): one block per tile of
+  // block x unroll vectors, no loop, the last wave partly full (per_sm unused). A
+  // launch parameter too.
+  bool tiles = false;
 
-  // "block=512,vec=0,unroll=2" (+ ",prefetch=1", ",stream=1", ",per_sm=2" where set)
+  // "block=512,vec=0,unroll=2" (+ ",prefetch=1", ",stream=1", ",per_sm=2",
+  // ",grid=tiles" where set)
   std::string text() const;
-  // The part of text() the generated source depends on (without per_sm).
+  // The part of text() the generated source depends on (without per_sm and grid).
   std::string source_text() const;
   // Parses "block=128,vec=8,unroll=2" (any subset, any order); a UserError names a
   // bad key or value.
@@ -86,6 +92,11 @@ struct ElementwiseConfig {
 // Blocks per SM a launch sizes its grid for: config per_sm (auto: 2048 vectors in
 // flight per SM), at most `resident` (the occupancy limit of the compiled kernel).
 int grid_blocks_per_sm(const ElementwiseConfig& config, int resident);
+
+// The blocks a launch over `vectors` vectors uses: grid=tiles, one per block x unroll
+// vectors; grid=waves, at most SMs x grid_blocks_per_sm() (fewer when there is less
+// work). `resident`: the kernel's occupancy limit per SM.
+int64_t grid_blocks(const ElementwiseConfig& config, int64_t vectors, int sm_count, int resident);
 
 // The elements per vector the kernel uses: 1 off the aligned path, else the
 // config's width or 16 bytes of the narrowest dtype that moves as vectors.

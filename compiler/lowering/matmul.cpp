@@ -86,9 +86,19 @@ std::string Problem::to_string() const {
 }
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}", bm, bn, bk, warps,
-                     warps_m, stages, splitk, wgmma ? ",mma=wgmma" : "",
-                     narrow ? ",load=narrow" : "");
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}", bm, bn, bk,
+                     warps, warps_m, stages, splitk,
+                     raster != 8 ? fmt::format(",raster={}", raster) : "",
+                     wgmma ? ",mma=wgmma" : "", narrow ? ",load=narrow" : "");
+}
+
+std::string Config::source_text() const {
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}", bm, bn, bk, warps, warps_m,
+                     stages, wgmma ? ",mma=wgmma" : "", narrow ? ",load=narrow" : "");
+}
+
+bool pads_operands(const Problem& p, const Config& c) {
+  return !p.aligned && p.input != DType::F32 && p.input != DType::TF32 && !c.narrow;
 }
 
 Config wgmma_config(int bm, int bn, int stages, int splitk, DType input) {
@@ -125,7 +135,8 @@ int square_warps_m(int bm, int bn, int warps) {
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: bm, bn, bk, warps, wm, stages, splitk, mma, load";
+  static const char* kValidKeys =
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, load";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -171,6 +182,8 @@ Config Config::parse(const std::string& text) {
       config.stages = v;
     else if (key == "splitk")
       config.splitk = v;
+    else if (key == "raster")
+      config.raster = v;
     else
       throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
   }
@@ -234,9 +247,6 @@ int shared_bytes(const Problem& problem, const Config& config) {
                   staged_bytes(config, epilogue_passes(problem, config)));
 }
 
-namespace {
-
-// What holds for the problem whatever the config.
 void validate_problem(const Problem& problem) {
   if (problem.m < 1 || problem.n < 1 || problem.k < 1 || problem.batch < 1)
     throw UserError(fmt::format("matmul needs M, N, K and batch >= 1; got M={}, N={}, K={}, "
@@ -258,23 +268,25 @@ void validate_problem(const Problem& problem) {
                     "write --dtype tf32 --out f32");
 }
 
-}  // namespace
-
 void validate(const Problem& problem, const Config& config) {
   validate_problem(problem);
   if (config.splitk < 1 || config.splitk > 64)
     throw UserError(fmt::format("splitk={} is out of range", config.splitk),
                     "use 1 (no split) to 64");
+  if (config.raster < 1 || config.raster > 64)
+    throw UserError(fmt::format("raster={} is out of range", config.raster),
+                    "use 1 (row by row) to 64 tile rows per group");
   if (problem.input == DType::TF32 && !config.wgmma)
     throw UserError("tf32 inputs run on the wgmma engine (TMA + wgmma, sm_90); config " +
                         config.to_string() + " is not a wgmma config",
                     "add mma=wgmma and bk=32 to the config, or leave the config out");
   if (problem.input == DType::F32) {
     Config simt = simt_config(config.splitk);
+    simt.raster = config.raster;
     if (config != simt)
       throw UserError("the f32 SIMT matmul has one tile shape: " + simt.to_string() + ", got " +
                           config.to_string(),
-                      "only splitk can be chosen for f32 inputs");
+                      "only splitk and raster can be chosen for f32 inputs");
     return;
   }
   const std::string hint = "Reducing or reshaping the block tile may help; see docs/matmul.md";
@@ -504,7 +516,7 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   KernelSource out;
   out.family = "matmul";
   out.problem = problem.kernel_class();
-  out.config = config.to_string();
+  out.config = config.source_text();
   const bool tf32 = problem.input == DType::TF32;
   out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}", matmul::to_string(problem.input),
                          problem.layout(), config.bm, config.bn, config.bk, config.stages);
@@ -561,7 +573,7 @@ KernelSource lower(const Problem& problem, const Config& config) {
   KernelSource out;
   out.family = "matmul";
   out.problem = problem.kernel_class();  // sizes are arguments: one binary for all
-  out.config = config.to_string();
+  out.config = config.source_text();
   out.name = simt ? fmt::format("kjit_matmul_f32_{}_simt_64x64x16", problem.layout())
                   : fmt::format("kjit_matmul_{}_{}_{}x{}x{}_w{}x{}_s{}{}",
                                 matmul::to_string(problem.input), problem.layout(), config.bm,

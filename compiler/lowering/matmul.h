@@ -83,6 +83,11 @@ struct Config {
   int warps_m = 2;  // of which along M (warps / warps_m along N)
   int stages = 3;   // pipeline depth (cp.async, or TMA for wgmma)
   int splitk = 1;   // K splits (1: none)
+  // Block order: consecutive blocks walk `raster` tile rows down a column of tiles
+  // before moving right, so that the blocks in flight share A and B tiles in L2.
+  // A launch argument, like splitk: configs that differ only in these two share
+  // one binary.
+  int raster = 8;
   // The Hopper engine (templates/matmul_sm90.cuh, sm_90a): TMA copies and wgmma,
   // bk = 64, one producer warpgroup plus bm / 64 consumer warpgroups (so warps =
   // 4 * (bm / 64 + 1) and wm = bm / 64). false: mma.sync (templates/matmul.cuh).
@@ -92,11 +97,14 @@ struct Config {
   // 16-byte-aligned scratch first; the alternative for misaligned problems.
   bool narrow = false;
 
-  // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",mma=wgmma" or
-  // ",load=narrow")
+  // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
+  // 8, ",mma=wgmma" or ",load=narrow")
   std::string to_string() const;
+  // The part of to_string() the kernel's source depends on (without splitk and
+  // raster, which are launch arguments).
+  std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
-  // mma (sync | wgmma) load (async | narrow). When warps is given without wm, wm is
+  // raster mma (sync | wgmma) load (async | narrow). When warps is given without wm, wm is
   // chosen to make warp tiles square-ish; with mma=wgmma, bk, warps and wm follow
   // from bm.
   // Unknown keys and malformed values are UserErrors naming the valid keys.
@@ -124,10 +132,19 @@ int square_warps_m(int bm, int bn, int warps);
 // 1 for the SIMT path (no staging).
 int epilogue_passes(const Problem& problem, const Config& config);
 
+// Whether the launch first copies misaligned 16-bit operands into 16-byte-aligned
+// scratch (the padded path of cp.async and TMA configs); f32, tf32 (staged instead)
+// and narrow loads read them in place.
+bool pads_operands(const Problem& problem, const Config& config);
+
 // Dynamic shared memory the kernel needs (0 for the SIMT path's static tiles): the
 // pipeline's buffers, or one epilogue pass if that is larger (only when even a
 // single mma row per warp does not fit the buffers).
 int shared_bytes(const Problem& problem, const Config& config);
+
+// The problem's own constraints, whatever the config (shapes >= 1 and within 32
+// bits, the epilogue's operands, dtypes): UserError with a hint.
+void validate_problem(const Problem& problem);
 
 // Problem and config constraints that hold on every device (shapes >= 1, tile
 // divisibility, supported dtypes, epilogue operand count): UserError with a hint.

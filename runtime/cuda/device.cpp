@@ -1,5 +1,7 @@
 #include "runtime/cuda/device.h"
 
+#include <cctype>
+
 #include "runtime/cuda/driver.h"
 #include "support/error.h"
 
@@ -22,8 +24,55 @@ DeviceProperties h200_class_device(const std::string& name) {
   d.cc_major = 9;
   d.sm_count = 132;
   d.max_threads_per_block = 1024;
+  d.max_threads_per_sm = 2048;
+  d.max_blocks_per_sm = 32;
+  d.shared_per_block = 49152;
   d.shared_per_block_optin = 232448;
+  d.shared_per_sm = 233472;
+  d.registers_per_sm = 65536;
   d.registers_per_block = 65536;
+  d.l2_bytes = 62914560;
+  d.total_memory = int64_t{150754820096};
+  d.sm_clock_khz = 1980000;
+  d.memory_clock_khz = 3201000;
+  d.memory_bus_bits = 6144;
+  return d;
+}
+
+DeviceProperties planning_device(const std::string& name) {
+  if (name == "h200") return h200_class_device("NVIDIA H200");
+  if (name == "h100") {
+    DeviceProperties d = h200_class_device("NVIDIA H100 80GB HBM3");
+    d.l2_bytes = 52428800;
+    d.total_memory = int64_t{85520809984};
+    d.memory_clock_khz = 2619000;
+    d.memory_bus_bits = 5120;
+    return d;
+  }
+  if (name == "a100") {
+    DeviceProperties d = h200_class_device("NVIDIA A100-SXM4-80GB");
+    d.cc_major = 8;
+    d.sm_count = 108;
+    d.shared_per_block_optin = 166912;
+    d.shared_per_sm = 167936;
+    d.l2_bytes = 41943040;
+    d.total_memory = int64_t{85899345920};
+    d.sm_clock_khz = 1410000;
+    d.memory_clock_khz = 1593000;
+    d.memory_bus_bits = 5120;
+    return d;
+  }
+  throw UserError("unknown GPU '" + name + "' to plan for", "use h200, h100 or a100");
+}
+
+DeviceProperties planning_device_for_arch(const std::string& arch) {
+  const bool digits = arch.size() >= 5 && std::isdigit(static_cast<unsigned char>(arch[3])) &&
+                      std::isdigit(static_cast<unsigned char>(arch[4]));
+  if (!digits || arch.rfind("sm_", 0) != 0 || (arch[3] != '8' && arch[3] != '9'))
+    throw UserError("no GPU to plan for architecture " + arch, "use sm_80 ... sm_90");
+  DeviceProperties d = planning_device(arch[3] == '9' ? "h200" : "a100");
+  d.cc_major = arch[3] - '0';
+  d.cc_minor = arch[4] - '0';
   return d;
 }
 

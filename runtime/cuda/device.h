@@ -41,8 +41,14 @@ struct DeviceProperties {
 int device_count();
 DeviceProperties device_properties(int ordinal);
 
-// The launch limits of an H200 (sm_90, 132 SMs, 227 KiB of opt-in shared memory per
-// block), named `name`: what kernels are planned for where there is no GPU.
+// The properties of an H200 (sm_90, 132 SMs, 227 KiB of opt-in shared memory per
+// block, 4.9 TB/s), named `name`: what kernels are planned for where there is no GPU.
 DeviceProperties h200_class_device(const std::string& name);
+
+// A GPU to plan for without one: "h200", "h100" or "a100" (datasheet limits, clocks
+// and bandwidth); UserError naming the known ones otherwise.
+DeviceProperties planning_device(const std::string& name);
+// The planning device of an architecture: sm_90 -> h200, sm_80 -> a100.
+DeviceProperties planning_device_for_arch(const std::string& arch);
 
 }  // namespace kjit::cuda

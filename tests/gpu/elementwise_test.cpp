@@ -29,13 +29,6 @@ namespace {
 
 using testing::GpuTest;
 
-// One runtime for every test (made after the fixture found a GPU).
-Runtime& runtime() {
-  // Never destroyed: its context must outlive every kernel, even at exit.
-  static Runtime* shared = new Runtime();
-  return *shared;
-}
-
 // An integer in [ceil(lo), floor(hi)] from a uniform draw u in [lo, hi): log's
 // domain [0.1, 4] gives 1..4, never log(0).
 double integer_in(double lo, double hi, double u, double u_lo, double u_hi) {

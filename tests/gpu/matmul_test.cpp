@@ -7,14 +7,17 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <set>
 #include <thread>
 #include <utility>
 
+#include "runtime/compile.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/matmul.h"
@@ -23,6 +26,7 @@
 #include "support/error.h"
 #include "support/half.h"
 #include "tests/support/gpu_test.h"
+#include "tuner/matmul_space.h"
 
 namespace kjit::matmul {
 namespace {
@@ -39,7 +43,7 @@ struct Case {
   int extra_offset = 0;  // epilogue operands start this many elements into their buffers
 };
 
-BuiltinEpilogue epilogue_of(const Case& c) {
+LoweredEpilogue epilogue_of(const Case& c) {
   return c.ir ? epilogue_from_ir(c.epilogue, c.input) : builtin_epilogue(c.epilogue, c.input);
 }
 
@@ -67,8 +71,38 @@ std::pair<Problem, Config> plan(const Case& c) {
   for (size_t i = 0; i < p.epilogue.operands.size(); ++i) packed.extras.push_back({256, 0, 0});
   p.aligned = is_aligned(p, resolve(p, packed));
   const Config config =
-      c.config.empty() ? default_config(p, testing::gpu_state().device) : Config::parse(c.config);
+      c.config.empty()
+          ? Config::parse(
+                testing::GpuTest::runtime().chooser().choose(tuner::MatmulTuning(p)).config)
+          : Config::parse(c.config);
   return {p, config};
+}
+
+// Compiles the kernels of these (problem, config) pairs into the test runtime's
+// store on every core (NVRTC needs no GPU; a big tile takes ~1 s), so that the
+// tests only load them. A failure here is reported by the test that needs it.
+void precompile(const std::vector<std::pair<Problem, Config>>& work) {
+  Runtime& runtime = testing::GpuTest::runtime();
+  std::vector<KernelSource> sources;
+  for (const auto& [problem, config] : work) {
+    try {
+      for (KernelSource& s : tuner::MatmulTuning(problem).sources(config.to_string()))
+        sources.push_back(std::move(s));
+    } catch (const Error&) {
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < sources.size(); i = next++) {
+        try {
+          compile_cached(sources[i], runtime.arch(), runtime.store());
+        } catch (const Error&) {
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
 }
 
 class MatmulGpu : public testing::GpuTest {
@@ -78,7 +112,7 @@ class MatmulGpu : public testing::GpuTest {
   void run_all(const std::vector<Case>& cases) {
     std::vector<std::pair<Problem, Config>> work;
     for (const Case& c : cases) work.push_back(plan(c));
-    precompile(work, device().arch(), static_cast<int>(std::thread::hardware_concurrency()));
+    precompile(work);
     for (size_t i = 0; i < cases.size(); ++i) {
       SCOPED_TRACE(work[i].first.to_string() + " config " + work[i].second.to_string());
       run(cases[i]);
@@ -90,7 +124,7 @@ class MatmulGpu : public testing::GpuTest {
     Problem p = shape_of(c);
     std::function<double(double, const std::vector<double>&)> reference;
     if (!c.epilogue.empty()) {
-      BuiltinEpilogue e = epilogue_of(c);
+      LoweredEpilogue e = epilogue_of(c);
       p.epilogue = e.epilogue;
       reference = e.reference;
     }
@@ -122,8 +156,10 @@ class MatmulGpu : public testing::GpuTest {
       t.extras.push_back(x);
     }
     p.aligned = is_aligned(p, resolve(p, t));
-    const Config config = c.config.empty() ? default_config(p, device()) : Config::parse(c.config);
-    Matmul matmul = runtime ? Matmul(p, config, *runtime) : Matmul(p, config, device());
+    // Without a config: the tuner's choice for this problem and its alignment class
+    // (the runtime's path); with one: that config, fixed.
+    Runtime& rt = runtime ? *runtime : testing::GpuTest::runtime();
+    Matmul matmul = c.config.empty() ? Matmul(rt, p) : Matmul(rt, p, Config::parse(c.config));
     cuda::Stream stream;
     matmul.launch(t, stream.get());
     stream.synchronize();
@@ -133,7 +169,7 @@ class MatmulGpu : public testing::GpuTest {
     const CheckResult result = check_output(host, got, rows_to_check(p, seed));
     const double tolerance = check_tolerance(p.input);
     EXPECT_LE(result.relative_l2, tolerance)
-        << p.to_string() << "\nconfig " << config.to_string() << " (seed " << seed << ")\n"
+        << p.to_string() << "\nconfig " << matmul.config().to_string() << " (seed " << seed << ")\n"
         << result.describe();
     if (result.relative_l2 <= tolerance) {
       EXPECT_FALSE(result.has_first_bad) << p.to_string() << "\n" << result.describe();
@@ -362,7 +398,7 @@ TEST_F(MatmulGpu, BuiltinGeluErrorBound) {
   p.n = n;
   p.k = k;
   p.output = DType::F32;
-  BuiltinEpilogue gelu = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  LoweredEpilogue gelu = builtin_epilogue("gelu(acc + bias)", DType::BF16);
   p.epilogue = gelu.epilogue;
   cuda::DeviceBuffer da = cuda::DeviceBuffer::from(a), db = cuda::DeviceBuffer::from(b),
                      dbias = cuda::DeviceBuffer::from(bias), dc(static_cast<size_t>(m * n) * 4);
@@ -372,7 +408,7 @@ TEST_F(MatmulGpu, BuiltinGeluErrorBound) {
   t.b = db.get();
   t.c = dc.get();
   t.extras.push_back({dbias.get(), 0, 0});
-  Matmul matmul(p, default_config(p, device()), device());
+  Matmul matmul(runtime(), p);
   cuda::Stream stream;
   matmul.launch(t, stream.get());
   stream.synchronize();
@@ -526,10 +562,21 @@ TEST_F(MatmulGpu, StagedEpilogueStoreWidths) {
 std::vector<Case> EveryDefaultConfigCases() {
   std::vector<Case> cases;
   const bool sm90 = gpu_is_sm90();
-  for (const Config& c : default_space(DType::BF16))
+  Problem p;
+  p.m = 300;
+  p.n = 520;
+  p.k = 200;
+  std::set<std::string> kernels;
+  for (const std::string& text :
+       tuner::MatmulTuning(p).space(cuda::planning_device("h200")).candidates) {
+    Config c = Config::parse(text);
+    if (c.wgmma && !sm90) continue;
+    c.splitk = 1;  // launch arguments: one run per kernel
+    c.raster = 8;
+    if (!kernels.insert(c.to_string()).second) continue;
     for (const char* layout : {"nn", "tt"})
-      if (!c.wgmma || sm90)
-        cases.push_back({.m = 300, .n = 520, .k = 200, .layout = layout, .config = c.to_string()});
+      cases.push_back({.m = 300, .n = 520, .k = 200, .layout = layout, .config = c.to_string()});
+  }
   return cases;
 }
 TEST_F(MatmulGpu, EveryDefaultConfig) {
@@ -573,20 +620,15 @@ class PrecompileMatmulKernels : public ::testing::Environment {
     }
     if (work.empty()) return;
     testing::gpu_state().context->make_current();
-    try {
-      precompile(work, testing::gpu_state().device.arch(),
-                 static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
-    } catch (const std::exception& e) {
-      // Each test compiles what it needs again and reports the failure itself.
-      std::fprintf(stderr, "matmul precompile failed: %s\n", e.what());
-    }
+    precompile(work);
   }
 };
 [[maybe_unused]] ::testing::Environment* const precompile_environment =
     ::testing::AddGlobalTestEnvironment(new PrecompileMatmulKernels);
 
-// The same kernels through kjit::Runtime (its in-process map and binary store):
-// split-K with an epilogue (the reduction kernel) and the padded path.
+// The same kernels through a fresh kjit::Runtime (its in-process map and binary
+// store): split-K with an epilogue (the reduction kernel), and the tuner's choice
+// for a misaligned problem (the padded path).
 TEST_F(MatmulGpu, ThroughTheRuntime) {
   Runtime runtime;
   run({.m = 129,
@@ -599,21 +641,55 @@ TEST_F(MatmulGpu, ThroughTheRuntime) {
   EXPECT_GE(runtime.cached_kernels(), 3u);
 }
 
+// One Matmul picks the alignment class per launch from the tensors it gets: the
+// aligned kernel for packed 4096-wide rows, the padded path once A's pointer is
+// two bytes off.
+TEST_F(MatmulGpu, AlignmentClassFollowsEachLaunch) {
+  Problem p;
+  p.m = 256;
+  p.n = 512;
+  p.k = 384;
+  Matmul matmul(runtime(), p);
+  const uint64_t seed = std::random_device{}();
+  HostProblem host = make_host_problem(p, seed);
+  const std::vector<unsigned char> a_bytes = host.a.bytes(), b_bytes = host.b.bytes();
+  cuda::DeviceBuffer a(a_bytes.size() + 16), b = upload(host.b), c(size_t(p.m * p.n) * 2);
+  cuda::Stream stream;
+  for (const size_t offset : {size_t{0}, size_t{2}}) {
+    a.upload(a_bytes.data(), a_bytes.size(), offset);
+    c.fill_bytes(0xFF);
+    Tensors t;
+    t.a = a.get() + offset;
+    t.b = b.get();
+    t.c = c.get();
+    matmul.launch(t, stream.get());
+    stream.synchronize();
+    EXPECT_EQ(matmul.problem().aligned, offset == 0);
+    std::vector<unsigned char> bytes(c.bytes());
+    c.download(bytes.data(), bytes.size());
+    const CheckResult r =
+        check_output(host, to_doubles(p.output, bytes, size_t(p.m * p.n)), rows_to_check(p, seed));
+    EXPECT_LE(r.relative_l2, check_tolerance(p.input)) << r.describe();
+  }
+}
+
 TEST_F(MatmulGpu, BadInputIsAUserError) {
   Problem p;
   p.m = 64;
   p.n = 64;
   p.k = 0;
-  EXPECT_THROW(Matmul(p, default_space(DType::BF16)[0], device()), UserError);
+  const Config workhorse = Config::parse("bm=128,bn=128,bk=32,warps=8,wm=2,stages=4");
+  EXPECT_THROW(Matmul(runtime(), p, workhorse), UserError);
+  EXPECT_THROW(Matmul(runtime(), p), UserError);
   p.k = 64;
   Config huge = Config::parse("bm=256,bn=256,bk=64,warps=8,stages=8");
   try {
-    Matmul m(p, huge, device());
+    Matmul m(runtime(), p, huge);
     FAIL() << "a config needing 512 KiB of shared memory was accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
   }
-  Matmul ok(p, default_space(DType::BF16)[0], device());
+  Matmul ok(runtime(), p, workhorse);
   cuda::DeviceBuffer buffer(64 * 64 * 4);
   Tensors t;
   t.a = t.b = t.c = buffer.get();

@@ -10,6 +10,7 @@
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/runtime.h"
 #include "support/options.h"
 
 namespace kjit::testing {
@@ -43,6 +44,16 @@ inline GpuState& gpu_state() {
 }
 
 class GpuTest : public ::testing::Test {
+ public:
+  // One Runtime on device 0 for the whole test binary, made on first use (after a
+  // fixture found a GPU); its store is the one KJIT_CACHE_DIR names (ctest points
+  // it into the build folder). Never destroyed: its context must outlive every
+  // kernel, even at exit.
+  static Runtime& runtime() {
+    static Runtime* shared = new Runtime();
+    return *shared;
+  }
+
  protected:
   void SetUp() override {
     GpuState& state = gpu_state();

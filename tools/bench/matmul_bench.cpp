@@ -36,6 +36,8 @@
 #include "runtime/matmul_check.h"
 #include "support/half.h"
 #include "tools/cli/command.h"
+#include "tuner/matmul_space.h"
+#include "tuner/timer.h"
 
 namespace kjit {
 namespace {
@@ -101,31 +103,19 @@ std::vector<uint16_t> download(const cuda::DeviceBuffer& buffer, size_t count) {
   return out;
 }
 
+// The project's one timer (tuner/timer.h): warm-up, L2 flushed before every run,
+// the median of `repeats` runs.
 class Timer {
  public:
-  Timer(CUstream stream, int repeats) : stream_(stream), repeats_(repeats), flush_(256 << 20) {}
-  // Median milliseconds of `work` (3 warm-up runs, L2 flushed before each run).
+  Timer(CUstream stream, int64_t l2_bytes, int repeats)
+      : timer_(stream, l2_bytes), repeats_(repeats) {}
   double median_ms(const std::function<void()>& work) {
-    for (int i = 0; i < 3; ++i) work();
-    std::vector<float> times;
-    cuda::Event start, stop;
-    for (int i = 0; i < repeats_; ++i) {
-      KJIT_CU(cuMemsetD32Async, flush_.get(), static_cast<unsigned>(i), flush_.bytes() / 4,
-              stream_);
-      start.record(stream_);
-      work();
-      stop.record(stream_);
-      stop.synchronize();
-      times.push_back(stop.elapsed_ms_since(start));
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return timer_.time([&](int) { work(); }, repeats_).median_ms;
   }
 
  private:
-  CUstream stream_;
+  tuner::Timer timer_;
   int repeats_;
-  cuda::DeviceBuffer flush_;
 };
 
 // cuBLASLt: row-major C[M,N] = A[M,K] * B[K,N] is column-major C^T = B^T * A^T.
@@ -212,15 +202,18 @@ struct ConfigResult {
 void run(const Options& options) {
   std::string reason;
   if (!cli::gpu_available(&reason)) throw std::runtime_error("no GPU: " + reason);
-  cuda::Context context(0);
-  const cuda::DeviceProperties device = cuda::device_properties(0);
+  Runtime runtime;  // device 0: kernels through its map and store; configs from its tuner
+  const cuda::DeviceProperties& device = runtime.device();
+  auto default_config = [&](const Problem& p) {
+    return Config::parse(runtime.chooser().choose(tuner::MatmulTuning(p)).config);
+  };
   cudaSetDevice(0);  // cuBLAS shares the primary context kjit holds
   cuda::Stream stream;
   cublasLtHandle_t handle;
   CUBLAS_CHECK(cublasLtCreate(&handle));
   const size_t cublas_workspace_bytes = 64 << 20;
   cuda::DeviceBuffer cublas_workspace(cublas_workspace_bytes);
-  Timer timer(stream.get(), options.repeats);
+  Timer timer(stream.get(), device.l2_bytes, options.repeats);
 
   std::vector<Shape> shapes = {{"4096^3", 4096, 4096, 4096},
                                {"8192^3", 8192, 8192, 8192},
@@ -239,32 +232,23 @@ void run(const Options& options) {
     p.aligned = s.k % 8 == 0 && s.n % 8 == 0;  // packed: A rows K, B rows N
     return p;
   };
-  BuiltinEpilogue gelu = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  LoweredEpilogue gelu = builtin_epilogue("gelu(acc + bias)", DType::BF16);
   const Shape epilogue_shape =
       options.quick ? Shape{"1024^3", 1024, 1024, 1024} : Shape{"4096^3", 4096, 4096, 4096};
 
   // Every kernel compiled up front, in parallel (NVRTC needs no GPU).
-  std::vector<std::pair<Problem, Config>> work;
   std::vector<std::vector<Config>> configs_per_shape;
   for (const Shape& s : shapes) {
     const Problem p = problem_for(s);
-    std::vector<Config> configs = {default_config(p, device)};
-    for (const Config& c : default_space(DType::BF16))
-      if (std::find(configs.begin(), configs.end(), c) == configs.end() &&
-          (!options.quick || configs.size() < 3))
-        configs.push_back(c);
-    for (const Config& c : configs) work.push_back({p, c});
+    // The tuner's choice (a tuning in the store, the nearest tuned problem, or the
+    // model); `kjit tune` measures the rest of the space.
+    std::vector<Config> configs = {default_config(p)};
     configs_per_shape.push_back(configs);
   }
   Problem fused = problem_for(epilogue_shape);
   fused.epilogue = gelu.epilogue;
-  const Config fused_config = default_config(fused, device);
-  work.push_back({fused, fused_config});
-  const int threads = std::max(2u, std::thread::hardware_concurrency());
-  std::cout << fmt::format("{} ({} SMs); compiling {} kernels on {} threads...\n", device.name,
-                           device.sm_count, work.size(), threads)
-            << std::flush;
-  precompile(work, device.arch(), threads);
+  const Config fused_config = default_config(fused);
+  std::cout << fmt::format("{} ({} SMs)\n", device.name, device.sm_count) << std::flush;
   std::shared_ptr<cuda::Module> peer_module = cuda::Module::load(compile_for_arch(
                                                                      [] {
                                                                        KernelSource s;
@@ -326,7 +310,7 @@ void run(const Options& options) {
       ConfigResult r;
       r.config = config.to_string();
       try {
-        Matmul mm(p, config, device);
+        Matmul mm(runtime, p, config);
         Tensors t;
         t.a = a.get();
         t.b = b.get();
@@ -418,8 +402,8 @@ void run(const Options& options) {
     const double peer_ms = timer.median_ms(peer);
 
     Problem plain_problem = problem_for(s);
-    Matmul plain(plain_problem, default_config(plain_problem, device), device);
-    Matmul fused_mm(fused, fused_config, device);
+    Matmul plain(runtime, plain_problem, default_config(plain_problem));
+    Matmul fused_mm(runtime, fused, fused_config);
     Tensors t;
     t.a = a.get();
     t.b = b.get();
@@ -451,7 +435,7 @@ void run(const Options& options) {
          {"acc + bias", "relu(acc + bias)", "gelu_tanh(acc + bias)", "gelu(acc)"}) {
       Problem p = problem_for(s);
       p.epilogue = epilogue_from_ir(text, DType::BF16).epilogue;
-      lighter.push_back(std::make_unique<Matmul>(p, default_config(p, device), device));
+      lighter.push_back(std::make_unique<Matmul>(runtime, p, default_config(p)));
       Variant v{text, lighter.back().get(), t};
       for (size_t i = 0; i < p.epilogue.operands.size(); ++i)
         v.tensors.extras.push_back({bias.get(), 0, 0});
@@ -468,7 +452,7 @@ void run(const Options& options) {
           "  const float x = acc + bias;\n"
           "  const float e = exp2f(-2.302208198f * fmaf(0.044715f * x, x * x, x));\n"
           "  return __fdividef(x, 1.0f + e);\n}\n";
-      lighter.push_back(std::make_unique<Matmul>(p, fused_config, device));
+      lighter.push_back(std::make_unique<Matmul>(runtime, p, fused_config));
       variants.push_back(Variant{p.epilogue.text, lighter.back().get(), tf});
     }
     const int rounds = 5;

@@ -11,11 +11,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "compiler/kernel_source.h"
+#include "runtime/cuda/device.h"
 #include "runtime/cuda/nvrtc.h"
+#include "tuner/choose.h"
 
 namespace kjit::cli {
 
@@ -47,6 +50,20 @@ std::vector<DemoEntry> demo_sections();
 
 // The architecture to compile for when none is given: GPU 0's, else sm_90.
 std::string default_arch();
+
+// The GPU a command plans for (configs, waves, the model): `gpu` (h200, h100, a100)
+// when given; else GPU 0 when one is usable and `arch` is empty or its own; else
+// the datasheet device of `arch` (sm_90 when empty: an H200).
+struct Target {
+  cuda::DeviceProperties device;
+  bool planned = false;   // no GPU measured: a datasheet device
+  std::string gpu_model;  // the store's key of this GPU model
+  // "NVIDIA H200 (132 SMs)", + " — planned: no GPU" when planned
+  std::string describe() const;
+};
+Target command_target(const std::string& arch, const std::string& gpu = "");
+// The tuner's chooser for `target` over the user's store.
+std::unique_ptr<tuner::Chooser> make_chooser(const Target& target);
 // Whether a driver and at least one GPU are usable; `reason` says why not.
 bool gpu_available(std::string* reason = nullptr);
 // Every embedded template, as NVRTC headers.

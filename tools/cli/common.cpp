@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "cache/key.h"
 #include "cache/store.h"
 #include "runtime/compile.h"
 #include "runtime/cuda/device.h"
@@ -68,6 +69,33 @@ bool gpu_available(std::string* reason) {
 
 std::string default_arch() {
   return gpu_available() ? cuda::device_properties(0).arch() : "sm_90";
+}
+
+std::string Target::describe() const {
+  return fmt::format("{} ({} SMs, {}){}", device.name, device.sm_count, device.arch(),
+                     planned ? " - planned from its datasheet: no GPU measured" : "");
+}
+
+Target command_target(const std::string& arch, const std::string& gpu) {
+  Target t;
+  if (!gpu.empty()) {
+    t.device = cuda::planning_device(gpu);
+    t.planned = true;
+  } else if (gpu_available() && (arch.empty() || arch == cuda::device_properties(0).arch() ||
+                                 arch == cuda::device_properties(0).arch() + "a")) {
+    t.device = cuda::device_properties(0);
+  } else {
+    t.device = cuda::planning_device_for_arch(arch.empty() ? "sm_90" : arch);
+    t.planned = true;
+  }
+  t.gpu_model =
+      cache::gpu_model(t.device.name, t.device.cc_major, t.device.cc_minor, t.device.sm_count);
+  return t;
+}
+
+std::unique_ptr<tuner::Chooser> make_chooser(const Target& target) {
+  return std::make_unique<tuner::Chooser>(cache::Store::open_default(), target.gpu_model,
+                                          target.device);
 }
 
 std::vector<cuda::SourceHeader> template_headers() {

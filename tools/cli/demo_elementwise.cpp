@@ -44,7 +44,7 @@ bool demo_elementwise(bool have_gpu) {
 
   Runtime runtime;
   ElementwiseKernel kernel(runtime, graph);
-  NpyArray x = random_array(kernel.graph(), kernel.graph().inputs()[0], {n}, 7);
+  NpyArray x = ir::random_input(kernel.graph(), kernel.graph().inputs()[0], {n}, 7);
   cuda::DeviceBuffer dx(x.data.size()), dy(static_cast<size_t>(n) * 4);
   dx.upload(x.data.data(), x.data.size());
   dy.fill_bytes(0xFF);

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <random>
 
+#include "runtime/compile.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/memory.h"
@@ -13,6 +14,8 @@
 #include "runtime/matmul.h"
 #include "runtime/matmul_check.h"
 #include "tools/cli/command.h"
+#include "tuner/matmul_space.h"
+#include "tuner/timer.h"
 
 namespace kjit::cli {
 
@@ -22,27 +25,31 @@ using namespace kjit::matmul;
 
 bool demo_matmul(bool have_gpu) {
   Problem p;
-  p.m = 1024;  // one wave of 128 x 128 tiles on 132 SMs: the heuristic's pick compiles fast
+  p.m = 1024;  // a small problem: the demo compiles one kernel and runs in a blink
   p.n = 1024;
   p.k = 1024;
-  const BuiltinEpilogue gelu = epilogue_from_ir("gelu(acc + bias)", DType::BF16);
+  const LoweredEpilogue gelu = epilogue_from_ir("gelu(acc + bias)", DType::BF16);
   p.epilogue = gelu.epilogue;
-  const cuda::DeviceProperties device =
-      have_gpu ? cuda::device_properties(0) : cuda::h200_class_device("sm_90 (planning)");
-  const Config config = default_config(p, device);
-  const KernelSource source = lower(p, config);
-  std::cout << fmt::format("{}\nconfig {} (default heuristic)\n", p.to_string(),
-                           config.to_string());
   if (!have_gpu) {
-    cuda::CompiledProgram program = compile_source(source, "sm_90");
-    std::cout << fmt::format("compiled for sm_90 in {:.0f} ms\n", program.compile_ms);
+    // The config the tuner would pick for an H200 (the model, or a tuning in the store).
+    const Target target = command_target("sm_90");
+    const Config config = Config::parse(
+        make_chooser(target)->choose(tuner::MatmulTuning(p, "gelu(acc + bias)")).config);
+    const KernelSource source = lower(p, config);
+    std::cout << fmt::format("{}\nconfig {} (the tuner's choice for {})\n", p.to_string(),
+                             config.to_string(), target.describe());
+    cuda::CompiledProgram program = compile_for_arch(source, "sm_90");
+    std::cout << fmt::format("compiled for {} in {:.0f} ms\n", target_arch(source, "sm_90"),
+                             program.compile_ms);
     print_stats_table(program.kernels);
     std::cout << "No GPU here: on a GPU, kjit would run this matmul with the GELU fused into "
                  "its epilogue and check it against an fp64 reference.\n";
     return true;
   }
-  cuda::Context context(0);  // device 0's primary context, current on this thread
-  Matmul matmul(p, config, device);
+  Runtime runtime;  // device 0; the config from the tuner (store, nearest tuned, model)
+  Matmul matmul(runtime, p);
+  std::cout << fmt::format("{}\nconfig {} ({})\n", p.to_string(), matmul.config().to_string(),
+                           matmul.config_source());
   const uint64_t seed = std::random_device{}();
   HostProblem host = make_host_problem(p, seed, 1.0f, 0.0f, gelu.reference);
   auto upload = [](const HostTensor& t) {
@@ -66,13 +73,9 @@ bool demo_matmul(bool have_gpu) {
   c.download(bytes.data(), bytes.size());
   const CheckResult check =
       check_output(host, to_doubles(DType::BF16, bytes, bytes.size() / 2), rows_to_check(p, seed));
-  cuda::Event start, stop;
-  start.record(stream.get());
-  for (int i = 0; i < 10; ++i) matmul.launch(t, stream.get());
-  stop.record(stream.get());
-  stop.synchronize();
-  const double ms = stop.elapsed_ms_since(start) / 10;
-  const bool ok = check.relative_l2 <= 1e-2;
+  tuner::Timer timer(stream.get(), runtime.device().l2_bytes);
+  const double ms = timer.time([&](int) { matmul.launch(t, stream.get()); }, 10).median_ms;
+  const bool ok = check.relative_l2 <= check_tolerance(p.input);
   std::cout << fmt::format("{} registers; {:.3f} ms per call ({:.0f} TFLOP/s)\ncheck: {} -> {}\n",
                            matmul.stats().registers, ms, 2.0 * p.m * p.n * p.k / (ms * 1e-3) / 1e12,
                            check.describe(), ok ? "PASS" : "FAIL");

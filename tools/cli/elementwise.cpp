@@ -209,7 +209,7 @@ void run(const KernelCommandOptions& o) {
       const NpyArray& file = s.given[n.name];
       array = npy_from_values(ir::npy_descr(n.dtype), file.shape, npy_values(file));
     } else {
-      array = random_array(s.graph, ids[i], s.inputs[i].shape, 0x5eed + i);
+      array = ir::random_input(s.graph, ids[i], s.inputs[i].shape, 0x5eed + i);
     }
     reference_inputs[n.name] = ir::HostTensor{array.shape, npy_values(array)};
     buffers.emplace_back(std::max<size_t>(array.data.size(), 1));

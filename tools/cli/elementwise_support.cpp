@@ -20,43 +20,6 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-NpyArray random_array(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
-                      uint64_t seed) {
-  const ir::Node& node = graph.node(input_id);
-  auto [lo, hi] = ir::input_domain(graph, input_id);
-  int64_t count = ir::element_count(shape);
-  NpyArray array{ir::npy_descr(node.dtype), shape, {}};
-  array.data.reserve(static_cast<size_t>(count) * static_cast<size_t>(ir::size_bytes(node.dtype)));
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto next = [&state] {  // xorshift64*: fast enough for 2^28 values
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    return (state * 0x2545F4914F6CDD1Dull) >> 11;  // 53 bits
-  };
-  double int_lo = std::ceil(lo), int_hi = std::floor(hi);
-  if (int_lo > int_hi) int_lo = int_hi = 1;
-  const int64_t chunk = 1 << 20;
-  std::vector<double> values;
-  for (int64_t start = 0; start < count; start += chunk) {
-    int64_t size = std::min(chunk, count - start);
-    values.resize(static_cast<size_t>(size));
-    for (double& v : values) {
-      double u = static_cast<double>(next()) / 9007199254740992.0;  // [0, 1)
-      if (node.dtype == DType::Bool) {
-        v = u < 0.5 ? 0 : 1;
-      } else if (node.dtype == DType::I32) {
-        v = std::min(int_hi, int_lo + std::floor(u * (int_hi - int_lo + 1)));
-      } else {
-        v = lo + u * (hi - lo);
-      }
-    }
-    NpyArray part = npy_from_values(array.descr, {size}, values);
-    array.data.insert(array.data.end(), part.data.begin(), part.data.end());
-  }
-  return array;
-}
-
 double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
   if (got.size() != want.size()) return INFINITY;
   double diff = 0, norm = 0;
@@ -107,7 +70,7 @@ BenchResult bench_elementwise(Runtime& runtime, const Graph& graph,
   ir::Bindings bindings;
   for (size_t i = 0; i < ids.size(); ++i) {
     const ir::Node& n = optimized.node(ids[i]);
-    NpyArray values = random_array(optimized, ids[i], inputs[i].shape, 1000 + i);
+    NpyArray values = ir::random_input(optimized, ids[i], inputs[i].shape, 1000 + i);
     cuda::DeviceBuffer& b = buffers[n.name] =
         cuda::DeviceBuffer(std::max<size_t>(values.data.size(), 16));
     if (!values.data.empty()) b.upload(values.data.data(), values.data.size());

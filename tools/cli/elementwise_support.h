@@ -18,9 +18,6 @@
 namespace kjit::cli {
 
 std::string shape_string(const std::vector<int64_t>& shape);
-// Random values for input `input_id` in its ops' domain, stored as its dtype.
-NpyArray random_array(const Graph& graph, int input_id, const std::vector<int64_t>& shape,
-                      uint64_t seed);
 // ||got - want|| / ||want||; infinity when a NaN appears where `want` is finite.
 double relative_l2(const std::vector<double>& got, const std::vector<double>& want);
 // 1e-5 for f32/i32/bool, 1e-2 for f16/bf16 (against the reference rounded to the dtype).

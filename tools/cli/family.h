@@ -19,6 +19,7 @@ struct KernelCommandOptions {
   std::string dtype;   // empty: the family's default
   std::string config;  // "key=value,key=value"; empty: the default heuristic
   std::string arch;    // empty: the GPU's, else sm_90
+  std::string gpu;     // plan for this GPU instead (h200, h100, a100): no GPU needed
   bool json = false;
   bool ptx = false;  // compile: print PTX
   // Sizes. Elementwise: --n is the element count. Matmul: M, N, K, batch.

@@ -29,12 +29,16 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                   "Element type: f32, f16, bf16, i32, bool (default f32); matmul: bf16 "
                   "(default), f16, f32 (exact SIMT) or tf32 (f32 data on the tensor cores, sm_90; "
                   "f32 out)");
-  cmd->add_option("--config", o.config,
-                  "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,stream=0|1,"
-                  "per_sm=0 (auto),align=auto|16|1. Matmul: bm=128,bn=128,bk=32,warps=8,wm=2,"
-                  "stages=3,splitk=1,mma=sync|wgmma,load=async|narrow (no --config: the default "
-                  "heuristic's choice)");
+  cmd->add_option(
+      "--config", o.config,
+      "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,stream=0|1,"
+      "per_sm=0 (auto),grid=waves|tiles,align=auto|16|1. Matmul: bm=128,bn=128,bk=32,warps=8,wm=2,"
+      "stages=3,splitk=1,raster=8,mma=sync|wgmma,load=async|narrow (no --config: the "
+      "tuner's choice: the store's tuning, the nearest tuned problem, or the model)");
   cmd->add_option("--arch", o.arch, "Target architecture (default: the GPU's, else sm_90)");
+  cmd->add_option("--gpu", o.gpu,
+                  "Plan for this GPU (h200, h100, a100) from its datasheet instead of GPU 0")
+      ->check(CLI::IsMember({"h200", "h100", "a100"}));
   cmd->add_flag("--json", o.json, "Print JSON");
   cmd->add_option("--n", o.n, "Elements (elementwise), or N (matmul)")->check(kAtLeastOne);
   cmd->add_option("--m", o.m, "Rows of a 2-D elementwise problem, or M (matmul)")

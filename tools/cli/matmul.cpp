@@ -24,6 +24,8 @@
 #include "tools/cli/command.h"
 #include "tools/cli/cublaslt_peer.h"
 #include "tools/cli/family.h"
+#include "tuner/matmul_space.h"
+#include "tuner/timer.h"
 
 namespace kjit::cli {
 
@@ -31,21 +33,15 @@ namespace {
 
 using namespace kjit::matmul;
 
-// Without a GPU, emit and compile plan for an H200-class device.
-cuda::DeviceProperties planning_device(bool have_gpu) {
-  if (have_gpu) return cuda::device_properties(0);
-  return cuda::h200_class_device("sm_90 (no GPU: planning for an H200-class device)");
-}
-
 struct Setup {
   Problem problem;
   Config config;
-  BuiltinEpilogue epilogue;  // reference twin when an epilogue was given
+  std::string config_source;  // "given (--config)", or the tuner's: store, nearest, model
+  LoweredEpilogue epilogue;   // reference twin when an epilogue was given
 };
 
-Setup setup(const KernelCommandOptions& o, const cuda::DeviceProperties& device) {
-  Setup s;
-  Problem& p = s.problem;
+Problem problem_from(const KernelCommandOptions& o, LoweredEpilogue& epilogue) {
+  Problem p;
   p.m = o.m;
   p.n = o.n;
   p.k = o.k;
@@ -54,17 +50,28 @@ Setup setup(const KernelCommandOptions& o, const cuda::DeviceProperties& device)
   p.input = parse_dtype(o.dtype.empty() ? "bf16" : o.dtype);
   p.output = p.input == DType::TF32 ? DType::F32 : p.input;  // tf32 is an input type
   if (!o.epilogue.empty()) {
-    s.epilogue = epilogue_from_ir(o.epilogue, p.input);
-    p.epilogue = s.epilogue.epilogue;
+    epilogue = epilogue_from_ir(o.epilogue, p.input);
+    p.epilogue = epilogue.epilogue;
   }
   // Packed tensors from the allocator: the class follows the leading dimensions.
-  Tensors packed;
-  packed.a = packed.b = packed.c = 256;
-  for (size_t i = 0; i < p.epilogue.operands.size(); ++i) packed.extras.push_back({256, 0, 0});
-  if (p.m >= 1 && p.n >= 1 && p.k >= 1) p.aligned = is_aligned(p, resolve(p, packed));
-  s.config = o.config.empty() ? default_config(p, device) : Config::parse(o.config);
-  validate(p, s.config);
-  check_fits_device(p, s.config, device);
+  if (p.m >= 1 && p.n >= 1 && p.k >= 1) p.aligned = tuner::packed_operands_aligned(p);
+  return p;
+}
+
+Setup setup(const KernelCommandOptions& o, tuner::Chooser& chooser) {
+  Setup s;
+  s.problem = problem_from(o, s.epilogue);
+  if (o.config.empty()) {
+    validate_problem(s.problem);
+    const tuner::Choice choice = chooser.choose(tuner::MatmulTuning(s.problem, o.epilogue));
+    s.config = Config::parse(choice.config);
+    s.config_source = std::string(tuner::to_string(choice.source)) + ": " + choice.detail;
+  } else {
+    s.config = Config::parse(o.config);
+    s.config_source = "given (--config)";
+  }
+  validate(s.problem, s.config);
+  check_fits_device(s.problem, s.config, chooser.device());
   return s;
 }
 
@@ -106,15 +113,21 @@ std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, uint64_t seed
 
 void matmul_command(const KernelCommandOptions& o) {
   std::string reason;
-  const bool have_gpu = (o.verb == Verb::Run || o.verb == Verb::Bench) && gpu_available(&reason);
-  if ((o.verb == Verb::Run || o.verb == Verb::Bench) && !have_gpu)
+  const bool on_gpu = o.verb == Verb::Run || o.verb == Verb::Bench;
+  if (on_gpu && !gpu_available(&reason))
     throw UserError(std::string("kjit ") + to_string(o.verb) + " matmul needs a GPU: " + reason,
                     "emit and compile work without one");
-  std::unique_ptr<cuda::Context> context;
-  if (have_gpu) context = std::make_unique<cuda::Context>(0);
-  const bool gpu_here = have_gpu || gpu_available();
-  const cuda::DeviceProperties device = planning_device(gpu_here);
-  const Setup s = setup(o, device);
+  std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<tuner::Chooser> planning;
+  Target target;
+  if (on_gpu) {
+    runtime = std::make_unique<Runtime>();
+  } else {
+    target = command_target(o.arch, o.gpu);
+    planning = make_chooser(target);
+  }
+  tuner::Chooser& chooser = runtime ? runtime->chooser() : *planning;
+  const Setup s = setup(o, chooser);
   const Problem& p = s.problem;
   const KernelSource source = lower(p, s.config);
 
@@ -122,7 +135,8 @@ void matmul_command(const KernelCommandOptions& o) {
     if (o.json) {
       print_json({{"family", "matmul"},
                   {"problem", source.problem},
-                  {"config", source.config},
+                  {"config", s.config.to_string()},
+                  {"config_source", s.config_source},
                   {"kernel", source.name},
                   {"block_threads", source.block_threads},
                   {"dynamic_shared_bytes", source.dynamic_shared_bytes},
@@ -133,12 +147,13 @@ void matmul_command(const KernelCommandOptions& o) {
     return;
   }
   if (o.verb == Verb::Compile) {
-    const std::string arch = o.arch.empty() ? (gpu_here ? device.arch() : "sm_90") : o.arch;
+    const std::string arch = o.arch.empty() ? target.device.arch() : o.arch;
     cuda::validate_arch(arch);
     StoreCompile program = compile_with_store(source, arch, o.ptx);
     if (o.json) {
       nlohmann::json out = {{"problem", source.problem},
-                            {"config", source.config},
+                            {"config", s.config.to_string()},
+                            {"config_source", s.config_source},
                             {"arch", target_arch(source, arch)},
                             {"cache", program.cache},
                             {"compile_ms", program.ms},
@@ -155,7 +170,7 @@ void matmul_command(const KernelCommandOptions& o) {
     std::cout << fmt::format(
         "matmul {}\nconfig {}\n{} for {} in {:.0f} ms; {} B dynamic "
         "shared memory\n",
-        source.problem, source.config,
+        p.to_string(), s.config.to_string() + " (" + s.config_source + ")",
         program.cache == "hit" ? "loaded from the store" : "compiled", target_arch(source, arch),
         program.ms, source.dynamic_shared_bytes);
     print_stats_table(program.kernels);
@@ -163,7 +178,7 @@ void matmul_command(const KernelCommandOptions& o) {
   }
 
   // run / bench
-  Matmul matmul(p, s.config, device);
+  Matmul matmul(*runtime, p, s.config);
   const uint64_t seed = std::random_device{}();
   std::unique_ptr<DeviceProblem> d = make_device_problem(s, seed);
   cuda::Stream stream;
@@ -183,20 +198,11 @@ void matmul_command(const KernelCommandOptions& o) {
   std::string peer_status;
   if (o.verb == Verb::Bench) {
     repeats = o.repeats > 0 ? o.repeats : 50;
-    // Median of `repeats` timed runs after 5 warm-up runs, CUDA events.
+    // The project's one timer: warm-up, L2 flushed before every run, median of
+    // `repeats` runs (tuner/timer.h).
+    tuner::Timer timer(stream.get(), runtime->device().l2_bytes);
     auto time = [&](const std::function<void()>& work) {
-      for (int i = 0; i < 5; ++i) work();
-      std::vector<float> times;
-      cuda::Event start, stop;
-      for (int i = 0; i < repeats; ++i) {
-        start.record(stream.get());
-        work();
-        stop.record(stream.get());
-        stop.synchronize();
-        times.push_back(stop.elapsed_ms_since(start));
-      }
-      std::sort(times.begin(), times.end());
-      return static_cast<double>(times[times.size() / 2]);
+      return timer.time([&](int) { work(); }, repeats).median_ms;
     };
     median_ms = time([&] { matmul.launch(d->tensors, stream.get()); });
     // The peer, in this process: cuBLASLt on the same problem (the matmul only).
@@ -234,7 +240,8 @@ void matmul_command(const KernelCommandOptions& o) {
   const double tflops = median_ms > 0 ? flops / (median_ms * 1e-3) / 1e12 : 0;
   if (o.json) {
     nlohmann::json out = {{"problem", source.problem},
-                          {"config", source.config},
+                          {"config", s.config.to_string()},
+                          {"config_source", s.config_source},
                           {"kernel", source.name},
                           {"registers", matmul.stats().registers},
                           {"relative_l2", check.relative_l2},
@@ -253,9 +260,9 @@ void matmul_command(const KernelCommandOptions& o) {
     }
     return print_json(out);
   }
-  std::cout << fmt::format("matmul {}\nconfig {} ({} registers)\ncheck: {} -> {}\n", source.problem,
-                           source.config, matmul.stats().registers, check.describe(),
-                           ok ? "PASS" : "FAIL");
+  std::cout << fmt::format("matmul {}\nconfig {} ({} registers; {})\ncheck: {} -> {}\n",
+                           p.to_string(), s.config.to_string(), matmul.stats().registers,
+                           s.config_source, check.describe(), ok ? "PASS" : "FAIL");
   if (o.verb == Verb::Bench) {
     std::cout << fmt::format("kjit: median {:.4f} ms over {} runs: {:.1f} TFLOP/s\n", median_ms,
                              repeats, tflops);

@@ -9,12 +9,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "compiler/lowering/matmul.h"
+#include "runtime/compile.h"
 #include "runtime/matmul.h"
 #include "runtime/matmul_check.h"
+#include "tuner/matmul_space.h"
 
 namespace kjit::matmul {
 namespace {
@@ -35,24 +38,39 @@ Problem problem_for(DType dtype, const std::string& layout, bool with_epilogue) 
   return p;
 }
 
+// Every kernel of the tuner's default spaces (configs that differ only in splitk
+// or raster share one), with a fused epilogue where it matters: bf16 on the H200
+// (wgmma and mma.sync) in the aligned class and the misaligned one (narrow loads),
+// tf32, f16, f32, and the other layouts on the workhorse configs.
 std::vector<Case> cases() {
   std::vector<Case> out;
-  // bf16 with a fused epilogue over the whole default space; f16 differs only in
-  // the mma instruction's type, so one config covers it.
-  for (const Config& c : default_space(DType::BF16))
-    out.push_back({problem_for(DType::BF16, "nn", true), c, "bf16 nn " + c.to_string()});
-  out.push_back({problem_for(DType::F16, "nn", false), default_space(DType::F16)[0],
-                 "f16 nn " + default_space(DType::F16)[0].to_string()});
-  out.push_back({problem_for(DType::F32, "nn", true), simt_config(1), "f32 nn"});
-  // tf32: the wgmma engine over its whole space (the kernel reads K-major operands
-  // in every layout: the runtime transposes the others first).
-  for (const Config& c : default_space(DType::TF32))
-    out.push_back({problem_for(DType::TF32, "nn", true), c, "tf32 nn " + c.to_string()});
-  // Every operand layout on the workhorse config, and the tall one transposed.
-  const Config workhorse = default_space(DType::BF16)[0];
-  for (const char* layout : {"nt", "tn", "tt"})
-    out.push_back({problem_for(DType::BF16, layout, false), workhorse,
-                   std::string("bf16 ") + layout + " " + workhorse.to_string()});
+  std::set<std::string> seen;  // source configs already compiled
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  auto add_space = [&](const Problem& p, const std::string& label) {
+    for (const std::string& text : tuner::MatmulTuning(p).space(h200).candidates) {
+      Config c = Config::parse(text);
+      c.splitk = 1;
+      c.raster = 8;
+      if (!seen.insert(matmul::to_string(p.input) + c.source_text()).second) continue;
+      out.push_back({p, c, label + " " + c.source_text()});
+    }
+  };
+  add_space(problem_for(DType::BF16, "nn", true), "bf16 nn");
+  Problem misaligned = problem_for(DType::BF16, "nn", true);
+  misaligned.aligned = false;
+  add_space(misaligned, "bf16 nn align=1");
+  add_space(problem_for(DType::TF32, "nn", true), "tf32 nn");
+  add_space(problem_for(DType::F32, "nn", true), "f32 nn");
+  // f16 differs from bf16 only in the mma instruction's type; other layouts change
+  // the operand paths: the workhorse configs of both engines cover them.
+  const Config workhorses[] = {wgmma_config(128, 256, 4),
+                               Config::parse("bm=128,bn=256,bk=32,warps=8,wm=2,stages=4")};
+  for (const Config& c : workhorses) {
+    out.push_back({problem_for(DType::F16, "nn", false), c, "f16 nn " + c.source_text()});
+    for (const char* layout : {"nt", "tn", "tt"})
+      out.push_back({problem_for(DType::BF16, layout, false), c,
+                     std::string("bf16 ") + layout + " " + c.source_text()});
+  }
   for (const char* layout : {"nt", "tn", "tt"})
     out.push_back(
         {problem_for(DType::F32, layout, false), simt_config(1), std::string("f32 ") + layout});
@@ -109,7 +127,7 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
     pool.emplace_back([&] {
       for (size_t i = next++; i < all.size(); i = next++) {
         try {
-          programs[i] = compile_source(lower(all[i].problem, all[i].config), "sm_90");
+          programs[i] = compile_for_arch(lower(all[i].problem, all[i].config), "sm_90");
         } catch (const std::exception& e) {
           failures[i] = e.what();
         }
@@ -201,7 +219,7 @@ TEST(MatmulCompile, ReductionPaddingAndStagingKernelsCompileWithoutSpills) {
     for (const KernelSource& source :
          {lower_reduce(p), dtype == DType::TF32 ? lower_stage_k_major() : lower_pad(dtype)}) {
       SCOPED_TRACE(source.name);
-      const cuda::CompiledProgram program = compile_source(source, "sm_90");
+      const cuda::CompiledProgram program = compile_for_arch(source, "sm_90");
       ASSERT_EQ(program.kernels.size(), 1u);
       EXPECT_EQ(program.kernels[0].name, source.name);
       EXPECT_EQ(program.kernels[0].spill_store_bytes, 0);

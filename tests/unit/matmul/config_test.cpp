@@ -9,6 +9,8 @@
 #include "runtime/matmul.h"
 #include "runtime/matmul_check.h"
 #include "support/error.h"
+#include "tuner/choose.h"
+#include "tuner/matmul_space.h"
 
 namespace kjit::matmul {
 namespace {
@@ -22,6 +24,12 @@ cuda::DeviceProperties h200_as_sm80() {
   cuda::DeviceProperties d = h200();
   d.cc_major = 8;
   return d;
+}
+
+// The tuner's choice with nothing tuned: the model's best config of the space.
+Config model_config(const Problem& p, const cuda::DeviceProperties& device) {
+  tuner::Chooser chooser(cache::Store::disabled("unit test"), "test", device);
+  return Config::parse(chooser.choose(tuner::MatmulTuning(p)).config);
 }
 
 Problem square(int64_t size) {
@@ -123,23 +131,15 @@ TEST(MatmulConfig, DeviceLimitsStateRequiredAndLimit) {
     EXPECT_NE(what.find("232448"), std::string::npos) << what;
     EXPECT_NE(what.find("stages"), std::string::npos) << what;
   }
-  for (const Config& c : default_space(DType::BF16))
-    EXPECT_NO_THROW(check_fits_device(p, c, h200())) << c.to_string();
-}
-
-TEST(MatmulHeuristic, LargeSquarePicksTheBigTileWithoutSplit) {
-  Config c = default_config(square(4096), h200());
-  EXPECT_EQ(c.bm * c.bn, 128 * 256);
-  EXPECT_EQ(c.splitk, 1);
-  Config c8 = default_config(square(8192), h200());
-  EXPECT_EQ(c8.bm * c8.bn, 128 * 256);
+  for (const std::string& c : tuner::MatmulTuning(p).space(h200()).candidates)
+    EXPECT_NO_THROW(check_fits_device(p, Config::parse(c), h200())) << c;
 }
 
 // sm_90 gets the TMA + wgmma engine; other architectures never do.
-TEST(MatmulHeuristic, HopperPicksWgmmaOthersMmaSync) {
+TEST(MatmulModel, HopperPicksWgmmaOthersMmaSync) {
   for (int64_t size : {64, 4095, 4096}) {
-    EXPECT_TRUE(default_config(square(size), h200()).wgmma) << size;
-    EXPECT_FALSE(default_config(square(size), h200_as_sm80()).wgmma) << size;
+    EXPECT_TRUE(model_config(square(size), h200()).wgmma) << size;
+    EXPECT_FALSE(model_config(square(size), h200_as_sm80()).wgmma) << size;
   }
   try {
     check_fits_device(square(256), wgmma_config(128, 256, 4), h200_as_sm80());
@@ -159,7 +159,7 @@ TEST(MatmulTf32, WgmmaOnlyWithBk32) {
   EXPECT_EQ(parse_dtype("tf32"), DType::TF32);
   EXPECT_EQ(std::string(to_string(DType::TF32)), "tf32");
   EXPECT_EQ(dtype_bytes(DType::TF32), 4);
-  const Config c = default_config(p, h200());
+  const Config c = model_config(p, h200());
   EXPECT_TRUE(c.wgmma);
   EXPECT_EQ(c.bk, 32);
   EXPECT_NO_THROW(validate(p, c));
@@ -197,18 +197,7 @@ TEST(MatmulTf32, WgmmaOnlyWithBk32) {
   }
 }
 
-TEST(MatmulHeuristic, FewTilesAndLongKSplitK) {
-  Problem p;
-  p.m = 128;
-  p.n = 256;
-  p.k = 8192;
-  Config c = default_config(p, h200());
-  EXPECT_GT(c.splitk, 1) << c.to_string();
-  p.k = 256;  // short K: nothing to split
-  EXPECT_EQ(default_config(p, h200()).splitk, 1);
-}
-
-TEST(MatmulHeuristic, EveryPickIsValid) {
+TEST(MatmulModel, EveryPickIsValid) {
   for (int64_t m : {1, 7, 129, 4097})
     for (int64_t n : {1, 17, 4096, 50257})
       for (const char* layout : {"nn", "tt"}) {
@@ -218,7 +207,7 @@ TEST(MatmulHeuristic, EveryPickIsValid) {
         p.k = 768;
         set_layout(p, layout);
         for (const cuda::DeviceProperties& d : {h200(), h200_as_sm80()}) {
-          const Config c = default_config(p, d);
+          const Config c = model_config(p, d);
           EXPECT_NO_THROW(validate(p, c)) << p.to_string() << " " << c.to_string();
           // Padding measured 3-9x faster than narrow loads (docs/matmul.md).
           EXPECT_FALSE(c.narrow) << p.to_string();
@@ -228,14 +217,14 @@ TEST(MatmulHeuristic, EveryPickIsValid) {
   Problem f;
   f.m = f.n = f.k = 100;
   f.input = f.output = DType::F32;
-  EXPECT_NO_THROW(validate(f, default_config(f, h200())));
+  EXPECT_NO_THROW(validate(f, model_config(f, h200())));
 }
 
 TEST(MatmulLowering, SourceIsDeterministicAndReadable) {
   Problem p = square(4096);
-  BuiltinEpilogue e = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  LoweredEpilogue e = builtin_epilogue("gelu(acc + bias)", DType::BF16);
   p.epilogue = e.epilogue;
-  const Config c = default_config(p, h200());
+  const Config c = model_config(p, h200());
   const KernelSource a = lower(p, c), b = lower(p, c);
   EXPECT_EQ(a.source, b.source);
   EXPECT_EQ(a.family, "matmul");
@@ -243,7 +232,7 @@ TEST(MatmulLowering, SourceIsDeterministicAndReadable) {
   Problem other = p;
   other.m = 77;  // sizes are arguments: the same binary serves every size
   EXPECT_EQ(lower(other, c).source, a.source);
-  EXPECT_NE(a.source.find("// config:    " + c.to_string()), std::string::npos);
+  EXPECT_NE(a.source.find("// config:    " + c.source_text()), std::string::npos);
   EXPECT_NE(a.source.find("gelu(acc + bias)"), std::string::npos);
   EXPECT_NE(a.source.find("extern \"C\" __global__"), std::string::npos);
   const KernelSource reduce = lower_reduce(p);
@@ -286,21 +275,6 @@ TEST(MatmulLowering, EpiloguePassesFitTheSharedMemory) {
     EXPECT_EQ(source.dynamic_shared_bytes, e.shared);
     EXPECT_NE(source.source.find(fmt::format("true, false, {}>", e.passes)), std::string::npos)
         << source.source;
-  }
-}
-
-// Measured on the H200 (mma.sync): 128 x 128 with two blocks per SM is the best
-// tile for the padded (misaligned) path; large aligned squares keep 128 x 256.
-TEST(MatmulHeuristic, PaddedShapesPickTwoBlocksPerSm) {
-  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
-           {4095, 4095, 4095}, {4097, 4097, 4097}, {2048, 50257, 768}}) {
-    Problem p;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.aligned = false;
-    const Config c = default_config(p, h200_as_sm80());
-    EXPECT_EQ(c.to_string(), "bm=128,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=1") << p.to_string();
   }
 }
 

@@ -11,7 +11,7 @@ namespace kjit::matmul {
 namespace {
 
 TEST(IrEpilogue, GeluBiasLowersToOneFunctionOverAccFirst) {
-  BuiltinEpilogue e = epilogue_from_ir("gelu(acc + bias)", DType::BF16);
+  LoweredEpilogue e = epilogue_from_ir("gelu(acc + bias)", DType::BF16);
   EXPECT_EQ(e.epilogue.function_name, "kjit_epilogue_fn");
   EXPECT_NE(e.epilogue.function_source.find("float kjit_epilogue_fn(float in_acc, float in_bias)"),
             std::string::npos)
@@ -21,13 +21,13 @@ TEST(IrEpilogue, GeluBiasLowersToOneFunctionOverAccFirst) {
   EXPECT_EQ(e.epilogue.operands[0].kind, OperandKind::ColumnVector);
   EXPECT_EQ(e.epilogue.operands[0].dtype, DType::BF16);
   // The fp64 twin agrees with the hand-written reference (erf form, both).
-  BuiltinEpilogue builtin = builtin_epilogue("gelu(acc + bias)", DType::BF16);
+  LoweredEpilogue builtin = builtin_epilogue("gelu(acc + bias)", DType::BF16);
   for (double acc : {-3.0, -0.5, 0.0, 0.7, 2.5})
     EXPECT_NEAR(e.reference(acc, {0.25}), builtin.reference(acc, {0.25}), 2e-3) << acc;
 }
 
 TEST(IrEpilogue, OperandKindsFollowDeclaredShapes) {
-  BuiltinEpilogue e = epilogue_from_ir(
+  LoweredEpilogue e = epilogue_from_ir(
       "scale:f32[m,1]; r:f16[m,n]; b:bf16[1,n]; y = acc * scale + r + b", DType::BF16);
   ASSERT_EQ(e.epilogue.operands.size(), 3u);
   EXPECT_EQ(e.epilogue.operands[0].kind, OperandKind::RowVector);

@@ -1,0 +1,394 @@
+#include "runtime/tuning.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <random>
+
+#include "compiler/interpreter/interpreter.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/memory.h"
+#include "runtime/elementwise.h"
+#include "runtime/matmul.h"
+#include "runtime/matmul_check.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "support/options.h"
+#include "tuner/elementwise_space.h"
+#include "tuner/matmul_space.h"
+#include "tuner/worker.h"
+
+namespace kjit {
+
+namespace {
+
+// Input sets so that one pass over them is at least twice the L2 (at most 8, and
+// at most 4 GiB in all): a launch then never finds its inputs in L2 from the last.
+int input_sets_for(double bytes_per_set, int64_t l2_bytes) {
+  if (bytes_per_set <= 0) return 1;
+  const int wanted =
+      static_cast<int>(std::ceil(2.0 * static_cast<double>(l2_bytes) / bytes_per_set));
+  const int fit = static_cast<int>(std::max(1.0, 4294967296.0 / bytes_per_set));
+  return std::max(1, std::min({wanted, 8, fit}));
+}
+
+uint64_t fresh_seed() {
+  return std::random_device{}();
+}
+
+// ---- matmul ------------------------------------------------------------------
+
+class MatmulTrial : public tuner::Trial {
+ public:
+  MatmulTrial(Runtime& runtime, const matmul::Problem& problem, const matmul::Config& config,
+              const std::vector<matmul::Tensors>* sets)
+      : matmul_(runtime, problem, config), sets_(sets) {}
+  void launch(CUstream stream, int set) override {
+    matmul_.launch((*sets_)[static_cast<size_t>(set)], stream);
+  }
+  tuner::KernelResources resources() const override {
+    tuner::KernelResources r;
+    r.threads = matmul_.source().block_threads;
+    r.registers = matmul_.stats().registers;
+    r.shared_bytes = matmul_.source().dynamic_shared_bytes + matmul_.stats().shared_bytes;
+    r.estimated = false;
+    return r;
+  }
+
+ private:
+  matmul::Matmul matmul_;
+  const std::vector<matmul::Tensors>* sets_;
+};
+
+class MatmulHarness : public tuner::Harness {
+ public:
+  MatmulHarness(Runtime& runtime, const tuner::MatmulTuning& problem)
+      : runtime_(runtime), problem_(problem) {
+    const matmul::Problem& p = problem_.problem();
+    matmul::LoweredEpilogue epilogue;
+    std::function<double(double, const std::vector<double>&)> twin;
+    if (!p.epilogue.function_name.empty()) {
+      const nlohmann::json spec = problem_.spec();
+      if (!spec.contains("epilogue"))
+        throw UserError("tuning a matmul needs its epilogue as IR text to check it");
+      twin = matmul::epilogue_from_ir(spec["epilogue"].get<std::string>(), p.input).reference;
+    }
+    const uint64_t seed = fresh_seed();
+    host_ = matmul::make_host_problem(p, seed, 1.0f, 0.0f, twin);
+    reference_ = matmul::sample_reference(host_, matmul::rows_to_check(p, seed));
+    const double set_bytes =
+        static_cast<double>(host_.a.size() + host_.b.size()) * matmul::dtype_bytes(p.input);
+    const int sets = input_sets_for(set_bytes, runtime.device().l2_bytes);
+    const std::vector<unsigned char> a = host_.a.bytes(), b = host_.b.bytes();
+    for (int s = 0; s < sets; ++s) {
+      buffers_.emplace_back(std::max<size_t>(a.size(), 16));
+      buffers_.back().upload(a.data(), a.size());
+      const CUdeviceptr pa = buffers_.back().get();
+      buffers_.emplace_back(std::max<size_t>(b.size(), 16));
+      buffers_.back().upload(b.data(), b.size());
+      const CUdeviceptr pb = buffers_.back().get();
+      matmul::Tensors t;
+      t.a = pa;
+      t.b = pb;
+      sets_.push_back(t);
+    }
+    out_bytes_ = static_cast<size_t>(p.batch * p.m * p.n) * matmul::dtype_bytes(p.output);
+    c_ = cuda::DeviceBuffer(std::max<size_t>(out_bytes_, 16));
+    for (size_t i = 0; i < host_.extras.size(); ++i) {
+      const std::vector<unsigned char> bytes = host_.extras[i].bytes();
+      extras_.emplace_back(std::max<size_t>(bytes.size(), 16));
+      extras_.back().upload(bytes.data(), bytes.size());
+      const matmul::OperandKind kind = p.epilogue.operands[i].kind;
+      const int64_t per_batch = kind == matmul::OperandKind::RowVector      ? p.m
+                                : kind == matmul::OperandKind::ColumnVector ? p.n
+                                                                            : p.m * p.n;
+      for (matmul::Tensors& t : sets_)
+        t.extras.push_back({extras_.back().get(), 0, p.batch > 1 ? per_batch : 0});
+    }
+    for (matmul::Tensors& t : sets_) t.c = c_.get();
+  }
+
+  const tuner::TuningProblem& problem() const override { return problem_; }
+  int input_sets() const override { return static_cast<int>(sets_.size()); }
+  std::unique_ptr<tuner::Trial> prepare(const std::string& config) override {
+    return std::make_unique<MatmulTrial>(runtime_, problem_.problem(),
+                                         matmul::Config::parse(config), &sets_);
+  }
+  void poison(CUstream stream) override {
+    KJIT_CU(cuMemsetD8Async, c_.get(), 0xFF, c_.bytes(), stream);
+  }
+  tuner::CheckOutcome check() override {
+    const matmul::Problem& p = problem_.problem();
+    const size_t elem = static_cast<size_t>(matmul::dtype_bytes(p.output));
+    const size_t row_bytes = static_cast<size_t>(p.n) * elem;
+    std::vector<unsigned char> rows(reference_.rows.size() * row_bytes *
+                                    static_cast<size_t>(p.batch));
+    size_t at = 0;
+    for (int64_t batch = 0; batch < p.batch; ++batch)
+      for (int64_t row : reference_.rows) {
+        c_.download(rows.data() + at, row_bytes,
+                    static_cast<size_t>((batch * p.m + row) * p.n) * elem);
+        at += row_bytes;
+      }
+    const std::vector<double> values = matmul::to_doubles(p.output, rows, rows.size() / elem);
+    const matmul::CheckResult r = matmul::check_rows(reference_, values);
+    tuner::CheckOutcome out;
+    out.relative_l2 = r.relative_l2;
+    out.tolerance = matmul::check_tolerance(p.input);
+    out.checked = r.checked;
+    if (r.has_first_bad) out.detail = r.describe();
+    return out;
+  }
+
+ private:
+  Runtime& runtime_;
+  const tuner::MatmulTuning& problem_;
+  matmul::HostProblem host_;
+  matmul::SampledReference reference_;
+  std::vector<cuda::DeviceBuffer> buffers_, extras_;
+  std::vector<matmul::Tensors> sets_;
+  cuda::DeviceBuffer c_;
+  size_t out_bytes_ = 0;
+};
+
+// ---- elementwise -------------------------------------------------------------
+
+class ElementwiseTrial : public tuner::Trial {
+ public:
+  ElementwiseTrial(Runtime& runtime, const Graph& graph, const ir::ElementwiseConfig& config,
+                   const std::vector<std::vector<TensorArg>>* inputs,
+                   const std::vector<TensorArg>* outputs)
+      : kernel_(runtime, graph, config), inputs_(inputs), outputs_(outputs) {}
+  void launch(CUstream stream, int set) override {
+    kernel_.launch((*inputs_)[static_cast<size_t>(set)], *outputs_, stream);
+  }
+  tuner::KernelResources resources() const override {
+    const ElementwiseKernel::LaunchInfo info = kernel_.last_launch();
+    tuner::KernelResources r;
+    r.threads = info.block_threads;
+    r.registers = info.registers;
+    r.estimated = false;
+    return r;
+  }
+
+ private:
+  ElementwiseKernel kernel_;
+  const std::vector<std::vector<TensorArg>>* inputs_;
+  const std::vector<TensorArg>* outputs_;
+};
+
+class ElementwiseHarness : public tuner::Harness {
+ public:
+  ElementwiseHarness(Runtime& runtime, const tuner::ElementwiseTuning& problem)
+      : runtime_(runtime), problem_(problem) {
+    const Graph& graph = problem_.plan().problem.graph;
+    const std::vector<int> ids = graph.inputs();
+    const uint64_t seed = fresh_seed();
+    std::vector<NpyArray> host;
+    double set_bytes = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      host.push_back(ir::random_input(graph, ids[i], problem_.inputs()[i].shape, seed + i));
+      set_bytes += static_cast<double>(host.back().data.size());
+      host_values_.push_back(npy_values(host.back()));
+    }
+    const int sets = input_sets_for(set_bytes, runtime.device().l2_bytes);
+    for (int s = 0; s < sets; ++s) {
+      std::vector<TensorArg> args = problem_.inputs();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        buffers_.emplace_back(std::max<size_t>(host[i].data.size(), 16));
+        buffers_.back().upload(host[i].data.data(), host[i].data.size());
+        args[i].data = buffers_.back().get();
+      }
+      inputs_.push_back(std::move(args));
+    }
+    outputs_ = problem_.outputs();
+    for (TensorArg& t : outputs_) {
+      const size_t bytes =
+          static_cast<size_t>(ir::element_count(t.shape)) * ir::size_bytes(t.dtype);
+      out_buffers_.emplace_back(std::max<size_t>(bytes, 16));
+      t.data = out_buffers_.back().get();
+    }
+    sample_reference();
+  }
+
+  const tuner::TuningProblem& problem() const override { return problem_; }
+  int input_sets() const override { return static_cast<int>(inputs_.size()); }
+  std::unique_ptr<tuner::Trial> prepare(const std::string& config) override {
+    return std::make_unique<ElementwiseTrial>(runtime_, problem_.plan().problem.graph,
+                                              ir::ElementwiseConfig::parse(config), &inputs_,
+                                              &outputs_);
+  }
+  void poison(CUstream stream) override {
+    for (cuda::DeviceBuffer& b : out_buffers_)
+      KJIT_CU(cuMemsetD8Async, b.get(), 0xFF, b.bytes(), stream);
+  }
+  tuner::CheckOutcome check() override {
+    const Graph& graph = problem_.plan().problem.graph;
+    tuner::CheckOutcome worst;
+    for (size_t k = 0; k < outputs_.size(); ++k) {
+      const DType dtype = outputs_[k].dtype;
+      const size_t elem = static_cast<size_t>(ir::size_bytes(dtype));
+      NpyArray got{ir::npy_descr(dtype), {static_cast<int64_t>(samples_.size())}, {}};
+      got.data.resize(samples_.size() * elem);
+      for (const auto& [first, count] : runs_)
+        out_buffers_[k].download(got.data.data() + run_offset_.at(first) * elem,
+                                 static_cast<size_t>(count) * elem,
+                                 static_cast<size_t>(first) * elem);
+      const tuner::CheckOutcome c =
+          tuner::check(npy_values(got), reference_[k], tuner::precision_of(dtype));
+      if (k == 0 || c.relative_l2 > worst.relative_l2) worst = c;
+      (void)graph;
+    }
+    return worst;
+  }
+
+ private:
+  // The reference on a sample of output elements: 64 runs of up to 1024 consecutive
+  // elements spread over the output (the first and the last included).
+  void sample_reference() {
+    const ElementwisePlan& plan = problem_.plan();
+    const int64_t n = plan.n;
+    const int64_t run = std::min<int64_t>(1024, n);
+    const int64_t count = std::min<int64_t>(64, std::max<int64_t>(1, n / run));
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t first = count == 1 ? 0 : (n - run) * r / (count - 1);
+      if (!runs_.empty() && first < runs_.back().first + runs_.back().second) continue;
+      run_offset_[first] = static_cast<int64_t>(samples_.size());
+      runs_.emplace_back(first, run);
+      for (int64_t i = first; i < first + run; ++i) samples_.push_back(i);
+    }
+    const Graph& graph = plan.problem.graph;
+    const std::vector<int> ids = graph.inputs();
+    reference_.assign(graph.outputs().size(), {});
+    std::vector<double> values(graph.nodes().size());
+    for (int64_t i : samples_) {
+      const int64_t row = i / plan.cols, col = i % plan.cols;
+      size_t next_input = 0;
+      for (size_t id = 0; id < graph.nodes().size(); ++id) {
+        const ir::Node& node = graph.node(static_cast<int>(id));
+        if (node.op == ir::OpCode::Input) {
+          const size_t input = next_input++;
+          const ir::Access access = plan.problem.access[input];
+          const int64_t at = access == ir::Access::Scalar   ? 0
+                             : access == ir::Access::Row    ? col
+                             : access == ir::Access::Column ? row
+                                                            : i;
+          values[id] = host_values_[input][static_cast<size_t>(at)];
+        } else if (node.op == ir::OpCode::Const) {
+          values[id] = node.value;
+        } else {
+          double operands[3] = {};
+          for (size_t o = 0; o < node.operands.size() && o < 3; ++o)
+            operands[o] = values[static_cast<size_t>(node.operands[o])];
+          values[id] = ir::evaluate_node(node, operands);
+        }
+      }
+      for (size_t k = 0; k < graph.outputs().size(); ++k) {
+        const int id = graph.outputs()[k].second;
+        reference_[k].push_back(
+            ir::round_to(graph.node(id).dtype, values[static_cast<size_t>(id)]));
+      }
+    }
+  }
+
+  Runtime& runtime_;
+  const tuner::ElementwiseTuning& problem_;
+  std::vector<std::vector<double>> host_values_;
+  std::vector<cuda::DeviceBuffer> buffers_, out_buffers_;
+  std::vector<std::vector<TensorArg>> inputs_;
+  std::vector<TensorArg> outputs_;
+  std::vector<int64_t> samples_;
+  std::vector<std::pair<int64_t, int64_t>> runs_;  // (first element, count)
+  std::map<int64_t, int64_t> run_offset_;          // first element -> index in samples_
+  std::vector<std::vector<double>> reference_;     // per output, per sample
+};
+
+}  // namespace
+
+std::unique_ptr<tuner::Harness> make_harness(Runtime& runtime,
+                                             const tuner::TuningProblem& problem) {
+  runtime.context().make_current();
+  if (auto* m = dynamic_cast<const tuner::MatmulTuning*>(&problem))
+    return std::make_unique<MatmulHarness>(runtime, *m);
+  if (auto* e = dynamic_cast<const tuner::ElementwiseTuning*>(&problem))
+    return std::make_unique<ElementwiseHarness>(runtime, *e);
+  throw UserError("no measuring harness for the " + problem.family() + " family");
+}
+
+tuner::Measurer in_process_measurer(Runtime& runtime) {
+  return [&runtime](const tuner::TuningProblem& problem, const std::vector<std::string>& configs,
+                    const tuner::TimerOptions& timer, double leader_ms,
+                    const tuner::MeasureListener& listener) {
+    std::unique_ptr<tuner::Harness> harness = make_harness(runtime, problem);
+    return tuner::measure(*harness, configs, runtime.device(), timer, leader_ms, listener);
+  };
+}
+
+tuner::Measurer worker_measurer(std::shared_ptr<tuner::MeasureWorker> worker) {
+  return [worker](const tuner::TuningProblem& problem, const std::vector<std::string>& configs,
+                  const tuner::TimerOptions& timer, double leader_ms,
+                  const tuner::MeasureListener& listener) {
+    return worker->measure(problem.spec(), configs, timer, leader_ms, listener);
+  };
+}
+
+tuner::Choice choose_config(Runtime& runtime, const tuner::TuningProblem& problem) {
+  tuner::Chooser& chooser = runtime.chooser();
+  tuner::Choice choice = chooser.choose(problem);
+  if (choice.source == tuner::Choice::Source::Store || !runtime.tune_on_first_use()) return choice;
+  // KJIT_TUNE=1: tune now (one problem at a time per process), then choose again.
+  static std::mutex tuning;
+  std::lock_guard<std::mutex> lock(tuning);
+  choice = chooser.choose(problem);
+  if (choice.source == tuner::Choice::Source::Store) return choice;
+  tuner::TuneOptions options;
+  options.arch = runtime.arch();
+  tuner::Measurer measurer;
+  if (std::optional<std::string> worker = env("KJIT_TUNE_WORKER")) {
+    tuner::WorkerOptions w;
+    w.argv = {*worker, "__tune-worker", "--device", std::to_string(runtime.device().ordinal)};
+    measurer = worker_measurer(std::make_shared<tuner::MeasureWorker>(w));
+  } else {
+    measurer = in_process_measurer(runtime);
+  }
+  log_line("config", "KJIT_TUNE=1: tuning " + problem.signature());
+  tuner::tune(problem, chooser, measurer, options);
+  return chooser.choose(problem);
+}
+
+int serve_tuning_worker(int device) {
+  RuntimeOptions options;
+  options.device = device;
+  options.tune_on_first_use = false;
+  Runtime runtime(options);
+  // The protocol owns stdout; anything else printed goes to stderr.
+  const int protocol = dup(1);
+  dup2(2, 1);
+  FILE* out_file = fdopen(protocol, "w");
+  if (!out_file) return 2;
+  struct FileBuf : std::streambuf {
+    FILE* file;
+    explicit FileBuf(FILE* f) : file(f) {}
+    int overflow(int c) override { return c == EOF ? 0 : std::fputc(c, file); }
+    std::streamsize xsputn(const char* s, std::streamsize n) override {
+      return static_cast<std::streamsize>(std::fwrite(s, 1, static_cast<size_t>(n), file));
+    }
+    int sync() override { return std::fflush(file); }
+  } buffer(out_file);
+  std::ostream out(&buffer);
+  std::vector<std::unique_ptr<tuner::TuningProblem>> problems;  // outlive their harnesses
+  return tuner::serve_measurements(
+      [&](const nlohmann::json& spec) {
+        problems.push_back(tuner::make_problem(spec));
+        return make_harness(runtime, *problems.back());
+      },
+      runtime.device(), std::cin, out);
+}
+
+}  // namespace kjit

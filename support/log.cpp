@@ -1,0 +1,72 @@
+#include "support/log.h"
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "support/options.h"
+
+namespace kjit {
+
+namespace {
+
+struct LogState {
+  std::mutex mutex;
+  std::set<std::string> topics;
+  bool all = false;
+  std::function<void(const std::string&)> sink;
+};
+
+void parse_topics(LogState& state, const std::string& text) {
+  state.topics.clear();
+  state.all = false;
+  std::stringstream list(text);
+  for (std::string topic; std::getline(list, topic, ',');) {
+    if (topic == "all") state.all = true;
+    if (!topic.empty()) state.topics.insert(topic);
+  }
+}
+
+LogState& state() {
+  static LogState* s = [] {
+    auto* created = new LogState;  // never destroyed: logging may run during exit
+    parse_topics(*created, env("KJIT_LOG").value_or(""));
+    return created;
+  }();
+  return *s;
+}
+
+}  // namespace
+
+bool log_enabled(const char* topic) {
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.all || s.topics.count(topic) > 0;
+}
+
+void log_line(const char* topic, const std::string& message) {
+  if (!log_enabled(topic)) return;
+  LogState& s = state();
+  const std::string line = std::string("kjit[") + topic + "]: " + message;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.sink) {
+    s.sink(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+void set_log_topics(const std::string& topics) {
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  parse_topics(s, topics);
+}
+
+void set_log_sink(std::function<void(const std::string&)> sink) {
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.sink = std::move(sink);
+}
+
+}  // namespace kjit

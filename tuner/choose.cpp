@@ -1,0 +1,155 @@
+#include "tuner/choose.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "support/error.h"
+#include "support/log.h"
+#include "tuner/fit.h"
+
+namespace kjit::tuner {
+
+const char* to_string(Choice::Source source) {
+  switch (source) {
+    case Choice::Source::Store:
+      return "store";
+    case Choice::Source::Nearest:
+      return "nearest";
+    case Choice::Source::Model:
+      return "model";
+  }
+  return "?";
+}
+
+Chooser::Chooser(std::shared_ptr<cache::Store> store, std::string gpu_model,
+                 cuda::DeviceProperties device)
+    : store_(std::move(store)), gpu_model_(std::move(gpu_model)), device_(std::move(device)) {}
+
+const Efficiencies& Chooser::efficiencies() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!efficiencies_) efficiencies_ = fit_efficiencies(store_->trials_for(gpu_model_, ""), device_);
+  return *efficiencies_;
+}
+
+void Chooser::refresh() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  remembered_.clear();
+  efficiencies_.reset();
+  tuned_.reset();
+}
+
+std::vector<std::pair<std::string, Prediction>> Chooser::rank(const TuningProblem& problem) {
+  const Efficiencies& fitted = efficiencies();
+  std::vector<std::pair<std::string, Prediction>> out;
+  for (const std::string& config : problem.space(device_).candidates)
+    out.emplace_back(config, problem.predict(config, device_, fitted));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second.ms < b.second.ms; });
+  return out;
+}
+
+Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
+  if (space.candidates.empty()) {
+    std::string reasons;
+    for (size_t i = 0; i < space.pruned.size() && i < 3; ++i)
+      reasons += "\n  " + space.pruned[i].config + ": " + space.pruned[i].reason;
+    throw UserError("no config of the " + problem.family() + " space runs " + problem.signature() +
+                        " on " + device_.name + "; for example:" + reasons,
+                    "check the problem's sizes and dtypes against the device");
+  }
+  const Efficiencies& fitted = efficiencies();
+  Choice best;
+  double best_ms = 0;
+  for (const std::string& config : space.candidates) {
+    const Prediction p = problem.predict(config, device_, fitted);
+    if (best.config.empty() || p.ms < best_ms) {
+      best_ms = p.ms;
+      best.config = config;
+      best.detail = fmt::format("{:.4f} ms predicted, {}-bound", p.ms, p.bound);
+    }
+  }
+  best.source = Choice::Source::Model;
+  return best;
+}
+
+std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space& space) {
+  std::vector<Tuned> tuned;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!tuned_) {
+      tuned_.emplace();
+      try {
+        if (store_->enabled())
+          for (const cache::TuningRecord& t : store_->tunings(gpu_model_)) {
+            std::unique_ptr<TuningProblem> parsed = problem_from_signature(t.problem);
+            if (parsed)
+              tuned_->push_back({t.problem, parsed->problem_class(), t.config, parsed->sizes()});
+          }
+      } catch (const CacheError& e) {
+        // The store's listing failed (it warned): no nearest tuned problem, the model decides.
+        log_line("config", std::string("no nearest tuned problem: ") + e.what());
+      }
+    }
+    tuned = *tuned_;
+  }
+  const std::string cls = problem.problem_class();
+  const std::vector<double> sizes = problem.sizes();
+  const Tuned* best = nullptr;
+  double best_distance = 0;
+  for (const Tuned& t : tuned) {
+    if (t.problem_class != cls || t.sizes.size() != sizes.size()) continue;
+    if (std::find(space.candidates.begin(), space.candidates.end(), t.config) ==
+        space.candidates.end())
+      continue;  // not a config this problem can run
+    double distance = 0;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      distance += std::abs(std::log(std::max(sizes[i], 1.0) / std::max(t.sizes[i], 1.0)));
+    if (!best || distance < best_distance) {
+      best = &t;
+      best_distance = distance;
+    }
+  }
+  if (!best) return std::nullopt;
+  Choice c;
+  c.config = best->config;
+  c.source = Choice::Source::Nearest;
+  c.detail = "tuned for " + best->signature;
+  return c;
+}
+
+Choice Chooser::choose(const TuningProblem& problem) {
+  const std::string signature = problem.signature();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = remembered_.find(signature);
+    if (it != remembered_.end()) return it->second;
+  }
+  Choice choice;
+  bool found = false;
+  if (std::optional<cache::TuningRecord> tuned = store_->find_tuning(gpu_model_, signature)) {
+    try {
+      choice.config = problem.canonical(tuned->config);
+      choice.source = Choice::Source::Store;
+      choice.detail = fmt::format("tuned, {:.4f} ms over {} runs", tuned->measured.median_ms,
+                                  tuned->measured.runs);
+      found = true;
+    } catch (const UserError& e) {
+      log_line("config", "ignoring the stored tuning of " + signature + " (" + tuned->config +
+                             "): " + e.what());
+    }
+  }
+  if (!found) {
+    const Space space = problem.space(device_);
+    std::optional<Choice> near = nearest(problem, space);
+    choice = near ? *near : model_choice(problem, space);
+  }
+  log_line("config",
+           fmt::format("{} {} on {}: {} ({}; {})", problem.family(), signature, gpu_model_,
+                       choice.config, to_string(choice.source), choice.detail));
+  std::lock_guard<std::mutex> lock(mutex_);
+  return remembered_.emplace(signature, choice).first->second;
+}
+
+}  // namespace kjit::tuner

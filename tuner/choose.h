@@ -1,0 +1,76 @@
+// Where every config comes from: the one place in kjit that decides how a problem
+// runs. For a problem on a GPU model, in order:
+//
+//   1. the store's tuning for exactly this problem (kjit tune, or KJIT_TUNE=1);
+//   2. the nearest tuned problem of the same class (same layouts, dtypes, epilogue
+//      and alignment class; nearest by the sum of |log| size ratios), when its
+//      config is in this problem's space;
+//   3. the model's best config of the space (its efficiencies fitted to the GPU
+//      model's trials where there are any).
+//
+// Choices are remembered per problem signature, so a second lookup in a process is
+// a hash-map find. KJIT_LOG=config prints each first choice and where it came from.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/store.h"
+#include "runtime/cuda/device.h"
+#include "tuner/family.h"
+
+namespace kjit::tuner {
+
+struct Choice {
+  std::string config;  // canonical text
+  enum class Source { Store, Nearest, Model } source = Source::Model;
+  // "tuned, 0.1862 ms over 25 runs" (store), "tuned for m=4096,..." (nearest),
+  // "0.190 ms predicted, compute-bound" (model)
+  std::string detail;
+};
+const char* to_string(Choice::Source source);
+
+class Chooser {
+ public:
+  Chooser(std::shared_ptr<cache::Store> store, std::string gpu_model,
+          cuda::DeviceProperties device);
+
+  // The config for `problem` (see above). Thread-safe.
+  Choice choose(const TuningProblem& problem);
+  // The model's ranking of the space: every candidate with its prediction, fastest
+  // first (ties keep the space's order).
+  std::vector<std::pair<std::string, Prediction>> rank(const TuningProblem& problem);
+
+  // The model's efficiencies for this GPU model, fitted to the store's trials
+  // (computed on first use).
+  const Efficiencies& efficiencies();
+  // Forgets remembered choices and the fit (after a tune wrote new rows).
+  void refresh();
+
+  const std::string& gpu_model() const { return gpu_model_; }
+  const cuda::DeviceProperties& device() const { return device_; }
+  cache::Store& store() const { return *store_; }
+
+ private:
+  std::optional<Choice> nearest(const TuningProblem& problem, const Space& space);
+  Choice model_choice(const TuningProblem& problem, const Space& space);
+
+  std::shared_ptr<cache::Store> store_;
+  std::string gpu_model_;
+  cuda::DeviceProperties device_;
+  std::mutex mutex_;
+  std::map<std::string, Choice> remembered_;  // by signature
+  std::optional<Efficiencies> efficiencies_;
+  // The GPU model's tunings with the class and sizes of each (for nearest()).
+  struct Tuned {
+    std::string signature, problem_class, config;
+    std::vector<double> sizes;
+  };
+  std::optional<std::vector<Tuned>> tuned_;
+};
+
+}  // namespace kjit::tuner

@@ -1,0 +1,370 @@
+#include "tuner/elementwise_space.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+#include <sstream>
+
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/passes/pipeline.h"
+#include "support/error.h"
+#include "support/hash.h"
+
+namespace kjit::tuner {
+
+using ir::Access;
+using ir::ElementwiseConfig;
+
+namespace {
+
+constexpr double kLaunchSeconds = 2.5e-6;
+// DRAM latency the loads in flight must cover (Little's law), seconds.
+constexpr double kMemoryLatencySeconds = 0.8e-6;
+
+// The space's values.
+constexpr int kBlocks[] = {128, 256, 512, 1024};
+constexpr int kUnrolls[] = {1, 2, 4};
+constexpr int kPerSm[] = {0, 1, 2, 4};
+
+int element_bytes(DType dtype) {
+  return ir::size_bytes(dtype);
+}
+
+bool vector_access(Access a) {
+  return a == Access::Full || a == Access::Row;
+}
+
+// Elements per vector on the aligned path with vec=0 (mirrors effective_vector_width:
+// 16 bytes of the narrowest vector-moved dtype, at most 8).
+int auto_vector(const ElementwiseTuning::Shape& s) {
+  if (!s.aligned) return 1;
+  int narrowest = 4;
+  for (const auto& [dtype, access] : s.inputs)
+    if (vector_access(access)) narrowest = std::min(narrowest, element_bytes(dtype));
+  for (DType dtype : s.outputs) narrowest = std::min(narrowest, element_bytes(dtype));
+  return std::min(16 / narrowest, 8);
+}
+
+std::string key_of(const ElementwiseConfig& c) {
+  return fmt::format("elementwise:b{}:u{}{}{}{}", c.block_threads, c.unroll,
+                     c.vector_width ? fmt::format(":v{}", c.vector_width) : "",
+                     c.prefetch ? ":prefetch" : "", c.stream ? ":stream" : "");
+}
+
+}  // namespace
+
+double elementwise_cost(const Graph& graph) {
+  double cost = 0;
+  for (const ir::Node& node : graph.nodes()) {
+    switch (node.op) {
+      case ir::OpCode::Input:
+      case ir::OpCode::Const:
+        break;
+      case ir::OpCode::Exp:
+      case ir::OpCode::Exp2:
+      case ir::OpCode::Log:
+      case ir::OpCode::Log2:
+      case ir::OpCode::Sin:
+      case ir::OpCode::Cos:
+      case ir::OpCode::Tanh:
+      case ir::OpCode::Sigmoid:
+      case ir::OpCode::Gelu:
+      case ir::OpCode::GeluTanh:
+      case ir::OpCode::Silu:
+      case ir::OpCode::Softplus:
+      case ir::OpCode::Pow:
+        cost += 16;
+        break;
+      case ir::OpCode::Div:
+      case ir::OpCode::Sqrt:
+      case ir::OpCode::Rsqrt:
+        cost += 4;
+        break;
+      default:
+        cost += 1;
+    }
+  }
+  return cost;
+}
+
+ElementwiseTuning::ElementwiseTuning(std::string expression, std::string dtype,
+                                     std::map<std::string, int64_t> sizes)
+    : expression_(std::move(expression)), dtype_(std::move(dtype)), sizes_(std::move(sizes)) {
+  ir::ParseOptions options;
+  if (!dtype_.empty()) {
+    std::optional<DType> d = ir::parse_dtype(dtype_);
+    if (!d) throw UserError("unknown dtype '" + dtype_ + "'; the dtypes are " + ir::dtype_names());
+    options.default_dtype = *d;
+  }
+  const Graph graph = ir::optimize(ir::parse(expression_, options));
+  // Contiguous tensors at 256-byte aligned addresses (what the tuner allocates).
+  uint64_t address = 256;
+  auto tensor = [&](DType type, const ir::Shape& shape, const std::string& what) {
+    TensorArg t;
+    t.dtype = type;
+    for (const ir::Dim& d : shape) {
+      if (!d.is_symbolic()) {
+        t.shape.push_back(d.size);
+        continue;
+      }
+      auto it = sizes_.find(d.symbol);
+      if (it == sizes_.end())
+        throw UserError("elementwise problem: no size for dim '" + d.symbol + "' of " + what,
+                        "give it in \"sizes\" (the CLI: --n, --m)");
+      t.shape.push_back(it->second);
+    }
+    t.data = address;
+    address += 256;
+    return t;
+  };
+  for (int id : graph.inputs())
+    inputs_.push_back(
+        tensor(graph.node(id).dtype, graph.node(id).shape, "input '" + graph.node(id).name + "'"));
+  for (const auto& [name, id] : graph.outputs())
+    outputs_.push_back(tensor(graph.node(id).dtype, graph.output_shape(), "output '" + name + "'"));
+  plan_ = ir::plan_elementwise(graph, hex64(hash64(ir::print(graph))), ElementwiseConfig(), inputs_,
+                               outputs_);
+  has_plan_ = true;
+  derive_shape();
+}
+
+ElementwiseTuning::ElementwiseTuning(ElementwisePlan plan) : plan_(std::move(plan)) {
+  has_plan_ = true;
+  derive_shape();
+}
+
+void ElementwiseTuning::derive_shape() {
+  shape_.n = plan_.n;
+  shape_.cols = plan_.cols;
+  shape_.aligned = plan_.problem.aligned;
+  const std::vector<int> ids = plan_.problem.graph.inputs();
+  for (size_t i = 0; i < ids.size(); ++i)
+    shape_.inputs.emplace_back(plan_.problem.graph.node(ids[i]).dtype, plan_.problem.access[i]);
+  for (const auto& [name, id] : plan_.problem.graph.outputs())
+    shape_.outputs.push_back(plan_.problem.graph.node(id).dtype);
+  shape_.cost = elementwise_cost(plan_.problem.graph);
+  class_text_ = plan_.problem.text();
+}
+
+std::string ElementwiseTuning::signature() const {
+  return fmt::format("{} n={} cols={} cost={}", class_text_, shape_.n, shape_.cols, shape_.cost);
+}
+
+std::vector<double> ElementwiseTuning::sizes() const {
+  return {static_cast<double>(shape_.n), static_cast<double>(shape_.cols)};
+}
+
+nlohmann::json ElementwiseTuning::spec() const {
+  if (expression_.empty())
+    throw InternalError("an elementwise problem planned by the runtime has no spec");
+  nlohmann::json out = {{"family", "elementwise"}, {"expr", expression_}, {"sizes", sizes_}};
+  if (!dtype_.empty()) out["dtype"] = dtype_;
+  return out;
+}
+
+Work ElementwiseTuning::work() const {
+  Work w;
+  const double rows = shape_.cols > 0 ? static_cast<double>(shape_.n) / shape_.cols : 0;
+  for (const auto& [dtype, access] : shape_.inputs) {
+    const double count = access == Access::Scalar   ? 1
+                         : access == Access::Row    ? static_cast<double>(shape_.cols)
+                         : access == Access::Column ? rows
+                                                    : static_cast<double>(shape_.n);
+    w.bytes += count * element_bytes(dtype);
+  }
+  for (DType dtype : shape_.outputs)
+    w.bytes += static_cast<double>(shape_.n) * element_bytes(dtype);
+  w.flops = static_cast<double>(shape_.n) * shape_.cost;
+  return w;
+}
+
+std::string ElementwiseTuning::canonical(const std::string& text) const {
+  return ElementwiseConfig::parse(text).text();
+}
+
+std::vector<KernelSource> ElementwiseTuning::sources(const std::string& text) const {
+  if (!has_plan_) throw InternalError("an elementwise problem from a signature has no graph");
+  return {ir::lower_elementwise(plan_.problem, ElementwiseConfig::parse(text))};
+}
+
+Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
+  Space space;
+  const int v_auto = auto_vector(shape_);
+  for (int block : kBlocks)
+    for (int unroll : kUnrolls)
+      for (int vec : {0, v_auto / 2})
+        for (int prefetch : {0, 1})
+          for (int stream : {0, 1})
+            for (int per_sm : kPerSm)
+              for (bool tiles : {false, true}) {
+                ElementwiseConfig c;
+                c.block_threads = block;
+                c.unroll = unroll;
+                c.vector_width = vec;
+                c.prefetch = prefetch;
+                c.stream = stream;
+                c.per_sm = per_sm;
+                c.tiles = tiles;
+                const std::string text = c.text();
+                auto prune = [&](const std::string& reason) {
+                  space.pruned.push_back({text, reason});
+                };
+                if (tiles && per_sm != 0) continue;  // the same config as per_sm=0
+                if (vec != 0 && (!shape_.aligned || vec < 2)) {
+                  prune(shape_.aligned ? "vec: the narrowest vector is already one element"
+                                       : "vec: the unaligned path moves one element at a time");
+                  continue;
+                }
+                if (stream && !shape_.aligned) {
+                  prune("stream=1 applies to the aligned path's vector stores");
+                  continue;
+                }
+                if (device.max_threads_per_block > 0 && block > device.max_threads_per_block) {
+                  prune(fmt::format("block={} is over {}'s {} threads per block", block,
+                                    device.name, device.max_threads_per_block));
+                  continue;
+                }
+                const int64_t vectors = shape_.n / std::max(vec ? vec : v_auto, 1);
+                if (tiles && vectors < int64_t{block} * unroll * device.sm_count) {
+                  prune("grid=tiles: the work is under one block per SM; waves and tiles coincide");
+                  continue;
+                }
+                space.candidates.push_back(text);
+              }
+  return space;
+}
+
+Prediction ElementwiseTuning::predict(const std::string& text, const cuda::DeviceProperties& device,
+                                      const Efficiencies& efficiencies,
+                                      const KernelResources* resources) const {
+  const ElementwiseConfig c = ElementwiseConfig::parse(text);
+  const DeviceRates rates = rates_of(device);
+  Prediction out;
+  out.work = work();
+  if (resources && resources->threads > 0) {
+    out.resources = *resources;
+  } else {
+    out.resources.threads = c.block_threads;
+    // Vectors in flight per thread: unroll x (inputs read as vectors), doubled by prefetch.
+    const int v = shape_.aligned ? (c.vector_width ? c.vector_width : auto_vector(shape_)) : 1;
+    out.resources.registers =
+        std::min(255, 24 + c.unroll * (c.prefetch ? 2 : 1) * v *
+                               static_cast<int>(shape_.inputs.size() + shape_.outputs.size()));
+    out.resources.estimated = true;
+  }
+  out.occupancy = occupancy(out.resources, device);
+  const int resident = std::max(out.occupancy.blocks_per_sm, 1);
+  const int64_t sms = std::max(device.sm_count, 1);
+  const int v = shape_.aligned ? (c.vector_width ? c.vector_width : auto_vector(shape_)) : 1;
+  const int64_t vectors = std::max<int64_t>(1, shape_.n / v);
+  const int64_t blocks = ir::grid_blocks(c, vectors, device.sm_count, resident);
+  out.waves = waves_of(blocks, sms * resident);
+
+  // Bytes a thread has in flight: unroll vectors of every vector-moved input (twice
+  // with prefetch); the SM needs bandwidth x latency of them to stay busy.
+  double bytes_per_vector = 0;
+  for (const auto& [dtype, access] : shape_.inputs)
+    if (access != Access::Scalar) bytes_per_vector += v * element_bytes(dtype);
+  const double blocks_per_sm =
+      std::min<double>(resident, static_cast<double>(blocks) / static_cast<double>(sms));
+  const double in_flight = std::max(1.0, blocks_per_sm) * c.block_threads * c.unroll *
+                           (c.prefetch ? 2 : 1) * bytes_per_vector;
+  const double needed = rates.dram_bytes_per_s / sms * kMemoryLatencySeconds;
+  const double latency_cover = std::min(1.0, in_flight / std::max(needed, 1.0));
+
+  out.efficiency_key = key_of(c);
+  out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
+  out.efficiency = efficiencies.get(out.efficiency_key, 0.97);
+  // The work's tail: whole-wave grids loop ceil(vectors / (blocks x per_block)) times;
+  // one-tile grids end with a partly full wave.
+  const double per_block = static_cast<double>(c.block_threads) * c.unroll;
+  const double iterations = std::ceil(vectors / (blocks * per_block));
+  const double tail =
+      c.tiles ? out.waves.utilization() : vectors / (iterations * blocks * per_block);
+  const double active = std::min(1.0, static_cast<double>(blocks) / sms);
+  out.memory_ms = out.work.bytes /
+                  (rates.dram_bytes_per_s * out.efficiency * latency_cover * tail * active) * 1e3;
+  // 128 fp32 lanes per SM per clock.
+  out.compute_ms = out.work.flops / (sms * 128.0 * rates.sm_clock_hz * tail * active) * 1e3;
+  out.overhead_ms = kLaunchSeconds * 1e3;
+  out.ms = std::max(out.memory_ms, out.compute_ms) + out.overhead_ms;
+  out.bound = out.overhead_ms > std::max(out.memory_ms, out.compute_ms) ? "latency"
+              : out.memory_ms >= out.compute_ms                         ? "memory"
+                                                                        : "compute";
+  if (latency_cover < 1)
+    out.notes.push_back(fmt::format("loads in flight cover {:.0f}% of DRAM latency x bandwidth",
+                                    100 * latency_cover));
+  return out;
+}
+
+std::unique_ptr<ElementwiseTuning> elementwise_from_spec(const nlohmann::json& spec) {
+  static const char* kKeys[] = {"family", "expr", "dtype", "sizes"};
+  for (const auto& [key, value] : spec.items())
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+      throw UserError("elementwise spec: unknown field '" + key + "'",
+                      "the fields are expr, dtype, sizes");
+  if (!spec.contains("expr") || !spec.at("expr").is_string())
+    throw UserError("elementwise spec: 'expr' (the expression, a string) is missing");
+  std::string dtype;
+  if (spec.contains("dtype")) {
+    if (!spec.at("dtype").is_string())
+      throw UserError("elementwise spec: 'dtype' must be a string, got " + spec.at("dtype").dump());
+    dtype = spec.at("dtype").get<std::string>();
+  }
+  std::map<std::string, int64_t> sizes;
+  if (spec.contains("sizes")) {
+    if (!spec.at("sizes").is_object())
+      throw UserError("elementwise spec: 'sizes' must be an object such as {\"n\": 1048576}");
+    for (const auto& [name, value] : spec.at("sizes").items()) {
+      if (!value.is_number_integer() || value.get<int64_t>() < 1)
+        throw UserError("elementwise spec: size '" + name + "' must be a positive integer, got " +
+                        value.dump());
+      sizes[name] = value.get<int64_t>();
+    }
+  }
+  return std::make_unique<ElementwiseTuning>(spec.at("expr").get<std::string>(), dtype, sizes);
+}
+
+std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& signature) {
+  // "elementwise ir=H in=x:f32:full,... out=y:f32,... align=16 n=N cols=C cost=W"
+  static const std::regex form(
+      R"(^(elementwise ir=\w+ in=(\S*) out=(\S+) align=(16|1)) n=(\d+) cols=(\d+) cost=([0-9.]+)$)");
+  std::smatch m;
+  if (!std::regex_match(signature, m, form)) return nullptr;
+  std::unique_ptr<ElementwiseTuning> t(new ElementwiseTuning());
+  t->class_text_ = m[1];
+  t->shape_.aligned = m[4] == "16";
+  t->shape_.n = std::stoll(m[5]);
+  t->shape_.cols = std::stoll(m[6]);
+  t->shape_.cost = std::stod(m[7]);
+  auto items = [](const std::string& text) {
+    std::vector<std::vector<std::string>> out;
+    std::stringstream list(text);
+    for (std::string item; std::getline(list, item, ',');) {
+      std::vector<std::string> parts;
+      std::stringstream fields(item);
+      for (std::string f; std::getline(fields, f, ':');) parts.push_back(f);
+      out.push_back(parts);
+    }
+    return out;
+  };
+  for (const auto& parts : items(m[2])) {
+    if (parts.size() != 3) return nullptr;
+    std::optional<DType> d = ir::parse_dtype(parts[1]);
+    std::optional<Access> a = ir::parse_access(parts[2]);
+    if (!d || !a) return nullptr;
+    t->shape_.inputs.emplace_back(*d, *a);
+  }
+  for (const auto& parts : items(m[3])) {
+    if (parts.size() != 2) return nullptr;
+    std::optional<DType> d = ir::parse_dtype(parts[1]);
+    if (!d) return nullptr;
+    t->shape_.outputs.push_back(*d);
+  }
+  return t;
+}
+
+}  // namespace kjit::tuner

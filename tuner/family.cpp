@@ -1,0 +1,28 @@
+#include "tuner/family.h"
+
+#include "support/error.h"
+#include "tuner/elementwise_space.h"
+#include "tuner/matmul_space.h"
+
+namespace kjit::tuner {
+
+std::unique_ptr<TuningProblem> make_problem(const nlohmann::json& spec) {
+  if (!spec.is_object())
+    throw UserError(
+        "a problem spec is a JSON object such as {\"family\": \"matmul\", \"m\": 4096, "
+        "...}; got " +
+        spec.dump());
+  if (!spec.contains("family") || !spec.at("family").is_string())
+    throw UserError("a problem spec needs \"family\": \"matmul\" or \"elementwise\"");
+  const std::string family = spec.at("family").get<std::string>();
+  if (family == "matmul") return matmul_from_spec(spec);
+  if (family == "elementwise") return elementwise_from_spec(spec);
+  throw UserError("unknown kernel family '" + family + "'", "the families are matmul, elementwise");
+}
+
+std::unique_ptr<TuningProblem> problem_from_signature(const std::string& signature) {
+  if (std::unique_ptr<TuningProblem> p = matmul_from_signature(signature)) return p;
+  return elementwise_from_signature(signature);
+}
+
+}  // namespace kjit::tuner

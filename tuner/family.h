@@ -1,0 +1,79 @@
+// A kernel family as the tuner sees it: what is being tuned (a problem with a
+// stable signature), the configs it could run with (the space, with a reason for
+// every config left out), and the performance model's prediction for each.
+//
+// One subclass per family: tuner/matmul_space.cpp, tuner/elementwise_space.cpp
+// (and attention when it lands). Everything is text at this interface — configs
+// are their canonical text forms, problems their signatures — so the store, the
+// child processes that measure, workload files and `kjit explain` all speak it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/kernel_source.h"
+#include "runtime/cuda/device.h"
+#include "tuner/model.h"
+
+namespace kjit::tuner {
+
+// A config left out of the space, and why ("needs 262144 B of shared memory; the
+// device allows 232448").
+struct Pruned {
+  std::string config;
+  std::string reason;
+};
+
+struct Space {
+  std::vector<std::string> candidates;  // canonical config texts, in the space's order
+  std::vector<Pruned> pruned;
+};
+
+class TuningProblem {
+ public:
+  virtual ~TuningProblem() = default;
+
+  // "matmul", "elementwise"
+  virtual std::string family() const = 0;
+  // The exact problem: the key of its tuning in the store (with the GPU model).
+  virtual std::string signature() const = 0;
+  // What a tuning of another problem must share to be reused for this one (the
+  // "nearest tuned problem of the same class"): layouts, dtypes, epilogue,
+  // alignment class; not the sizes.
+  virtual std::string problem_class() const = 0;
+  // Sizes compared (as log ratios) to find the nearest tuned problem of the class.
+  virtual std::vector<double> sizes() const = 0;
+  // The description that rebuilds this problem (make_problem()); what workload
+  // files hold and what a measuring child process is sent.
+  virtual nlohmann::json spec() const = 0;
+
+  // Every config of the family's default space for this problem on `device`;
+  // those that cannot run (resources, alignment, layout) are pruned with the reason.
+  virtual Space space(const cuda::DeviceProperties& device) const = 0;
+  // The model's prediction for one config (canonical text). `resources`: the
+  // compiled kernel's registers and shared memory when known (else estimated).
+  virtual Prediction predict(const std::string& config, const cuda::DeviceProperties& device,
+                             const Efficiencies& efficiencies,
+                             const KernelResources* resources = nullptr) const = 0;
+  // The config's canonical text (parses, validates for this problem, prints);
+  // UserError when it is not a config of this family.
+  virtual std::string canonical(const std::string& config) const = 0;
+  // The kernels this config runs (the main kernel first, then helpers such as
+  // padding or the split-K reduction), for compiling ahead of measurement.
+  virtual std::vector<KernelSource> sources(const std::string& config) const = 0;
+  // What a launch moves and computes, for `kjit explain` and the roofline.
+  virtual Work work() const = 0;
+};
+
+// Rebuilds a problem from its spec: {"family": "matmul", "m": .., ...}. A
+// UserError names the field that is missing or wrong.
+std::unique_ptr<TuningProblem> make_problem(const nlohmann::json& spec);
+// Rebuilds what the model needs from a stored signature (to refit the model from
+// trials); nullptr when the signature is not one this version can read.
+std::unique_ptr<TuningProblem> problem_from_signature(const std::string& signature);
+
+}  // namespace kjit::tuner

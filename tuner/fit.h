@@ -1,0 +1,23 @@
+// Refitting the model to what was measured: each measured trial of a GPU model
+// says what efficiency its config's key really reached on that problem; the
+// median over a key's trials replaces the key's prior (shrunk toward it while
+// there are few).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cache/records.h"
+#include "runtime/cuda/device.h"
+#include "tuner/model.h"
+
+namespace kjit::tuner {
+
+// Efficiencies fitted to `trials` (those with a measurement; signatures this
+// version cannot read are skipped), leaving out trials of `exclude_problem` (for an
+// honest rank correlation on a problem the fit has not seen).
+Efficiencies fit_efficiencies(const std::vector<cache::TrialRecord>& trials,
+                              const cuda::DeviceProperties& device,
+                              const std::string& exclude_problem = "");
+
+}  // namespace kjit::tuner

@@ -1,0 +1,448 @@
+#include "tuner/matmul_space.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+
+#include "compiler/lowering/matmul_epilogue.h"
+#include "support/error.h"
+#include "support/key_values.h"
+
+namespace kjit::tuner {
+
+using matmul::Config;
+using matmul::DType;
+using matmul::Problem;
+
+namespace {
+
+int64_t ceil_div(int64_t x, int64_t y) {
+  return (x + y - 1) / y;
+}
+
+// Launch overhead of one kernel in a stream of back-to-back launches, seconds.
+constexpr double kLaunchSeconds = 2.5e-6;
+// Latency from a block's start to its first tensor-core instruction (the pipeline
+// fill: DRAM latency plus the first k-tiles), seconds.
+constexpr double kFillSeconds = 1.0e-6;
+
+// The values each dimension of the space takes.
+constexpr int kTileSizes[] = {64, 128, 192, 256};
+constexpr int kWgmmaStages[] = {2, 3, 4, 5, 6};
+constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
+constexpr int kRasters[] = {8, 16};
+
+// mma.sync block shapes: bm, bn, bk, warps, wm, stages (measured on the H200 to
+// cover large, tall, square and small problems; docs/matmul.md).
+struct SyncShape {
+  int bm, bn, bk, warps, wm, stages;
+};
+constexpr SyncShape kSyncShapes[] = {
+    {128, 256, 32, 8, 2, 4}, {128, 256, 32, 8, 2, 3}, {256, 128, 32, 8, 4, 4},
+    {256, 128, 32, 8, 4, 3}, {128, 128, 32, 8, 2, 4}, {128, 128, 32, 4, 2, 4},
+    {128, 128, 64, 8, 2, 3}, {64, 128, 32, 4, 2, 4},  {64, 64, 64, 4, 2, 3},
+};
+// Narrow loads (misaligned operands read in place) on these shapes.
+constexpr SyncShape kNarrowShapes[] = {
+    {128, 128, 32, 8, 2, 4}, {64, 128, 32, 8, 2, 4}, {64, 64, 64, 4, 2, 3}};
+
+Config sync_config(const SyncShape& s, bool narrow) {
+  Config c;
+  c.bm = s.bm;
+  c.bn = s.bn;
+  c.bk = s.bk;
+  c.warps = s.warps;
+  c.warps_m = s.wm;
+  c.stages = s.stages;
+  c.narrow = narrow;
+  return c;
+}
+
+bool sm90(const cuda::DeviceProperties& d) {
+  return d.cc_major == 9 && d.cc_minor == 0;
+}
+
+// Registers a thread needs, before ptxas says: the accumulators plus what the
+// addressing and the pipeline hold (fitted to ptxas' reports of the default space).
+int estimated_registers(const Problem& p, const Config& c) {
+  if (p.input == DType::F32) return 64;
+  if (c.wgmma) return c.bn / 2 + 24;
+  const int warps_n = c.warps / c.warps_m;
+  const int accumulators = (c.bm / c.warps_m) * (c.bn / warps_n) / 32;
+  return std::min(255, accumulators + 64 + (c.narrow ? 24 : 0));
+}
+
+// The most registers a thread may use at this block size (one block per SM).
+int register_limit(const cuda::DeviceProperties& d, int threads) {
+  const int64_t per_block = d.registers_per_block > 0 ? d.registers_per_block : 65536;
+  return static_cast<int>(std::min<int64_t>(255, per_block / threads / 8 * 8));
+}
+
+int64_t actual_splits(const Config& c, int64_t k) {
+  const int64_t k_per_split = (ceil_div(k, c.splitk) + c.bk - 1) / c.bk * c.bk;
+  return ceil_div(k, k_per_split);
+}
+
+// K as the kernel sees it: padded to whole k-tiles on the padded path.
+int64_t kernel_k(const Problem& p, const Config& c) {
+  return matmul::pads_operands(p, c) ? ceil_div(p.k, c.bk) * c.bk : p.k;
+}
+
+}  // namespace
+
+bool packed_operands_aligned(const Problem& p) {
+  const int64_t per16 = 16 / matmul::dtype_bytes(p.input);
+  const int64_t a_cols = p.a_transposed ? p.m : p.k;
+  const int64_t b_cols = p.b_transposed ? p.k : p.n;
+  return a_cols % per16 == 0 && b_cols % per16 == 0;
+}
+
+std::string matmul_efficiency_key(const Problem& p, const Config& c) {
+  if (p.input == DType::F32) return "matmul:simt";
+  const std::string type = p.input == DType::TF32 ? ":tf32" : "";
+  if (c.wgmma) return fmt::format("matmul:wgmma{}:{}x{}:s{}", type, c.bm, c.bn, c.stages);
+  return fmt::format("matmul:sync:{}x{}x{}:w{}x{}:s{}{}", c.bm, c.bn, c.bk, c.warps_m,
+                     c.warps / c.warps_m, c.stages, c.narrow ? ":narrow" : "");
+}
+
+double matmul_efficiency_prior(const Problem& p, const Config& c) {
+  if (p.input == DType::F32) return 0.55;
+  if (c.wgmma) {
+    // 128x256 with 4 stages ran at 737-770 TFLOP/s on the H200 (0.72 of the 1070
+    // TFLOP/s the model's 1980 MHz peak gives, waves aside); narrower tiles feed the
+    // tensor cores from more shared memory per FLOP, one consumer warpgroup has less
+    // to overlap, and 2-3 stages hide less latency.
+    const double by_n = c.bn >= 256 ? 1.0 : c.bn >= 192 ? 0.97 : c.bn >= 128 ? 0.9 : 0.7;
+    const double by_m = c.bm == 64 ? 0.85 : c.bm == 256 ? 0.95 : 1.0;
+    const double by_stages = c.stages >= 4 ? 1.0 : c.stages == 3 ? 0.96 : 0.85;
+    return 0.74 * by_n * by_m * by_stages;
+  }
+  // mma.sync on the H200 (first GPU runs): 128x256 w8 ~0.45 of peak; the others
+  // relative to it (docs/matmul.md, the heuristic's table).
+  const int warps_n = c.warps / c.warps_m;
+  const double warp_tile = static_cast<double>(c.bm / c.warps_m) * (c.bn / warps_n);
+  const double by_warp_tile = warp_tile >= 4096 ? 1.0 : warp_tile >= 2048 ? 0.78 : 0.68;
+  const double by_stages = c.stages >= 4 ? 1.0 : 0.95;
+  return 0.45 * by_warp_tile * by_stages * (c.narrow ? 0.25 : 1.0);
+}
+
+MatmulTuning::MatmulTuning(Problem problem, std::string epilogue_ir)
+    : problem_(std::move(problem)), epilogue_ir_(std::move(epilogue_ir)) {}
+
+std::vector<double> MatmulTuning::sizes() const {
+  return {static_cast<double>(problem_.m), static_cast<double>(problem_.n),
+          static_cast<double>(problem_.k), static_cast<double>(problem_.batch)};
+}
+
+nlohmann::json MatmulTuning::spec() const {
+  nlohmann::json out = {{"family", "matmul"},
+                        {"m", problem_.m},
+                        {"n", problem_.n},
+                        {"k", problem_.k},
+                        {"batch", problem_.batch},
+                        {"layout", problem_.layout()},
+                        {"dtype", matmul::to_string(problem_.input)},
+                        {"out", matmul::to_string(problem_.output)},
+                        {"align", problem_.aligned ? 16 : 1}};
+  if (!epilogue_ir_.empty()) out["epilogue"] = epilogue_ir_;
+  return out;
+}
+
+std::string MatmulTuning::canonical(const std::string& text) const {
+  const Config c = Config::parse(text);
+  matmul::validate(problem_, c);
+  return c.to_string();
+}
+
+std::vector<KernelSource> MatmulTuning::sources(const std::string& text) const {
+  const Config c = Config::parse(text);
+  std::vector<KernelSource> out = {matmul::lower(problem_, c)};
+  if (c.splitk > 1 && actual_splits(c, kernel_k(problem_, c)) > 1)
+    out.push_back(matmul::lower_reduce(problem_));
+  if (matmul::pads_operands(problem_, c)) out.push_back(matmul::lower_pad(problem_.input));
+  if (problem_.input == DType::TF32) out.push_back(matmul::lower_stage_k_major());
+  return out;
+}
+
+Work MatmulTuning::work() const {
+  const Problem& p = problem_;
+  Work w;
+  w.flops = 2.0 * p.m * p.n * p.k * p.batch;
+  const double in = matmul::dtype_bytes(p.input), out = matmul::dtype_bytes(p.output);
+  w.bytes = p.batch * (in * (p.m * p.k + p.k * p.n) + out * p.m * p.n);
+  for (const matmul::EpilogueOperand& op : p.epilogue.operands) {
+    const double count = op.kind == matmul::OperandKind::RowVector      ? p.m
+                         : op.kind == matmul::OperandKind::ColumnVector ? p.n
+                                                                        : p.m * p.n;
+    w.bytes += p.batch * count * matmul::dtype_bytes(op.dtype);
+  }
+  return w;
+}
+
+Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
+  const Problem& p = problem_;
+  Space space;
+  auto consider = [&](Config c) {
+    std::string text = c.to_string();
+    auto prune = [&](const std::string& reason) { space.pruned.push_back({text, reason}); };
+    try {
+      matmul::validate(p, c);
+    } catch (const UserError& e) {
+      return prune(e.what());
+    }
+    if (c.wgmma && !sm90(device))
+      return prune("mma=wgmma needs an sm_90 GPU (TMA + wgmma); " + device.name + " is " +
+                   device.arch());
+    if (!c.wgmma && p.input != DType::F32 && device.cc_major < 8)
+      return prune("mma.sync m16n8k16 needs sm_80 or later; " + device.name + " is " +
+                   device.arch());
+    const int shared = matmul::shared_bytes(p, c);
+    if (shared > device.shared_per_block_optin)
+      return prune(fmt::format("needs {} B of shared memory per block; {} allows {}", shared,
+                               device.name, device.shared_per_block_optin));
+    const int threads = p.input == DType::F32 ? 256 : c.threads();
+    if (device.max_threads_per_block > 0 && threads > device.max_threads_per_block)
+      return prune(fmt::format("needs {} threads per block; {} allows {}", threads, device.name,
+                               device.max_threads_per_block));
+    const int registers = estimated_registers(p, c), limit = register_limit(device, threads);
+    if (registers > limit)
+      return prune(
+          fmt::format("needs about {} registers per thread ({} threads); at most {} fit "
+                      "one block per SM",
+                      registers, threads, limit));
+    if (c.narrow && p.aligned)
+      return prune("load=narrow reads misaligned operands in place; this problem is aligned");
+    const int64_t tiles = ceil_div(p.m, c.bm) * ceil_div(p.n, c.bn) * p.batch;
+    if (c.splitk > 1) {
+      const int64_t k = kernel_k(p, c);
+      if (actual_splits(c, k) != c.splitk)
+        return prune(
+            fmt::format("K = {} in k-tiles of {} does not make {} splits", k, c.bk, c.splitk));
+      if (k / c.splitk < 2 * c.bk)
+        return prune(
+            fmt::format("split-K: {} splits of K = {} leave under two k-tiles each", c.splitk, k));
+      if (tiles >= 2 * device.sm_count)
+        return prune(fmt::format("split-K: the {} tiles already fill {:.1f} waves of {} SMs", tiles,
+                                 static_cast<double>(tiles) / device.sm_count, device.sm_count));
+    }
+    if (c.raster != 8 && ceil_div(p.m, c.bm) <= 8)
+      return prune(fmt::format("raster={} orders the blocks as raster=8 with {} tile rows",
+                               c.raster, ceil_div(p.m, c.bm)));
+    space.candidates.push_back(std::move(text));
+  };
+  auto with_launch_dims = [&](Config c) {
+    for (int splits : kSplits)
+      for (int raster : kRasters) {
+        c.splitk = splits;
+        c.raster = raster;
+        consider(c);
+      }
+  };
+  if (p.input == DType::F32) {
+    with_launch_dims(matmul::simt_config(1));
+    return space;
+  }
+  for (int bm : kTileSizes)
+    for (int bn : kTileSizes)
+      for (int stages : kWgmmaStages)
+        with_launch_dims(matmul::wgmma_config(bm, bn, stages, 1, p.input));
+  if (p.input == DType::TF32) return space;  // the wgmma engine only
+  for (const SyncShape& s : kSyncShapes) with_launch_dims(sync_config(s, false));
+  for (const SyncShape& s : kNarrowShapes) with_launch_dims(sync_config(s, true));
+  return space;
+}
+
+Prediction MatmulTuning::predict(const std::string& text, const cuda::DeviceProperties& device,
+                                 const Efficiencies& efficiencies,
+                                 const KernelResources* resources) const {
+  return predict(Config::parse(text), device, efficiencies, resources);
+}
+
+Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& device,
+                                 const Efficiencies& efficiencies,
+                                 const KernelResources* resources) const {
+  const Problem& p = problem_;
+  const DeviceRates rates = rates_of(device);
+  Prediction out;
+  out.work = work();
+  if (resources && resources->threads > 0) {
+    out.resources = *resources;
+  } else {
+    out.resources.threads = p.input == DType::F32 ? 256 : c.threads();
+    out.resources.registers = estimated_registers(p, c);
+    out.resources.shared_bytes = matmul::shared_bytes(p, c);
+    out.resources.estimated = true;
+  }
+  out.occupancy = occupancy(out.resources, device);
+  const int resident = std::max(out.occupancy.blocks_per_sm, 1);
+  const int64_t sms = std::max(device.sm_count, 1);
+
+  // Work units: output tiles times K splits.
+  const int64_t k = kernel_k(p, c);
+  const int64_t splits = c.splitk > 1 ? actual_splits(c, k) : 1;
+  const int64_t k_per_split = ceil_div(ceil_div(k, splits), c.bk) * c.bk;
+  const int64_t tiles_m = ceil_div(p.m, c.bm), tiles_n = ceil_div(p.n, c.bn);
+  const int64_t tiles = tiles_m * tiles_n * p.batch;
+  out.waves = waves_of(tiles * splits, sms * resident);
+
+  // Compute: one unit's multiply-adds at the SM's rate times the efficiency; the
+  // busiest SM runs ceil(units / SMs) of them (resident blocks share its rate).
+  out.efficiency_key = matmul_efficiency_key(p, c);
+  out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
+  out.efficiency = efficiencies.get(out.efficiency_key, matmul_efficiency_prior(p, c));
+  const double per_clock = p.input == DType::F32    ? rates.simt_flops_per_sm_clock
+                           : p.input == DType::TF32 ? rates.tensor_flops_per_sm_clock / 2
+                                                    : rates.tensor_flops_per_sm_clock;
+  const double sm_rate = per_clock * rates.sm_clock_hz * out.efficiency;
+  const double unit_seconds = 2.0 * c.bm * c.bn * k_per_split / sm_rate;
+  const int64_t units_per_sm = ceil_div(tiles * splits, sms);
+  const double compute = static_cast<double>(units_per_sm) * unit_seconds;
+
+  // Per unit, serial with its own main loop: the pipeline fill and the write-out of
+  // the tile (at the SM's share of DRAM bandwidth); another resident block's main
+  // loop hides part of both.
+  const double out_bytes = splits > 1 ? 4 : matmul::dtype_bytes(p.output);
+  const double write_seconds = c.bm * c.bn * out_bytes / (rates.dram_bytes_per_s / sms);
+  const double serial =
+      static_cast<double>(units_per_sm) * (kFillSeconds + write_seconds) / resident;
+
+  // Memory: the fewest bytes from DRAM (fewer SMs pull less bandwidth: each SM at
+  // most 4x its share), and the tiles' re-reads of A and B through L2.
+  const double in = matmul::dtype_bytes(p.input);
+  const int64_t active = std::min<int64_t>(tiles * splits, sms);
+  const double pull = std::min(1.0, 4.0 * static_cast<double>(active) / sms);
+  double dram = out.work.bytes + (splits > 1 ? 4.0 * splits * p.m * p.n * p.batch : 0);
+  const double l2 =
+      p.batch * in *
+      (static_cast<double>(p.m) * k * tiles_n + static_cast<double>(k) * p.n * tiles_m);
+  double memory = std::max(dram / (rates.dram_bytes_per_s * pull), l2 / rates.l2_bytes_per_s);
+
+  // Kernels before and after: the padding copy, tf32 staging, the split-K reduction.
+  double extra = kLaunchSeconds;
+  if (matmul::pads_operands(p, c)) {
+    const double copy = 2.0 * in * p.batch * (p.m * k + k * p.n);  // read + write, at most
+    extra += kLaunchSeconds + copy / rates.dram_bytes_per_s;
+    out.notes.push_back(
+        fmt::format("padded path: A and B copied into 16-byte rows first ({:.1f} MB)", copy / 2e6));
+  }
+  if (p.input == DType::TF32) {
+    const double copy = 2.0 * 4 * p.batch * (p.m * p.k + p.k * p.n);
+    extra += kLaunchSeconds + copy / rates.dram_bytes_per_s;
+  }
+  if (splits > 1) {
+    const double partials = 4.0 * splits * p.m * p.n * p.batch;
+    extra += kLaunchSeconds + (partials + p.batch * p.m * p.n * matmul::dtype_bytes(p.output)) /
+                                  rates.dram_bytes_per_s;
+    out.notes.push_back(
+        fmt::format("split-K: {} splits of {} (k-tiles of {}), {:.1f} MB of fp32 "
+                    "partials summed by a second kernel",
+                    splits, k_per_split, c.bk, partials / 1e6));
+  }
+  out.compute_ms = (compute + serial) * 1e3;
+  out.memory_ms = memory * 1e3;
+  out.overhead_ms = extra * 1e3;
+  out.ms = std::max(out.compute_ms, out.memory_ms) + out.overhead_ms;
+  out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
+              : out.compute_ms >= out.memory_ms                         ? "compute"
+                                                                        : "memory";
+  (void)dram;
+  return out;
+}
+
+std::unique_ptr<MatmulTuning> matmul_from_spec(const nlohmann::json& spec) {
+  auto size = [&](const char* key, int64_t fallback) -> int64_t {
+    if (!spec.contains(key)) {
+      if (fallback > 0) return fallback;
+      throw UserError(fmt::format("matmul spec: '{}' is missing", key),
+                      "give m, n and k (and optionally batch, layout, dtype, out, epilogue)");
+    }
+    const nlohmann::json& v = spec.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+      throw UserError(
+          fmt::format("matmul spec: '{}' must be a positive integer, got {}", key, v.dump()));
+    return v.get<int64_t>();
+  };
+  auto text = [&](const char* key, const std::string& fallback) {
+    if (!spec.contains(key)) return fallback;
+    if (!spec.at(key).is_string())
+      throw UserError(
+          fmt::format("matmul spec: '{}' must be a string, got {}", key, spec.at(key).dump()));
+    return spec.at(key).get<std::string>();
+  };
+  static const char* kKeys[] = {"family", "m",     "n",   "k",        "batch",
+                                "layout", "dtype", "out", "epilogue", "align"};
+  for (const auto& [key, value] : spec.items())
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+      throw UserError("matmul spec: unknown field '" + key + "'",
+                      "the fields are m, n, k, batch, layout, dtype, out, epilogue, align");
+  Problem p;
+  p.m = size("m", 0);
+  p.n = size("n", 0);
+  p.k = size("k", 0);
+  p.batch = size("batch", 1);
+  matmul::set_layout(p, text("layout", "nn"));
+  p.input = matmul::parse_dtype(text("dtype", "bf16"));
+  p.output =
+      matmul::parse_dtype(text("out", p.input == DType::TF32 ? "f32" : text("dtype", "bf16")));
+  const std::string epilogue = text("epilogue", "");
+  if (!epilogue.empty()) p.epilogue = matmul::epilogue_from_ir(epilogue, p.input).epilogue;
+  if (spec.contains("align")) {
+    const nlohmann::json& a = spec.at("align");
+    if (!a.is_number_integer() || (a.get<int>() != 1 && a.get<int>() != 16))
+      throw UserError("matmul spec: 'align' is 16 (aligned operands) or 1 (any), got " + a.dump());
+    p.aligned = a.get<int>() == 16;
+    if (p.aligned && !packed_operands_aligned(p))
+      throw UserError(
+          "matmul spec: align 16 needs rows of whole 16-byte chunks; these packed "
+          "operands have rows of " +
+          std::to_string(p.a_transposed ? p.m : p.k) + " and " +
+          std::to_string(p.b_transposed ? p.k : p.n) + " elements");
+  } else {
+    p.aligned = packed_operands_aligned(p);
+  }
+  matmul::validate_problem(p);
+  return std::make_unique<MatmulTuning>(std::move(p), epilogue);
+}
+
+std::unique_ptr<MatmulTuning> matmul_from_signature(const std::string& signature) {
+  // m=..,n=..,k=..,batch=..,layout=..,dtype=..,out=..,align=16|1[,epilogue=TEXT{,name:kind:dtype}]
+  static const std::regex head(
+      R"(^m=(\d+),n=(\d+),k=(\d+),batch=(\d+),layout=([nt]{2}),dtype=(\w+),out=(\w+),align=(16|1)(,epilogue=.*)?$)");
+  std::smatch match;
+  if (!std::regex_match(signature, match, head)) return nullptr;
+  try {
+    Problem p;
+    p.m = std::stoll(match[1]);
+    p.n = std::stoll(match[2]);
+    p.k = std::stoll(match[3]);
+    p.batch = std::stoll(match[4]);
+    matmul::set_layout(p, match[5]);
+    p.input = matmul::parse_dtype(match[6]);
+    p.output = matmul::parse_dtype(match[7]);
+    p.aligned = match[8] == "16";
+    std::string tail = match[9];
+    if (!tail.empty()) {
+      // The operands close the text: ",name:kind:dtype" each, read from the end.
+      static const std::regex operand(R"(,([A-Za-z_]\w*):(row|col|tensor):(f32|f16|bf16)$)");
+      p.epilogue.function_name = "kjit_epilogue_fn";
+      p.epilogue.function_source = "(from a signature)";
+      std::smatch op;
+      while (std::regex_search(tail, op, operand)) {
+        const matmul::OperandKind kind = op[2] == "row"   ? matmul::OperandKind::RowVector
+                                         : op[2] == "col" ? matmul::OperandKind::ColumnVector
+                                                          : matmul::OperandKind::Tensor;
+        p.epilogue.operands.insert(p.epilogue.operands.begin(),
+                                   {op[1], kind, matmul::parse_dtype(op[3])});
+        tail = tail.substr(0, static_cast<size_t>(op.position(0)));
+      }
+      p.epilogue.text = tail.substr(std::string(",epilogue=").size());
+    }
+    return std::make_unique<MatmulTuning>(std::move(p));
+  } catch (const UserError&) {
+    return nullptr;
+  }
+}
+
+}  // namespace kjit::tuner

@@ -1,0 +1,63 @@
+#include "tuner/measure.h"
+
+#include <fmt/format.h>
+
+#include "runtime/cuda/stream.h"
+#include "support/error.h"
+
+namespace kjit::tuner {
+
+std::vector<Measured> measure(Harness& harness, const std::vector<std::string>& configs,
+                              const cuda::DeviceProperties& device, const TimerOptions& options,
+                              double leader_ms, const MeasureListener& listener) {
+  auto tell = [&](const char* phase, const std::string& config, const Measured* m) {
+    if (listener) listener(MeasureEvent{phase, config, m});
+  };
+  cuda::Stream stream;
+  std::vector<Measured> out(configs.size());
+  std::vector<std::unique_ptr<Trial>> trials(configs.size());
+  for (size_t i = 0; i < configs.size(); ++i) {
+    Measured& m = out[i];
+    m.config = configs[i];
+    tell("checking", m.config, nullptr);
+    try {
+      trials[i] = harness.prepare(m.config);
+      m.resources = trials[i]->resources();
+      harness.poison(stream.get());
+      trials[i]->launch(stream.get(), 0);
+      stream.synchronize();
+      const CheckOutcome check = harness.check();
+      m.check_error = check.relative_l2;
+      if (!check.passed()) m.error = "wrong result: " + check.describe();
+    } catch (const CudaError& e) {
+      // A fault poisons the context: nothing after it can run in this process.
+      m.error = e.what();
+      tell("failed", m.config, &m);
+      throw;
+    } catch (const Error& e) {
+      m.error = e.what();
+    }
+    if (!m.error.empty()) trials[i].reset();
+    tell(m.error.empty() ? "checked" : "failed", m.config, &m);
+  }
+  std::vector<Timer::Work> works;
+  std::vector<size_t> index;
+  const int sets = std::max(harness.input_sets(), 1);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (!trials[i]) continue;
+    Trial* trial = trials[i].get();
+    works.push_back([trial, &stream, sets](int run) { trial->launch(stream.get(), run % sets); });
+    index.push_back(i);
+  }
+  Timer timer(stream.get(), device.l2_bytes, options);
+  const std::vector<Timer::Result> timed = timer.interleaved(works, leader_ms);
+  for (size_t j = 0; j < index.size(); ++j) {
+    Measured& m = out[index[j]];
+    m.summary = timed[j].summary;
+    m.stopped_early = timed[j].stopped_early;
+    tell("timed", m.config, &m);
+  }
+  return out;
+}
+
+}  // namespace kjit::tuner

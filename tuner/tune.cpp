@@ -1,0 +1,362 @@
+#include "tuner/tune.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "runtime/compile.h"
+#include "support/error.h"
+#include "support/log.h"
+
+namespace kjit::tuner {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int split_count(const std::string& config) {
+  static const std::regex splitk(R"((^|,)splitk=(\d+))");
+  std::smatch m;
+  return std::regex_search(config, m, splitk) ? std::stoi(m[2]) : 1;
+}
+
+cache::TrialRecord trial_record(const std::string& gpu_model, const std::string& signature,
+                                const Measured& m) {
+  cache::TrialRecord t;
+  t.gpu_model = gpu_model;
+  t.problem = signature;
+  t.config = m.config;
+  t.tuner_version = kTunerVersion;
+  t.error = m.error;
+  if (m.ok()) {
+    t.measured.median_ms = m.summary.median_ms;
+    t.measured.spread = m.summary.spread();
+    t.measured.runs = m.summary.runs;
+  }
+  return t;
+}
+
+Measured from_trial(const cache::TrialRecord& t) {
+  Measured m;
+  m.config = t.config;
+  m.error = t.error;
+  if (t.error.empty() && t.measured.runs > 0)
+    m.summary = from_stored(t.measured.median_ms, t.measured.spread, t.measured.runs);
+  return m;
+}
+
+// Compiles every kernel of `configs` into the store on `threads` threads; returns
+// the error of each config that does not compile or does not fit, by config.
+std::map<std::string, std::string> compile_all(const TuningProblem& problem,
+                                               const std::vector<std::string>& configs,
+                                               const std::string& arch, cache::Store& store,
+                                               const cuda::DeviceProperties& device, int threads,
+                                               const std::function<void(int)>& compiled) {
+  struct Job {
+    KernelSource source;
+    std::vector<std::string> configs;  // configs that run this kernel
+    bool main = false;
+  };
+  std::vector<Job> jobs;
+  std::map<std::string, size_t> by_name;
+  std::map<std::string, std::string> errors;
+  std::map<std::string, int> pending;  // kernels left per config
+  for (const std::string& config : configs) {
+    std::vector<KernelSource> sources;
+    try {
+      sources = problem.sources(config);
+    } catch (const Error& e) {
+      errors[config] = e.what();
+      continue;
+    }
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const std::string key = sources[i].name + "\n" + sources[i].source;
+      auto it = by_name.find(key);
+      if (it == by_name.end()) {
+        it = by_name.emplace(key, jobs.size()).first;
+        jobs.push_back({sources[i], {}, i == 0});
+      }
+      jobs[it->second].configs.push_back(config);
+      ++pending[config];
+    }
+  }
+  std::mutex mutex;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      std::string error;
+      try {
+        const CachedBinary binary = compile_cached(jobs[i].source, arch, store);
+        for (const cuda::KernelStats& k : binary.kernels) {
+          if (k.name != jobs[i].source.name) continue;
+          if (k.spill_store_bytes > 0 || k.spill_load_bytes > 0)
+            error = fmt::format("{} spills {} bytes to local memory ({} registers)", k.name,
+                                k.spill_store_bytes, k.registers);
+          const int64_t registers = int64_t{k.registers} * jobs[i].source.block_threads;
+          if (device.registers_per_block > 0 && registers > device.registers_per_block)
+            error = fmt::format("{} needs {} registers x {} threads = {}; {} allows {} per block",
+                                k.name, k.registers, jobs[i].source.block_threads, registers,
+                                device.name, device.registers_per_block);
+        }
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const std::string& config : jobs[i].configs) {
+        if (!error.empty() && !errors.count(config)) errors[config] = error;
+        if (--pending[config] == 0 && compiled) compiled(1);
+      }
+    }
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(jobs.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return errors;
+}
+
+}  // namespace
+
+const char* to_string(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::Model:
+      return "model";
+    case Strategy::Exhaustive:
+      return "exhaustive";
+    case Strategy::Random:
+      return "random";
+  }
+  return "?";
+}
+
+Strategy parse_strategy(const std::string& text) {
+  for (Strategy s : {Strategy::Model, Strategy::Exhaustive, Strategy::Random})
+    if (text == to_string(s)) return s;
+  throw UserError("unknown tuning strategy '" + text + "'",
+                  "use model (the model's top k), exhaustive (the whole space) or random (k "
+                  "configs at random)");
+}
+
+const Measured* pick_winner(const std::vector<Measured>& trials, const TuningProblem& problem,
+                            const cuda::DeviceProperties& device, std::string* tie_break) {
+  const Measured* fastest = nullptr;
+  for (const Measured& m : trials)
+    if (m.ok() && !m.stopped_early &&
+        (!fastest || m.summary.median_ms < fastest->summary.median_ms))
+      fastest = &m;
+  if (!fastest) return nullptr;
+  std::vector<const Measured*> tied;
+  for (const Measured& m : trials)
+    if (m.ok() && !m.stopped_early && overlaps(m.summary, fastest->summary)) tied.push_back(&m);
+  if (tied.size() == 1) {
+    if (tie_break) *tie_break = "fastest median, its interval apart from every other";
+    return fastest;
+  }
+  // Deterministic among the statistically tied: no split-K first (one kernel, no
+  // workspace), then the model's prior prediction, then the config text.
+  const Efficiencies priors;
+  auto rank = [&](const Measured* m) {
+    double predicted = 0;
+    try {
+      predicted = problem.predict(m->config, device, priors).ms;
+    } catch (const Error&) {
+      predicted = 1e30;
+    }
+    return std::make_tuple(split_count(m->config) > 1, predicted, m->config);
+  };
+  const Measured* best = *std::min_element(tied.begin(), tied.end(),
+                                           [&](auto* a, auto* b) { return rank(a) < rank(b); });
+  if (tie_break)
+    *tie_break = fmt::format(
+        "{} configs within the fastest's 95% interval ({}: {}); picked by the rule: no split-K, "
+        "then the model's prior prediction, then the config text",
+        tied.size(), fastest->config, fastest->summary.to_string());
+  return best;
+}
+
+TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& measurer,
+                const TuneOptions& options, const ProgressListener& progress) {
+  const auto started = std::chrono::steady_clock::now();
+  const cuda::DeviceProperties& device = chooser.device();
+  cache::Store& store = chooser.store();
+  TuneResult result;
+  result.family = problem.family();
+  result.signature = problem.signature();
+  result.gpu_model = chooser.gpu_model();
+  result.default_config = chooser.choose(problem).config;
+
+  const Space space = problem.space(device);
+  result.pruned = space.pruned;
+  result.ranking = chooser.rank(problem);
+  if (result.ranking.empty()) chooser.choose(problem);  // throws: nothing runs
+
+  // The candidates, in the order they are measured (best predicted first).
+  std::vector<std::string> candidates;
+  std::set<std::string> chosen;
+  auto add = [&](const std::string& config) {
+    if (chosen.insert(config).second) candidates.push_back(config);
+  };
+  const int top = std::max(1, options.top);
+  if (options.strategy == Strategy::Exhaustive) {
+    for (const auto& [config, prediction] : result.ranking) add(config);
+  } else if (options.strategy == Strategy::Model) {
+    for (size_t i = 0; i < result.ranking.size() && static_cast<int>(i) < top; ++i)
+      add(result.ranking[i].first);
+  } else {
+    std::vector<std::string> all;
+    for (const auto& [config, prediction] : result.ranking) all.push_back(config);
+    std::mt19937_64 rng(options.seed);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (size_t i = 0; i < all.size() && static_cast<int>(i) < top; ++i) add(all[i]);
+  }
+  // What the runtime would run without this tune competes too, so a tune never
+  // stores something slower than the default.
+  if (std::find(space.candidates.begin(), space.candidates.end(), result.default_config) !=
+      space.candidates.end())
+    add(result.default_config);
+  result.candidates = static_cast<int>(candidates.size());
+
+  // Resume: what the store has measured already (this tuner version) is not measured again.
+  std::map<std::string, Measured> resumed;
+  if (!options.force)
+    for (const cache::TrialRecord& t : store.trials_for(result.gpu_model, result.signature))
+      if (t.tuner_version == kTunerVersion && chosen.count(t.config))
+        resumed[t.config] = from_trial(t);
+  std::vector<std::string> to_measure;
+  for (const std::string& c : candidates)
+    if (!resumed.count(c)) to_measure.push_back(c);
+  result.resumed = static_cast<int>(resumed.size());
+
+  TuneProgress state;
+  state.total = static_cast<int>(candidates.size());
+  state.resumed = result.resumed;
+  std::mutex progress_mutex;
+  auto report = [&](const std::string& phase) {
+    state.phase = phase;
+    state.elapsed_s = seconds_since(started);
+    if (progress) progress(state);
+  };
+  for (const auto& [config, m] : resumed) {
+    if (!m.ok()) continue;
+    if (state.best_config.empty() || m.summary.median_ms < state.best_ms) {
+      state.best_config = config;
+      state.best_ms = m.summary.median_ms;
+    }
+  }
+
+  // Compile everything first, in parallel, into the store.
+  report("compiling");
+  const int threads = options.compile_threads > 0
+                          ? options.compile_threads
+                          : std::max(1u, std::thread::hardware_concurrency());
+  const std::string arch = options.arch.empty() ? device.arch() : options.arch;
+  const auto compile_started = std::chrono::steady_clock::now();
+  const std::map<std::string, std::string> compile_errors =
+      compile_all(problem, to_measure, arch, store, device, threads, [&](int n) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        state.compiled += n;
+        report("compiling");
+      });
+  result.compile_s = seconds_since(compile_started);
+
+  std::vector<Measured> fresh;
+  std::vector<std::string> runnable;
+  for (const std::string& c : to_measure) {
+    auto it = compile_errors.find(c);
+    if (it == compile_errors.end()) {
+      runnable.push_back(c);
+      continue;
+    }
+    Measured m;
+    m.config = c;
+    m.error = it->second;
+    fresh.push_back(m);
+    store.put_trial(trial_record(result.gpu_model, result.signature, m));
+    ++state.failed;
+  }
+
+  // Measure in jobs of `batch` configs; every job's trials are stored as it ends.
+  const auto measure_started = std::chrono::steady_clock::now();
+  const size_t batch = static_cast<size_t>(std::max(1, options.batch));
+  for (size_t first = 0; first < runnable.size(); first += batch) {
+    if (options.budget_s > 0 && seconds_since(started) > options.budget_s) {
+      result.budget_exhausted = true;
+      break;
+    }
+    const std::vector<std::string> job(
+        runnable.begin() + static_cast<std::ptrdiff_t>(first),
+        runnable.begin() + static_cast<std::ptrdiff_t>(std::min(runnable.size(), first + batch)));
+    report("measuring");
+    const double leader = state.best_ms;
+    const std::vector<Measured> measured =
+        measurer(problem, job, options.timer, leader, [&](const MeasureEvent& e) {
+          if (e.phase == "failed") {
+            ++state.failed;
+            report("measuring");
+          }
+        });
+    for (const Measured& m : measured) {
+      fresh.push_back(m);
+      store.put_trial(trial_record(result.gpu_model, result.signature, m));
+      if (m.ok()) {
+        ++state.measured;
+        if (!m.stopped_early &&
+            (state.best_config.empty() || m.summary.median_ms < state.best_ms)) {
+          state.best_config = m.config;
+          state.best_ms = m.summary.median_ms;
+        }
+      } else if (m.error == "not measured") {
+        ++state.failed;
+      }
+      log_line("tune", fmt::format("{} {}: {}", result.signature, m.config,
+                                   m.ok() ? m.summary.to_string() : m.error));
+    }
+    const double per_config = seconds_since(measure_started) /
+                              static_cast<double>(std::min(runnable.size(), first + batch));
+    state.eta_s = per_config *
+                  static_cast<double>(runnable.size() - std::min(runnable.size(), first + batch));
+    report("measuring");
+  }
+  result.measure_s = seconds_since(measure_started);
+
+  // Every trial of this tune's candidates, resumed ones included.
+  for (const auto& [config, m] : resumed) result.trials.push_back(m);
+  for (const Measured& m : fresh) result.trials.push_back(m);
+  for (const Measured& m : result.trials) {
+    if (m.ok())
+      ++result.measured;
+    else
+      ++result.failed;
+  }
+  if (const Measured* winner = pick_winner(result.trials, problem, device, &result.tie_break)) {
+    result.config = winner->config;
+    result.summary = winner->summary;
+    cache::TuningRecord tuning;
+    tuning.gpu_model = result.gpu_model;
+    tuning.problem = result.signature;
+    tuning.config = winner->config;
+    tuning.measured.median_ms = winner->summary.median_ms;
+    tuning.measured.spread = winner->summary.spread();
+    tuning.measured.runs = winner->summary.runs;
+    tuning.tuner_version = kTunerVersion;
+    store.put_tuning(tuning);
+  }
+  chooser.refresh();
+  result.total_s = seconds_since(started);
+  state.eta_s = 0;
+  report("done");
+  return result;
+}
+
+}  // namespace kjit::tuner
