@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cache/authenticator.h"
 #include "cache/schema.h"
 #include "cache/sqlite.h"
 #include "cache/store.h"
@@ -39,11 +40,18 @@ std::string model_arch(Database& db, const std::string& gpu_model) {
   return fmt::format("sm_{}{}", query.column_int(0), query.column_int(1));
 }
 
+// What a transfer does with binaries.
+struct BinaryPolicy {
+  bool take = false;                      // false: they are counted as skipped, not copied
+  const Authenticator* source = nullptr;  // checks each one's MAC (rows of this user's store)
+  const Authenticator* target = nullptr;  // authenticates the copies; null: no MAC (an export)
+};
+
 // Copies rows from `from` into `to` (inside the caller's write transaction on
 // `to`), every conflict settled by the store's policies. With `gpu_model`, only
 // that model's device, tunings and trials, and binaries for its architecture.
 void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64_t now,
-               TransferReport& report) {
+               const BinaryPolicy& policy, TransferReport& report) {
   Statement devices =
       from.prepare("SELECT " KJIT_DEVICE_COLUMNS " FROM devices WHERE ?1 = '' OR model = ?1");
   devices.bind(1, gpu_model);
@@ -53,19 +61,28 @@ void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64
   }
 
   std::string arch = gpu_model.empty() ? "" : model_arch(from, gpu_model);
-  Statement binaries = from.prepare("SELECT " KJIT_BINARY_COLUMNS " FROM " KJIT_BINARIES_WITH_USAGE
-                                    " WHERE ?1 = 0 OR b.arch IN (?2, ?2 || 'a', ?2 || 'f')");
+  Statement binaries = from.prepare(
+      std::string("SELECT ") + (policy.take ? KJIT_BINARY_COLUMNS : KJIT_BINARY_META_COLUMNS) +
+      " FROM " KJIT_BINARIES_WITH_USAGE " WHERE ?1 = 0 OR b.arch IN (?2, ?2 || 'a', ?2 || 'f')");
   binaries.bind(1, gpu_model.empty() ? 0 : 1).bind(2, arch);
   while (binaries.step()) {
+    if (!policy.take) {
+      ++report.binaries.skipped;
+      continue;
+    }
     BinaryRecord binary;
     read_binary(binaries, binary, /*with_content=*/true);
-    if (checksum(binaries.column_blob(kCubinColumn)) != binary.checksum) {
+    const std::string_view cubin(binary.cubin.data(), binary.cubin.size());
+    if (checksum(cubin) != binary.checksum ||
+        (policy.source != nullptr && !policy.source->verify(binary.key, cubin, binary.mac))) {
       report.binaries.count(PutOutcome::Rejected);
     } else if (binary_exists(to, binary.key)) {
       // Same key, same inputs: the copy already there is as good.
       report.binaries.count(PutOutcome::Kept);
     } else {
-      insert_binary(to, binary, binary.checksum, binary.created, binary.last_used, binary.hits);
+      insert_binary(to, binary, binary.checksum,
+                    policy.target != nullptr ? policy.target->mac(binary.key, cubin) : "",
+                    binary.created, binary.last_used, binary.hits);
       report.binaries.count(PutOutcome::Inserted);
     }
   }
@@ -90,7 +107,7 @@ CacheStats Store::stats() {
   CacheStats s;
   s.path = path_;
   s.schema_version = static_cast<int>(database.query_int("PRAGMA user_version"));
-  s.file_bytes = store_bytes(path_);
+  s.file_bytes = store_bytes(file_);
   s.free_bytes =
       database.query_int("PRAGMA freelist_count") * database.query_int("PRAGMA page_size");
   Statement binaries = database.prepare(
@@ -111,26 +128,35 @@ VerifyReport Store::verify(bool remove_bad) {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   VerifyReport report;
+  report.untrusted = distrust_;
   try {
     Statement integrity = database.prepare("PRAGMA integrity_check");
     while (integrity.step()) report.integrity.push_back(integrity.column_text(0));
-    Statement binaries = database.prepare("SELECT key, checksum, cubin FROM binaries");
+    Statement binaries =
+        database.prepare("SELECT key, checksum, cubin, mac FROM binaries ORDER BY key");
     while (binaries.step()) {
       ++report.binaries_checked;
-      if (checksum(binaries.column_blob(2)) != binaries.column_text(1))
-        report.bad_binaries.push_back(binaries.column_text(0));
+      const std::string key = binaries.column_text(0);
+      const std::string_view cubin = binaries.column_blob(2);
+      if (checksum(cubin) != binaries.column_text(1)) {
+        report.bad_binaries.push_back(key);
+      } else if (authenticator_ && !authenticator_->verify(key, cubin, binaries.column_text(3))) {
+        report.unauthenticated.push_back(key);
+      }
     }
   } catch (const SqliteError& e) {
     if (!e.is_corruption()) throw;
     report.integrity.push_back(e.what());
     return report;
   }
-  if (remove_bad && !report.bad_binaries.empty()) {
+  if (remove_bad && (!report.bad_binaries.empty() || !report.unauthenticated.empty())) {
     WriteTransaction write(database);
     Statement drop = database.prepare("DELETE FROM binaries WHERE key = ?1");
-    for (const std::string& key : report.bad_binaries) {
-      drop.bind(1, key).run();
-      report.removed += database.changes();
+    for (const auto* keys : {&report.bad_binaries, &report.unauthenticated}) {
+      for (const std::string& key : *keys) {
+        drop.bind(1, key).run();
+        report.removed += database.changes();
+      }
     }
     write.commit();
   }
@@ -170,7 +196,12 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
       WriteTransaction read(database, /*immediate=*/false);  // one consistent snapshot
       WriteTransaction write(out);
       migrate(out, now());
-      copy_rows(database, out, gpu_model, now(), report);
+      // Only this user's authentic binaries leave, and without a MAC: the
+      // receiver's key is not ours (they import with --trust-binaries).
+      BinaryPolicy policy;
+      policy.take = authenticator_ != nullptr;
+      policy.source = authenticator_.get();
+      copy_rows(database, out, gpu_model, now(), policy, report);
       write.commit();
       read.commit();
     }
@@ -183,10 +214,12 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
   return report;
 }
 
-TransferReport Store::import_from(const std::string& path) {
+TransferReport Store::import_from(const std::string& path, bool trust_binaries) {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   if (!path_exists(path)) throw UserError(fmt::format("cannot read '{}': no such file", path));
+  if (trust_binaries && !authenticator_)
+    throw CacheError("binaries cannot be imported into this cache: " + distrust_);
   Database source(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
   configure(source);
   FileKind kind;
@@ -201,24 +234,32 @@ TransferReport Store::import_from(const std::string& path) {
                     kind == FileKind::Newer ? "a newer kjit wrote it"
                     : kind == FileKind::Older
                         ? "an older kjit wrote it; open it once as KJIT_CACHE_DIR to migrate"
-                    : kind == FileKind::Empty ? "it is empty"
-                                              : "another application's file"));
+                    : kind == FileKind::Empty   ? "it is empty"
+                    : kind == FileKind::Invalid ? "its header is damaged"
+                                                : "another application's file"));
   TransferReport report;
   WriteTransaction read(source, /*immediate=*/false);
   WriteTransaction write(database);
   flush_locked();
   stored_content_ = true;
-  copy_rows(source, database, "", now(), report);
+  // A file from elsewhere: its MACs (if any) are under another key. Its
+  // binaries enter only when the user vouches for them, authenticated anew.
+  BinaryPolicy policy;
+  policy.take = trust_binaries;
+  policy.target = authenticator_.get();
+  copy_rows(source, database, "", now(), policy, report);
   evict_locked("");
   write.commit();
   read.commit();
   return report;
 }
 
-TransferReport Store::merge_into(const std::string& path) {
+TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   flush_locked();
+  if (trust_binaries && !authenticator_)
+    throw CacheError("this cache's binaries are not trusted: " + distrust_);
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0 && info.st_dev == file_device_ && info.st_ino == file_inode_)
     throw UserError("cannot merge the cache into itself");
@@ -229,13 +270,21 @@ TransferReport Store::merge_into(const std::string& path) {
   std::unique_ptr<Store> target = Store::open(path, target_options);
   std::lock_guard<std::mutex> target_lock(target->mutex_);
   Database& out = target->db();
+  if (trust_binaries && !target->authenticator_)
+    throw CacheError(fmt::format("binaries cannot be merged into {}: {}", path, target->distrust_));
   // A merged file is usually shipped: closing it folds the WAL back in, so it
   // is one self-contained file (unless another process has it open).
   sqlite3_db_config(out.handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
   TransferReport report;
   WriteTransaction read(database, /*immediate=*/false);
   WriteTransaction write(out);
-  copy_rows(database, out, "", now(), report);
+  // Binaries cross into another file only when asked: this store's authentic
+  // ones, authenticated with that file's key.
+  BinaryPolicy policy;
+  policy.take = trust_binaries;
+  policy.source = authenticator_.get();
+  policy.target = target->authenticator_.get();
+  copy_rows(database, out, "", now(), policy, report);
   write.commit();
   read.commit();
   return report;
@@ -267,11 +316,11 @@ int64_t Store::vacuum() {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   flush_locked();
-  int64_t before = store_bytes(path_);
+  int64_t before = store_bytes(file_);
   database.exec("VACUUM");
   // Fold the WAL back into the file and truncate it, so the size shows.
   database.exec("PRAGMA wal_checkpoint(TRUNCATE)");
-  return before - store_bytes(path_);
+  return before - store_bytes(file_);
 }
 
 }  // namespace kjit::cache

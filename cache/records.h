@@ -25,7 +25,10 @@ struct BinaryRecord {
   std::string key;
   std::vector<char> cubin;
   std::string checksum;  // XXH3-64 of `cubin`, 16 hex digits; computed by the store
-  std::string source;    // the CUDA C++ compiled (for `kjit cache show`; never executed)
+  // HMAC-SHA256 of `key` and `cubin` under the store's secret key, 64 hex digits:
+  // computed by the store, checked before every load ("" in an exported file).
+  std::string mac;
+  std::string source;  // the CUDA C++ compiled (for `kjit cache show`; never executed)
   std::string nvrtc_log;
   std::vector<std::string> options;  // exactly what NVRTC was given
   std::string arch;                  // "sm_90", "sm_90a"
@@ -73,7 +76,7 @@ enum class PutOutcome {
   Inserted,  // no row with that key before
   Replaced,  // the offered row was better measured (or newer) and replaced the old one
   Kept,      // the existing row was kept
-  Rejected,  // the row was invalid (a bad checksum, a failed write, a disabled store)
+  Rejected,  // the row was invalid (a bad checksum or MAC, a failed write, a disabled store)
 };
 const char* to_string(PutOutcome outcome);
 

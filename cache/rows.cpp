@@ -97,6 +97,7 @@ void read_binary(const Statement& row, BinaryRecord& r, bool with_content) {
   r.last_used = row.column_int(11);
   r.hits = row.column_int(12);
   r.bytes = row.column_int(13);
+  r.mac = row.column_text(14);
 }
 
 TuningRecord read_tuning(const Statement& row) {
@@ -127,7 +128,9 @@ DeviceRecord read_device(const Statement& row) {
 }
 
 std::string encode_options(const std::vector<std::string>& options) {
-  return nlohmann::json(options).dump();
+  // An option from the environment (KJIT_NVRTC_EXTRA_OPTIONS) may hold bytes
+  // that are not UTF-8: replaced, never an exception.
+  return nlohmann::json(options).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::vector<std::string> decode_options(const std::string& text) {
@@ -177,12 +180,12 @@ void configure(Database& db) {
 }
 
 void insert_binary(Database& db, const BinaryRecord& r, const std::string& checksum,
-                   int64_t created, int64_t last_used, int64_t hits) {
+                   const std::string& mac, int64_t created, int64_t last_used, int64_t hits) {
   std::string options = encode_options(r.options);
   Statement& insert = db.cached(
       "INSERT OR REPLACE INTO binaries (key, bytes, created, arch, nvrtc_version, "
-      "generator_version, checksum, options, ptxas_stats, nvrtc_log, source, cubin) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+      "generator_version, checksum, options, ptxas_stats, nvrtc_log, source, cubin, mac) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
   insert.bind(1, r.key)
       .bind(2, record_bytes(r, options))
       .bind(3, created)
@@ -195,6 +198,7 @@ void insert_binary(Database& db, const BinaryRecord& r, const std::string& check
       .bind(10, r.nvrtc_log)
       .bind(11, r.source)
       .bind_blob(12, r.cubin.data(), r.cubin.size())
+      .bind(13, mac)
       .run();
   Statement& usage =
       db.cached("INSERT OR REPLACE INTO binary_usage (key, last_used, hits) VALUES (?1, ?2, ?3)");

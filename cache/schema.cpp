@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cache/sqlite.h"
+#include "support/error.h"
 
 namespace kjit::cache {
 
@@ -75,6 +76,31 @@ CREATE TABLE trials (
   created       INTEGER NOT NULL,
   PRIMARY KEY (gpu_model, problem, config)
 );
+)sql";
+
+// Schema 2: binaries carry a MAC (cache/authenticator.h) that binds the cubin to
+// its key under the user's secret, placed before the cubin like the other small
+// columns. binary_usage and its trigger are as in schema 1.
+constexpr const char* kSchemaV2Binaries = R"sql(
+CREATE TABLE binaries (
+  key               TEXT PRIMARY KEY NOT NULL,
+  bytes             INTEGER NOT NULL,
+  created           INTEGER NOT NULL,
+  arch              TEXT NOT NULL,
+  nvrtc_version     TEXT NOT NULL,
+  generator_version TEXT NOT NULL,
+  checksum          TEXT NOT NULL,
+  mac               TEXT NOT NULL,
+  options           TEXT NOT NULL,
+  ptxas_stats       TEXT NOT NULL,
+  nvrtc_log         TEXT NOT NULL,
+  source            TEXT NOT NULL,
+  cubin             BLOB NOT NULL
+);
+CREATE TRIGGER binaries_delete_usage AFTER DELETE ON binaries
+BEGIN
+  DELETE FROM binary_usage WHERE key = old.key;
+END;
 )sql";
 
 std::set<std::string> user_tables(Database& db) {
@@ -156,9 +182,24 @@ std::string migrate_0_to_1(Database& db, int64_t now) {
       tunings, binaries);
 }
 
+// 1 -> 2: binaries gain their MAC. The binaries stored before are dropped, not
+// authenticated now: nothing vouches that this user compiled them (a store that
+// others could write may hold planted rows with correct checksums), so they are
+// recompiled on demand. Tunings, trials and devices are kept.
+std::string migrate_1_to_2(Database& db, int64_t) {
+  const int64_t dropped = db.query_int("SELECT count(*) FROM binaries");
+  db.exec("DROP TABLE binaries; DELETE FROM binary_usage;");
+  db.exec(kSchemaV2Binaries);
+  if (dropped == 0) return "";
+  return fmt::format(
+      "migrated the cache to schema 2 (authenticated binaries): dropped {} binaries stored "
+      "before (they are recompiled when needed); tunings and trials kept",
+      dropped);
+}
+
 using Migration = std::string (*)(Database&, int64_t now);
 // kMigrations[v] migrates schema v to v + 1. Append; never edit a shipped one.
-constexpr Migration kMigrations[] = {migrate_0_to_1};
+constexpr Migration kMigrations[] = {migrate_0_to_1, migrate_1_to_2};
 
 FileKind classify_snapshot(Database& db);
 
@@ -185,6 +226,10 @@ FileKind classify_snapshot(Database& db) {
   int64_t application_id = db.query_int("PRAGMA application_id");
   int64_t version = db.query_int("PRAGMA user_version");
   if (application_id == kApplicationId) {
+    // No kjit writes a negative version, and a kjit file gets its tables in the
+    // same transaction that sets its version: version 0 with tables is damage.
+    if (version < 0) return FileKind::Invalid;
+    if (version == 0) return user_tables(db).empty() ? FileKind::Empty : FileKind::Invalid;
     if (version == schema_version()) return FileKind::Current;
     return version > schema_version() ? FileKind::Newer : FileKind::Older;
   }
@@ -196,9 +241,15 @@ FileKind classify_snapshot(Database& db) {
 
 }  // namespace
 
+int64_t file_schema_version(Database& db) {
+  return db.query_int("PRAGMA user_version");
+}
+
 std::string migrate(Database& db, int64_t now) {
   int64_t version = db.query_int("PRAGMA user_version");
   if (db.query_int("PRAGMA application_id") != kApplicationId) version = 0;
+  KJIT_CHECK(version >= 0 && version <= schema_version(),
+             "migrate() of a file classify() does not call Older or Empty");
   std::string notes;
   for (int64_t v = version; v < schema_version(); ++v) {
     std::string note = kMigrations[v](db, now);

@@ -26,8 +26,12 @@ enum class FileKind {
   Empty,    // no tables: initialize
   Newer,    // written by a newer kjit: do not touch
   Foreign,  // another application's SQLite file
+  Invalid,  // kjit's application_id, but a version no kjit writes (negative, or 0 with tables)
 };
 FileKind classify(Database& db);
+
+// The schema version a kjit file says it has (PRAGMA user_version).
+int64_t file_schema_version(Database& db);
 
 // Brings an Older or Empty file to schema_version() and stamps application_id and
 // user_version. Call inside a write transaction. Returns a note on what the

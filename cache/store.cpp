@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -20,9 +21,11 @@
 #include <set>
 #include <thread>
 
+#include "cache/authenticator.h"
 #include "cache/schema.h"
 #include "cache/sqlite.h"
 #include "cache/store_internal.h"
+#include "cache/trust.h"
 #include "support/hash.h"
 #include "support/options.h"
 
@@ -66,16 +69,83 @@ void make_directories(const fs::path& dir) {
   }
 }
 
-// Creates the file with mode 0600 if it does not exist (O_EXCL: exactly one
-// process creates it). SQLite gives the -wal and -shm files the same mode.
-void create_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return;
-    throw std::runtime_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+// The directory with every link in its path resolved.
+std::string resolved_directory(const fs::path& dir) {
+  const std::string name = dir.empty() ? "." : dir.string();
+  char* resolved = ::realpath(name.c_str(), nullptr);
+  if (resolved == nullptr)
+    throw std::runtime_error(fmt::format("cannot resolve {}: {}", name, std::strerror(errno)));
+  std::string out(resolved);
+  std::free(resolved);
+  return out;
+}
+
+// An open file descriptor, closed at the end of its scope.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
   }
-  ::fchmod(fd, 0600);
-  ::close(fd);
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Opens the store's file, creating it with mode 0600 if it does not exist
+// (O_EXCL: exactly one process creates it; SQLite gives the -wal and -shm files
+// the same mode). O_NOFOLLOW: a link in its place is refused, never followed;
+// O_NONBLOCK: a FIFO in its place does not block the open.
+int open_store_file(const std::string& path) {
+  int fd =
+      ::open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  if (fd >= 0) {
+    ::fchmod(fd, 0600);  // the umask may have narrowed it
+    return fd;
+  }
+  if (errno == EEXIST) fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    throw std::runtime_error(errno == ELOOP
+                                 ? fmt::format("{} is a symbolic link; kjit never follows links "
+                                               "in its cache. Fix: remove it",
+                                               path)
+                                 : fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  return fd;
+}
+
+// The files that belong to the store; none may be a link or anything but a
+// regular file (a link planted as kjit.db or as its lock made kjit write
+// wherever it pointed).
+constexpr const char* kStoreFileSuffixes[] = {"", "-wal", "-shm", ".lock", ".key"};
+
+// KJIT_CACHE_MAX_MB is below this many MiB (2^63 bytes).
+constexpr double kMaxCacheMiB = 8796093022208.0;
+
+// KJIT_CACHE_MAX_MB in bytes, or nullopt when it is not a plain number in range.
+std::optional<int64_t> parse_max_mb(const std::string& text) {
+  // Digits with an optional fraction: no sign, exponent, hex, inf or nan (all of
+  // which strtod takes), so what is accepted reads as the plain number it is.
+  size_t digits = 0, dots = 0;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      ++digits;
+    } else if (c == '.') {
+      ++dots;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (digits == 0 || dots > 1) return std::nullopt;
+  double mib = 0;
+  auto parsed = std::from_chars(text.data(), text.data() + text.size(), mib);
+  if (parsed.ec != std::errc() || parsed.ptr != text.data() + text.size()) return std::nullopt;
+  // The byte count must fit in int64_t: 1e13 MiB and beyond used to overflow to
+  // a negative limit that evicted everything.
+  if (!(mib < kMaxCacheMiB)) return std::nullopt;
+  return static_cast<int64_t>(mib * 1024 * 1024);
 }
 
 std::string timestamp_now() {
@@ -143,13 +213,12 @@ std::string Store::default_path(std::string* reason) {
 StoreOptions Store::options_from_environment() {
   StoreOptions options;
   if (std::optional<std::string> text = env("KJIT_CACHE_MAX_MB")) {
-    char* end = nullptr;
-    double mib = std::strtod(text->c_str(), &end);
-    if (end != text->c_str() && *end == '\0' && std::isfinite(mib) && mib >= 0) {
-      options.max_bytes = static_cast<int64_t>(mib * 1024 * 1024);
+    if (std::optional<int64_t> bytes = parse_max_mb(*text)) {
+      options.max_bytes = *bytes;
     } else {
-      print_once(fmt::format("KJIT_CACHE_MAX_MB='{}' is not a number of MiB; using {} MiB", *text,
-                             kDefaultMaxBytes >> 20));
+      print_once(fmt::format(
+          "KJIT_CACHE_MAX_MB='{}' is not a size in MiB (a number below {:.0f}); using {} MiB",
+          *text, kMaxCacheMiB, kDefaultMaxBytes >> 20));
     }
   }
   return options;
@@ -193,6 +262,17 @@ std::string Store::disabled_reason() const {
 std::vector<std::string> Store::warnings() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return warnings_;
+}
+
+bool Store::binaries_trusted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return db_ != nullptr && authenticator_ != nullptr;
+}
+
+std::string Store::binaries_distrust() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!db_) return "the cache is disabled: " + disabled_reason_;
+  return distrust_;
 }
 
 void Store::warn(const std::string& message) {
@@ -239,33 +319,58 @@ void Store::set_wal_mode(Database& database) {
 // Rejected for a file it will not use.
 void Store::attach() {
   fs::path file(path_);
+  std::string directory;
+  try {
+    make_directories(file.parent_path());
+    directory = resolved_directory(file.parent_path());
+  } catch (const std::runtime_error& e) {
+    throw Rejected(Rejected::Kind::Unusable, e.what());
+  }
+  file_ = (fs::path(directory) / file.filename()).string();
+  for (const char* suffix : kStoreFileSuffixes) {
+    const std::string name = file_ + suffix;
+    struct stat info {};
+    if (::lstat(name.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+      throw Rejected(Rejected::Kind::Unusable,
+                     S_ISLNK(info.st_mode)
+                         ? fmt::format("{} is a symbolic link; kjit never follows links in its "
+                                       "cache. Fix: remove it",
+                                       name)
+                         : fmt::format("{} is not a regular file. Fix: remove it", name));
+  }
   std::unique_ptr<Database> database;
   // Another process that found the same damage may move the file aside and create
   // a fresh one while this one opens it. Then SQLite fails to open the path
   // (CANTOPEN: for an instant there is no file), or opens the fresh file read-only
   // (it appeared between SQLite's read-write and read-only attempts), or the path
-  // names another file after the open than before it (so which one SQLite holds is
-  // unknown, and quarantine() must not trust the identity). Each time: create the
-  // fresh file if needed and open again (a few times; after that it is not this race).
-  struct stat before {
+  // names another file after the open than the one opened before it (so which one
+  // SQLite holds is unknown, and quarantine() must not trust the identity). Each
+  // time: create the fresh file if needed and open again (a few times; after that
+  // it is not this race). SQLite opens without following links too
+  // (SQLITE_OPEN_NOFOLLOW for the file, O_NOFOLLOW for its -wal and -shm), and the
+  // file is checked again after the open: the path must still name, without a
+  // link, the regular file opened here.
+  struct stat opened {
   }, after{};
   for (int attempt = 0; !database; ++attempt) {
+    std::optional<FileDescriptor> fd;
     try {
-      make_directories(file.parent_path());
-      create_file(path_);
+      fd.emplace(open_store_file(file_));
     } catch (const std::runtime_error& e) {
       throw Rejected(Rejected::Kind::Unusable, e.what());
     }
-    const bool had = ::stat(path_.c_str(), &before) == 0;
+    if (::fstat(fd->get(), &opened) != 0 || !S_ISREG(opened.st_mode))
+      throw Rejected(Rejected::Kind::Unusable, file_ + " is not a regular file. Fix: remove it");
     try {
-      database = std::make_unique<Database>(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+      database = std::make_unique<Database>(
+          file_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW);
     } catch (const SqliteError& e) {
       if ((e.code() & 0xff) != SQLITE_CANTOPEN || attempt >= 3) throw;
       continue;
     }
-    const bool has = ::stat(path_.c_str(), &after) == 0;
-    const bool same = had && has && before.st_dev == after.st_dev && before.st_ino == after.st_ino;
-    const bool spurious_read_only = database->read_only() && ::access(path_.c_str(), W_OK) == 0;
+    const bool has = ::lstat(file_.c_str(), &after) == 0 && S_ISREG(after.st_mode);
+    const bool same = has && opened.st_dev == after.st_dev && opened.st_ino == after.st_ino;
+    const bool spurious_read_only = database->read_only() && ::access(file_.c_str(), W_OK) == 0;
     if ((!same || spurious_read_only) && attempt < 3) database.reset();
   }
   file_device_ = after.st_dev;
@@ -278,10 +383,15 @@ void Store::attach() {
   FileKind kind = classify(*database);
   if (kind == FileKind::Foreign)
     throw Rejected(Rejected::Kind::Damaged, "it is not a kjit cache (another application's file)");
+  if (kind == FileKind::Invalid)
+    throw Rejected(Rejected::Kind::Damaged,
+                   fmt::format("its header is not one any kjit writes (schema version {}{})",
+                               file_schema_version(*database),
+                               file_schema_version(*database) == 0 ? " with tables" : ""));
   if (kind == FileKind::Newer)
     throw Rejected(Rejected::Kind::Unusable,
                    fmt::format("it was written by a newer kjit (schema {} > {}); left untouched",
-                               database->query_int("PRAGMA user_version"), schema_version()));
+                               file_schema_version(*database), schema_version()));
   // WAL lets readers work while one process writes. The mode is stored in the
   // file, so only the first opener changes it; several may race here, which
   // the busy timeout settles.
@@ -292,9 +402,9 @@ void Store::attach() {
     // or migrated the file since.
     WriteTransaction write(*database);
     FileKind now_kind = classify(*database);
-    if (now_kind == FileKind::Foreign)
+    if (now_kind == FileKind::Foreign || now_kind == FileKind::Invalid)
       throw Rejected(Rejected::Kind::Damaged,
-                     "it is not a kjit cache (another application's file)");
+                     "it is not a kjit cache (another application's file, or damaged)");
     if (now_kind == FileKind::Newer)
       throw Rejected(Rejected::Kind::Unusable, "it was written by a newer kjit; left untouched");
     std::string note;
@@ -303,12 +413,36 @@ void Store::attach() {
     if (!note.empty()) warn(note);
   }
   db_ = std::move(database);
+  establish_trust(directory);
+}
+
+void Store::establish_trust(const std::string& directory) {
+  authenticator_.reset();
+  distrust_ = directory_distrust(directory);
+  // The file as opened (its identity was checked above), then its -wal and
+  // -shm, which exist by now (WAL mode).
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    if (!distrust_.empty()) break;
+    const std::string name = file_ + suffix;
+    struct stat info {};
+    if (::lstat(name.c_str(), &info) == 0) distrust_ = file_distrust(name, info);
+  }
+  if (distrust_.empty()) {
+    try {
+      authenticator_ = Authenticator::from_key_file(file_ + ".key");
+    } catch (const std::runtime_error& e) {
+      distrust_ = e.what();
+    }
+  }
+  if (!distrust_.empty())
+    warn("compiled kernels are not loaded from or stored in this cache (tunings still are): " +
+         distrust_);
 }
 
 bool Store::replaced_underneath() const {
   if (file_inode_ == 0) return false;  // nothing opened yet
   struct stat info {};
-  return ::stat(path_.c_str(), &info) != 0 || info.st_dev != file_device_ ||
+  return ::lstat(file_.c_str(), &info) != 0 || info.st_dev != file_device_ ||
          info.st_ino != file_inode_;
 }
 
@@ -344,23 +478,32 @@ void Store::connect() {
 
 void Store::quarantine(const std::string& why) {
   db_.reset();
+  authenticator_.reset();
   // Under a lock file so that processes that found the same damage move it
-  // aside once, and none moves aside the fresh file another just created.
-  std::string lock_path = path_ + ".lock";
-  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  // aside once, and none moves aside the fresh file another just created. The
+  // lock is opened without following a link, and used only if it is a regular
+  // file (a link planted there created a file wherever it pointed).
+  std::string lock_path = file_ + ".lock";
+  int lock_fd =
+      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  struct stat lock_info {};
+  if (lock_fd >= 0 && (::fstat(lock_fd, &lock_info) != 0 || !S_ISREG(lock_info.st_mode))) {
+    ::close(lock_fd);
+    lock_fd = -1;
+  }
   if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
   struct stat info {};
-  bool same_file = ::stat(path_.c_str(), &info) == 0 && info.st_dev == file_device_ &&
+  bool same_file = ::lstat(file_.c_str(), &info) == 0 && info.st_dev == file_device_ &&
                    info.st_ino == file_inode_;
   if (same_file) {
-    std::string aside = path_ + ".corrupt-" + timestamp_now();
+    std::string aside = file_ + ".corrupt-" + timestamp_now();
     for (int n = 2; path_exists(aside); ++n)
-      aside = fmt::format("{}.corrupt-{}-{}", path_, timestamp_now(), n);
-    if (::rename(path_.c_str(), aside.c_str()) == 0) {
+      aside = fmt::format("{}.corrupt-{}-{}", file_, timestamp_now(), n);
+    if (::rename(file_.c_str(), aside.c_str()) == 0) {
       // The WAL belongs to the damaged file: it must never be replayed into the
       // fresh one. It moves with it, so the aside copy stays complete.
       for (const char* suffix : {"-wal", "-shm"}) {
-        std::string from = path_ + suffix;
+        std::string from = file_ + suffix;
         if (path_exists(from)) ::rename(from.c_str(), (aside + suffix).c_str());
       }
       warn(fmt::format("{}; moved it aside to {} and started a fresh cache", why, aside));
@@ -409,8 +552,9 @@ T Store::guarded(const char* what, T fallback, Body&& body) {
 std::optional<BinaryRecord> Store::find_binary(const std::string& key) {
   return guarded<std::optional<BinaryRecord>>(
       "a lookup", std::nullopt, [&](Database& db) -> std::optional<BinaryRecord> {
+        if (!authenticator_) return std::nullopt;  // not trusted: warned once when opened
         BinaryRecord record;
-        bool damaged = false;
+        bool damaged = false, forged = false;
         {
           // One cached statement; the cubin is copied once, straight from SQLite's page.
           Statement& query = db.cached("SELECT " KJIT_BINARY_COLUMNS
@@ -419,17 +563,23 @@ std::optional<BinaryRecord> Store::find_binary(const std::string& key) {
           query.bind(1, key);
           if (!query.step()) return std::nullopt;
           read_binary(query, record, /*with_content=*/true);
-          damaged = checksum(query.column_blob(kCubinColumn)) != record.checksum;
+          const std::string_view cubin = query.column_blob(kCubinColumn);
+          damaged = checksum(cubin) != record.checksum;
+          forged = !damaged && !authenticator_->verify(key, cubin, record.mac);
         }
-        if (damaged) {
+        if (damaged || forged) {
           WriteTransaction write(db);
-          db.cached("DELETE FROM binaries WHERE key = ?1 AND checksum = ?2")
+          db.cached("DELETE FROM binaries WHERE key = ?1 AND checksum = ?2 AND mac = ?3")
               .bind(1, key)
               .bind(2, record.checksum)
+              .bind(3, record.mac)
               .run();
           write.commit();
-          warn(fmt::format("binary {} failed its checksum; dropped it (it will be recompiled)",
-                           key));
+          warn(fmt::format(
+              "binary {} {}; dropped it (it will be recompiled)", key,
+              damaged ? "failed its checksum"
+                      : "failed authentication (this user's kjit did not store it: it was planted, "
+                        "copied from elsewhere, or its cubin swapped)"));
           return std::nullopt;
         }
         record.hits += 1;
@@ -442,17 +592,20 @@ std::optional<BinaryRecord> Store::find_binary(const std::string& key) {
 
 PutOutcome Store::put_binary(const BinaryRecord& record) {
   return guarded<PutOutcome>("storing a binary", PutOutcome::Rejected, [&](Database& db) {
+    if (!authenticator_) return PutOutcome::Rejected;  // not trusted: warned once when opened
     if (record.key.empty() || record.cubin.empty()) {
       warn("refused a binary without a key or a cubin");
       return PutOutcome::Rejected;
     }
-    std::string sum = checksum(std::string_view(record.cubin.data(), record.cubin.size()));
+    const std::string_view cubin(record.cubin.data(), record.cubin.size());
+    const std::string sum = checksum(cubin);
+    const std::string mac = authenticator_->mac(record.key, cubin);
     int64_t time = now();
     stored_content_ = true;
     WriteTransaction write(db);
     flush_locked();
     bool existed = binary_exists(db, record.key);
-    insert_binary(db, record, sum, time, time, 0);
+    insert_binary(db, record, sum, mac, time, time, 0);
     evict_locked(record.key);
     write.commit();
     return existed ? PutOutcome::Replaced : PutOutcome::Inserted;

@@ -9,6 +9,13 @@
 //   store->find_binary(key) → hit: cuModuleLoadData(record->cubin), map[key] = ...
 //   miss: nvrtc_compile(...) → store->put_binary(record) → map[key] = ...
 //
+// Trust: compiled code is loaded only from a store that no other user could
+// have written (its directory, every directory above it and its files belong to
+// this user, or root above, and are writable by nobody else), and only when
+// the row's MAC under this user's secret key (kjit.db.key, 0600) matches its
+// key and cubin. Otherwise the store warns once, with the fix, and serves
+// tunings only. See docs/cache.md, "Trust model".
+//
 // Faults never reach the host program: a corrupt or foreign file is moved aside
 // as "<name>.corrupt-<timestamp>" with a warning and a fresh one is created; an
 // unusable location (read-only directory, a newer kjit's file) disables the
@@ -36,6 +43,9 @@
 namespace kjit::cache {
 
 class Database;
+namespace detail {
+class Authenticator;
+}
 
 // Name of the file inside the cache directory.
 inline constexpr const char* kCacheFileName = "kjit.db";
@@ -69,13 +79,17 @@ struct CacheStats {
 
 struct VerifyReport {
   std::vector<std::string> integrity;  // PRAGMA integrity_check: {"ok"} when sound
+  // Why the store's binaries are not trusted (see Store::binaries_distrust());
+  // "" when they are. MACs are then not checked.
+  std::string untrusted;
   int64_t binaries_checked = 0;
-  std::vector<std::string> bad_binaries;  // keys whose checksum failed
-  int64_t removed = 0;                    // bad binaries deleted (verify(true))
-  // Sound, and every bad binary (if any) removed.
+  std::vector<std::string> bad_binaries;     // keys whose checksum failed
+  std::vector<std::string> unauthenticated;  // keys whose MAC failed (planted or swapped)
+  int64_t removed = 0;                       // bad binaries deleted (verify(true))
+  // Sound and trusted, and every bad binary (if any) removed.
   bool ok() const {
-    return integrity.size() == 1 && integrity[0] == "ok" &&
-           static_cast<int64_t>(bad_binaries.size()) == removed;
+    return integrity.size() == 1 && integrity[0] == "ok" && untrusted.empty() &&
+           static_cast<int64_t>(bad_binaries.size() + unauthenticated.size()) == removed;
   }
 };
 
@@ -85,7 +99,8 @@ struct TableCounts {
   int64_t replaced =
       0;             // the incoming row was better measured (tunings, trials) or newer (devices)
   int64_t kept = 0;  // the existing row stayed
-  int64_t rejected = 0;  // invalid incoming rows (a binary whose checksum fails)
+  int64_t rejected = 0;  // invalid incoming rows (a binary whose checksum or MAC fails)
+  int64_t skipped = 0;   // binaries left out: not asked for (no --trust-binaries) or not trusted
   void count(PutOutcome outcome);
 };
 struct TransferReport {
@@ -128,15 +143,21 @@ class Store {
   // Every warning this store issued (each is also printed to stderr, once per
   // process).
   std::vector<std::string> warnings() const;
+  // Whether binaries are loaded from and stored in this store: its files could
+  // have been written by this user only, and its secret key is usable.
+  bool binaries_trusted() const;
+  // Why not, with the fix ("" when trusted).
+  std::string binaries_distrust() const;
 
   // ---- binaries ----
-  // The binary stored under `key`, its checksum verified; nullopt on a miss. A
-  // checksum mismatch deletes the row, warns and returns nullopt: the caller
-  // recompiles. A hit counts toward hits and last_used (written in batches).
+  // The binary stored under `key`, its checksum and MAC verified; nullopt on a
+  // miss, and always when binaries are not trusted. A mismatch deletes the row,
+  // warns and returns nullopt: the caller recompiles. A hit counts toward hits
+  // and last_used (written in batches).
   std::optional<BinaryRecord> find_binary(const std::string& key);
-  // Stores `record` (checksum, created and last_used are set here), then evicts
-  // least-recently-used binaries above max_bytes. Inserted, Replaced, or
-  // Rejected (a failed write or a disabled store; warned).
+  // Stores `record` (checksum, MAC, created and last_used are set here), then
+  // evicts least-recently-used binaries above max_bytes. Inserted, Replaced, or
+  // Rejected (a failed write, a disabled or untrusted store; warned once).
   PutOutcome put_binary(const BinaryRecord& record);
   // For `kjit cache show`: the binary whose key is or starts with `key_prefix`
   // (cubin included, unverified, hits not counted). Throws UserError when the
@@ -169,19 +190,24 @@ class Store {
 
   // ---- administration (throw CacheError; UserError for bad arguments) ----
   CacheStats stats();
-  // PRAGMA integrity_check and every binary's checksum; `remove_bad` deletes
-  // the binaries that fail.
+  // PRAGMA integrity_check, whether the store is trusted, every binary's
+  // checksum and (when trusted) MAC; `remove_bad` deletes the binaries that fail.
   VerifyReport verify(bool remove_bad = false);
   // Writes a new kjit file at `path` (which must not exist) with everything, or
   // with one GPU model's device, tunings, trials and the binaries for its
-  // architecture.
+  // architecture. Only binaries whose MAC verifies leave, without a MAC (the
+  // receiver imports them with trust_binaries).
   TransferReport export_to(const std::string& path, const std::string& gpu_model = "");
-  // Copies another kjit file into this store: binaries whose checksum fails are
-  // rejected, present binaries kept, tunings and trials by better_measured().
-  TransferReport import_from(const std::string& path);
+  // Copies another kjit file into this store: tunings and trials by
+  // better_measured(), devices by recency. Binaries only with `trust_binaries`
+  // (otherwise counted as skipped): those whose checksum fails are rejected,
+  // present ones kept, the others authenticated with this store's key. Throws
+  // CacheError when trust_binaries is asked of a store that is not trusted.
+  TransferReport import_from(const std::string& path, bool trust_binaries = false);
   // The reverse: copies this store into the kjit file at `path` (created when
-  // missing; never moved aside), with the same policy.
-  TransferReport merge_into(const std::string& path);
+  // missing; never moved aside), with the same policy; binaries (only this
+  // store's authentic ones) are authenticated with that file's key.
+  TransferReport merge_into(const std::string& path, bool trust_binaries = false);
   // Deletes binaries, and unless `binaries_only` tunings, trials and devices too.
   ClearReport clear(bool binaries_only = false);
   // Checkpoints the WAL and rebuilds the file; returns the bytes it gave back.
@@ -193,6 +219,9 @@ class Store {
 
   void connect();
   void attach();
+  // After attach() opened the file: whether its binaries can be trusted, and
+  // the key that authenticates them.
+  void establish_trust(const std::string& directory);
   void set_wal_mode(Database& database);
   void quarantine(const std::string& why);
   // Whether the path no longer names the file attach() opened (another process
@@ -210,12 +239,18 @@ class Store {
   T guarded(const char* what, T fallback, Body&& body);
 
   std::string path_;
+  // path_ with its directory resolved (realpath): the file actually opened, so
+  // that no link in the path changes what is opened from one call to the next.
+  std::string file_;
   StoreOptions options_;
   mutable std::mutex mutex_;
   std::unique_ptr<Database> db_;
   std::string disabled_reason_;
   std::vector<std::string> warnings_;
   std::vector<std::string> pending_hits_;  // keys found since the last flush
+  // Null when binaries are not trusted; distrust_ says why.
+  std::unique_ptr<detail::Authenticator> authenticator_;
+  std::string distrust_;
   bool quarantined_once_ = false;
   bool stored_content_ = false;  // binaries, tunings or trials written: checkpoint on close
   // The file's identity when opened: quarantine() moves it aside only if the

@@ -24,14 +24,15 @@ inline constexpr size_t kMaxPendingHits = 64;
 // leaves cubin, source and log empty for listings.
 // Binaries are read FROM KJIT_BINARIES_WITH_USAGE (b: binaries, u: binary_usage).
 #define KJIT_BINARIES_WITH_USAGE "binaries b LEFT JOIN binary_usage u ON u.key = b.key"
+// The MAC is read only with the content: a listing has no use for it.
 #define KJIT_BINARY_COLUMNS                                                               \
   "b.key, b.cubin, b.checksum, b.arch, b.nvrtc_version, b.generator_version, b.options, " \
   "b.ptxas_stats, b.nvrtc_log, b.source, b.created, coalesce(u.last_used, b.created), "   \
-  "coalesce(u.hits, 0), b.bytes"
+  "coalesce(u.hits, 0), b.bytes, b.mac"
 #define KJIT_BINARY_META_COLUMNS                                                              \
   "b.key, x'', b.checksum, b.arch, b.nvrtc_version, b.generator_version, b.options, "         \
   "b.ptxas_stats, '', '', b.created, coalesce(u.last_used, b.created), coalesce(u.hits, 0), " \
-  "b.bytes"
+  "b.bytes, ''"
 inline constexpr int kCubinColumn = 1;
 #define KJIT_TUNING_COLUMNS \
   "gpu_model, problem, config, median_ms, spread, runs, tuner_version, created"
@@ -53,8 +54,10 @@ std::vector<std::string> decode_options(const std::string& text);
 // Busy timeout and the defensive settings every connection gets.
 void configure(Database& db);
 
+// Writes `record` with the given checksum and MAC (record.checksum and
+// record.mac are not read).
 void insert_binary(Database& db, const BinaryRecord& record, const std::string& checksum,
-                   int64_t created, int64_t last_used, int64_t hits);
+                   const std::string& mac, int64_t created, int64_t last_used, int64_t hits);
 bool binary_exists(Database& db, const std::string& key);
 // Keep-the-better-measured upserts (see better_measured()).
 PutOutcome upsert_tuning(Database& db, const TuningRecord& tuning, int64_t now);

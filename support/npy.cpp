@@ -1,12 +1,15 @@
 #include "support/npy.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
+#include "support/checked_math.h"
 #include "support/error.h"
+#include "support/files.h"
 #include "support/half.h"
 
 namespace kjit {
@@ -20,6 +23,10 @@ int npy_item_size(const std::string& descr) {
 }
 
 namespace {
+
+// NumPy itself refuses headers above 10000 bytes unless told otherwise; this is
+// well above that and keeps a hostile header length from allocating gigabytes.
+constexpr size_t kMaxHeaderBytes = 64 * 1024;
 
 // The value of 'key': in the header dict, as raw text up to the next top-level comma.
 std::string header_field(const std::string& header, const std::string& key,
@@ -36,37 +43,74 @@ std::string header_field(const std::string& header, const std::string& key,
     return header.substr(at, end - at + 1);
   }
   size_t end = header.find_first_of(",}", at);
-  return header.substr(at, end - at);
+  return header.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+// "(3, 4)", "(3,)", "()" (Python 2 wrote "3L") -> sizes; a UserError for
+// anything else, a negative size or one that does not fit in 64 bits.
+std::vector<int64_t> parse_shape(const std::string& text, const std::string& path) {
+  auto malformed = [&](const std::string& why) {
+    return UserError(path + ": malformed .npy shape " + text + ": " + why);
+  };
+  std::vector<int64_t> shape;
+  size_t i = 1;  // past '('
+  auto skip_spaces = [&] {
+    while (i < text.size() && text[i] == ' ') ++i;
+  };
+  skip_spaces();
+  while (i < text.size() && text[i] != ')') {
+    if (text[i] == '-') throw malformed("a size is negative");
+    size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == start) throw malformed("expected a size");
+    int64_t size = 0;
+    auto parsed = std::from_chars(text.data() + start, text.data() + i, size);
+    if (parsed.ec != std::errc())
+      throw malformed("the size " + text.substr(start, i - start) + " does not fit in 64 bits");
+    shape.push_back(size);
+    if (i < text.size() && text[i] == 'L') ++i;
+    skip_spaces();
+    if (i < text.size() && text[i] == ',') {
+      ++i;
+      skip_spaces();
+    } else if (i < text.size() && text[i] != ')') {
+      throw malformed("expected ',' or ')'");
+    }
+  }
+  return shape;
 }
 
 }  // namespace
 
 NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError("cannot read '" + path + "': " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  InputFile file(path);
+  std::string bytes = file.read(10);
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
     throw UserError(path + ": not a .npy file (no \\x93NUMPY magic)");
   int major = static_cast<unsigned char>(bytes[6]);
-  size_t header_length = 0, header_start = 0;
+  size_t header_length = 0;
   if (major == 1) {
     header_length = static_cast<unsigned char>(bytes[8]) |
                     (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
-    header_start = 10;
   } else if (major == 2 || major == 3) {
+    bytes += file.read(2);
     if (bytes.size() < 12) throw UserError(path + ": truncated .npy header");
     for (int i = 0; i < 4; ++i)
       header_length |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
-    header_start = 12;
   } else {
     throw UserError(path + ": unsupported .npy version " + std::to_string(major));
   }
-  if (bytes.size() < header_start + header_length)
-    throw UserError(path + ": truncated .npy header");
-  std::string header = bytes.substr(header_start, header_length);
+  if (header_length > kMaxHeaderBytes)
+    throw UserError(path + ": the .npy header is " + std::to_string(header_length) +
+                    " bytes; kjit reads headers of at most " + std::to_string(kMaxHeaderBytes));
+  const size_t header_start = bytes.size();
+  std::string header = file.read(static_cast<int64_t>(header_length));
+  if (header.size() < header_length) throw UserError(path + ": truncated .npy header");
   NpyArray array;
   std::string descr = header_field(header, "descr", path);
-  if (descr.size() < 2) throw UserError(path + ": malformed descr");
+  if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"') ||
+      descr.back() != descr.front())
+    throw UserError(path + ": malformed descr");
   array.descr = descr.substr(1, descr.size() - 2);  // strip quotes
   if (array.descr == "<b1" || array.descr == "=b1") array.descr = "|b1";
   if (npy_item_size(array.descr) == 0)
@@ -76,24 +120,19 @@ NpyArray read_npy(const std::string& path) {
     throw UserError(path + ": Fortran-order arrays are not supported",
                     "save with np.ascontiguousarray(a)");
   std::string shape = header_field(header, "shape", path);
-  std::string digits;
-  for (char c : shape + ",") {
-    if (c >= '0' && c <= '9') {
-      digits += c;
-    } else if ((c == ',' || c == ')') && !digits.empty()) {
-      array.shape.push_back(std::stoll(digits));
-      digits.clear();
-    }
-  }
-  int64_t count = 1;
-  for (int64_t s : array.shape) count *= s;
-  size_t data_bytes = static_cast<size_t>(count) * static_cast<size_t>(npy_item_size(array.descr));
-  size_t data_start = header_start + header_length;
-  if (bytes.size() - data_start < data_bytes)
-    throw UserError(path + ": truncated data: " + std::to_string(bytes.size() - data_start) +
+  if (shape.empty() || shape.front() != '(') throw UserError(path + ": malformed .npy shape");
+  array.shape = parse_shape(shape, path);
+  const int64_t data_bytes =
+      checked_size(array.shape, npy_item_size(array.descr), path + ": the shape");
+  const int64_t available = file.size() - static_cast<int64_t>(header_start + header_length);
+  if (available < data_bytes)
+    throw UserError(path + ": truncated data: " + std::to_string(std::max<int64_t>(available, 0)) +
                     " bytes for " + std::to_string(data_bytes));
-  array.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_start),
-                    bytes.begin() + static_cast<std::ptrdiff_t>(data_start + data_bytes));
+  array.data.resize(static_cast<size_t>(data_bytes));
+  const int64_t read = file.read_into(array.data.data(), data_bytes);
+  if (read < data_bytes)
+    throw UserError(path + ": truncated data: " + std::to_string(read) + " bytes for " +
+                    std::to_string(data_bytes));
   return array;
 }
 

@@ -1,12 +1,16 @@
 // kjit — the command-line tool. Subcommands live in tools/cli/, one per file.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <vector>
 
 #include "support/error.h"
 #include "tools/cli/command.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"kjit: a JIT kernel generator and autotuner for NVIDIA GPUs", "kjit"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(KJIT_VERSION));
@@ -58,4 +62,24 @@ int main(int argc, char** argv) {
     return 3;
   }
   return kjit::cli::exit_code;
+}
+
+// Whatever was printed must have reached stdout: `kjit emit ... > /dev/full`
+// (or a closed pipe, or a full disk) is a failure, not a success with nothing
+// written. stdout is flushed here, so the error is known before exiting.
+int check_stdout(int code) {
+  errno = 0;
+  std::cout.flush();
+  const bool failed = !std::cout || std::fflush(stdout) != 0 || std::ferror(stdout);
+  if (!failed) return code;
+  const int error = errno;
+  std::cerr << "kjit: cannot write to standard output: "
+            << (error != 0 ? std::strerror(error) : "write error") << "\n";
+  return code == 0 ? 1 : code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return check_stdout(run(argc, argv));
 }

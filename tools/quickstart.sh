@@ -23,7 +23,7 @@ case $mode in
 esac
 
 packages=(cmake ninja-build g++ pkg-config file binutils libgtest-dev libgmock-dev libbenchmark-dev
-  libsqlite3-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  libsqlite3-dev libssl-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   llvm-14-tools clang-14 libclang-rt-14-dev python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do

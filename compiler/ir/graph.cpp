@@ -127,8 +127,7 @@ Value Graph::input(const std::string& name, DType dtype, Shape shape) {
   node.name = name;
   node.dtype = dtype;
   node.shape = std::move(shape);
-  nodes_.push_back(std::move(node));
-  return Value{this, static_cast<int>(nodes_.size()) - 1};
+  return Value{this, add_node_unchecked(std::move(node))};
 }
 
 Value Graph::constant(double value, DType dtype) {
@@ -164,12 +163,17 @@ Value Graph::apply(OpCode op, const std::vector<Value>& operands, DType cast_to)
 void Graph::output(const std::string& name, Value value) {
   if (!is_identifier(name)) throw UserError("output name '" + name + "' is not an identifier");
   if (value.graph != this) throw UserError("output '" + name + "' belongs to another graph");
-  for (const auto& [existing, id] : outputs_) {
-    if (existing == name) throw UserError("output '" + name + "' is assigned twice");
-  }
+  if (output_names_.count(name)) throw UserError("output '" + name + "' is assigned twice");
   if (find_input(name) >= 0)
     throw UserError("output '" + name + "' has the name of an input", "rename one of them");
   outputs_.emplace_back(name, value.id);
+  output_names_.insert(name);
+}
+
+void Graph::set_outputs(std::vector<std::pair<std::string, int>> outputs) {
+  outputs_ = std::move(outputs);
+  output_names_.clear();
+  for (const auto& [name, id] : outputs_) output_names_.insert(name);
 }
 
 std::vector<int> Graph::inputs() const {
@@ -181,15 +185,16 @@ std::vector<int> Graph::inputs() const {
 }
 
 int Graph::find_input(const std::string& name) const {
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].op == OpCode::Input && nodes_[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
+  auto it = input_ids_.find(name);
+  return it == input_ids_.end() ? -1 : it->second;
 }
 
 int Graph::add_node_unchecked(Node node) {
+  const int id = static_cast<int>(nodes_.size());
+  // The first input of a name is the one lookups find (verify() rejects a second).
+  if (node.op == OpCode::Input) input_ids_.emplace(node.name, id);
   nodes_.push_back(std::move(node));
-  return static_cast<int>(nodes_.size()) - 1;
+  return id;
 }
 
 Shape Graph::output_shape() const {

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -65,9 +67,7 @@ class Graph {
 
   // For passes and tests: appends a node as is (no checks) / replaces the outputs.
   int add_node_unchecked(Node node);
-  void set_outputs(std::vector<std::pair<std::string, int>> outputs) {
-    outputs_ = std::move(outputs);
-  }
+  void set_outputs(std::vector<std::pair<std::string, int>> outputs);
 
   // The output shape of the kernel: the broadcast of every output's shape.
   Shape output_shape() const;
@@ -75,6 +75,10 @@ class Graph {
  private:
   std::vector<Node> nodes_;
   std::vector<std::pair<std::string, int>> outputs_;
+  // Name lookups in constant time, so building a graph of n nodes is linear:
+  // the parser looks up every name it reads.
+  std::unordered_map<std::string, int> input_ids_;
+  std::unordered_set<std::string> output_names_;
 };
 
 // How `node` would be typed from its operands in `graph`: sets dtype and shape, or

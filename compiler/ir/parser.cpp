@@ -4,7 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <map>
-#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "support/error.h"
 
@@ -23,14 +24,17 @@ struct Token {
 class Parser {
  public:
   Parser(const std::string& text, const ParseOptions& options) : text_(text), options_(options) {
+    if (text_.size() > kMaxTextBytes)
+      throw UserError("the expression is " + std::to_string(text_.size()) +
+                      " bytes; kjit parses at most " + std::to_string(kMaxTextBytes));
     tokenize();
     for (const Predeclared& input : options_.inputs)
-      graph_.input(input.name, input.dtype, input.shape);
+      add_input(Token{}, input.name, input.dtype, input.shape);
   }
 
   Graph run() {
-    std::vector<std::string> assigned;  // in order
-    std::set<std::string> read;         // names read by a later statement
+    std::vector<std::string> assigned;     // in order
+    std::unordered_set<std::string> read;  // names read by a later statement
     std::vector<std::string> returned;
     bool have_return = false;
     while (peek().kind != Tok::End) {
@@ -47,6 +51,7 @@ class Parser {
           const Token& name = expect_ident("an output name");
           if (!values_.count(name.text)) fail(name, "'" + name.text + "' is not assigned");
           returned.push_back(name.text);
+          output_at_[name.text] = name.offset;
         } while (accept(","));
         continue;
       }
@@ -55,6 +60,7 @@ class Parser {
         continue;
       }
       std::string name = "y";
+      const size_t statement_at = first.offset;
       if (first.kind == Tok::Ident && peek(1).text == "=") {
         name = next().text;
         next();
@@ -71,14 +77,39 @@ class Parser {
         fail(peek(), "expected an operator, ';' or the end of the line");
       values_[name] = v.id;
       assigned.push_back(name);
+      output_at_.emplace(name, statement_at);
       ++statements_;
     }
     if (assigned.empty()) fail(peek(), "expected at least one assignment, e.g. y = sin(x)");
+    std::vector<std::string> outputs;
     if (have_return) {
-      for (const std::string& name : returned) graph_.output(name, graph_.value(values_.at(name)));
+      outputs = returned;
     } else {
-      for (const std::string& name : assigned) {
-        if (!read.count(name)) graph_.output(name, graph_.value(values_.at(name)));
+      for (const std::string& name : assigned)
+        if (!read.count(name)) outputs.push_back(name);
+    }
+    // One kernel writes every output over one shape: outputs that do not
+    // broadcast together are an error here, where the statement can be shown,
+    // rather than in verify() or the lowering.
+    Shape shape;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const std::string& name = outputs[k];
+      const size_t at = output_at_.at(name);
+      if (static_cast<int>(k) == kMaxOutputs)
+        fail_at(at, "more than " + std::to_string(kMaxOutputs) +
+                        " outputs; one expression writes at most " + std::to_string(kMaxOutputs));
+      const Node& node = graph_.node(values_.at(name));
+      std::optional<Shape> both = broadcast(shape, node.shape);
+      if (!both)
+        fail_at(at, "output '" + name + "' has shape " + to_string(node.shape) +
+                        ", which does not broadcast with " + to_string(shape) +
+                        " of the outputs before it (one kernel writes every output over one "
+                        "shape)");
+      shape = *both;
+      try {
+        graph_.output(name, graph_.value(values_.at(name)));
+      } catch (const UserError& e) {
+        fail_at(at, e.what());
       }
     }
     return std::move(graph_);
@@ -254,7 +285,16 @@ class Parser {
       any = true;
     }
     if (!any) fail(peek(), "expected a dtype (" + dtype_names() + ") or a shape such as [n]");
-    graph_.input(name.text, dtype, shape);
+    add_input(name, name.text, dtype, shape);
+  }
+
+  // Every input goes through here, to count them. `at` is where the text names
+  // it (a predeclared input has no place in the text).
+  Value add_input(const Token& at, const std::string& name, DType dtype, const Shape& shape) {
+    if (++inputs_ > kMaxInputs)
+      fail(at, "more than " + std::to_string(kMaxInputs) +
+                   " inputs; one expression reads at most " + std::to_string(kMaxInputs));
+    return graph_.input(name, dtype, shape);
   }
 
   // ---- expressions, lowest precedence first
@@ -320,7 +360,6 @@ class Parser {
     ~Nesting() { --parser.nesting_; }
     Parser& parser;
   };
-  static constexpr int kMaxNesting = 256;
 
   Value primary() {
     Nesting guard(*this);
@@ -379,7 +418,7 @@ class Parser {
     if (find_op(t.text) || t.text == "where")
       fail(t, "'" + t.text + "' is an op; call it: " + t.text + "(...)");
     // An undeclared name: an input of the default dtype and shape.
-    return graph_.input(t.text, options_.default_dtype, options_.default_shape);
+    return add_input(t, t.text, options_.default_dtype, options_.default_shape);
   }
   Value number(const Token& t, bool negative) {
     double value = 0;
@@ -396,6 +435,9 @@ class Parser {
   }
   Value apply(const Token& at, OpCode op, const std::vector<Value>& operands,
               DType cast_to = DType::F32) {
+    if (++ops_ > kMaxOps)
+      fail(at, "more than " + std::to_string(kMaxOps) + " ops; one expression holds at most " +
+                   std::to_string(kMaxOps) + " (split the work into several expressions)");
     try {
       return graph_.apply(op, operands, cast_to);
     } catch (const UserError& e) {
@@ -408,10 +450,13 @@ class Parser {
   std::vector<Token> tokens_;
   size_t position_ = 0;
   Graph graph_;
-  std::map<std::string, int> values_;  // assigned names -> node
+  std::unordered_map<std::string, int> values_;        // assigned names -> node
+  std::unordered_map<std::string, size_t> output_at_;  // assigned names -> offset of the statement
   std::vector<std::string> reads_;
   int statements_ = 0;
   int nesting_ = 0;
+  int ops_ = 0;
+  int inputs_ = 0;
 };
 
 }  // namespace

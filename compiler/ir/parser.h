@@ -9,8 +9,13 @@
 // Undeclared names are inputs of the default dtype and shape. Functions are the op
 // table's names (plus where = select); cast(x, bf16) converts. Errors are
 // UserErrors naming line and column with a caret under the spot.
+//
+// Parsing takes time linear in the text. The limits below keep one expression
+// within what one fused kernel can be: past them a UserError says which limit
+// was reached (docs/limits.md has the measurements behind them).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,23 @@ struct ParseOptions {
   std::vector<Predeclared> inputs;
 };
 
+// Bytes of text: 1 MiB, far beyond kMaxOps ops written out.
+inline constexpr size_t kMaxTextBytes = size_t{1} << 20;
+// Ops (every operator and call; inputs and literals are not ops). NVRTC's time
+// and memory grow with the op count: a 20 000-op chain took minutes and 5.8 GB;
+// 2048 ops compile in about 15 s and 0.5 GB (sm_90, docs/limits.md).
+inline constexpr int kMaxOps = 2048;
+// Inputs and outputs: each is a kernel parameter (an input read with strides
+// takes three), and 128 inputs + 64 outputs stay inside CUDA's 4 KiB of
+// kernel parameters on every supported toolkit.
+inline constexpr int kMaxInputs = 128;
+inline constexpr int kMaxOutputs = 64;
+// Parentheses, calls and unary operators nested inside one another (the parser
+// recurses, so this also bounds its stack).
+inline constexpr int kMaxNesting = 256;
+
+// A UserError for text that does not parse, for a graph whose outputs do not
+// broadcast to one shape (one kernel writes them all), or past a limit above.
 Graph parse(const std::string& text, const ParseOptions& options = {});
 
 }  // namespace kjit::ir

@@ -1,5 +1,6 @@
 #include "compiler/ir/shape.h"
 
+#include "support/checked_math.h"
 #include "support/error.h"
 
 namespace kjit::ir {
@@ -49,9 +50,7 @@ std::vector<int64_t> concrete(const Shape& shape, const Bindings& bindings) {
 }
 
 int64_t element_count(const std::vector<int64_t>& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
+  return checked_size(sizes, 1, "a tensor of shape");
 }
 
 }  // namespace kjit::ir

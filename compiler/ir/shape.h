@@ -36,7 +36,8 @@ using Bindings = std::map<std::string, int64_t>;
 // Concrete sizes of a shape; a UserError names an unbound symbol.
 std::vector<int64_t> concrete(const Shape& shape, const Bindings& bindings);
 
-// The product of sizes (1 for a scalar).
+// The product of sizes (1 for a scalar); a UserError naming the sizes when it
+// does not fit in 64 bits (or a size is negative).
 int64_t element_count(const std::vector<int64_t>& sizes);
 
 }  // namespace kjit::ir

@@ -25,6 +25,7 @@ struct CacheCommandOptions {
   bool fix = false;
   bool yes = false;
   bool binaries_only = false;
+  bool trust_binaries = false;
 };
 
 // Every subcommand but `path` needs a working store.
@@ -92,7 +93,8 @@ nlohmann::json counts_json(const cache::TableCounts& c) {
   return {{"inserted", c.inserted},
           {"replaced", c.replaced},
           {"kept", c.kept},
-          {"rejected", c.rejected}};
+          {"rejected", c.rejected},
+          {"skipped", c.skipped}};
 }
 
 void print_transfer(const std::string& what, const cache::TransferReport& r, bool json) {
@@ -108,12 +110,17 @@ void print_transfer(const std::string& what, const cache::TransferReport& r, boo
                  const char* replaced_means) {
     std::cout << fmt::format("  {:<9} {} inserted, {} replaced{}, {} kept{}, {} rejected{}\n",
                              table, c.inserted, c.replaced, replaced_means, c.kept, kept_means,
-                             c.rejected, c.rejected ? " (checksum failed)" : "");
+                             c.rejected, c.rejected ? " (checksum or MAC failed)" : "");
   };
   line("devices", r.devices, " (already newer)", " (newer)");
   line("binaries", r.binaries, " (already present)", "");
   line("tunings", r.tunings, " (existing better measured)", " (better measured)");
   line("trials", r.trials, " (existing better measured)", " (better measured)");
+  if (r.binaries.skipped)
+    std::cout << fmt::format(
+        "  {} binaries left out: compiled code crosses between files only with "
+        "--trust-binaries (and only from a trusted cache)\n",
+        r.binaries.skipped);
 }
 
 void run_path(const CacheCommandOptions& o) {
@@ -220,17 +227,26 @@ void run_verify(const CacheCommandOptions& o) {
   if (o.json) {
     return print_json({{"ok", r.ok()},
                        {"integrity", r.integrity},
+                       {"trusted", r.untrusted.empty()},
+                       {"untrusted", r.untrusted},
                        {"binaries_checked", r.binaries_checked},
                        {"bad_binaries", r.bad_binaries},
+                       {"unauthenticated", r.unauthenticated},
                        {"removed", r.removed}});
   }
   std::cout << "integrity: " << fmt::format("{}", fmt::join(r.integrity, "\n  ")) << "\n";
+  if (!r.untrusted.empty())
+    std::cout << "trust:     binaries are not loaded from this cache: " << r.untrusted << "\n";
   std::cout << fmt::format("binaries:  {} checked, {} failed their checksum", r.binaries_checked,
                            r.bad_binaries.size());
+  if (r.untrusted.empty())
+    std::cout << fmt::format(", {} failed authentication", r.unauthenticated.size());
   if (r.removed) std::cout << fmt::format(", {} removed", r.removed);
   std::cout << "\n";
-  for (const std::string& key : r.bad_binaries) std::cout << "  bad: " << key << "\n";
-  if (!r.bad_binaries.empty() && !o.fix)
+  for (const std::string& key : r.bad_binaries) std::cout << "  bad checksum: " << key << "\n";
+  for (const std::string& key : r.unauthenticated)
+    std::cout << "  not stored by you (planted or swapped): " << key << "\n";
+  if ((!r.bad_binaries.empty() || !r.unauthenticated.empty()) && !o.fix)
     std::cout << "(`kjit cache verify --fix` removes them; they are also dropped and recompiled "
                  "on their next use)\n";
 }
@@ -244,12 +260,12 @@ void run_export(const CacheCommandOptions& o) {
 
 void run_import(const CacheCommandOptions& o) {
   std::unique_ptr<Store> store = open_store();
-  print_transfer("imported " + o.file, store->import_from(o.file), o.json);
+  print_transfer("imported " + o.file, store->import_from(o.file, o.trust_binaries), o.json);
 }
 
 void run_merge(const CacheCommandOptions& o) {
   std::unique_ptr<Store> store = open_store();
-  print_transfer("merged into " + o.file, store->merge_into(o.file), o.json);
+  print_transfer("merged into " + o.file, store->merge_into(o.file, o.trust_binaries), o.json);
 }
 
 void run_clear(const CacheCommandOptions& o) {
@@ -306,10 +322,10 @@ void add_cache_command(CLI::App& app) {
   show->add_flag("--source", o->source, "Also print the CUDA source");
   sub("stats", "Counts and sizes", run_stats, true);
   CLI::App* verify = sub("verify",
-                         "Check the file's integrity and every binary's checksum "
-                         "(exit 1 when something is wrong)",
+                         "Check the file's integrity, who could write it, and every binary's "
+                         "checksum and authentication (exit 1 when something is wrong)",
                          run_verify, true);
-  verify->add_flag("--fix", o->fix, "Delete the binaries whose checksum fails");
+  verify->add_flag("--fix", o->fix, "Delete the binaries whose checksum or authentication fails");
   CLI::App* exp =
       sub("export", "Write the store (or one GPU model's part) to a new file", run_export, true);
   exp->add_option("file", o->file, "The new file (must not exist)")->required();
@@ -317,15 +333,21 @@ void add_cache_command(CLI::App& app) {
                   "Only this GPU model (as `kjit cache ls` names it): its device, tunings, "
                   "trials and the binaries for its architecture");
   CLI::App* imp = sub("import",
-                      "Copy another kjit file into the store, keeping the "
-                      "better-measured tuning on conflicts",
+                      "Copy another kjit file's tunings into the store (the better-measured "
+                      "wins on conflicts); its binaries only with --trust-binaries",
                       run_import, true);
   imp->add_option("file", o->file, "A kjit cache file (e.g. from `kjit cache export`)")->required();
+  imp->add_flag("--trust-binaries", o->trust_binaries,
+                "Also take its compiled kernels, which kjit will then run: only for a file "
+                "you trust as you trust your own builds");
   CLI::App* merge = sub("merge",
                         "Copy the store into another kjit file (created if missing), "
-                        "keeping the better-measured tuning on conflicts",
+                        "keeping the better-measured tuning on conflicts; binaries only with "
+                        "--trust-binaries",
                         run_merge, true);
   merge->add_option("file", o->file, "The kjit file to merge into")->required();
+  merge->add_flag("--trust-binaries", o->trust_binaries,
+                  "Also copy this cache's compiled kernels (authenticated with FILE's key)");
   CLI::App* clear = sub("clear", "Delete everything (or only the binaries)", run_clear, true);
   clear->add_flag("--yes", o->yes, "Really delete");
   clear->add_flag("--binaries-only", o->binaries_only, "Keep tunings, trials and devices");

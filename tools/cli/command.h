@@ -83,10 +83,16 @@ struct StoreCompile {
 };
 StoreCompile compile_with_store(const KernelSource& source, const std::string& arch, bool want_ptx);
 
-// Reads a whole file; a UserError names the path and the OS error.
-std::string read_file(const std::string& path);
+// The most CUDA source `kjit compile FILE.cu` reads: a generated kernel is tens
+// of KiB, and NVRTC would take minutes over this much.
+inline constexpr int64_t kMaxSourceBytes = int64_t{16} << 20;
+// Reads a .cu file: a UserError names the path and the OS error, or what the
+// path is when it is not a regular file (a directory, a FIFO, /dev/zero), or
+// its size when it is above kMaxSourceBytes.
+std::string read_source_file(const std::string& path);
 
-// Prints JSON, two-space indented, to stdout.
+// Prints JSON, two-space indented, to stdout; bytes that are not UTF-8 become
+// U+FFFD.
 void print_json(const nlohmann::json& value);
 
 }  // namespace kjit::cli

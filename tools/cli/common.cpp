@@ -1,9 +1,5 @@
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -13,6 +9,7 @@
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/driver.h"
 #include "support/error.h"
+#include "support/files.h"
 #include "templates/embedded.h"
 #include "tools/cli/command.h"
 
@@ -145,17 +142,15 @@ StoreCompile compile_with_store(const KernelSource& source, const std::string& a
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError("cannot read '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw UserError("cannot read '" + path + "': " + std::strerror(errno));
-  return text.str();
+std::string read_source_file(const std::string& path) {
+  return read_regular_file(path, kMaxSourceBytes, "CUDA source");
 }
 
 void print_json(const nlohmann::json& value) {
-  std::cout << value.dump(2) << "\n";
+  // Text from the user (an expression, a file name) may hold bytes that are not
+  // UTF-8, which JSON cannot carry: each becomes U+FFFD rather than an error.
+  std::cout << value.dump(2, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace)
+            << "\n";
 }
 
 }  // namespace kjit::cli

@@ -1,13 +1,17 @@
 // kjit compile FILE.cu — compile CUDA source with NVRTC and report each kernel's
 // registers, shared memory, stack and spills. Needs no GPU.
-// kjit compile EXPR|FAMILY — the same for a generated kernel: WHAT is a file when it
-// ends in .cu/.cuh or names an existing file, else an expression or a family name.
+// kjit compile EXPR|FAMILY — the same for a generated kernel: WHAT is a family name,
+// else a file when it ends in .cu/.cuh or names something that exists and is not
+// a plain name (so `/tmp/dir` is refused as a directory, not parsed), else an
+// expression.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <iostream>
 
+#include "compiler/ir/graph.h"
 #include "runtime/cuda/nvrtc.h"
+#include "support/error.h"
 #include "tools/cli/command.h"
 #include "tools/cli/kernel_options.h"
 
@@ -29,14 +33,24 @@ bool names_a_file(const std::string& what) {
            what.compare(what.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   if (ends_with(".cu") || ends_with(".cuh")) return true;
+  // A plain name (x, matmul) is an expression even when a file of that name is here.
+  if (ir::is_identifier(what)) return false;
   std::error_code error;
-  return std::filesystem::is_regular_file(what, error);
+  return std::filesystem::exists(what, error);
+}
+
+// The options of `kjit compile` that a .cu file reads.
+void check_file_options(const KernelCommandOptions& o) {
+  for (const std::string& option : o.given)
+    if (option != "--arch")
+      throw UserError(option + " does not apply to a .cu file",
+                      "a .cu file takes --arch, --ptx, --json and --lineinfo");
 }
 
 }  // namespace
 
 static void run_compile(const CompileOptions& o) {
-  std::string source = read_file(o.file);
+  std::string source = read_source_file(o.file);
   cuda::NvrtcOptions nvrtc;
   nvrtc.arch = o.arch.empty() ? default_arch() : o.arch;
   nvrtc.lineinfo = o.lineinfo;
@@ -75,7 +89,15 @@ void add_compile_command(CLI::App& app) {
   cmd->add_flag("--ptx", options->ptx, "Print the PTX");
   cmd->add_flag("--lineinfo", *lineinfo, "Keep source line information (for profilers; files)");
   cmd->callback([options, lineinfo] {
-    if (!names_a_file(options->what)) return run_kernel_command(*options);
+    const bool file = options->file.empty() && find_family(options->what) == nullptr &&
+                      names_a_file(options->what);
+    if (!file) {
+      if (*lineinfo)
+        throw UserError("--lineinfo applies to .cu files only",
+                        "for generated kernels set KJIT_LINEINFO=1 (it is part of the cache key)");
+      return run_kernel_command(*options);
+    }
+    check_file_options(*options);
     run_compile(
         CompileOptions{options->what, options->arch, options->ptx, options->json, *lineinfo});
   });

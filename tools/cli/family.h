@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ const char* to_string(Verb verb);
 struct KernelCommandOptions {
   Verb verb = Verb::Emit;
   std::string what;    // expression, or a family name such as "matmul"
+  std::string file;    // -f FILE: read the expression from FILE (WHAT is then absent)
   std::string dtype;   // empty: the family's default
   std::string config;  // "key=value,key=value"; empty: the default heuristic
   std::string arch;    // empty: the GPU's, else sm_90
@@ -29,6 +31,9 @@ struct KernelCommandOptions {
   std::vector<std::string> inputs;   // run: name=path.npy
   std::vector<std::string> outputs;  // run: name=path.npy
   int repeats = 0;                   // bench: timed runs (0: the default)
+  // The options given on the command line ("--epilogue", ...), so that one that
+  // does not apply to WHAT or to the verb is an error rather than ignored.
+  std::set<std::string> given;
 };
 
 using FamilyHandler = void (*)(const KernelCommandOptions& options);

@@ -1,7 +1,13 @@
 #include "tools/cli/kernel_options.h"
 
+#include <fmt/format.h>
+
 #include <exception>
 #include <string>
+
+#include "compiler/ir/parser.h"
+#include "support/error.h"
+#include "support/files.h"
 
 namespace kjit::cli {
 namespace {
@@ -18,46 +24,147 @@ const CLI::Validator kAtLeastOne(
     },
     ">= 1");
 
+// What reads an option: the elementwise expressions ("elementwise") and/or named
+// families; and which verbs (none listed: every verb). An option given where it
+// does not apply is an error: silently ignored, `--epilogue` on an expression
+// looked like it had been fused.
+struct OptionUse {
+  const char* name;
+  std::vector<std::string> kinds;
+  std::vector<Verb> verbs;
+};
+const std::vector<OptionUse>& option_uses() {
+  static const std::vector<OptionUse> uses = {
+      {"--epilogue", {"matmul"}, {}},
+      {"--layout", {"matmul"}, {}},
+      {"--batch", {"matmul"}, {}},
+      {"--input", {"elementwise"}, {Verb::Run}},
+      {"--output", {"elementwise"}, {Verb::Run}},
+      {"--repeats", {"elementwise", "matmul"}, {Verb::Bench}},
+  };
+  return uses;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  return fmt::format("{}", fmt::join(items, ", "));
+}
+
+// The symbolic dims of an expression's inputs ("n", "m"), or nothing when it
+// does not parse (the handler then reports why).
+std::set<std::string> expression_dims(const KernelCommandOptions& o) {
+  ir::ParseOptions parse_options;
+  if (std::optional<ir::DType> dtype = ir::parse_dtype(o.dtype))
+    parse_options.default_dtype = *dtype;
+  std::set<std::string> dims;
+  try {
+    ir::Graph graph = ir::parse(o.what, parse_options);
+    for (int id : graph.inputs())
+      for (const ir::Dim& dim : graph.node(id).shape)
+        if (dim.is_symbolic()) dims.insert(dim.symbol);
+  } catch (const UserError&) {
+    dims = {"n", "m", "k"};  // no judgement on an expression that does not parse
+  }
+  return dims;
+}
+
+void check_options_apply(const KernelCommandOptions& o, bool is_family) {
+  const std::string kind = is_family ? o.what : std::string("elementwise");
+  for (const OptionUse& use : option_uses()) {
+    if (!o.given.count(use.name)) continue;
+    bool kind_reads = false;
+    for (const std::string& k : use.kinds) kind_reads = kind_reads || k == kind;
+    if (!kind_reads)
+      throw UserError(fmt::format("{} does not apply to {}", use.name,
+                                  is_family ? o.what : "an elementwise expression"),
+                      fmt::format("{} is an option of {}", use.name, joined(use.kinds)));
+    bool verb_reads = use.verbs.empty();
+    for (Verb verb : use.verbs) verb_reads = verb_reads || verb == o.verb;
+    if (!verb_reads) {
+      std::vector<std::string> verbs;
+      for (Verb verb : use.verbs) verbs.push_back(std::string("kjit ") + to_string(verb));
+      throw UserError(fmt::format("{} does not apply to kjit {}", use.name, to_string(o.verb)),
+                      fmt::format("{} is an option of {}", use.name, joined(verbs)));
+    }
+  }
+  // An expression's sizes bind its symbolic dims by name: a size for a dim it
+  // does not have would be ignored.
+  if (!is_family && (o.given.count("--n") || o.given.count("--m") || o.given.count("--k"))) {
+    std::set<std::string> dims = expression_dims(o);
+    for (const char* dim : {"n", "m", "k"}) {
+      if (!o.given.count(std::string("--") + dim) || dims.count(dim)) continue;
+      throw UserError(
+          fmt::format("--{} does not apply: the expression has no dim named {}", dim, dim),
+          dims.empty()
+              ? std::string("its shapes are all static")
+              : fmt::format("its dims are {}; declare one, e.g. x:f32[{}]",
+                            joined(std::vector<std::string>(dims.begin(), dims.end())), dim));
+    }
+  }
+}
+
 }  // namespace
 
 void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
+  // Each option records that it was given (see check_options_apply).
+  auto noted = [&o](CLI::Option* option, const char* name) {
+    return option->each([&o, name](const std::string&) { o.given.insert(name); });
+  };
   cmd->add_option("WHAT", o.what,
                   "An elementwise expression (\"y = sin(x)^2 + cos(x)^2\") or a family name "
-                  "(matmul)")
-      ->required();
-  cmd->add_option("--dtype", o.dtype,
-                  "Element type: f32, f16, bf16, i32, bool (default f32); matmul: bf16 "
-                  "(default), f16, f32 (exact SIMT) or tf32 (f32 data on the tensor cores, sm_90; "
-                  "f32 out)");
-  cmd->add_option(
-      "--config", o.config,
-      "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,stream=0|1,"
-      "per_sm=0 (auto),grid=waves|tiles,align=auto|16|1. Matmul: bm=128,bn=128,bk=32,warps=8,wm=2,"
-      "stages=3,splitk=1,raster=8,mma=sync|wgmma,load=async|narrow (no --config: the "
-      "tuner's choice: the store's tuning, the nearest tuned problem, or the model)");
-  cmd->add_option("--arch", o.arch, "Target architecture (default: the GPU's, else sm_90)");
-  cmd->add_option("--gpu", o.gpu,
-                  "Plan for this GPU (h200, h100, a100) from its datasheet instead of GPU 0")
-      ->check(CLI::IsMember({"h200", "h100", "a100"}));
+                  "(matmul)");
+  noted(cmd->add_option("-f,--file", o.file,
+                        "Read the expression from FILE (WHAT is then not given); for expressions "
+                        "longer than one command-line argument may be (128 KiB)"),
+        "--file");
+  noted(cmd->add_option("--dtype", o.dtype,
+                        "Element type: f32, f16, bf16, i32, bool (default f32); matmul: bf16 "
+                        "(default), f16, f32 (exact SIMT) or tf32 (f32 data on the tensor cores, "
+                        "sm_90; f32 out)"),
+        "--dtype");
+  noted(cmd->add_option("--config", o.config,
+                        "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,"
+                        "stream=0|1,per_sm=0 (auto),align=auto|16|1. Matmul: bm=128,bn=128,bk=32,"
+                        "warps=8,wm=2,stages=3,splitk=1,mma=sync|wgmma,load=async|narrow (no "
+                        "--config: the default heuristic's choice)"),
+        "--config");
+  noted(cmd->add_option("--arch", o.arch, "Target architecture (default: the GPU's, else sm_90)"),
+        "--arch");
   cmd->add_flag("--json", o.json, "Print JSON");
-  cmd->add_option("--n", o.n, "Elements (elementwise), or N (matmul)")->check(kAtLeastOne);
-  cmd->add_option("--m", o.m, "Rows of a 2-D elementwise problem, or M (matmul)")
-      ->check(kAtLeastOne);
-  cmd->add_option("--k", o.k, "K (matmul)")->check(kAtLeastOne);
-  cmd->add_option("--batch", o.batch, "Batch (matmul)")->check(kAtLeastOne);
-  cmd->add_option("--layout", o.layout, "Matmul operand layout: nn, nt, tn, tt");
-  cmd->add_option("--epilogue", o.epilogue, "Matmul epilogue: elementwise IR over acc, ...");
-  cmd->add_option("--input", o.inputs, "run: NAME=path.npy, an input's values")
-      ->allow_extra_args(false)
-      ->take_all();
-  cmd->add_option("--output", o.outputs, "run: NAME=path.npy, where to save an output")
-      ->allow_extra_args(false)
-      ->take_all();
-  cmd->add_option("--repeats", o.repeats, "bench: timed runs (default 20)")->check(kAtLeastOne);
+  noted(cmd->add_option("--n", o.n, "Elements (elementwise), or N (matmul)")->check(kAtLeastOne),
+        "--n");
+  noted(cmd->add_option("--m", o.m, "Rows of a 2-D elementwise problem, or M (matmul)")
+            ->check(kAtLeastOne),
+        "--m");
+  noted(cmd->add_option("--k", o.k, "K (matmul), or a dim named k")->check(kAtLeastOne), "--k");
+  noted(cmd->add_option("--batch", o.batch, "Batch (matmul)")->check(kAtLeastOne), "--batch");
+  noted(cmd->add_option("--layout", o.layout, "Matmul operand layout: nn, nt, tn, tt"), "--layout");
+  noted(cmd->add_option("--epilogue", o.epilogue, "Matmul epilogue: elementwise IR over acc, ..."),
+        "--epilogue");
+  noted(cmd->add_option("--input", o.inputs, "run: NAME=path.npy, an input's values")
+            ->allow_extra_args(false)
+            ->take_all(),
+        "--input");
+  noted(cmd->add_option("--output", o.outputs, "run: NAME=path.npy, where to save an output")
+            ->allow_extra_args(false)
+            ->take_all(),
+        "--output");
+  noted(
+      cmd->add_option("--repeats", o.repeats, "bench: timed runs (default 20)")->check(kAtLeastOne),
+      "--repeats");
 }
 
-void run_kernel_command(const KernelCommandOptions& options) {
-  if (FamilyHandler handler = find_family(options.what)) return handler(options);
+void run_kernel_command(const KernelCommandOptions& given) {
+  KernelCommandOptions options = given;
+  if (!options.file.empty()) {
+    if (!options.what.empty())
+      throw UserError("give WHAT or -f FILE, not both (WHAT is '" + options.what + "')");
+    options.what = read_regular_file(options.file, ir::kMaxTextBytes, "expression text");
+  } else if (options.what.empty()) {
+    throw UserError("WHAT is required: an expression, a family name (matmul), or -f FILE");
+  }
+  FamilyHandler handler = options.file.empty() ? find_family(options.what) : nullptr;
+  check_options_apply(options, handler != nullptr);
+  if (handler) return handler(options);
   run_elementwise_command(options);
 }
 

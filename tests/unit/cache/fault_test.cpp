@@ -200,6 +200,93 @@ TEST(Faults, KjitFileAtVersionZeroIsInitialized) {
   EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
 }
 
+// A kjit header that no kjit writes: a negative version indexed the migration
+// table at -1 (ASan aborted; a release build disabled the store for good with
+// "table devices already exists"), and so did version 0 with tables present.
+// Both are damage: moved aside with one warning, and a fresh store works.
+TEST(Faults, ImpossibleSchemaVersionsAreMovedAside) {
+  for (const char* header : {"PRAGMA user_version = -1", "PRAGMA user_version = 0"}) {
+    ScratchDir scratch;
+    std::string path = scratch.file("kjit.db");
+    {
+      std::unique_ptr<Store> store = Store::open(path);
+      store->put_tuning(make_tuning("g", "p", "c", 1.0, 0.01, 20));
+    }
+    {
+      RawDb raw(path);
+      raw.exec(header);
+      raw.exec("PRAGMA journal_mode = DELETE");  // one file to compare
+    }
+    std::string bytes = read_bytes(path);
+    std::unique_ptr<Store> store = Store::open(path);
+    std::vector<std::string> warnings = store->warnings();
+    EXPECT_EQ(warnings.size(), 1u) << header;
+    EXPECT_TRUE(any_contains(warnings, "its header is not one any kjit writes")) << header;
+    EXPECT_TRUE(any_contains(warnings, "moved it aside")) << header;
+    expect_working(*store);
+    expect_moved_aside(scratch, bytes);
+  }
+}
+
+// Schema 1 (before MACs) is migrated in place: tunings, trials and devices
+// stay; binaries are dropped, since nothing vouches that this user stored them.
+TEST(Faults, SchemaOneIsMigratedAndItsBinariesDropped) {
+  ScratchDir scratch;
+  std::string path = scratch.file("kjit.db");
+  {
+    RawDb raw(path);
+    raw.exec(
+        "CREATE TABLE devices (model TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, cc_major "
+        "INTEGER NOT NULL, cc_minor INTEGER NOT NULL, sm_count INTEGER NOT NULL, driver TEXT NOT "
+        "NULL, memory_bytes INTEGER NOT NULL, first_seen INTEGER NOT NULL, last_seen INTEGER NOT "
+        "NULL);"
+        "CREATE TABLE binaries (key TEXT PRIMARY KEY NOT NULL, bytes INTEGER NOT NULL, created "
+        "INTEGER NOT NULL, arch TEXT NOT NULL, nvrtc_version TEXT NOT NULL, generator_version TEXT "
+        "NOT NULL, checksum TEXT NOT NULL, options TEXT NOT NULL, ptxas_stats TEXT NOT NULL, "
+        "nvrtc_log TEXT NOT NULL, source TEXT NOT NULL, cubin BLOB NOT NULL);"
+        "CREATE TABLE binary_usage (key TEXT PRIMARY KEY NOT NULL, last_used INTEGER NOT NULL, "
+        "hits "
+        "INTEGER NOT NULL DEFAULT 0);"
+        "CREATE INDEX binary_usage_by_last_used ON binary_usage (last_used);"
+        "CREATE TRIGGER binaries_delete_usage AFTER DELETE ON binaries BEGIN DELETE FROM "
+        "binary_usage WHERE key = old.key; END;"
+        "CREATE TABLE tunings (gpu_model TEXT NOT NULL, problem TEXT NOT NULL, config TEXT NOT "
+        "NULL, median_ms REAL NOT NULL, spread REAL NOT NULL, runs INTEGER NOT NULL, tuner_version "
+        "TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY (gpu_model, problem));"
+        "CREATE TABLE trials (gpu_model TEXT NOT NULL, problem TEXT NOT NULL, config TEXT NOT "
+        "NULL, "
+        "median_ms REAL NOT NULL, spread REAL NOT NULL, runs INTEGER NOT NULL, error TEXT NOT "
+        "NULL, "
+        "tuner_version TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY (gpu_model, problem, "
+        "config));"
+        "INSERT INTO binaries VALUES ('k1', 100, 1, 'sm_90', '13.0', 'g', 'x', '[]', '{}', '', "
+        "'', x'7f454c46');"
+        "INSERT INTO binary_usage VALUES ('k1', 1, 3);"
+        "INSERT INTO tunings VALUES ('H200', 'mm', 'tile=128', 0.5, 0.01, 20, 't', 1);"
+        "INSERT INTO trials VALUES ('H200', 'mm', 'tile=128', 0.5, 0.01, 20, '', 't', 1);"
+        "INSERT INTO devices VALUES ('H200', 'NVIDIA H200', 9, 0, 132, '13.0', 1, 1, 1);"
+        "PRAGMA application_id = 1802135924; PRAGMA user_version = 1;");
+  }
+  std::unique_ptr<Store> store = Store::open(path);
+  ASSERT_TRUE(store->enabled()) << store->disabled_reason();
+  EXPECT_TRUE(any_contains(store->warnings(), "migrated the cache to schema 2"));
+  EXPECT_TRUE(any_contains(store->warnings(), "dropped 1 binaries"));
+  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  EXPECT_FALSE(store->find_binary("k1"));
+  ASSERT_TRUE(store->find_tuning("H200", "mm"));
+  EXPECT_EQ(store->find_tuning("H200", "mm")->config, "tile=128");
+  EXPECT_EQ(store->trials_for("H200", "mm").size(), 1u);
+  EXPECT_EQ(store->devices().size(), 1u);
+  expect_working(*store);
+  store.reset();
+  RawDb raw(path);
+  EXPECT_EQ(raw.query_int("PRAGMA user_version"), 2);
+  EXPECT_EQ(raw.query_int("SELECT count(*) FROM pragma_table_info('binaries') WHERE name = 'mac'"),
+            1);
+  EXPECT_EQ(raw.query_int("SELECT count(*) FROM binary_usage WHERE key = 'k1'"), 0);
+  EXPECT_EQ(raw.query_int("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'"), 1);
+}
+
 TEST(Faults, NewerSchemaIsLeftAloneAndTheStoreDisabled) {
   ScratchDir scratch;
   std::string path = scratch.file("kjit.db");

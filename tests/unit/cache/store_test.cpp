@@ -158,6 +158,27 @@ TEST(Store, MaxMegabytesComesFromTheEnvironment) {
   EXPECT_EQ(Store::options_from_environment().max_bytes, kDefaultMaxBytes);
 }
 
+// 1e13 MiB and beyond overflowed to a negative limit that evicted everything;
+// strtod also took hex, exponents, "inf" and spaces.
+TEST(Store, MaxMegabytesOutOfRangeOrMalformedKeepsTheDefault) {
+  for (const char* text : {"1e13", "1e300", "8796093022208", "99999999999999999999", "-5", "nan",
+                           "inf", "0x10", " 5", "5 ", "1.2.3", "."}) {
+    ScopedEnv max("KJIT_CACHE_MAX_MB", std::string(text));
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(Store::options_from_environment().max_bytes, kDefaultMaxBytes) << text;
+    std::string warning = ::testing::internal::GetCapturedStderr();
+    // Each distinct value warns once per process; none is taken silently.
+    EXPECT_TRUE(warning.empty() ||
+                warning.find("is not a size in MiB (a number below 8796093022208)") !=
+                    std::string::npos)
+        << warning;
+  }
+  ScopedEnv largest("KJIT_CACHE_MAX_MB", "8796093022207");
+  EXPECT_EQ(Store::options_from_environment().max_bytes, int64_t{8796093022207} << 20);
+  ScopedEnv zero("KJIT_CACHE_MAX_MB", "0");
+  EXPECT_EQ(Store::options_from_environment().max_bytes, 0);
+}
+
 TEST(Store, DefaultPathFollowsTheEnvironment) {
   ScopedEnv cache("KJIT_CACHE", std::nullopt);
   ScopedEnv dir("KJIT_CACHE_DIR", "/x/dir");

@@ -54,10 +54,16 @@ TEST(Transfer, ExportEverythingOrOneGpuModel) {
   std::unique_ptr<Store> shipped = Store::open(scratch.file("h200.db"), strict());
   EXPECT_TRUE(shipped->find_tuning(kH200, "mm 4096"));
   EXPECT_FALSE(shipped->find_tuning(kA100, "mm 4096"));
-  std::optional<BinaryRecord> h1 = shipped->find_binary("h1");
+  // Exported binaries carry no MAC: opened as a store, the file gives its
+  // tunings but never runs its code; importing with trust_binaries does.
+  EXPECT_FALSE(shipped->find_binary("h1"));
+  shipped.reset();
+  std::unique_ptr<Store> receiver = Store::open(scratch.file("receiver/kjit.db"));
+  EXPECT_EQ(
+      receiver->import_from(scratch.file("all.db"), /*trust_binaries=*/true).binaries.inserted, 4);
+  std::optional<BinaryRecord> h1 = receiver->find_binary("h1");
   ASSERT_TRUE(h1);
   EXPECT_EQ(h1->cubin, fake_cubin(30000, 1));
-  EXPECT_FALSE(shipped->find_binary("a1"));
 
   EXPECT_THROW(store->export_to(scratch.file("all.db")), UserError) << "never overwrites";
   EXPECT_THROW(store->export_to(scratch.file("none.db"), "GeForce 256"), UserError);
@@ -87,14 +93,17 @@ TEST(Transfer, ImportKeepsTheBetterMeasuredAndSaysWhatItDid) {
     RawDb raw(theirs_path);
     raw.exec("UPDATE binaries SET cubin = zeroblob(7000) WHERE key = 'torn'");
   }
-  TransferReport report = mine->import_from(theirs_path);
+  // Without trust_binaries only tunings, trials and devices come in.
+  TransferReport cautious = mine->import_from(theirs_path);
+  EXPECT_EQ(cautious.binaries.skipped, 3);
+  EXPECT_EQ(cautious.binaries.inserted, 0);
+  EXPECT_FALSE(mine->find_binary("new"));
+  EXPECT_EQ(mine->find_tuning(kH200, "p3")->config, "theirs");
+  TransferReport report = mine->import_from(theirs_path, /*trust_binaries=*/true);
   EXPECT_EQ(report.binaries.inserted, 1);
   EXPECT_EQ(report.binaries.kept, 1);
   EXPECT_EQ(report.binaries.rejected, 1) << "a blob whose checksum fails never enters";
-  EXPECT_EQ(report.tunings.inserted, 1);
-  EXPECT_EQ(report.tunings.replaced, 1);
-  EXPECT_EQ(report.tunings.kept, 1);
-  EXPECT_EQ(report.devices.inserted, 1);
+  EXPECT_EQ(report.tunings.kept, 3) << "the cautious import took them already";
   EXPECT_EQ(mine->find_tuning(kH200, "p1")->config, "mine");
   EXPECT_EQ(mine->find_tuning(kH200, "p2")->config, "theirs");
   EXPECT_EQ(mine->find_tuning(kH200, "p3")->config, "theirs");
@@ -102,7 +111,7 @@ TEST(Transfer, ImportKeepsTheBetterMeasuredAndSaysWhatItDid) {
   EXPECT_FALSE(mine->find_binary("torn"));
 
   // Importing again changes nothing.
-  TransferReport again = mine->import_from(theirs_path);
+  TransferReport again = mine->import_from(theirs_path, /*trust_binaries=*/true);
   EXPECT_EQ(again.binaries.inserted + again.tunings.inserted + again.tunings.replaced, 0);
 
   // Not a kjit file: an error, and the file is not moved.
@@ -116,17 +125,20 @@ TEST(Transfer, MergeIntoAnotherFile) {
   ScratchDir scratch;
   std::unique_ptr<Store> mine = Store::open(scratch.file("kjit.db"));
   fill(*mine);
-  TransferReport created = mine->merge_into(scratch.file("team.db"));
+  TransferReport created = mine->merge_into(scratch.file("team.db"), /*trust_binaries=*/true);
   EXPECT_EQ(created.binaries.inserted, 4);
   EXPECT_EQ(created.tunings.inserted, 3);
   mine->put_tuning(make_tuning(kH200, "mm 4096", "tile=512", 0.5, 0.02, 20));
   EXPECT_FALSE(fs::exists(scratch.file("team.db-wal"))) << "a merged file is self-contained";
   TransferReport second = mine->merge_into(scratch.file("team.db"));
-  EXPECT_EQ(second.binaries.kept, 4);
+  EXPECT_EQ(second.binaries.skipped, 4) << "binaries cross only when asked";
   EXPECT_EQ(second.tunings.replaced, 1);
   EXPECT_EQ(second.tunings.kept, 2);
   std::unique_ptr<Store> team = Store::open(scratch.file("team.db"), strict());
   EXPECT_EQ(team->find_tuning(kH200, "mm 4096")->config, "tile=512");
+  // Merged binaries are authenticated with the target's own key.
+  EXPECT_TRUE(team->find_binary("h1"));
+  team.reset();
 
   EXPECT_THROW(mine->merge_into(scratch.file("kjit.db")), UserError);
   write_bytes(scratch.file("foreign.db"), std::string(5000, 'f'));

@@ -29,6 +29,20 @@ TEST(Shape, BroadcastFollowsNumpy) {
   EXPECT_FALSE(broadcast({Dim::of(3)}, {Dim::of(4)}).has_value());
 }
 
+// --m 4294967296 --n 4294967296 wrapped to 0 elements here.
+TEST(Shape, ElementCountsAreCheckedProducts) {
+  EXPECT_EQ(element_count({}), 1);
+  EXPECT_EQ(element_count({4096, 4096}), int64_t{1} << 24);
+  try {
+    element_count({4294967296, 4294967296});
+    ADD_FAILURE() << "the product wrapped";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("(4294967296, 4294967296) is too large"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Builder, OperatorsAndTypes) {
   Graph g;
   Value x = g.input("x", DType::BF16, n());

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
 #include "support/error.h"
 #include "tests/unit/compiler/corpus.h"
 
@@ -108,6 +111,65 @@ TEST(Parser, DtypeAndShapeErrors) {
   EXPECT_NE(error_of("y = 1 - return").find("'return' starts a line"), std::string::npos);
   EXPECT_NE(error_of("return:f32[n]; y = 1").find("expected an output name"), std::string::npos);
   EXPECT_NE(error_of("true:f32[n]; y = 1").find("not an identifier"), std::string::npos);
+}
+
+// Found by the parser fuzzer: outputs of shapes [n] and [q] parsed, then
+// verify() threw "outputs do not broadcast". One kernel writes every output over
+// one shape, so the parser refuses it, pointing at the output that does not fit.
+TEST(Parser, OutputsThatDoNotBroadcastAreAParseError) {
+  std::string e = error_of("i:i32[q]; a = abs(e); b = i == 3");
+  EXPECT_NE(e.find("line 1, column 23: output 'b' has shape [q], which does not broadcast with "
+                   "[n]"),
+            std::string::npos)
+      << e;
+  e = error_of("p:f32[m]\nq:f32[k]\na = p * 2\nb = q * 2\nreturn a, b");
+  EXPECT_NE(e.find("line 5, column 11: output 'b' has shape [k]"), std::string::npos) << e;
+  // Outputs that do broadcast together are fine, and verify.
+  verify(parse("x:f32[m,n]; b:f32[n]; y = x + 1; z = b * 2"));
+}
+
+std::string repeated(const std::string& part, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += part;
+  return out;
+}
+
+TEST(Parser, LimitsAreUserErrorsThatNameTheLimit) {
+  // Ops: 2048 parse, 2049 do not.
+  EXPECT_NO_THROW(parse("y = x" + repeated(" + 1", kMaxOps)));
+  EXPECT_NE(error_of("y = x" + repeated(" + 1", kMaxOps + 1)).find("more than 2048 ops"),
+            std::string::npos);
+  // Inputs, declared or not.
+  std::string inputs;
+  for (int i = 0; i <= kMaxInputs; ++i) inputs += (i ? " + x" : "y = x") + std::to_string(i);
+  EXPECT_NE(error_of(inputs).find("more than 128 inputs"), std::string::npos);
+  std::string declared;
+  for (int i = 0; i <= kMaxInputs; ++i) declared += "x" + std::to_string(i) + ":f32[n]; ";
+  EXPECT_NE(error_of(declared + "y = 1").find("more than 128 inputs"), std::string::npos);
+  // Outputs.
+  std::string outputs;
+  for (int i = 0; i <= kMaxOutputs; ++i) outputs += "y" + std::to_string(i) + " = x; ";
+  std::string e = error_of(outputs);
+  EXPECT_NE(e.find("more than 64 outputs"), std::string::npos) << e;
+  // Nesting, and the size of the text.
+  EXPECT_NE(error_of("y = " + repeated("(", kMaxNesting + 1) + "x" + repeated(")", kMaxNesting + 1))
+                .find("nested more than 256 levels"),
+            std::string::npos);
+  EXPECT_NE(error_of("y = x" + std::string(kMaxTextBytes, ' ')).find("kjit parses at most 1048576"),
+            std::string::npos);
+}
+
+// Parsing is linear: each name is found in constant time. Before, every
+// assignment scanned every node for an input of that name, and a megabyte of
+// "a1=1;a2=1;..." (130 000 statements, a node each) took many seconds.
+TEST(Parser, ParsingTimeIsLinearInTheText) {
+  std::string text;
+  for (int i = 0; text.size() + 16 < kMaxTextBytes; ++i) text += "a" + std::to_string(i) + "=1;";
+  auto start = std::chrono::steady_clock::now();
+  std::string e = error_of(text);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(e.find("more than 64 outputs"), std::string::npos) << e;
+  EXPECT_LT(seconds, 3.0) << "a megabyte of statements should parse in well under a second";
 }
 
 }  // namespace

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# input_edge_cases.sh KJIT — inputs a careless user (or a hostile file) gives:
+# stdout that cannot be written, paths that are not regular files, bytes that
+# are not UTF-8 in --json output, and expressions longer than one argument.
+# Each check failed before issue 14: exit 0 on /dev/full, a FIFO that blocked
+# forever, a JSON type error (exit 3).
+set -uo pipefail
+kjit=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export KJIT_CACHE_DIR=$dir/cache
+failures=0
+# expect CODE PATTERN COMMAND...: the exit code and a pattern in stdout+stderr.
+expect() {
+  local code=$1 pattern=$2
+  shift 2
+  local output status
+  output=$("$@" 2>&1)
+  status=$?
+  if [[ $status -ne $code ]] || ! grep -Eq -- "$pattern" <<<"$output"; then
+    echo "FAIL: $* -> exit $status (expected $code), output:"
+    echo "$output" | head -5
+    echo "  (expected /$pattern/)"
+    failures=$((failures + 1))
+  else
+    echo "ok: $*"
+  fi
+}
+
+# Standard output that cannot be written is a failure with a message.
+expect 1 "cannot write to standard output" sh -c "'$kjit' emit 'y = x' > /dev/full"
+expect 1 "cannot write to standard output" sh -c "'$kjit' cache ls --json > /dev/full"
+expect 1 "cannot write to standard output" sh -c "'$kjit' emit --help > /dev/full"
+
+# A FIFO is refused at once, not waited on (timeout: 124 would mean it blocked).
+mkfifo "$dir/fifo.cu"
+expect 2 "fifo.cu' is a FIFO \(named pipe\), not a regular file" timeout 10 "$kjit" compile "$dir/fifo.cu"
+expect 2 "fifo.cu' is a FIFO" timeout 10 "$kjit" emit -f "$dir/fifo.cu"
+mkdir "$dir/kernels"
+expect 2 "kernels' is a directory, not a regular file" "$kjit" compile "$dir/kernels"
+expect 2 "'/dev/zero' is a character device, not a regular file" timeout 10 "$kjit" compile /dev/zero
+expect 2 "'/dev/zero' is a character device" timeout 10 "$kjit" emit -f /dev/zero
+
+# Bytes that are not UTF-8 (in a comment of the expression, in a file name)
+# reach --json output as U+FFFD.
+expect 0 "\"expression\": \"y = x # .*\"," "$kjit" compile --arch sm_90 --json "$(printf 'y = x # \377\376')"
+cp "$(dirname "$0")/data/demo_kernel.cu" "$dir/$(printf 'k\377').cu"
+expect 0 "\"file\": \".*k.*\.cu\"" "$kjit" compile --arch sm_90 --json "$dir/$(printf 'k\377').cu"
+
+# An expression longer than one argument may be (128 KiB) comes from a file;
+# one above the parser's 1 MiB is refused with the limit.
+{
+  printf '# %0200000d\n' 0
+  echo 'y = sin(x) * 2'
+} >"$dir/long.txt"
+expect 0 "kjit_ew_" "$kjit" emit -f "$dir/long.txt"
+head -c 1100000 /dev/zero | tr '\0' ' ' >"$dir/huge.txt"
+expect 2 "kjit reads at most 1.0 MiB of expression text" "$kjit" emit -f "$dir/huge.txt"
+expect 2 "give WHAT or -f FILE, not both" "$kjit" emit -f "$dir/long.txt" "y = x"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all input edge cases behave"
