@@ -262,6 +262,9 @@ const cuda::KernelStats& Matmul::stats() const {
 std::string Matmul::config_source() const {
   return const_cast<Matmul*>(this)->current().source_of_config;
 }
+std::string Matmul::kernel_origin() const {
+  return to_string(const_cast<Matmul*>(this)->current().main->origin());
+}
 
 Matmul::Variant& Matmul::current() {
   if (last_) return *last_;

@@ -80,6 +80,8 @@ class Matmul {
   const cuda::KernelStats& stats() const;
   // Where the config came from ("store", "nearest", "model"; "given" for a fixed one).
   std::string config_source() const;
+  // Where the main kernel's binary came from: "compiled" (NVRTC), "store", "memory".
+  std::string kernel_origin() const;
 
  private:
   struct Variant;

@@ -38,14 +38,17 @@ bool vector_access(Access a) {
 }
 
 // Elements per vector on the aligned path with vec=0 (mirrors effective_vector_width:
-// 16 bytes of the narrowest vector-moved dtype, at most 8).
-int auto_vector(const ElementwiseTuning::Shape& s) {
-  if (!s.aligned) return 1;
+// 16 bytes of the narrowest vector-moved dtype, at most 8); 1 off the aligned path.
+int aligned_vector(const ElementwiseTuning::Shape& s) {
   int narrowest = 4;
   for (const auto& [dtype, access] : s.inputs)
     if (vector_access(access)) narrowest = std::min(narrowest, element_bytes(dtype));
   for (DType dtype : s.outputs) narrowest = std::min(narrowest, element_bytes(dtype));
   return std::min(16 / narrowest, 8);
+}
+
+int auto_vector(const ElementwiseTuning::Shape& s) {
+  return s.aligned ? aligned_vector(s) : 1;
 }
 
 std::string key_of(const ElementwiseConfig& c) {
@@ -193,9 +196,11 @@ std::vector<KernelSource> ElementwiseTuning::sources(const std::string& text) co
 Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
   Space space;
   const int v_auto = auto_vector(shape_);
+  // vec: the automatic width (16 bytes), or half of it.
+  const int v_half = std::max(2, aligned_vector(shape_) / 2);
   for (int block : kBlocks)
     for (int unroll : kUnrolls)
-      for (int vec : {0, v_auto / 2})
+      for (int vec : {0, v_half})
         for (int prefetch : {0, 1})
           for (int stream : {0, 1})
             for (int per_sm : kPerSm)
@@ -213,9 +218,8 @@ Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
                   space.pruned.push_back({text, reason});
                 };
                 if (tiles && per_sm != 0) continue;  // the same config as per_sm=0
-                if (vec != 0 && (!shape_.aligned || vec < 2)) {
-                  prune(shape_.aligned ? "vec: the narrowest vector is already one element"
-                                       : "vec: the unaligned path moves one element at a time");
+                if (vec != 0 && !shape_.aligned) {
+                  prune("vec: the unaligned path moves one element at a time");
                   continue;
                 }
                 if (stream && !shape_.aligned) {

@@ -34,7 +34,7 @@ class ElementwiseTuning : public TuningProblem {
   std::string family() const override { return "elementwise"; }
   // problem_class() + " n=.. cols=.. cost=..": the sizes and what the model needs.
   std::string signature() const override;
-  std::string problem_class() const override { return plan_.problem.text(); }
+  std::string problem_class() const override { return class_text_; }
   std::vector<double> sizes() const override;
   nlohmann::json spec() const override;
   Space space(const cuda::DeviceProperties& device) const override;

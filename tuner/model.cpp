@@ -21,14 +21,14 @@ Occupancy occupancy(const KernelResources& r, const cuda::DeviceProperties& devi
   o.by_shared = r.shared_bytes > 0 ? static_cast<int>(shared / (r.shared_bytes + 1024)) : kHuge;
   o.by_blocks = device.max_blocks_per_sm > 0 ? device.max_blocks_per_sm : 32;
   o.blocks_per_sm = std::min({o.by_threads, o.by_registers, o.by_shared, o.by_blocks});
-  if (o.blocks_per_sm == o.by_shared && o.by_shared < kHuge)
-    o.limiter = "shared memory";
-  else if (o.blocks_per_sm == o.by_registers && o.by_registers < kHuge)
-    o.limiter = "registers";
-  else if (o.blocks_per_sm == o.by_threads)
-    o.limiter = "threads";
-  else
-    o.limiter = "blocks per SM";
+  // Every resource that allows no more (ties are named together).
+  const std::pair<int, const char*> limits[] = {{o.by_shared, "shared memory"},
+                                                {o.by_registers, "registers"},
+                                                {o.by_threads, "threads"},
+                                                {o.by_blocks, "blocks per SM"}};
+  for (const auto& [blocks, name] : limits)
+    if (blocks == o.blocks_per_sm)
+      o.limiter += (o.limiter.empty() ? "" : " and ") + std::string(name);
   o.blocks_per_sm = std::max(o.blocks_per_sm, 0);
   return o;
 }
@@ -48,12 +48,12 @@ Waves waves_of(int64_t units, int64_t slots) {
 }
 
 double DeviceRates::ridge() const {
-  const double peak = tensor_flops_per_sm_clock * sm_clock_hz;  // per SM
-  return dram_bytes_per_s > 0 ? peak / dram_bytes_per_s : 0;
+  return dram_bytes_per_s > 0 ? tensor_peak() / dram_bytes_per_s : 0;
 }
 
 DeviceRates rates_of(const cuda::DeviceProperties& device) {
   DeviceRates r;
+  r.sms = std::max(device.sm_count, 1);
   r.sm_clock_hz = (device.sm_clock_khz > 0 ? device.sm_clock_khz : 1980000) * 1e3;
   const double theoretical = device.theoretical_bandwidth_gbs() * 1e9;
   r.dram_bytes_per_s = 0.9 * (theoretical > 0 ? theoretical : 4.8e12);

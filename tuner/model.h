@@ -61,6 +61,7 @@ struct Work {
 
 // The rates the model uses for a device, from its properties.
 struct DeviceRates {
+  int sms = 0;
   double sm_clock_hz = 0;
   double dram_bytes_per_s = 0;  // achievable: 90% of 2 x memory clock x bus width
   double l2_bytes_per_s = 0;    // 2.5x DRAM (a prior; L2 re-reads of tiles)
@@ -68,6 +69,8 @@ struct DeviceRates {
   // (wgmma), 2048 on sm_80/86/89 (mma.sync); tf32 half of that; SIMT fp32 256.
   double tensor_flops_per_sm_clock = 0;
   double simt_flops_per_sm_clock = 0;
+  // The device's dense tensor-core peak, FLOP/s (16-bit inputs).
+  double tensor_peak() const { return tensor_flops_per_sm_clock * sm_clock_hz * sms; }
   // The ridge point: FLOPs per byte above which the tensor cores, not DRAM, bound.
   double ridge() const;
 };

@@ -200,139 +200,148 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   result.pruned = space.pruned;
   result.ranking = chooser.rank(problem);
   if (result.ranking.empty()) chooser.choose(problem);  // throws: nothing runs
-
-  // The candidates, in the order they are measured (best predicted first).
-  std::vector<std::string> candidates;
-  std::set<std::string> chosen;
-  auto add = [&](const std::string& config) {
-    if (chosen.insert(config).second) candidates.push_back(config);
-  };
   const int top = std::max(1, options.top);
-  if (options.strategy == Strategy::Exhaustive) {
-    for (const auto& [config, prediction] : result.ranking) add(config);
-  } else if (options.strategy == Strategy::Model) {
-    for (size_t i = 0; i < result.ranking.size() && static_cast<int>(i) < top; ++i)
-      add(result.ranking[i].first);
-  } else {
-    std::vector<std::string> all;
-    for (const auto& [config, prediction] : result.ranking) all.push_back(config);
-    std::mt19937_64 rng(options.seed);
-    std::shuffle(all.begin(), all.end(), rng);
-    for (size_t i = 0; i < all.size() && static_cast<int>(i) < top; ++i) add(all[i]);
-  }
-  // What the runtime would run without this tune competes too, so a tune never
-  // stores something slower than the default.
-  if (std::find(space.candidates.begin(), space.candidates.end(), result.default_config) !=
-      space.candidates.end())
-    add(result.default_config);
-  result.candidates = static_cast<int>(candidates.size());
 
-  // Resume: what the store has measured already (this tuner version) is not measured again.
-  std::map<std::string, Measured> resumed;
+  // Trials the store has already (this tuner version): measured again only with `force`.
+  std::map<std::string, Measured> stored;
   if (!options.force)
     for (const cache::TrialRecord& t : store.trials_for(result.gpu_model, result.signature))
-      if (t.tuner_version == kTunerVersion && chosen.count(t.config))
-        resumed[t.config] = from_trial(t);
-  std::vector<std::string> to_measure;
-  for (const std::string& c : candidates)
-    if (!resumed.count(c)) to_measure.push_back(c);
-  result.resumed = static_cast<int>(resumed.size());
+      if (t.tuner_version == kTunerVersion) stored[t.config] = from_trial(t);
 
   TuneProgress state;
-  state.total = static_cast<int>(candidates.size());
-  state.resumed = result.resumed;
   std::mutex progress_mutex;
   auto report = [&](const std::string& phase) {
     state.phase = phase;
     state.elapsed_s = seconds_since(started);
     if (progress) progress(state);
   };
-  for (const auto& [config, m] : resumed) {
-    if (!m.ok()) continue;
-    if (state.best_config.empty() || m.summary.median_ms < state.best_ms) {
-      state.best_config = config;
+  auto note_best = [&](const Measured& m) {
+    if (m.ok() && !m.stopped_early &&
+        (state.best_config.empty() || m.summary.median_ms < state.best_ms)) {
+      state.best_config = m.config;
       state.best_ms = m.summary.median_ms;
     }
-  }
-
-  // Compile everything first, in parallel, into the store.
-  report("compiling");
+  };
   const int threads = options.compile_threads > 0
                           ? options.compile_threads
-                          : std::max(1u, std::thread::hardware_concurrency());
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::string arch = options.arch.empty() ? device.arch() : options.arch;
-  const auto compile_started = std::chrono::steady_clock::now();
-  const std::map<std::string, std::string> compile_errors =
-      compile_all(problem, to_measure, arch, store, device, threads, [&](int n) {
-        std::lock_guard<std::mutex> lock(progress_mutex);
-        state.compiled += n;
-        report("compiling");
-      });
-  result.compile_s = seconds_since(compile_started);
+  std::set<std::string> chosen;  // every candidate of this tune, in any phase
 
-  std::vector<Measured> fresh;
-  std::vector<std::string> runnable;
-  for (const std::string& c : to_measure) {
-    auto it = compile_errors.find(c);
-    if (it == compile_errors.end()) {
-      runnable.push_back(c);
-      continue;
-    }
-    Measured m;
-    m.config = c;
-    m.error = it->second;
-    fresh.push_back(m);
-    store.put_trial(trial_record(result.gpu_model, result.signature, m));
-    ++state.failed;
-  }
-
-  // Measure in jobs of `batch` configs; every job's trials are stored as it ends.
-  const auto measure_started = std::chrono::steady_clock::now();
-  const size_t batch = static_cast<size_t>(std::max(1, options.batch));
-  for (size_t first = 0; first < runnable.size(); first += batch) {
-    if (options.budget_s > 0 && seconds_since(started) > options.budget_s) {
-      result.budget_exhausted = true;
-      break;
-    }
-    const std::vector<std::string> job(
-        runnable.begin() + static_cast<std::ptrdiff_t>(first),
-        runnable.begin() + static_cast<std::ptrdiff_t>(std::min(runnable.size(), first + batch)));
-    report("measuring");
-    const double leader = state.best_ms;
-    const std::vector<Measured> measured =
-        measurer(problem, job, options.timer, leader, [&](const MeasureEvent& e) {
-          if (e.phase == "failed") {
-            ++state.failed;
-            report("measuring");
-          }
-        });
-    for (const Measured& m : measured) {
-      fresh.push_back(m);
-      store.put_trial(trial_record(result.gpu_model, result.signature, m));
-      if (m.ok()) {
-        ++state.measured;
-        if (!m.stopped_early &&
-            (state.best_config.empty() || m.summary.median_ms < state.best_ms)) {
-          state.best_config = m.config;
-          state.best_ms = m.summary.median_ms;
-        }
-      } else if (m.error == "not measured") {
-        ++state.failed;
+  // One phase: the new candidates among `configs` are taken from the store's trials
+  // or compiled (all first, in parallel) and measured in jobs of `batch`, each
+  // job's trials stored as it ends.
+  auto run_phase = [&](const std::vector<std::string>& configs) {
+    std::vector<std::string> to_measure;
+    for (const std::string& c : configs) {
+      if (!chosen.insert(c).second) continue;
+      ++state.total;
+      auto it = stored.find(c);
+      if (it != stored.end()) {
+        result.trials.push_back(it->second);
+        ++state.resumed;
+        ++result.resumed;
+        note_best(it->second);
+      } else {
+        to_measure.push_back(c);
       }
-      log_line("tune", fmt::format("{} {}: {}", result.signature, m.config,
-                                   m.ok() ? m.summary.to_string() : m.error));
     }
-    const double per_config = seconds_since(measure_started) /
-                              static_cast<double>(std::min(runnable.size(), first + batch));
-    state.eta_s = per_config *
-                  static_cast<double>(runnable.size() - std::min(runnable.size(), first + batch));
-    report("measuring");
-  }
-  result.measure_s = seconds_since(measure_started);
+    if (result.budget_exhausted || to_measure.empty()) return;
+    report("compiling");
+    const auto compile_started = std::chrono::steady_clock::now();
+    const std::map<std::string, std::string> compile_errors =
+        compile_all(problem, to_measure, arch, store, device, threads, [&](int n) {
+          std::lock_guard<std::mutex> lock(progress_mutex);
+          state.compiled += n;
+          report("compiling");
+        });
+    result.compile_s += seconds_since(compile_started);
+    std::vector<std::string> runnable;
+    for (const std::string& c : to_measure) {
+      auto it = compile_errors.find(c);
+      if (it == compile_errors.end()) {
+        runnable.push_back(c);
+        continue;
+      }
+      Measured m;
+      m.config = c;
+      m.error = it->second;
+      result.trials.push_back(m);
+      store.put_trial(trial_record(result.gpu_model, result.signature, m));
+      ++state.failed;
+    }
+    const auto measure_started = std::chrono::steady_clock::now();
+    const size_t batch = static_cast<size_t>(std::max(1, options.batch));
+    for (size_t first = 0; first < runnable.size(); first += batch) {
+      if (options.budget_s > 0 && seconds_since(started) > options.budget_s) {
+        result.budget_exhausted = true;
+        break;
+      }
+      const size_t last = std::min(runnable.size(), first + batch);
+      const std::vector<std::string> job(runnable.begin() + static_cast<std::ptrdiff_t>(first),
+                                         runnable.begin() + static_cast<std::ptrdiff_t>(last));
+      report("measuring");
+      const std::vector<Measured> measured =
+          measurer(problem, job, options.timer, state.best_ms, [&](const MeasureEvent& e) {
+            if (e.phase == "failed") {
+              ++state.failed;
+              report("measuring");
+            }
+          });
+      for (const Measured& m : measured) {
+        result.trials.push_back(m);
+        store.put_trial(trial_record(result.gpu_model, result.signature, m));
+        if (m.ok()) ++state.measured;
+        if (m.error == "not measured") ++state.failed;
+        note_best(m);
+        log_line("tune", fmt::format("{} {}: {}", result.signature, m.config,
+                                     m.ok() ? m.summary.to_string() : m.error));
+      }
+      const double per_config = seconds_since(measure_started) / static_cast<double>(last);
+      state.eta_s = per_config * static_cast<double>(runnable.size() - last);
+      report("measuring");
+    }
+    result.measure_s += seconds_since(measure_started);
+  };
 
-  // Every trial of this tune's candidates, resumed ones included.
-  for (const auto& [config, m] : resumed) result.trials.push_back(m);
-  for (const Measured& m : fresh) result.trials.push_back(m);
+  // What the runtime would run without this tune competes in the first phase, so a
+  // tune never stores something slower than the default.
+  std::vector<std::string> first;
+  const bool default_runs = std::find(space.candidates.begin(), space.candidates.end(),
+                                      result.default_config) != space.candidates.end();
+  if (options.strategy == Strategy::Exhaustive) {
+    for (const auto& [config, prediction] : result.ranking) first.push_back(config);
+  } else if (options.strategy == Strategy::Random) {
+    std::vector<std::string> all;
+    for (const auto& [config, prediction] : result.ranking) all.push_back(config);
+    std::mt19937_64 rng(options.seed);
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(std::min(all.size(), static_cast<size_t>(top)));
+    first = all;
+  } else {
+    // The model, in two phases. 1: the best predicted config of each of the top
+    // kernels (efficiency keys: engine, tile, stages...), so the k measurements
+    // cover k different kernels. 2: the launch variants (split-K, raster, blocks
+    // per SM, grid) of the fastest one, best predicted first.
+    std::set<std::string> keys;
+    for (const auto& [config, prediction] : result.ranking)
+      if (static_cast<int>(first.size()) < top && keys.insert(prediction.efficiency_key).second)
+        first.push_back(config);
+  }
+  if (default_runs) first.push_back(result.default_config);
+  run_phase(first);
+  if (options.strategy == Strategy::Model && !state.best_config.empty()) {
+    std::string key;
+    for (const auto& [config, prediction] : result.ranking)
+      if (config == state.best_config) key = prediction.efficiency_key;
+    std::vector<std::string> variants;
+    for (const auto& [config, prediction] : result.ranking)
+      if (prediction.efficiency_key == key && !chosen.count(config) &&
+          static_cast<int>(variants.size()) < std::max(2, top / 2))
+        variants.push_back(config);
+    run_phase(variants);
+  }
+  result.candidates = state.total;
   for (const Measured& m : result.trials) {
     if (m.ok())
       ++result.measured;

@@ -2,8 +2,9 @@
 // them in parallel (every binary to the store), measure them (checked, then timed
 // in interleaved rounds), record every trial, and store the winner.
 //
-//   strategy model       the model ranks the whole space; measure the top k (and
-//                        the config already stored, if any)
+//   strategy model       the model ranks the whole space; measure the best config
+//                        of each of the top k kernels, then the launch variants
+//                        (split-K, raster, grid) of the fastest one
 //   strategy exhaustive  measure every config of the space
 //   strategy random      measure k configs drawn at random (seeded)
 //

@@ -26,6 +26,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/elementwise_support.h"
 #include "tools/cli/kernel_options.h"
+#include "tuner/elementwise_space.h"
 
 namespace kjit::cli {
 
@@ -33,7 +34,9 @@ namespace {
 
 struct Setup {
   Graph graph;  // as parsed
-  ir::ElementwiseConfig config;
+  // The config given with --config; none: the tuner's choice (the store's tuning,
+  // the nearest tuned problem, or the model) for each launch's problem.
+  std::optional<ir::ElementwiseConfig> config;
   Alignment alignment = Alignment::Auto;
   std::map<std::string, NpyArray> given;    // --input files by input name
   std::map<std::string, std::string> save;  // --output paths by output name
@@ -66,7 +69,7 @@ Setup make_setup(const KernelCommandOptions& o, int64_t default_n) {
       throw UserError("align=" + value + ": write align=16, align=1 or align=auto");
     }
   }
-  s.config = ir::ElementwiseConfig::parse(config);
+  if (!config.empty()) s.config = ir::ElementwiseConfig::parse(config);
   auto split = [](const std::string& item, const char* flag) {
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
@@ -138,10 +141,20 @@ ElementwisePlan plan_without_gpu(const ElementwiseKernel& kernel, Setup& s) {
   return kernel.plan(s.inputs, s.outputs, s.alignment);
 }
 
+// The source a launch would compile: with --config, or the tuner's choice for the
+// GPU the command plans for (GPU 0, or the datasheet device of --gpu / --arch).
+KernelSource planned_source(const KernelCommandOptions& o, Setup& s) {
+  ElementwiseKernel kernel(s.graph, s.config);
+  const ElementwisePlan plan = plan_without_gpu(kernel, s);
+  if (s.config) return kernel.source(plan);
+  const tuner::Choice choice =
+      make_chooser(command_target(o.arch, o.gpu))->choose(tuner::ElementwiseTuning(plan));
+  return kernel.source(plan, ir::ElementwiseConfig::parse(choice.config));
+}
+
 void emit(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
-  ElementwiseKernel kernel(s.graph, s.config);
-  KernelSource source = kernel.source(plan_without_gpu(kernel, s));
+  const KernelSource source = planned_source(o, s);
   if (o.json) {
     return print_json({{"name", source.name},
                        {"family", source.family},
@@ -155,8 +168,7 @@ void emit(const KernelCommandOptions& o) {
 
 void compile(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
-  ElementwiseKernel kernel(s.graph, s.config);
-  KernelSource source = kernel.source(plan_without_gpu(kernel, s));
+  const KernelSource source = planned_source(o, s);
   const std::string arch = o.arch.empty() ? default_arch() : o.arch;
   cuda::validate_arch(arch);
   StoreCompile program = compile_with_store(source, arch, o.ptx);
@@ -288,10 +300,11 @@ void bench(const KernelCommandOptions& o) {
   if (o.json) return print_json(out);
   std::cout << fmt::format(
       "{} on {}\n  fused:   {:.4f} ms  {:.0f} GB/s  = {:.1f}% of copy ({:.0f} GB/s, {:.4f} ms)\n"
-      "  unfused: {:.4f} ms  ({} kernels)  -> fused is {:.2f}x faster\n  kernel {} grid {} x {}\n",
+      "  unfused: {:.4f} ms  ({} kernels)  -> fused is {:.2f}x faster\n  kernel {} grid {} x {}, "
+      "config {} ({})\n",
       o.what, device.name, r.fused_ms, r.fused_gbs, 100 * r.fused_gbs / r.copy_gbs, r.copy_gbs,
       r.copy_ms, r.unfused_ms, r.unfused_kernels, r.unfused_ms / r.fused_ms, r.kernel_name,
-      r.grid_blocks, r.block_threads);
+      r.grid_blocks, r.block_threads, r.config, r.config_source);
 }
 
 }  // namespace
@@ -306,7 +319,12 @@ void run_elementwise_command(const KernelCommandOptions& options) {
       return run(options);
     case Verb::Bench:
       return bench(options);
+    case Verb::Explain:
+    case Verb::Tune:
+      break;  // tools/cli/explain.cpp, tools/cli/tune.cpp
   }
+  throw InternalError(std::string("kjit ") + to_string(options.verb) +
+                      " has no elementwise handler");
 }
 
 }  // namespace kjit::cli

@@ -11,6 +11,8 @@
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/stream.h"
 #include "support/error.h"
+#include "tuner/check.h"
+#include "tuner/timer.h"
 
 namespace kjit::cli {
 
@@ -21,23 +23,11 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(want[i])) {
-      if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))) return INFINITY;
-      continue;
-    }
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  if (norm == 0) return diff == 0 ? 0 : INFINITY;
-  return std::sqrt(diff / norm);
+  return tuner::relative_l2(got, want);
 }
 
 double tolerance_for(DType dtype) {
-  return dtype == DType::F16 || dtype == DType::BF16 ? 1e-2 : 1e-5;
+  return tuner::tolerance(tuner::precision_of(dtype));
 }
 
 namespace {
@@ -47,18 +37,12 @@ size_t tensor_bytes(const TensorArg& t) {
          static_cast<size_t>(ir::size_bytes(t.dtype));
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 }  // namespace
 
 BenchResult bench_elementwise(Runtime& runtime, const Graph& graph,
-                              const ir::ElementwiseConfig& config, Alignment alignment,
-                              std::vector<TensorArg> inputs, std::vector<TensorArg> outputs,
-                              int repeats) {
+                              const std::optional<ir::ElementwiseConfig>& config,
+                              Alignment alignment, std::vector<TensorArg> inputs,
+                              std::vector<TensorArg> outputs, int repeats) {
   const cuda::DeviceProperties& device = runtime.device();
   ElementwiseKernel fused(runtime, graph, config);
   const Graph& optimized = fused.graph();
@@ -91,29 +75,18 @@ BenchResult bench_elementwise(Runtime& runtime, const Graph& graph,
     r.n = ir::element_count(outputs[k].shape);
   }
   cuda::Stream stream;
-  // L2 is flushed before every timed run by overwriting a buffer twice its size.
-  size_t flush_bytes = static_cast<size_t>(std::max<int64_t>(2 * device.l2_bytes, 64 << 20));
-  cuda::DeviceBuffer flush(flush_bytes);
+  // The project's one timer (tuner/timer.h): warm-up, L2 flushed before every run,
+  // the median of `repeats` runs.
+  tuner::Timer timer(stream.get(), device.l2_bytes);
   auto time_ms = [&](const std::function<void()>& work) {
-    work();  // warm-up (and compilation)
-    stream.synchronize();
-    std::vector<double> times;
-    for (int i = 0; i < repeats; ++i) {
-      KJIT_CU(cuMemsetD8Async, flush.get(), static_cast<unsigned char>(i), flush_bytes,
-              stream.get());
-      cuda::Event start, stop;
-      start.record(stream.get());
-      work();
-      stop.record(stream.get());
-      stop.synchronize();
-      times.push_back(stop.elapsed_ms_since(start));
-    }
-    return median(times);
+    return timer.time([&](int) { work(); }, repeats).median_ms;
   };
 
   r.fused_ms = time_ms([&] { fused.launch(inputs, outputs, stream.get(), alignment); });
   ElementwiseKernel::LaunchInfo info = fused.last_launch();
   r.kernel_name = info.kernel_name;
+  r.config = info.config;
+  r.config_source = info.config_source;
   r.grid_blocks = info.grid_blocks;
   r.block_threads = info.block_threads;
   r.problem = fused.plan(inputs, outputs, alignment).problem.text();
@@ -161,6 +134,8 @@ BenchResult bench_elementwise(Runtime& runtime, const Graph& graph,
 nlohmann::json bench_json(const BenchResult& r) {
   return {{"kernel", r.kernel_name},
           {"problem", r.problem},
+          {"config", r.config},
+          {"config_source", r.config_source},
           {"n", r.n},
           {"bytes", r.bytes},
           {"repeats", r.repeats},

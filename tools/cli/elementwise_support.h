@@ -26,6 +26,7 @@ double tolerance_for(DType dtype);
 struct BenchResult {
   std::string kernel_name;
   std::string problem;
+  std::string config, config_source;  // what the fused kernel ran, and where it came from
   int64_t n = 0;
   int64_t bytes = 0;  // inputs read + outputs written, once each
   double fused_ms = 0, fused_gbs = 0;
@@ -40,10 +41,11 @@ struct BenchResult {
 // Allocates and fills inputs on the runtime's device, times the fused kernel,
 // a copy of the same traffic and the unfused chain (one kernel per op), each as the
 // median of `repeats` runs with L2 flushed before each.
+// `config`: none for the tuner's choice (what an application's launch would run).
 BenchResult bench_elementwise(Runtime& runtime, const Graph& graph,
-                              const ir::ElementwiseConfig& config, Alignment alignment,
-                              std::vector<TensorArg> inputs, std::vector<TensorArg> outputs,
-                              int repeats);
+                              const std::optional<ir::ElementwiseConfig>& config,
+                              Alignment alignment, std::vector<TensorArg> inputs,
+                              std::vector<TensorArg> outputs, int repeats);
 nlohmann::json bench_json(const BenchResult& result);
 
 }  // namespace kjit::cli

@@ -14,6 +14,10 @@ const char* to_string(Verb verb) {
       return "run";
     case Verb::Bench:
       return "bench";
+    case Verb::Explain:
+      return "explain";
+    case Verb::Tune:
+      return "tune";
   }
   return "?";
 }

@@ -11,7 +11,7 @@
 
 namespace kjit::cli {
 
-enum class Verb { Emit, Compile, Run, Bench };
+enum class Verb { Emit, Compile, Run, Bench, Explain, Tune };
 const char* to_string(Verb verb);
 
 struct KernelCommandOptions {
@@ -19,7 +19,7 @@ struct KernelCommandOptions {
   std::string what;    // expression, or a family name such as "matmul"
   std::string file;    // -f FILE: read the expression from FILE (WHAT is then absent)
   std::string dtype;   // empty: the family's default
-  std::string config;  // "key=value,key=value"; empty: the default heuristic
+  std::string config;  // "key=value,key=value"; empty: the tuner's choice
   std::string arch;    // empty: the GPU's, else sm_90
   std::string gpu;     // plan for this GPU instead (h200, h100, a100): no GPU needed
   bool json = false;

@@ -41,6 +41,7 @@ const std::vector<OptionUse>& option_uses() {
       {"--input", {"elementwise"}, {Verb::Run}},
       {"--output", {"elementwise"}, {Verb::Run}},
       {"--repeats", {"elementwise", "matmul"}, {Verb::Bench}},
+      {"--gpu", {"elementwise", "matmul"}, {Verb::Emit, Verb::Compile, Verb::Explain, Verb::Tune}},
   };
   return uses;
 }
@@ -123,12 +124,17 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
         "--dtype");
   noted(cmd->add_option("--config", o.config,
                         "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,"
-                        "stream=0|1,per_sm=0 (auto),align=auto|16|1. Matmul: bm=128,bn=128,bk=32,"
-                        "warps=8,wm=2,stages=3,splitk=1,mma=sync|wgmma,load=async|narrow (no "
-                        "--config: the default heuristic's choice)"),
+                        "stream=0|1,per_sm=0 (auto),grid=waves|tiles,align=auto|16|1. Matmul: "
+                        "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1,raster=8,"
+                        "mma=sync|wgmma,load=async|narrow (no --config: the tuner's choice: the "
+                        "store's tuning, the nearest tuned problem, or the model)"),
         "--config");
   noted(cmd->add_option("--arch", o.arch, "Target architecture (default: the GPU's, else sm_90)"),
         "--arch");
+  noted(cmd->add_option("--gpu", o.gpu,
+                        "Plan for this GPU (h200, h100, a100) from its datasheet instead of GPU 0")
+            ->check(CLI::IsMember({"h200", "h100", "a100"})),
+        "--gpu");
   cmd->add_flag("--json", o.json, "Print JSON");
   noted(cmd->add_option("--n", o.n, "Elements (elementwise), or N (matmul)")->check(kAtLeastOne),
         "--n");
@@ -153,7 +159,7 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
       "--repeats");
 }
 
-void run_kernel_command(const KernelCommandOptions& given) {
+KernelCommandOptions resolved(const KernelCommandOptions& given) {
   KernelCommandOptions options = given;
   if (!options.file.empty()) {
     if (!options.what.empty())
@@ -162,10 +168,39 @@ void run_kernel_command(const KernelCommandOptions& given) {
   } else if (options.what.empty()) {
     throw UserError("WHAT is required: an expression, a family name (matmul), or -f FILE");
   }
+  const bool is_family = options.file.empty() && find_family(options.what) != nullptr;
+  check_options_apply(options, is_family);
+  return options;
+}
+
+void run_kernel_command(const KernelCommandOptions& given) {
+  const KernelCommandOptions options = resolved(given);
   FamilyHandler handler = options.file.empty() ? find_family(options.what) : nullptr;
-  check_options_apply(options, handler != nullptr);
   if (handler) return handler(options);
   run_elementwise_command(options);
+}
+
+nlohmann::json problem_spec(const KernelCommandOptions& o) {
+  if (o.file.empty() && o.what == "matmul") {
+    if (o.m < 1 || o.n < 1 || o.k < 1)
+      throw UserError("a matmul needs its sizes", "give --m, --n and --k");
+    nlohmann::json spec = {{"family", "matmul"},
+                           {"m", o.m},
+                           {"n", o.n},
+                           {"k", o.k},
+                           {"batch", o.batch},
+                           {"layout", o.layout},
+                           {"dtype", o.dtype.empty() ? "bf16" : o.dtype}};
+    if (!o.epilogue.empty()) spec["epilogue"] = o.epilogue;
+    return spec;
+  }
+  // The defaults of the other elementwise verbs (tools/cli/elementwise.cpp).
+  const nlohmann::json sizes = {{"n", o.n > 0 ? o.n : int64_t{1} << 20},
+                                {"m", o.m > 0 ? o.m : 1024},
+                                {"k", o.k > 0 ? o.k : 1}};
+  nlohmann::json spec = {{"family", "elementwise"}, {"expr", o.what}, {"sizes", sizes}};
+  if (!o.dtype.empty()) spec["dtype"] = o.dtype;
+  return spec;
 }
 
 }  // namespace kjit::cli

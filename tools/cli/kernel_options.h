@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "tools/cli/family.h"
 
@@ -13,6 +14,15 @@ void add_kernel_options(CLI::App* command, KernelCommandOptions& options);
 
 // Calls the family's handler, or the elementwise one.
 void run_kernel_command(const KernelCommandOptions& options);
+
+// The options with WHAT read from -f FILE where given, checked against the family
+// and the verb (an option that does not apply is a UserError).
+KernelCommandOptions resolved(const KernelCommandOptions& options);
+
+// The tuner's description of the problem the options name (tuner::make_problem):
+// matmul (--m, --n, --k required) or an elementwise expression (sizes from --n,
+// --m, --k: 2^20, 1024 and 1 by default, as for the other verbs).
+nlohmann::json problem_spec(const KernelCommandOptions& options);
 
 // The elementwise handler (tools/cli/elementwise.cpp).
 void run_elementwise_command(const KernelCommandOptions& options);

@@ -1,0 +1,91 @@
+// The tuner on the GPU: a tune whose candidates fault and hang finishes, records
+// both as failed with reasons and picks a correct winner (measured in child
+// processes); a tuned problem is then what a fresh Runtime runs, from the store.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "runtime/elementwise.h"
+#include "runtime/matmul.h"
+#include "runtime/tuning.h"
+#include "tests/gpu/planted.h"
+#include "tests/support/gpu_test.h"
+#include "tuner/elementwise_space.h"
+#include "tuner/matmul_space.h"
+#include "tuner/tune.h"
+#include "tuner/worker.h"
+
+namespace kjit {
+namespace {
+
+using testing::GpuTest;
+
+class TunerGpu : public GpuTest {};
+
+TEST_F(TunerGpu, FaultingAndHangingCandidatesFailAndACorrectOneWins) {
+  // The planted worker is built beside this test binary.
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
+  const std::string worker =
+      std::filesystem::path(self).parent_path().string() + "/kjit_planted_worker";
+  ASSERT_TRUE(std::filesystem::exists(worker)) << worker;
+  tuner::WorkerOptions options;
+  options.argv = {worker};
+  options.check_timeout_s = 10;
+  auto measure_worker = std::make_shared<tuner::MeasureWorker>(options);
+  testing::PlantedProblem problem;
+  tuner::Chooser chooser(cache::Store::disabled("test"), "test", device());
+  tuner::TuneOptions tune_options;
+  tune_options.strategy = tuner::Strategy::Exhaustive;
+  const tuner::TuneResult r =
+      tuner::tune(problem, chooser, worker_measurer(measure_worker), tune_options);
+  std::map<std::string, tuner::Measured> trials;
+  for (const tuner::Measured& m : r.trials) trials[m.config] = m;
+  EXPECT_EQ(r.config, "ok");
+  ASSERT_TRUE(trials.at("ok").ok()) << trials.at("ok").error;
+  ASSERT_TRUE(trials.at("slow").ok()) << trials.at("slow").error;
+  EXPECT_LT(trials.at("ok").summary.median_ms, trials.at("slow").summary.median_ms);
+  EXPECT_NE(trials.at("fault").error.find("ILLEGAL_ADDRESS"), std::string::npos)
+      << trials.at("fault").error;
+  EXPECT_NE(trials.at("hang").error.find("hung"), std::string::npos) << trials.at("hang").error;
+  EXPECT_GE(measure_worker->starts(), 3);  // after the fault and after the hang
+  std::printf("fault: %s\nhang: %s\n", trials.at("fault").error.c_str(),
+              trials.at("hang").error.c_str());
+}
+
+// In-process tuning of a real elementwise chain and matmul (the model's top 3):
+// each winner is checked, stored, and chosen by the runtime afterwards.
+TEST_F(TunerGpu, TunedConfigsAreStoredAndChosen) {
+  Runtime& rt = runtime();
+  tuner::TuneOptions options;
+  options.top = 3;
+  options.timer.rounds = 2;
+  options.timer.runs_per_round = 3;
+  const tuner::ElementwiseTuning chain("y = x * sigmoid(x) * g", "bf16", {{"n", 1 << 22}});
+  matmul::Problem p;
+  p.m = 512;
+  p.n = 768;
+  p.k = 1024;
+  const tuner::MatmulTuning mm(p);
+  for (const tuner::TuningProblem* problem :
+       std::vector<const tuner::TuningProblem*>{&chain, &mm}) {
+    SCOPED_TRACE(problem->signature());
+    const tuner::TuneResult r =
+        tuner::tune(*problem, rt.chooser(), in_process_measurer(rt), options);
+    ASSERT_FALSE(r.config.empty());
+    for (const tuner::Measured& m : r.trials) EXPECT_TRUE(m.ok()) << m.config << ": " << m.error;
+    const tuner::Choice c = rt.chooser().choose(*problem);
+    EXPECT_EQ(c.source, tuner::Choice::Source::Store);
+    EXPECT_EQ(c.config, r.config);
+  }
+  // A Matmul built now runs the tuned config.
+  matmul::Matmul tuned(rt, p);
+  EXPECT_EQ(tuned.config_source(), "store");
+  EXPECT_EQ(tuned.config().to_string(), rt.chooser().choose(mm).config);
+}
+
+}  // namespace
+}  // namespace kjit

@@ -1,0 +1,102 @@
+// Where configs come from: the store's tuning, the nearest tuned problem of the
+// same class, the model — over a real SQLite store.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "cache/store.h"
+#include "tuner/choose.h"
+#include "tuner/matmul_space.h"
+
+namespace kjit::tuner {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ChooserTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "kjit-tuner-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    store_ = cache::Store::open(dir_ + "/kjit.db");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static MatmulTuning square(int64_t size) {
+    matmul::Problem p;
+    p.m = p.n = p.k = size;
+    p.aligned = packed_operands_aligned(p);
+    return MatmulTuning(p);
+  }
+  void tune_to(const TuningProblem& problem, const std::string& config, double ms = 0.5) {
+    cache::TuningRecord t;
+    t.gpu_model = kModel;
+    t.problem = problem.signature();
+    t.config = config;
+    t.measured = {ms, 0.01, 25};
+    t.tuner_version = "test";
+    store_->put_tuning(t);
+  }
+
+  static constexpr const char* kModel = "NVIDIA H200 cc9.0 132SM";
+  std::string dir_;
+  std::shared_ptr<cache::Store> store_;
+  const cuda::DeviceProperties h200_ = cuda::planning_device("h200");
+};
+
+const std::string kSmall = "bm=128,bn=128,bk=64,warps=12,wm=2,stages=3,splitk=1,mma=wgmma";
+
+TEST_F(ChooserTest, ModelWhenNothingIsTuned) {
+  Chooser chooser(store_, kModel, h200_);
+  const Choice c = chooser.choose(square(4096));
+  EXPECT_EQ(c.source, Choice::Source::Model);
+  EXPECT_NE(c.detail.find("predicted"), std::string::npos);
+  EXPECT_EQ(chooser.rank(square(4096)).front().first, c.config);
+}
+
+TEST_F(ChooserTest, ExactTuningThenNearestOfTheClass) {
+  tune_to(square(4096), kSmall);
+  Chooser chooser(store_, kModel, h200_);
+  Choice exact = chooser.choose(square(4096));
+  EXPECT_EQ(exact.source, Choice::Source::Store);
+  EXPECT_EQ(exact.config, kSmall);
+  // 4000^3 is aligned too (the same class): the tuning of 4096^3 is the nearest.
+  Choice near = chooser.choose(square(4000));
+  EXPECT_EQ(near.source, Choice::Source::Nearest);
+  EXPECT_EQ(near.config, kSmall);
+  EXPECT_NE(near.detail.find("m=4096"), std::string::npos);
+  // 4097^3 is misaligned: another class, so the model decides.
+  EXPECT_EQ(chooser.choose(square(4097)).source, Choice::Source::Model);
+  // The nearest is by size ratio: 6000 is nearer 8192 than 4096.
+  tune_to(square(8192), "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma");
+  chooser.refresh();
+  EXPECT_NE(chooser.choose(square(6000)).detail.find("m=8192"), std::string::npos);
+  // Another GPU model sees none of it.
+  Chooser other(store_, "NVIDIA A100 cc8.0 108SM", cuda::planning_device("a100"));
+  EXPECT_EQ(other.choose(square(4096)).source, Choice::Source::Model);
+}
+
+TEST_F(ChooserTest, ChoicesAreRememberedUntilRefresh) {
+  Chooser chooser(store_, kModel, h200_);
+  EXPECT_EQ(chooser.choose(square(2048)).source, Choice::Source::Model);
+  tune_to(square(2048), kSmall);
+  EXPECT_EQ(chooser.choose(square(2048)).source, Choice::Source::Model);  // remembered
+  chooser.refresh();
+  EXPECT_EQ(chooser.choose(square(2048)).source, Choice::Source::Store);
+}
+
+TEST_F(ChooserTest, AStoredConfigTheProblemCannotRunIsIgnored) {
+  tune_to(square(1024), "bm=128,bn=128,tiles=9");  // not a config this version reads
+  Chooser chooser(store_, kModel, h200_);
+  EXPECT_EQ(chooser.choose(square(1024)).source, Choice::Source::Model);
+}
+
+TEST_F(ChooserTest, DisabledStoreStillChooses) {
+  Chooser chooser(cache::Store::disabled("test"), kModel, h200_);
+  EXPECT_EQ(chooser.choose(square(4096)).source, Choice::Source::Model);
+}
+
+}  // namespace
+}  // namespace kjit::tuner

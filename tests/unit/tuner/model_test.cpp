@@ -1,0 +1,273 @@
+// Spaces, pruning with reasons, the model's terms (occupancy, waves, split-K,
+// memory) and its refit from trials. Everything on datasheet devices, no GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "cache/records.h"
+#include "compiler/lowering/matmul_epilogue.h"
+#include "support/error.h"
+#include "tuner/elementwise_space.h"
+#include "tuner/fit.h"
+#include "tuner/matmul_space.h"
+
+namespace kjit::tuner {
+namespace {
+
+const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+const cuda::DeviceProperties a100 = cuda::planning_device("a100");
+
+matmul::Problem matmul_problem(int64_t m, int64_t n, int64_t k) {
+  matmul::Problem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.aligned = packed_operands_aligned(p);
+  return p;
+}
+
+double predicted(const matmul::Problem& p, const std::string& config,
+                 const Efficiencies& e = Efficiencies()) {
+  return MatmulTuning(p).predict(config, h200, e).ms;
+}
+
+std::string best_of(const TuningProblem& problem, const cuda::DeviceProperties& device) {
+  std::string best;
+  double best_ms = 0;
+  for (const std::string& c : problem.space(device).candidates) {
+    const double ms = problem.predict(c, device, Efficiencies()).ms;
+    if (best.empty() || ms < best_ms) best = c, best_ms = ms;
+  }
+  return best;
+}
+
+TEST(Model, OccupancyNamesItsLimiter) {
+  const Occupancy smem = occupancy({384, 80, 197696, false}, h200);
+  EXPECT_EQ(smem.blocks_per_sm, 1);
+  EXPECT_EQ(smem.limiter, "shared memory");
+  const Occupancy threads = occupancy({256, 24, 0, false}, h200);
+  EXPECT_EQ(threads.blocks_per_sm, 8);  // 2048 threads per SM
+  EXPECT_EQ(threads.limiter, "threads");
+  const Occupancy registers = occupancy({512, 100, 1024, false}, h200);
+  EXPECT_EQ(registers.blocks_per_sm, 1);  // 104 x 512 = 53248 of 65536 registers
+  EXPECT_EQ(registers.limiter, "registers");
+  EXPECT_EQ(occupancy({256, 32, 0, false}, h200).limiter, "registers and threads");
+}
+
+TEST(Model, WavesCountTheLastPartialWave) {
+  const Waves w = waves_of(561, 132);  // the 4224^3 example of the tuner issue
+  EXPECT_EQ(w.waves, 5);
+  EXPECT_NEAR(w.last_fill, 33.0 / 132, 1e-12);
+  EXPECT_NEAR(w.utilization(), 561.0 / 660, 1e-12);
+  EXPECT_EQ(waves_of(264, 132).waves, 2);
+  EXPECT_EQ(waves_of(264, 132).last_fill, 1.0);
+}
+
+TEST(Model, RidgeAndRatesFromTheDatasheet) {
+  const DeviceRates r = rates_of(h200);
+  EXPECT_NEAR(r.tensor_peak() / 1e12, 1070, 5);        // 132 SMs x 4096 x 1.98 GHz
+  EXPECT_NEAR(r.dram_bytes_per_s / 1e12, 4.43, 0.05);  // 90% of 4.92 TB/s
+  EXPECT_GT(r.ridge(), 200);
+  EXPECT_LT(r.ridge(), 300);
+}
+
+// The wave-quantization cliff: one more tile column turns 4 waves of 128 x 256
+// tiles into 5 (the issue's 4224^3 case); the model moves off the cliff.
+TEST(Model, WaveCliffIsPredictedAndAvoided) {
+  const std::string big = "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma";
+  const double on_4096 = predicted(matmul_problem(4096, 4096, 4096), big) / (4096.0 * 4096);
+  const double on_4224 = predicted(matmul_problem(4096, 4224, 4096), big) / (4096.0 * 4224);
+  EXPECT_GT(on_4224 / on_4096, 1.15);  // the same work per output costs more past the cliff
+  const matmul::Problem p = matmul_problem(4096, 4224, 4096);
+  const std::string chosen = best_of(MatmulTuning(p), h200);
+  EXPECT_NE(chosen, big);
+  EXPECT_LT(predicted(p, chosen), 0.92 * predicted(p, big)) << chosen;
+}
+
+TEST(Model, FewTilesWithLongKSplitK) {
+  const matmul::Problem p = matmul_problem(256, 256, 16384);
+  const matmul::Config c = matmul::Config::parse(best_of(MatmulTuning(p), h200));
+  EXPECT_GT(c.splitk, 1) << c.to_string();
+  const Prediction split = MatmulTuning(p).predict(c, h200, Efficiencies(), nullptr);
+  EXPECT_FALSE(split.notes.empty());  // says what the partials cost
+}
+
+TEST(Model, SkinnyProblemsAreMemoryBound) {
+  const matmul::Problem decode = matmul_problem(16, 4096, 4096);
+  const Prediction p =
+      MatmulTuning(decode).predict(best_of(MatmulTuning(decode), h200), h200, Efficiencies());
+  // 32 MiB of B at most 4.43 TB/s: never faster than DRAM allows.
+  EXPECT_GE(p.ms, 4096.0 * 4096 * 2 / 4.43e12 * 1e3);
+  const Work w = MatmulTuning(decode).work();
+  EXPECT_LT(w.intensity(), rates_of(h200).ridge());
+}
+
+TEST(Space, PrunedConfigsSayWhy) {
+  const matmul::Problem p = matmul_problem(4096, 4096, 4096);
+  const Space hopper = MatmulTuning(p).space(h200);
+  auto reason = [&](const Space& s, const std::string& config) -> std::string {
+    for (const Pruned& x : s.pruned)
+      if (x.config == config) return x.reason;
+    return "";
+  };
+  EXPECT_NE(reason(hopper, "bm=192,bn=256,bk=64,warps=16,wm=3,stages=4,splitk=1,mma=wgmma")
+                .find("registers"),
+            std::string::npos);
+  EXPECT_NE(reason(hopper, "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=1,load=narrow")
+                .find("aligned"),
+            std::string::npos);
+  EXPECT_NE(
+      reason(hopper, "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=2,mma=wgmma").find("waves"),
+      std::string::npos);
+  EXPECT_NE(reason(hopper, "bm=256,bn=256,bk=64,warps=20,wm=4,stages=6,splitk=1,mma=wgmma")
+                .find("shared memory"),
+            std::string::npos);
+  const Space ampere = MatmulTuning(p).space(a100);
+  EXPECT_NE(
+      reason(ampere, "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma").find("sm_90"),
+      std::string::npos);
+  for (const std::string& c : ampere.candidates) EXPECT_EQ(c.find("wgmma"), std::string::npos) << c;
+  EXPECT_FALSE(ampere.candidates.empty());
+}
+
+TEST(Space, EveryCandidateIsCanonicalValidAndUnique) {
+  for (const matmul::Problem& p :
+       {matmul_problem(4096, 4096, 4096), matmul_problem(4097, 4097, 4097),
+        matmul_problem(16, 4096, 4096), matmul_problem(100, 30, 7)}) {
+    const MatmulTuning t(p);
+    const Space s = t.space(h200);
+    std::set<std::string> seen;
+    for (const std::string& c : s.candidates) {
+      EXPECT_EQ(t.canonical(c), c);
+      EXPECT_TRUE(seen.insert(c).second) << c;
+      EXPECT_NO_THROW(t.sources(c)) << c;
+    }
+    // Narrow loads only where operands are misaligned.
+    bool narrow = false;
+    for (const std::string& c : s.candidates)
+      narrow = narrow || c.find("narrow") != std::string::npos;
+    EXPECT_EQ(narrow, !p.aligned) << p.to_string();
+  }
+}
+
+TEST(Space, SourcesIncludeTheHelperKernels) {
+  matmul::Problem p = matmul_problem(4097, 4097, 4097);
+  const std::vector<KernelSource> padded =
+      MatmulTuning(p).sources("bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma");
+  ASSERT_EQ(padded.size(), 2u);
+  EXPECT_NE(padded[1].name.find("pad"), std::string::npos);
+  p = matmul_problem(256, 256, 16384);
+  const std::vector<KernelSource> split =
+      MatmulTuning(p).sources("bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=4,mma=wgmma");
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_NE(split[1].name.find("splitk_reduce"), std::string::npos);
+  // splitk and raster are launch arguments: one kernel for every value.
+  EXPECT_EQ(
+      split[0].source,
+      MatmulTuning(p)
+          .sources("bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=1,raster=16,mma=wgmma")[0]
+          .source);
+}
+
+TEST(Signature, MatmulRoundTripsWhatTheModelNeeds) {
+  matmul::Problem p = matmul_problem(2048, 50257, 768);
+  p.epilogue = matmul::epilogue_from_ir("r:bf16[m,n]; y = gelu(acc + bias) + r", p.input).epilogue;
+  const MatmulTuning t(p, "r:bf16[m,n]; y = gelu(acc + bias) + r");
+  const std::unique_ptr<MatmulTuning> back = matmul_from_signature(t.signature());
+  ASSERT_NE(back, nullptr) << t.signature();
+  EXPECT_EQ(back->signature(), t.signature());
+  EXPECT_EQ(back->problem_class(), t.problem_class());
+  EXPECT_EQ(back->sizes(), t.sizes());
+  EXPECT_EQ(back->work().bytes, t.work().bytes);  // the operands were read back
+  const std::string c = best_of(t, h200);
+  EXPECT_EQ(back->predict(c, h200, Efficiencies()).ms, t.predict(c, h200, Efficiencies()).ms);
+  EXPECT_EQ(matmul_from_signature("m=1,n=2"), nullptr);
+  // The spec rebuilds the same problem.
+  EXPECT_EQ(make_problem(t.spec())->signature(), t.signature());
+}
+
+TEST(Signature, ElementwiseRoundTripsWhatTheModelNeeds) {
+  const ElementwiseTuning t("x:bf16[m,n]; b:bf16[n]; y = x * sigmoid(x) + b", "",
+                            {{"m", 4096}, {"n", 1000}});
+  const std::unique_ptr<TuningProblem> back = problem_from_signature(t.signature());
+  ASSERT_NE(back, nullptr) << t.signature();
+  EXPECT_EQ(back->family(), "elementwise");
+  EXPECT_EQ(back->problem_class(), t.problem_class());
+  EXPECT_EQ(back->work().bytes, t.work().bytes);
+  const std::string c = best_of(t, h200);
+  EXPECT_EQ(back->predict(c, h200, Efficiencies()).ms, t.predict(c, h200, Efficiencies()).ms);
+  EXPECT_EQ(make_problem(t.spec())->signature(), t.signature());
+  // The bias is a row: read once, not once per output.
+  EXPECT_NEAR(t.work().bytes, 2.0 * (4096 * 1000 * 2) + 1000 * 2, 1e-9);
+}
+
+TEST(Space, ElementwisePrunesWhatCannotDiffer) {
+  // 1001 elements: not whole vectors, so the one-element path: no vec, no streaming stores.
+  const ElementwiseTuning odd("y = exp(x)", "f32", {{"n", 1001}});
+  EXPECT_EQ(odd.plan().problem.aligned, false);
+  const Space s = odd.space(h200);
+  for (const std::string& c : s.candidates) {
+    EXPECT_EQ(c.find("stream=1"), std::string::npos) << c;
+    EXPECT_EQ(c.find(",vec="), c.find(",vec=0")) << c;
+  }
+  bool said = false;
+  for (const Pruned& p : s.pruned)
+    said = said || p.reason.find("one element at a time") != std::string::npos;
+  EXPECT_TRUE(said);
+  const ElementwiseTuning big("y = exp(x)", "f32", {{"n", 1 << 26}});
+  EXPECT_GT(big.space(h200).candidates.size(), s.candidates.size());
+}
+
+TEST(Specs, BadSpecsNameTheField) {
+  auto message = [](const nlohmann::json& spec) -> std::string {
+    try {
+      make_problem(spec);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}}).find("'k'"), std::string::npos);
+  EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", -1}}).find("'k'"),
+            std::string::npos);
+  EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 4}, {"tile", 4}}).find("tile"),
+            std::string::npos);
+  EXPECT_NE(message({{"family", "conv"}}).find("conv"), std::string::npos);
+  EXPECT_NE(message({{"family", "elementwise"}}).find("expr"), std::string::npos);
+  EXPECT_NE(
+      message({{"family", "elementwise"}, {"expr", "y = x"}, {"sizes", {{"n", 0}}}}).find("'n'"),
+      std::string::npos);
+  EXPECT_NE(
+      message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 3}, {"align", 16}}).find("align"),
+      std::string::npos);
+}
+
+// Trials measured at a known efficiency fit back to it.
+TEST(Fit, TrialsRefitTheirKey) {
+  const std::string config = "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma";
+  const std::string key = "matmul:wgmma:128x256:s4";
+  Efficiencies truth;
+  truth.set(key, 0.5, 1);
+  std::vector<cache::TrialRecord> trials;
+  for (int64_t n : {4096, 6144, 8192, 10240, 12288, 16384}) {
+    const MatmulTuning t(matmul_problem(4096, n, 4096));
+    cache::TrialRecord r;
+    r.problem = t.signature();
+    r.config = config;
+    r.measured.median_ms = t.predict(config, h200, truth).ms;
+    r.measured.runs = 25;
+    trials.push_back(r);
+  }
+  const Efficiencies fitted = fit_efficiencies(trials, h200);
+  ASSERT_TRUE(fitted.fitted(key));
+  EXPECT_NEAR(fitted.get(key, 0), 0.5, 0.03);  // shrunk a little toward the prior
+  EXPECT_EQ(fitted.values().at(key).samples, 6);
+  // Leaving one problem out fits from the others; failed trials teach nothing.
+  EXPECT_EQ(fit_efficiencies(trials, h200, trials[0].problem).values().at(key).samples, 5);
+  trials[1].error = "wrong result";
+  EXPECT_EQ(fit_efficiencies(trials, h200).values().at(key).samples, 5);
+}
+
+}  // namespace
+}  // namespace kjit::tuner

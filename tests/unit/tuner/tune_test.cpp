@@ -1,0 +1,215 @@
+// tune() with a scripted measurer: which configs each strategy measures, what is
+// stored, resuming from the trials table, the budget, failures, and the tie-break.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "cache/store.h"
+#include "support/error.h"
+#include "tests/unit/tuner/fake_family.h"
+#include "tuner/tune.h"
+
+namespace kjit::tuner {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FakeProblem;
+
+// Times each config as `truth` says, with a tight interval, counting calls.
+struct ScriptedMeasurer {
+  std::map<std::string, double> truth;
+  std::map<std::string, std::string> errors;
+  double spread = 0.002;
+  double sleep_s = 0;
+  std::vector<std::string> measured;
+  int calls = 0;
+
+  Measurer get() {
+    return [this](const TuningProblem&, const std::vector<std::string>& configs,
+                  const TimerOptions&, double, const MeasureListener& listener) {
+      ++calls;
+      if (sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+      std::vector<Measured> out;
+      for (const std::string& c : configs) {
+        Measured m;
+        m.config = c;
+        measured.push_back(c);
+        if (errors.count(c)) {
+          m.error = errors[c];
+          if (listener) listener(MeasureEvent{"failed", c, &m});
+        } else {
+          m.summary = from_stored(truth.at(c), spread, 25);
+        }
+        out.push_back(m);
+      }
+      return out;
+    };
+  }
+};
+
+class TuneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "kjit-tune-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    store_ = cache::Store::open(dir_ + "/kjit.db");
+    // 12 configs over 6 kernels (keys k0..k5), two launch variants each; the model
+    // prefers c0, c2, c4, ...; the truth prefers k3's second variant.
+    for (int i = 0; i < 12; ++i) {
+      const std::string config = "c=" + std::to_string(i);
+      problem_.configs[config] = {1.0 + 0.01 * i, "k" + std::to_string(i / 2)};
+      measurer_.truth[config] = 2.0 - 0.1 * (i / 2) * (i % 2 ? 1.5 : 1.0);
+    }
+    measurer_.truth["c=7"] = 0.5;  // k3, the second variant: the fastest of all
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TuneResult run(TuneOptions options = {}) {
+    Chooser chooser(store_, "gpu", device_);
+    return tune(problem_, chooser, measurer_.get(), options);
+  }
+
+  std::string dir_;
+  std::shared_ptr<cache::Store> store_;
+  const cuda::DeviceProperties device_ = cuda::planning_device("h200");
+  FakeProblem problem_;
+  ScriptedMeasurer measurer_;
+};
+
+TEST_F(TuneTest, ModelStrategyCoversTopKernelsThenTheWinnersVariants) {
+  TuneOptions options;
+  options.top = 4;
+  const TuneResult r = run(options);
+  // Phase 1: the best config of the 4 best keys (c0, c2, c4, c6); phase 2: the
+  // fastest's (c6, key k3) other variant, c7, which wins.
+  std::set<std::string> measured(measurer_.measured.begin(), measurer_.measured.end());
+  EXPECT_EQ(measured, (std::set<std::string>{"c=0", "c=2", "c=4", "c=6", "c=7"}));
+  EXPECT_EQ(r.config, "c=7");
+  EXPECT_EQ(r.default_config, "c=0");  // the model's choice before the tune
+  // Stored: the tuning and every trial.
+  const auto tuning = store_->find_tuning("gpu", problem_.signature());
+  ASSERT_TRUE(tuning.has_value());
+  EXPECT_EQ(tuning->config, "c=7");
+  EXPECT_EQ(store_->trials_for("gpu", problem_.signature()).size(), 5u);
+  // The chooser now takes the tuning.
+  Chooser chooser(store_, "gpu", device_);
+  EXPECT_EQ(chooser.choose(problem_).source, Choice::Source::Store);
+}
+
+TEST_F(TuneTest, ExhaustiveMeasuresEverythingAndRandomIsSeeded) {
+  TuneOptions options;
+  options.strategy = Strategy::Exhaustive;
+  EXPECT_EQ(run(options).measured, 12);
+  EXPECT_EQ(measurer_.measured.size(), 12u);
+
+  TuneOptions random;
+  random.strategy = Strategy::Random;
+  random.top = 3;
+  random.force = true;
+  random.seed = 7;
+  measurer_.measured.clear();
+  run(random);
+  const std::vector<std::string> first = measurer_.measured;
+  measurer_.measured.clear();
+  run(random);
+  EXPECT_EQ(measurer_.measured, first);  // the same seed draws the same configs
+  EXPECT_LE(first.size(), 4u);           // 3 drawn (+ the default if not among them)
+}
+
+TEST_F(TuneTest, ResumesFromTheTrialsTable) {
+  TuneOptions options;
+  options.top = 4;
+  const TuneResult first = run(options);
+  measurer_.measured.clear();
+  measurer_.calls = 0;
+  const TuneResult again = run(options);
+  EXPECT_EQ(measurer_.calls, 0);  // everything was in the store
+  EXPECT_EQ(again.resumed, first.measured);
+  EXPECT_EQ(again.config, first.config);
+  options.force = true;
+  run(options);
+  EXPECT_GT(measurer_.calls, 0);
+}
+
+TEST_F(TuneTest, FailuresAreRecordedAndNeverWin) {
+  measurer_.errors["c=7"] = "wrong result: relative L2 error inf";
+  measurer_.errors["c=6"] = "hung: the check did not finish in 60 s";
+  TuneOptions options;
+  options.top = 4;
+  const TuneResult r = run(options);
+  EXPECT_NE(r.config, "c=7");
+  EXPECT_NE(r.config, "c=6");
+  EXPECT_EQ(r.config, "c=5");  // the fastest that passed: c=4's variant (phase 2)
+  int failed = 0;
+  for (const cache::TrialRecord& t : store_->trials_for("gpu", problem_.signature()))
+    if (!t.error.empty()) {
+      ++failed;
+      EXPECT_TRUE(t.error.find("hung") == 0 || t.error.find("wrong") == 0) << t.error;
+    }
+  EXPECT_EQ(failed, 1);  // c=7 is never measured: phase 2 follows a winner that passed
+  EXPECT_EQ(r.failed, 1);
+}
+
+TEST_F(TuneTest, BudgetStopsBetweenJobs) {
+  TuneOptions options;
+  options.strategy = Strategy::Exhaustive;
+  options.batch = 2;
+  options.budget_s = 0.05;
+  measurer_.sleep_s = 0.04;
+  const TuneResult r = run(options);
+  EXPECT_TRUE(r.budget_exhausted);
+  EXPECT_LT(measurer_.measured.size(), 12u);
+  EXPECT_FALSE(r.config.empty());  // the best of what was measured
+}
+
+// Within the fastest's 95% interval: no split-K first, then the model's prior
+// prediction, then the text, whatever order the measurements came in.
+TEST(TieBreak, DeterministicAmongStatisticallyTiedConfigs) {
+  FakeProblem p;
+  p.configs["a,splitk=2"] = {1.0, "k"};
+  p.configs["b"] = {1.2, "k"};
+  p.configs["c"] = {1.1, "k"};
+  p.configs["d"] = {0.9, "k"};
+  const cuda::DeviceProperties d = cuda::planning_device("h200");
+  std::vector<Measured> trials(4);
+  trials[0].config = "a,splitk=2";
+  trials[0].summary = from_stored(1.000, 0.01, 25);  // the fastest median
+  trials[1].config = "b";
+  trials[1].summary = from_stored(1.004, 0.01, 25);  // tied
+  trials[2].config = "c";
+  trials[2].summary = from_stored(1.006, 0.01, 25);  // tied, predicted faster than b
+  trials[3].config = "d";
+  trials[3].summary = from_stored(1.200, 0.01, 25);  // clearly slower
+  std::string why;
+  EXPECT_EQ(pick_winner(trials, p, d, &why)->config, "c");
+  EXPECT_NE(why.find("3 configs"), std::string::npos) << why;
+  std::reverse(trials.begin(), trials.end());
+  EXPECT_EQ(pick_winner(trials, p, d)->config, "c");
+  // Intervals apart: the fastest median wins outright.
+  trials = {trials[3]};
+  trials[0].summary = from_stored(1.0, 0.001, 25);
+  EXPECT_EQ(pick_winner(trials, p, d, &why)->config, "a,splitk=2");
+  EXPECT_NE(why.find("apart"), std::string::npos);
+  trials[0].error = "wrong";
+  EXPECT_EQ(pick_winner(trials, p, d), nullptr);
+}
+
+TEST(Strategy, ParsesTheThreeAndNamesThemOtherwise) {
+  EXPECT_EQ(parse_strategy("model"), Strategy::Model);
+  EXPECT_EQ(parse_strategy("exhaustive"), Strategy::Exhaustive);
+  EXPECT_EQ(parse_strategy("random"), Strategy::Random);
+  try {
+    parse_strategy("greedy");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("greedy"), std::string::npos);
+    EXPECT_NE(e.hint().find("exhaustive"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace kjit::tuner

@@ -1,0 +1,73 @@
+// The parent's side of measuring in child processes, against a scripted worker
+// (fake_worker.py) that crashes, hangs, faults and fails checks on cue: each such
+// config is recorded as failed with its reason, a fresh worker measures the rest.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+
+#include "support/error.h"
+#include "support/options.h"
+#include "tuner/worker.h"
+
+namespace kjit::tuner {
+namespace {
+
+WorkerOptions scripted(double check_timeout_s = 30) {
+  WorkerOptions o;
+  o.argv = {"/usr/bin/env", "python3", *env("KJIT_TEST_SCRIPTS") + "/fake_worker.py"};
+  o.check_timeout_s = check_timeout_s;
+  o.timing_timeout_s = 30;
+  return o;
+}
+
+std::map<std::string, Measured> by_config(const std::vector<Measured>& results) {
+  std::map<std::string, Measured> out;
+  for (const Measured& m : results) out[m.config] = m;
+  return out;
+}
+
+TEST(Worker, MeasuresThroughTheProtocol) {
+  MeasureWorker worker(scripted());
+  std::vector<std::string> events;
+  const auto r =
+      by_config(worker.measure({{"family", "fake"}}, {"a", "bb"}, TimerOptions(), 0,
+                               [&](const MeasureEvent& e) { events.push_back(e.phase); }));
+  ASSERT_TRUE(r.at("a").ok()) << r.at("a").error;
+  EXPECT_NEAR(r.at("a").summary.median_ms, 1.1, 1e-9);
+  EXPECT_NEAR(r.at("bb").summary.median_ms, 1.2, 1e-9);
+  EXPECT_EQ(r.at("a").summary.runs, 25);
+  EXPECT_EQ(r.at("a").resources.registers, 32);
+  EXPECT_EQ(events, (std::vector<std::string>{"checking", "checked", "checking", "checked", "timed",
+                                              "timed"}));
+  // The worker serves the next job without a restart.
+  worker.measure({{"family", "fake"}}, {"c"}, TimerOptions());
+  EXPECT_EQ(worker.starts(), 1);
+}
+
+TEST(Worker, CrashesHangsAndFaultsCostOnlyTheirConfig) {
+  MeasureWorker worker(scripted(/*check_timeout_s=*/1.0));
+  const auto started = std::chrono::steady_clock::now();
+  const auto r = by_config(worker.measure(
+      {{"family", "fake"}}, {"a", "crash", "b", "hang", "wrong", "fault", "c"}, TimerOptions()));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_LT(seconds, 20);  // the hang cost its timeout, not the tune
+  for (const char* ok : {"a", "b", "c"}) EXPECT_TRUE(r.at(ok).ok()) << ok << ": " << r.at(ok).error;
+  EXPECT_NE(r.at("crash").error.find("signal 11"), std::string::npos) << r.at("crash").error;
+  EXPECT_NE(r.at("hang").error.find("hung"), std::string::npos) << r.at("hang").error;
+  EXPECT_NE(r.at("fault").error.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos)
+      << r.at("fault").error;
+  EXPECT_NE(r.at("wrong").error.find("wrong result"), std::string::npos);
+  EXPECT_EQ(worker.starts(), 4);  // the first, then after the crash, the hang and the fault
+}
+
+TEST(Worker, AWorkerThatCannotStartIsAnError) {
+  WorkerOptions o;
+  o.argv = {"/nonexistent/kjit", "__tune-worker"};
+  MeasureWorker worker(o);
+  EXPECT_THROW(worker.measure({{"family", "fake"}}, {"a"}, TimerOptions()), UserError);
+}
+
+}  // namespace
+}  // namespace kjit::tuner

@@ -1,0 +1,91 @@
+#include "tuner/workload.h"
+
+#include <fmt/format.h>
+
+#include "support/error.h"
+
+namespace kjit::tuner {
+
+namespace {
+
+int line_of(const std::string& text, size_t offset) {
+  int line = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) line += text[i] == '\n';
+  return line;
+}
+
+// The byte offsets where the elements of the list at `depth` begin (1: a top-level
+// list; 2: the list under a top-level object's key), skipping strings.
+std::vector<size_t> element_offsets(const std::string& text, int depth) {
+  std::vector<size_t> out;
+  int level = 0;
+  bool in_string = false, expect = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
+    if (expect && c != ']') out.push_back(i);
+    expect = false;
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++level;
+      expect = c == '[' && level == depth;
+    } else if (c == ']' || c == '}') {
+      --level;
+    } else if (c == ',' && level == depth) {
+      expect = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<WorkloadEntry> parse_workload(const std::string& text, const std::string& path) {
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw UserError("workload " + path + " is empty",
+                    "write a JSON list of problems, e.g. [{\"family\": \"matmul\", \"m\": 4096, "
+                    "\"n\": 4096, \"k\": 4096}]");
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UserError(fmt::format("workload {}: line {}: not valid JSON ({})", path,
+                                line_of(text, e.byte > 0 ? e.byte - 1 : 0), e.what()));
+  }
+  const nlohmann::json* list = &parsed;
+  int depth = 1;
+  if (parsed.is_object()) {
+    if (!parsed.contains("problems"))
+      throw UserError("workload " + path + ": the object has no \"problems\" list",
+                      "write {\"problems\": [ ... ]} or a plain list");
+    list = &parsed["problems"];
+    depth = 2;
+  }
+  if (!list->is_array()) throw UserError("workload " + path + ": the problems are not a JSON list");
+  if (list->empty()) throw UserError("workload " + path + " lists no problems");
+  const std::vector<size_t> offsets = element_offsets(text, depth);
+  std::vector<WorkloadEntry> out;
+  for (size_t i = 0; i < list->size(); ++i) {
+    WorkloadEntry entry;
+    entry.line = i < offsets.size() ? line_of(text, offsets[i]) : 0;
+    entry.spec = (*list)[i];
+    try {
+      entry.problem = make_problem(entry.spec);
+    } catch (const UserError& e) {
+      throw UserError(
+          fmt::format("workload {}: problem {} (line {}): {}", path, i + 1, entry.line, e.what()));
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+}  // namespace kjit::tuner
