@@ -190,13 +190,12 @@ class ElementwiseHarness : public tuner::Harness {
     const Graph& graph = problem_.plan().problem.graph;
     const std::vector<int> ids = graph.inputs();
     const uint64_t seed = fresh_seed();
-    std::vector<NpyArray> host;
     double set_bytes = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
-      host.push_back(ir::random_input(graph, ids[i], problem_.inputs()[i].shape, seed + i));
-      set_bytes += static_cast<double>(host.back().data.size());
-      host_values_.push_back(npy_values(host.back()));
+      host_.push_back(ir::random_input(graph, ids[i], problem_.inputs()[i].shape, seed + i));
+      set_bytes += static_cast<double>(host_.back().data.size());
     }
+    const std::vector<NpyArray>& host = host_;
     const int sets = input_sets_for(set_bytes, runtime.device().l2_bytes);
     for (int s = 0; s < sets; ++s) {
       std::vector<TensorArg> args = problem_.inputs();
@@ -279,7 +278,7 @@ class ElementwiseHarness : public tuner::Harness {
                              : access == ir::Access::Row    ? col
                              : access == ir::Access::Column ? row
                                                             : i;
-          values[id] = host_values_[input][static_cast<size_t>(at)];
+          values[id] = element(host_[input], at);
         } else if (node.op == ir::OpCode::Const) {
           values[id] = node.value;
         } else {
@@ -297,9 +296,18 @@ class ElementwiseHarness : public tuner::Harness {
     }
   }
 
+  // Element `i` of an input as a double (the reference reads only the samples).
+  static double element(const NpyArray& array, int64_t i) {
+    const size_t size = static_cast<size_t>(npy_item_size(array.descr));
+    NpyArray one{array.descr, {1}, {}};
+    one.data.assign(array.data.begin() + static_cast<std::ptrdiff_t>(i * size),
+                    array.data.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+    return npy_values(one)[0];
+  }
+
   Runtime& runtime_;
   const tuner::ElementwiseTuning& problem_;
-  std::vector<std::vector<double>> host_values_;
+  std::vector<NpyArray> host_;
   std::vector<cuda::DeviceBuffer> buffers_, out_buffers_;
   std::vector<std::vector<TensorArg>> inputs_;
   std::vector<TensorArg> outputs_;

@@ -305,13 +305,20 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
 
 int serve_measurements(const HarnessFactory& make_harness, const cuda::DeviceProperties& device,
                        std::istream& in, std::ostream& out) {
+  // Jobs of one tune share their problem: its harness (inputs, the reference) is
+  // built once and kept while the spec stays the same.
+  std::unique_ptr<Harness> harness;
+  nlohmann::json harness_spec;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
-    std::unique_ptr<Harness> harness;
     nlohmann::json job;
     try {
       job = nlohmann::json::parse(line);
-      harness = make_harness(job.at("spec"));
+      if (!harness || job.at("spec") != harness_spec) {
+        harness.reset();
+        harness = make_harness(job.at("spec"));
+        harness_spec = job.at("spec");
+      }
     } catch (const std::exception& e) {
       write_line(out, {{"event", "error"}, {"message", e.what()}});
       return 2;
