@@ -80,40 +80,29 @@ std::string resolved_directory(const fs::path& dir) {
   return out;
 }
 
-// An open file descriptor, closed at the end of its scope.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Opens the store's file, creating it with mode 0600 if it does not exist
-// (O_EXCL: exactly one process creates it; SQLite gives the -wal and -shm files
-// the same mode). O_NOFOLLOW: a link in its place is refused, never followed;
-// O_NONBLOCK: a FIFO in its place does not block the open.
-int open_store_file(const std::string& path) {
-  int fd =
+// Creates the store's file with mode 0600 when it does not exist (O_EXCL: exactly
+// one process creates it; SQLite gives the -wal and -shm files the same mode).
+// O_NOFOLLOW: a link in its place is refused, never followed; O_NONBLOCK: a FIFO
+// in its place does not block the open. An existing file is never opened here:
+// closing any descriptor of a file drops every POSIX lock this process holds on it
+// — those of SQLite connections other Stores of this process have open too — and
+// WAL depends on them (a connection that lost its shared lock let another
+// process's last close delete the WAL under it: "database disk image is
+// malformed"). Its checks are lstat()'s, before and after SQLite opens it.
+void create_store_file(const std::string& path) {
+  const int fd =
       ::open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
   if (fd >= 0) {
     ::fchmod(fd, 0600);  // the umask may have narrowed it
-    return fd;
+    ::close(fd);         // a file created just now: no connection of ours holds a lock on it
+    return;
   }
-  if (errno == EEXIST) fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    throw std::runtime_error(errno == ELOOP
-                                 ? fmt::format("{} is a symbolic link; kjit never follows links "
-                                               "in its cache. Fix: remove it",
-                                               path)
-                                 : fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  return fd;
+  if (errno == EEXIST) return;
+  throw std::runtime_error(errno == ELOOP
+                               ? fmt::format("{} is a symbolic link; kjit never follows links "
+                                             "in its cache. Fix: remove it",
+                                             path)
+                               : fmt::format("cannot open {}: {}", path, std::strerror(errno)));
 }
 
 // The files that belong to the store; none may be a link or anything but a
@@ -353,13 +342,23 @@ void Store::attach() {
   struct stat opened {
   }, after{};
   for (int attempt = 0; !database; ++attempt) {
-    std::optional<FileDescriptor> fd;
     try {
-      fd.emplace(open_store_file(file_));
+      create_store_file(file_);
     } catch (const std::runtime_error& e) {
       throw Rejected(Rejected::Kind::Unusable, e.what());
     }
-    if (::fstat(fd->get(), &opened) != 0 || !S_ISREG(opened.st_mode))
+    if (::lstat(file_.c_str(), &opened) != 0) {  // moved aside this instant: again
+      if (attempt >= 3)
+        throw Rejected(Rejected::Kind::Unusable,
+                       fmt::format("cannot open {}: {}", file_, std::strerror(errno)));
+      continue;
+    }
+    if (S_ISLNK(opened.st_mode))
+      throw Rejected(Rejected::Kind::Unusable,
+                     fmt::format("{} is a symbolic link; kjit never follows links in its cache. "
+                                 "Fix: remove it",
+                                 file_));
+    if (!S_ISREG(opened.st_mode))
       throw Rejected(Rejected::Kind::Unusable, file_ + " is not a regular file. Fix: remove it");
     try {
       database = std::make_unique<Database>(

@@ -1,5 +1,6 @@
 // Many processes at once on one file, created by whichever comes first: no
 // error, no lost row, no torn blob.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,6 +193,60 @@ void many_processes_find_the_same_damage_once() {
   std::unique_ptr<Store> store = Store::open(path);
   for (int process = 0; process < kProcesses; ++process)
     EXPECT_TRUE(store->find_binary(key_of(process, 0))) << key_of(process, 0) << " was lost";
+}
+
+// Whether another process sees a lock on the range SQLite takes SHARED locks in
+// (pending byte 0x40000000 + 2, 510 bytes): a connection in WAL mode holds one for
+// as long as it is open, which tells other processes it is there.
+bool shared_lock_held(const std::string& path) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int fd = ::open(path.c_str(), O_RDWR);
+    struct flock probe {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    probe.l_start = 0x40000000 + 2;
+    probe.l_len = 510;
+    ::fcntl(fd, F_GETLK, &probe);
+    ::_exit(probe.l_type == F_UNLCK ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+}
+
+// Opening a second Store on the same file in one process must not drop the first
+// one's locks. It did: the store opened the file itself to check it and closed
+// that descriptor, which releases every POSIX lock the process holds on the file
+// (SQLite's too); another process's last close then deleted the WAL under the
+// first store, whose next read found the file "malformed" (seen on the H200 in a
+// tune whose measuring worker shared the store with the test process).
+TEST(Concurrency, ASecondStoreKeepsTheFirstStoresLocks) {
+  ScratchDir dir;
+  const std::string path = dir.file("kjit.db");
+  std::unique_ptr<Store> first = Store::open(path);
+  first->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "p", "c", 1.0, 0.01, 20));
+  ASSERT_TRUE(first->find_tuning("NVIDIA H200 cc9.0 132SM", "p").has_value());
+  ASSERT_TRUE(shared_lock_held(path));
+  {
+    std::unique_ptr<Store> second = Store::open(path);
+    EXPECT_TRUE(second->find_tuning("NVIDIA H200 cc9.0 132SM", "p").has_value());
+    EXPECT_TRUE(shared_lock_held(path));
+  }
+  EXPECT_TRUE(shared_lock_held(path));
+  // Another process opens, writes and closes last in its view: the WAL survives,
+  // and the first store reads on.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::unique_ptr<Store> other = Store::open(path);
+    other->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "q", "c", 1.0, 0.01, 20));
+    other.reset();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(first->find_tuning("NVIDIA H200 cc9.0 132SM", "q").has_value());
+  EXPECT_TRUE(first->warnings().empty()) << first->warnings().front();
 }
 
 }  // namespace
