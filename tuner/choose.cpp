@@ -11,6 +11,13 @@
 
 namespace kjit::tuner {
 
+namespace {
+// How far a tuned problem may be to stand in for another: the sum over sizes of
+// |log(size ratio)|, here ln 2 (e.g. 4096^3 for 4000^3 or 3072 x 3072 x 4096, not
+// for 512 x 768 x 1024).
+constexpr double kNearestDistance = 0.6931471805599453;
+}  // namespace
+
 const char* to_string(Choice::Source source) {
   switch (source) {
     case Choice::Source::Store:
@@ -111,7 +118,17 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
       best_distance = distance;
     }
   }
-  if (!best) return std::nullopt;
+  if (!best || best_distance > kNearestDistance) return std::nullopt;
+  // Sizes near, but maybe over a cliff (one more wave of tiles): the tuned config
+  // is taken only when the model, on this problem, finds it within 10% of its own
+  // best.
+  const Efficiencies& fitted = efficiencies();
+  double model_best = 0;
+  for (const std::string& config : space.candidates) {
+    const double ms = problem.predict(config, device_, fitted).ms;
+    if (model_best == 0 || ms < model_best) model_best = ms;
+  }
+  if (problem.predict(best->config, device_, fitted).ms > 1.1 * model_best) return std::nullopt;
   Choice c;
   c.config = best->config;
   c.source = Choice::Source::Nearest;

@@ -3,8 +3,9 @@
 //
 //   1. the store's tuning for exactly this problem (kjit tune, or KJIT_TUNE=1);
 //   2. the nearest tuned problem of the same class (same layouts, dtypes, epilogue
-//      and alignment class; nearest by the sum of |log| size ratios), when its
-//      config is in this problem's space;
+//      and alignment class; nearest by the sum of |log| size ratios, at most ln 2
+//      away), when its config is in this problem's space and the model finds it
+//      within 10% of the model's best here (no wave cliff in between);
 //   3. the model's best config of the space (its efficiencies fitted to the GPU
 //      model's trials where there are any).
 //

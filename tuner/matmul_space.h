@@ -54,7 +54,8 @@ std::unique_ptr<MatmulTuning> matmul_from_signature(const std::string& signature
 // aligned class: their rows are whole 16-byte chunks.
 bool packed_operands_aligned(const matmul::Problem& problem);
 
-// The efficiency key of a config, e.g. "matmul:wgmma:128x256:s4", and its prior: the
+// The efficiency key of a config, e.g. "matmul:wgmma:128x256:s4" (+ ":splitk"), and its
+// prior: the
 // fraction of the device's tensor (or SIMT) peak a block of this shape reaches on
 // the H200, measured (docs/tuner.md). Fitted values replace it per GPU model.
 std::string matmul_efficiency_key(const matmul::Problem& problem, const matmul::Config& config);

@@ -57,25 +57,44 @@ TEST_F(ChooserTest, ModelWhenNothingIsTuned) {
 }
 
 TEST_F(ChooserTest, ExactTuningThenNearestOfTheClass) {
-  tune_to(square(4096), kSmall);
   Chooser chooser(store_, kModel, h200_);
+  // A tuning of 4096^3 to the model's second choice there (as a measurement might).
+  const std::string second = chooser.rank(square(4096))[2].first;
+  tune_to(square(4096), second);
+  chooser.refresh();
   Choice exact = chooser.choose(square(4096));
   EXPECT_EQ(exact.source, Choice::Source::Store);
-  EXPECT_EQ(exact.config, kSmall);
+  EXPECT_EQ(exact.config, second);
   // 4000^3 is aligned too (the same class): the tuning of 4096^3 is the nearest.
   Choice near = chooser.choose(square(4000));
   EXPECT_EQ(near.source, Choice::Source::Nearest);
-  EXPECT_EQ(near.config, kSmall);
+  EXPECT_EQ(near.config, second);
   EXPECT_NE(near.detail.find("m=4096"), std::string::npos);
   // 4097^3 is misaligned: another class, so the model decides.
   EXPECT_EQ(chooser.choose(square(4097)).source, Choice::Source::Model);
-  // The nearest is by size ratio: 6000 is nearer 8192 than 4096.
-  tune_to(square(8192), "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma");
+  // Too far: 1024^3 is not near 4096^3 (and has its own waves).
+  EXPECT_EQ(chooser.choose(square(1024)).source, Choice::Source::Model);
+  // The nearest is by size ratio: 7000 is nearer 8192 than 4096.
+  tune_to(square(8192), chooser.rank(square(8192))[0].first);
   chooser.refresh();
-  EXPECT_NE(chooser.choose(square(6000)).detail.find("m=8192"), std::string::npos);
+  EXPECT_NE(chooser.choose(square(7000)).detail.find("m=8192"), std::string::npos);
   // Another GPU model sees none of it.
   Chooser other(store_, "NVIDIA A100 cc8.0 108SM", cuda::planning_device("a100"));
   EXPECT_EQ(other.choose(square(4096)).source, Choice::Source::Model);
+}
+
+// Near in size but over a wave cliff: 128 x 256 tiles fill 4 waves at 4096^3 and
+// spill into a fifth at N = 4224; the model sees it and the tuning is not reused.
+TEST_F(ChooserTest, NearestIsNotTakenOverACliff) {
+  const std::string big = "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma";
+  tune_to(square(4096), big);
+  Chooser chooser(store_, kModel, h200_);
+  matmul::Problem p;
+  p.m = p.k = 4096;
+  p.n = 4224;
+  const Choice c = chooser.choose(MatmulTuning(p));
+  EXPECT_EQ(c.source, Choice::Source::Model);
+  EXPECT_NE(c.config, big);
 }
 
 TEST_F(ChooserTest, ChoicesAreRememberedUntilRefresh) {

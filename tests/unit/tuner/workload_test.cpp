@@ -1,7 +1,11 @@
 // Workload files: both forms, and errors that name the file, the problem and its line.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "support/error.h"
+#include "support/options.h"
 #include "tuner/workload.h"
 
 namespace kjit::tuner {
@@ -50,6 +54,23 @@ TEST(Workload, ErrorsNameTheFileTheProblemAndTheLine) {
   EXPECT_NE(e.find("'n'"), std::string::npos) << e;
   EXPECT_NE(error_of("[{\"family\": \"conv2d\"}]").find("conv2d"), std::string::npos);
   EXPECT_NE(error_of("[\"matmul\"]").find("JSON object"), std::string::npos);
+}
+
+// The workloads kjit ships (examples/workloads/) are valid.
+TEST(Workload, ShippedWorkloadsParse) {
+  const std::optional<std::string> tests = env("KJIT_TEST_SCRIPTS");  // tests/unit/tuner
+  ASSERT_TRUE(tests.has_value()) << "ctest sets KJIT_TEST_SCRIPTS";
+  const std::filesystem::path dir = std::filesystem::path(*tests) / "../../../examples/workloads";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_FALSE(parse_workload(text, entry.path().string()).empty());
+    ++files;
+  }
+  EXPECT_GE(files, 3);
 }
 
 }  // namespace
