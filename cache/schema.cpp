@@ -78,31 +78,6 @@ CREATE TABLE trials (
 );
 )sql";
 
-// Schema 2: binaries carry a MAC (cache/authenticator.h) that binds the cubin to
-// its key under the user's secret, placed before the cubin like the other small
-// columns. binary_usage and its trigger are as in schema 1.
-constexpr const char* kSchemaV2Binaries = R"sql(
-CREATE TABLE binaries (
-  key               TEXT PRIMARY KEY NOT NULL,
-  bytes             INTEGER NOT NULL,
-  created           INTEGER NOT NULL,
-  arch              TEXT NOT NULL,
-  nvrtc_version     TEXT NOT NULL,
-  generator_version TEXT NOT NULL,
-  checksum          TEXT NOT NULL,
-  mac               TEXT NOT NULL,
-  options           TEXT NOT NULL,
-  ptxas_stats       TEXT NOT NULL,
-  nvrtc_log         TEXT NOT NULL,
-  source            TEXT NOT NULL,
-  cubin             BLOB NOT NULL
-);
-CREATE TRIGGER binaries_delete_usage AFTER DELETE ON binaries
-BEGIN
-  DELETE FROM binary_usage WHERE key = old.key;
-END;
-)sql";
-
 std::set<std::string> user_tables(Database& db) {
   std::set<std::string> names;
   Statement query = db.prepare(
@@ -182,14 +157,18 @@ std::string migrate_0_to_1(Database& db, int64_t now) {
       tunings, binaries);
 }
 
-// 1 -> 2: binaries gain their MAC. The binaries stored before are dropped, not
-// authenticated now: nothing vouches that this user compiled them (a store that
-// others could write may hold planted rows with correct checksums), so they are
-// recompiled on demand. Tunings, trials and devices are kept.
+// 1 -> 2: binaries gain `mac`, the HMAC that binds each cubin to its key under
+// the user's secret (cache/authenticator.h). It is the last column, after the
+// cubin: only a lookup that reads the cubin anyway reads it. The binaries stored
+// before are dropped, not authenticated now: nothing vouches that this user
+// compiled them (a store that others could write may hold planted rows with
+// correct checksums), so they are recompiled on demand. Tunings, trials and
+// devices are kept.
 std::string migrate_1_to_2(Database& db, int64_t) {
   const int64_t dropped = db.query_int("SELECT count(*) FROM binaries");
-  db.exec("DROP TABLE binaries; DELETE FROM binary_usage;");
-  db.exec(kSchemaV2Binaries);
+  db.exec(
+      "DELETE FROM binaries; "  // the trigger empties binary_usage
+      "ALTER TABLE binaries ADD COLUMN mac TEXT NOT NULL DEFAULT ''");
   if (dropped == 0) return "";
   return fmt::format(
       "migrated the cache to schema 2 (authenticated binaries): dropped {} binaries stored "

@@ -460,9 +460,11 @@ void Store::connect() {
     } catch (const SqliteError& e) {
       if (!e.is_corruption()) {
         // Another process that found the same damage moved the file aside while
-        // this one was reading it (SQLite then reports I/O errors): attach to
-        // what the path names now, a few times at most.
-        if (options_.recover && replaced_underneath() && replaced++ < 3) continue;
+        // this one was reading it, or moved aside the -wal and -shm that the
+        // fresh file this one just opened had already made (SQLite then reports
+        // I/O errors): attach to what the path names now, a few times at most.
+        const bool io_error = (e.code() & 0xff) == SQLITE_IOERR;
+        if (options_.recover && (replaced_underneath() || io_error) && replaced++ < 3) continue;
         if (!options_.recover) throw;
         return disable(e.what());
       }

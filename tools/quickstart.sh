@@ -4,8 +4,9 @@
 #   demo   install what is missing, build (release), run `kjit demo`
 #   test   install what is missing, build, run the whole test suite (ctest), then
 #          build and run the unit tests under AddressSanitizer + UBSan, then fuzz
-#          the expression parser briefly (cuobjdump and nvdisasm for the SASS
-#          checks come from PyPI into .whl/ when the toolkit lacks them)
+#          the parser, .npy reading, --config parsing and lowering briefly
+#          (cuobjdump and nvdisasm for the SASS checks come from PyPI into .whl/
+#          when the toolkit lacks them)
 #   build  install what is missing and build (release)
 #
 # Needs Debian 12 (or similar) with the CUDA toolkit 12.x or 13.x installed
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-}
 case $mode in
   demo|test|build) ;;
-  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: tools/quickstart.sh demo|test|build (see --help)" >&2; exit 2 ;;
 esac
 
@@ -103,9 +104,10 @@ case $mode in
     cmake --build build/asan -j "$jobs"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build/asan --output-on-failure -j "$jobs" -L unit
-    if [[ -x tests/fuzz/run_parser_fuzz.sh ]]; then
-      echo "quickstart: fuzzing the expression parser"
-      tests/fuzz/run_parser_fuzz.sh 30
-    fi
+    # A short run of each fuzz target (the long runs are in docs/limits.md).
+    for target in parser npy config lowering; do
+      echo "quickstart: fuzzing $target"
+      tests/fuzz/run_fuzz.sh "$target" 15
+    done
     ;;
 esac

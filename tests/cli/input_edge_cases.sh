@@ -9,23 +9,7 @@ kjit=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export KJIT_CACHE_DIR=$dir/cache
-failures=0
-# expect CODE PATTERN COMMAND...: the exit code and a pattern in stdout+stderr.
-expect() {
-  local code=$1 pattern=$2
-  shift 2
-  local output status
-  output=$("$@" 2>&1)
-  status=$?
-  if [[ $status -ne $code ]] || ! grep -Eq -- "$pattern" <<<"$output"; then
-    echo "FAIL: $* -> exit $status (expected $code), output:"
-    echo "$output" | head -5
-    echo "  (expected /$pattern/)"
-    failures=$((failures + 1))
-  else
-    echo "ok: $*"
-  fi
-}
+source "$(dirname "$0")/expect_functions.sh"
 
 # Standard output that cannot be written is a failure with a message.
 expect 1 "cannot write to standard output" sh -c "'$kjit' emit 'y = x' > /dev/full"
@@ -58,8 +42,4 @@ head -c 1100000 /dev/zero | tr '\0' ' ' >"$dir/huge.txt"
 expect 2 "kjit reads at most 1.0 MiB of expression text" "$kjit" emit -f "$dir/huge.txt"
 expect 2 "give WHAT or -f FILE, not both" "$kjit" emit -f "$dir/long.txt" "y = x"
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "all input edge cases behave"
+finish

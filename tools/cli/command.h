@@ -78,8 +78,9 @@ struct StoreCompile {
   std::vector<char> cubin;
   std::vector<cuda::KernelStats> kernels;
   std::string ptx;
-  std::string cache;  // "hit", "miss", or "off" (KJIT_CACHE=off, an unusable store, --ptx)
-  double ms = 0;      // store lookup on a hit; NVRTC (and the store write) on a miss
+  std::string
+      cache;      // "hit", "miss", or "off" (KJIT_CACHE=off, an unusable or untrusted store, --ptx)
+  double ms = 0;  // store lookup on a hit; NVRTC (and the store write) on a miss
 };
 StoreCompile compile_with_store(const KernelSource& source, const std::string& arch, bool want_ptx);
 

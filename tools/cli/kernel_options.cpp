@@ -115,7 +115,8 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                   "(matmul)");
   noted(cmd->add_option("-f,--file", o.file,
                         "Read the expression from FILE (WHAT is then not given); for expressions "
-                        "longer than one command-line argument may be (128 KiB)"),
+                        "longer than one command-line argument may be (128 KiB)")
+            ->type_name("FILE"),
         "--file");
   noted(cmd->add_option("--dtype", o.dtype,
                         "Element type: f32, f16, bf16, i32, bool (default f32); matmul: bf16 "

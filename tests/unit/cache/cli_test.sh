@@ -5,23 +5,7 @@ kjit=$1 fixture=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 export KJIT_CACHE_DIR=$work/cache
 unset KJIT_CACHE
-failures=0
-# expect CODE PATTERN COMMAND...: exit code CODE and output matching PATTERN.
-expect() {
-  local code=$1 pattern=$2
-  shift 2
-  local output status
-  output=$("$@" 2>&1)
-  status=$?
-  if [[ $status -ne $code ]] || ! grep -Eq -- "$pattern" <<<"$output"; then
-    echo "FAIL: $* -> exit $status (want $code), output:"
-    echo "$output"
-    echo "  (wanted /$pattern/)"
-    failures=$((failures + 1))
-  else
-    echo "ok: $*"
-  fi
-}
+source "$(dirname "$0")/../../cli/expect_functions.sh"
 
 "$fixture" "$work/shipped.db" || { echo "FAIL: fixture"; exit 1; }
 expect 0 "^$work/cache/kjit.db\$" "$kjit" cache path
@@ -71,4 +55,4 @@ ls "$work/cache"/kjit.db.corrupt-* >/dev/null || { echo "FAIL: nothing moved asi
 for sub in path ls show stats verify export import merge clear vacuum; do
   expect 0 "Usage:" "$kjit" cache $sub --help
 done
-[[ $failures -eq 0 ]] && echo "all passed" || { echo "$failures failed"; exit 1; }
+finish

@@ -23,6 +23,17 @@ void expect_working(Store& store) {
   EXPECT_EQ(back->cubin, binary.cubin);
 }
 
+// Opens `path`, an older schema that must be migrated in place (never moved
+// aside) with a warning that contains `note`.
+std::unique_ptr<Store> open_migrated(const ScratchDir& scratch, const std::string& path,
+                                     const std::string& note) {
+  std::unique_ptr<Store> store = Store::open(path);
+  EXPECT_TRUE(store->enabled()) << store->disabled_reason();
+  EXPECT_TRUE(any_contains(store->warnings(), note)) << note;
+  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  return store;
+}
+
 // The one file moved aside, with exactly the bytes it had.
 void expect_moved_aside(const ScratchDir& scratch, const std::string& original_bytes) {
   std::vector<std::string> aside = files_starting_with(scratch.path(), "kjit.db.corrupt-");
@@ -166,10 +177,7 @@ TEST(Faults, OlderSchemaIsMigratedNotDiscarded) {
         "INSERT INTO tunings VALUES ('A100', 'mm 1024', 'tile=128', 0.75);"
         "INSERT INTO tunings VALUES ('A100', 'mm 2048', 'tile=64', NULL);");
   }
-  std::unique_ptr<Store> store = Store::open(path);
-  ASSERT_TRUE(store->enabled()) << store->disabled_reason();
-  EXPECT_TRUE(any_contains(store->warnings(), "kept 1 tunings, dropped 1 binaries"));
-  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  std::unique_ptr<Store> store = open_migrated(scratch, path, "kept 1 tunings, dropped 1 binaries");
   std::optional<TuningRecord> kept = store->find_tuning("A100", "mm 1024");
   ASSERT_TRUE(kept);
   EXPECT_EQ(kept->config, "tile=128");
@@ -267,11 +275,8 @@ TEST(Faults, SchemaOneIsMigratedAndItsBinariesDropped) {
         "INSERT INTO devices VALUES ('H200', 'NVIDIA H200', 9, 0, 132, '13.0', 1, 1, 1);"
         "PRAGMA application_id = 1802135924; PRAGMA user_version = 1;");
   }
-  std::unique_ptr<Store> store = Store::open(path);
-  ASSERT_TRUE(store->enabled()) << store->disabled_reason();
-  EXPECT_TRUE(any_contains(store->warnings(), "migrated the cache to schema 2"));
-  EXPECT_TRUE(any_contains(store->warnings(), "dropped 1 binaries"));
-  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  std::unique_ptr<Store> store = open_migrated(
+      scratch, path, "migrated the cache to schema 2 (authenticated binaries): dropped 1 binaries");
   EXPECT_FALSE(store->find_binary("k1"));
   ASSERT_TRUE(store->find_tuning("H200", "mm"));
   EXPECT_EQ(store->find_tuning("H200", "mm")->config, "tile=128");

@@ -65,6 +65,15 @@ void set_mode(const fs::path& path, int mode) {
   ASSERT_EQ(::chmod(path.c_str(), static_cast<mode_t>(mode)), 0) << path;
 }
 
+// Opens the store at `path`: it must refuse binaries, say `why`, and miss `key`.
+void expect_distrusted(const std::string& path, const std::string& why, const std::string& key) {
+  std::unique_ptr<Store> store = Store::open(path);
+  EXPECT_TRUE(store->enabled()) << store->disabled_reason();
+  EXPECT_FALSE(store->binaries_trusted());
+  EXPECT_NE(store->binaries_distrust().find(why), std::string::npos) << store->binaries_distrust();
+  EXPECT_FALSE(store->find_binary(key)) << "a binary came from an untrusted store";
+}
+
 // A store in a directory anyone may write (a 1777 KJIT_CACHE_DIR, a 0666
 // kjit.db): another user plants a row under the victim's key with a correct
 // checksum. Before, it was a cache hit and `verify` said nothing.
@@ -171,16 +180,11 @@ TEST(Trust, DirectoriesAboveTheCacheCount) {
   fs::create_directory(scratch.path() / "shared");
   victim_store(scratch, "shared/cache");
   set_mode(scratch.path() / "shared", 0777);
-  std::unique_ptr<Store> store = Store::open((scratch.path() / "shared/cache/kjit.db").string());
-  EXPECT_FALSE(store->binaries_trusted());
-  EXPECT_NE(store->binaries_distrust().find("(above the cache directory) is writable by group or "
-                                            "others (mode 0777)"),
-            std::string::npos)
-      << store->binaries_distrust();
-  EXPECT_FALSE(store->find_binary("victim"));
-  store.reset();
+  const std::string path = (scratch.path() / "shared/cache/kjit.db").string();
+  expect_distrusted(path, "(above the cache directory) is writable by group or others (mode 0777)",
+                    "victim");
   set_mode(scratch.path() / "shared", 01777);
-  store = Store::open((scratch.path() / "shared/cache/kjit.db").string());
+  std::unique_ptr<Store> store = Store::open(path);
   EXPECT_TRUE(store->binaries_trusted()) << store->binaries_distrust();
   EXPECT_TRUE(store->find_binary("victim"));
 }
@@ -189,12 +193,7 @@ TEST(Trust, AFileOthersMayWriteIsNotTrusted) {
   ScratchDir scratch;
   std::string path = victim_store(scratch);
   set_mode(path, 0664);
-  std::unique_ptr<Store> store = Store::open(path);
-  EXPECT_FALSE(store->binaries_trusted());
-  EXPECT_NE(store->binaries_distrust().find("kjit.db is writable by group or others (mode 0664)"),
-            std::string::npos)
-      << store->binaries_distrust();
-  EXPECT_FALSE(store->find_binary("victim"));
+  expect_distrusted(path, "kjit.db is writable by group or others (mode 0664)", "victim");
 }
 
 // Only root can make a directory belong to someone else.
@@ -203,11 +202,7 @@ TEST(Trust, ADirectoryOfAnotherUserIsNotTrusted) {
   ScratchDir scratch;
   victim_store(scratch, "theirs");
   ASSERT_EQ(::chown((scratch.path() / "theirs").c_str(), kNobody, kNobody), 0);
-  std::unique_ptr<Store> store = Store::open(scratch.file("theirs/kjit.db"));
-  EXPECT_FALSE(store->binaries_trusted());
-  EXPECT_NE(store->binaries_distrust().find("belongs to uid 65534"), std::string::npos)
-      << store->binaries_distrust();
-  EXPECT_FALSE(store->find_binary("victim"));
+  expect_distrusted(scratch.file("theirs/kjit.db"), "belongs to uid 65534", "victim");
 }
 
 // The secret key: created 0600 whatever the umask, shared by every process of
@@ -227,22 +222,13 @@ TEST(Trust, TheKeyIsPrivateAndShared) {
   second.reset();
 
   set_mode(path + ".key", 0644);
-  std::unique_ptr<Store> store = Store::open(path);
-  EXPECT_FALSE(store->binaries_trusted());
-  EXPECT_NE(store->binaries_distrust().find("others may read or write it (mode 0644)"),
-            std::string::npos)
-      << store->binaries_distrust();
-  EXPECT_FALSE(store->find_binary("k"));
-  store.reset();
+  expect_distrusted(path, "others may read or write it (mode 0644)", "k");
   set_mode(path + ".key", 0600);
   write_bytes(path + ".key", "short");
-  store = Store::open(path);
-  EXPECT_NE(store->binaries_distrust().find("is not a kjit key (5 bytes, not 32)"),
-            std::string::npos);
-  store.reset();
+  expect_distrusted(path, "is not a kjit key (5 bytes, not 32)", "k");
   // Removed as the message says: a new key, and the old binaries fail and go.
   fs::remove(path + ".key");
-  store = Store::open(path);
+  std::unique_ptr<Store> store = Store::open(path);
   EXPECT_TRUE(store->binaries_trusted());
   EXPECT_FALSE(store->find_binary("k"));
 }
@@ -253,13 +239,15 @@ TEST(Trust, TheKeyIsPrivateAndShared) {
 TEST(Links, ALinkedDatabaseIsNotFollowed) {
   ScratchDir scratch;
   fs::create_directory(scratch.path() / "cache");
+  write_bytes(scratch.file("target.db"), "");  // someone else's file, say
   fs::create_symlink(scratch.path() / "target.db", scratch.path() / "cache/kjit.db");
   std::unique_ptr<Store> store = Store::open(scratch.file("cache/kjit.db"));
   EXPECT_FALSE(store->enabled());
   EXPECT_TRUE(any_contains(store->warnings(), "kjit.db is a symbolic link; kjit never follows"));
   EXPECT_EQ(store->put_binary(make_binary("k", 100, 1)), PutOutcome::Rejected);
-  EXPECT_FALSE(fs::exists(scratch.path() / "target.db"))
+  EXPECT_EQ(fs::file_size(scratch.file("target.db")), 0u)
       << "a database was written through the link";
+  EXPECT_FALSE(fs::exists(scratch.file("target.db-wal")));
 }
 
 TEST(Links, ALinkedLockWalOrKeyIsNotFollowed) {

@@ -1,0 +1,80 @@
+// libFuzzer target for lowering: every text that parses is optimized, fused and
+// lowered to CUDA source, under every access pattern and alignment class the
+// launcher may pick and a handful of configs; lowering never fails on a parsed
+// graph, and the same inputs give byte-identical source. The same text read as
+// a matmul epilogue (`acc` predeclared) lowers to an epilogue function when it
+// has one output and floating inputs, else gives a UserError.
+//
+// Input: byte 0 picks the config and alignment, byte 1 the access patterns;
+// the rest is the text.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "compiler/ir/parser.h"
+#include "compiler/lowering/elementwise.h"
+#include "compiler/passes/fuse.h"
+#include "compiler/passes/pipeline.h"
+#include "support/error.h"
+
+namespace {
+
+const char* const kConfigs[] = {"", "block=128,unroll=1", "prefetch=1,stream=1",
+                                "block=1024,unroll=4", "vec=2,unroll=3"};
+
+void lower_every_group(const kjit::ir::Graph& parsed, uint8_t choice, uint8_t access_bits) {
+  kjit::ir::Graph graph = kjit::ir::optimize(parsed);
+  const kjit::ir::ElementwiseConfig config =
+      kjit::ir::ElementwiseConfig::parse(kConfigs[choice % std::size(kConfigs)]);
+  for (const kjit::ir::KernelGroup& group : kjit::ir::fuse(graph)) {
+    kjit::ir::ElementwiseProblem problem;
+    problem.graph = group.graph;
+    problem.aligned = (choice & 0x80) != 0;
+    const size_t inputs = group.graph.inputs().size();
+    for (size_t i = 0; i < inputs; ++i)
+      problem.access.push_back(
+          static_cast<kjit::ir::Access>((access_bits + 3 * i) % 5));  // Full ... Strided
+    const kjit::KernelSource first = kjit::ir::lower_elementwise(problem, config);
+    const kjit::KernelSource second = kjit::ir::lower_elementwise(problem, config);
+    if (first.source.empty() || first.source != second.source || first.name != second.name)
+      std::abort();
+  }
+}
+
+void lower_as_epilogue(const std::string& text) {
+  kjit::ir::ParseOptions options;
+  options.default_dtype = kjit::ir::DType::BF16;
+  options.inputs = {
+      {"acc", kjit::ir::DType::F32, {kjit::ir::Dim::named("m"), kjit::ir::Dim::named("n")}}};
+  kjit::ir::Graph graph;
+  try {
+    graph = kjit::ir::optimize(kjit::ir::parse(text, options));
+  } catch (const kjit::UserError&) {
+    return;
+  }
+  bool lowerable = graph.outputs().size() == 1;
+  for (int id : graph.inputs())
+    lowerable = lowerable && kjit::ir::is_floating(graph.node(id).dtype);
+  try {
+    if (kjit::ir::emit_epilogue_function(graph, "kjit_epilogue").empty()) std::abort();
+    if (!lowerable) std::abort();  // should have been refused
+  } catch (const kjit::UserError&) {
+    if (lowerable) std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  const std::string text(reinterpret_cast<const char*>(data) + 2, size - 2);
+  kjit::ir::Graph parsed;
+  try {
+    parsed = kjit::ir::parse(text);
+  } catch (const kjit::UserError&) {
+    return 0;
+  }
+  lower_every_group(parsed, data[0], data[1]);
+  lower_as_epilogue(text);
+  return 0;
+}
