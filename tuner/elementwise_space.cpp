@@ -280,6 +280,7 @@ Prediction ElementwiseTuning::predict(const std::string& text, const cuda::Devic
   const double latency_cover = std::min(1.0, in_flight / std::max(needed, 1.0));
 
   out.efficiency_key = key_of(c);
+  out.group = fmt::format("b{}:u{}", c.block_threads, c.unroll);
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, 0.97);
   // The work's tail: whole-wave grids loop ceil(vectors / (blocks x per_block)) times;

@@ -106,8 +106,7 @@ std::string matmul_efficiency_key(const Problem& p, const Config& c) {
   // the model only estimates, and fitting them with the one-pass configs of the
   // same tile dragged those down (seen on the H200: 0.72 -> 0.52).
   const std::string split = c.splitk > 1 ? ":splitk" : "";
-  if (c.wgmma)
-    return fmt::format("matmul:wgmma{}:{}x{}:s{}{}", type, c.bm, c.bn, c.stages, split);
+  if (c.wgmma) return fmt::format("matmul:wgmma{}:{}x{}:s{}{}", type, c.bm, c.bn, c.stages, split);
   return fmt::format("matmul:sync:{}x{}x{}:w{}x{}:s{}{}{}", c.bm, c.bn, c.bk, c.warps_m,
                      c.warps / c.warps_m, c.stages, c.narrow ? ":narrow" : "", split);
 }
@@ -295,6 +294,11 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // Compute: one unit's multiply-adds at the SM's rate times the efficiency; the
   // busiest SM runs ceil(units / SMs) of them (resident blocks share its rate).
   out.efficiency_key = matmul_efficiency_key(p, c);
+  out.group = fmt::format("{}:{}x{}{}",
+                          c.wgmma                 ? "wgmma"
+                          : p.input == DType::F32 ? "simt"
+                                                  : "sync",
+                          c.bm, c.bn, c.narrow ? ":narrow" : "");
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, matmul_efficiency_prior(p, c));
   const double per_clock = p.input == DType::F32    ? rates.simt_flops_per_sm_clock

@@ -104,6 +104,10 @@ struct Prediction {
   Occupancy occupancy;
   Waves waves;
   std::string efficiency_key;
+  // The kernel's coarse shape (engine and block tile): configs of one group differ
+  // only in finer knobs (stages, split-K, raster, grid). The model strategy
+  // measures several groups first, then the winner's group more closely.
+  std::string group;
   double efficiency = 0;  // the value used (fitted or prior)
   bool efficiency_fitted = false;
   // Extra lines for `kjit explain`, e.g. "split-K: 4 splits, 33.6 MB of fp32 partials".

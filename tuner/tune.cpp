@@ -319,25 +319,25 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     all.resize(std::min(all.size(), static_cast<size_t>(top)));
     first = all;
   } else {
-    // The model, in two phases. 1: the best predicted config of each of the top
-    // kernels (efficiency keys: engine, tile, stages...), so the k measurements
-    // cover k different kernels. 2: the launch variants (split-K, raster, blocks
-    // per SM, grid) of the fastest one, best predicted first.
-    std::set<std::string> keys;
+    // The model, in two phases. 1: the best predicted config of each of the top k
+    // groups (engine and block tile), so that the k measurements cover k different
+    // kernels. 2: the fastest group's other configs (stages, split-K, raster,
+    // grid), best predicted first, k more.
+    std::set<std::string> groups;
     for (const auto& [config, prediction] : result.ranking)
-      if (static_cast<int>(first.size()) < top && keys.insert(prediction.efficiency_key).second)
+      if (static_cast<int>(first.size()) < top && groups.insert(prediction.group).second)
         first.push_back(config);
   }
   if (default_runs) first.push_back(result.default_config);
   run_phase(first);
   if (options.strategy == Strategy::Model && !state.best_config.empty()) {
-    std::string key;
+    std::string group;
     for (const auto& [config, prediction] : result.ranking)
-      if (config == state.best_config) key = prediction.efficiency_key;
+      if (config == state.best_config) group = prediction.group;
     std::vector<std::string> variants;
     for (const auto& [config, prediction] : result.ranking)
-      if (prediction.efficiency_key == key && !chosen.count(config) &&
-          static_cast<int>(variants.size()) < std::max(2, top / 2))
+      if (prediction.group == group && !chosen.count(config) &&
+          static_cast<int>(variants.size()) < top)
         variants.push_back(config);
     run_phase(variants);
   }

@@ -3,8 +3,9 @@
 // in interleaved rounds), record every trial, and store the winner.
 //
 //   strategy model       the model ranks the whole space; measure the best config
-//                        of each of the top k kernels, then the launch variants
-//                        (split-K, raster, grid) of the fastest one
+//                        of each of the top k groups (engine and block tile), then
+//                        k more of the fastest group's (stages, split-K, raster,
+//                        grid), best predicted first
 //   strategy exhaustive  measure every config of the space
 //   strategy random      measure k configs drawn at random (seeded)
 //

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tune_check.sh BUILD OUT PART — the tuner's measurements on this machine's GPU, in
-# parts that each fit one device call (a few minutes each):
+# tune_check.sh BUILD OUT PART... — the tuner's measurements on this machine's GPU,
+# in parts that each fit one device call (a few minutes each):
 #
 #   matmul       the 8 benchmark shapes (examples/workloads/tuner_benchmark.json)
 #                tuned by the model in a fresh store A (compiles included) and
@@ -18,7 +18,8 @@
 # Everything lands in OUT as JSON; tools/device/report_tuner.py OUT prints the
 # tables.
 set -uo pipefail
-build=$1 out=$2 part=$3
+build=$1 out=$2
+shift 2
 kjit=$build/kjit
 mkdir -p "$out"
 store() {  # a fresh private store directory
@@ -36,6 +37,7 @@ tune() {  # tune STORE NAME ARGS... — kjit tune --json into OUT/NAME.json, tim
 }
 workloads=examples/workloads
 
+for part in "$@"; do
 case $part in
   matmul)
     A=$(store A) B=$(store B)
@@ -111,3 +113,4 @@ PY
     exit 2
     ;;
 esac
+done

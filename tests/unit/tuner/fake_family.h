@@ -13,7 +13,7 @@ namespace kjit::tuner::testing {
 
 class FakeProblem : public TuningProblem {
  public:
-  // config -> (predicted ms, efficiency key)
+  // config -> (predicted ms, efficiency key and group)
   std::map<std::string, std::pair<double, std::string>> configs;
   std::string name = "fake n=1";
 
@@ -34,6 +34,7 @@ class FakeProblem : public TuningProblem {
     Prediction p;
     p.ms = it->second.first;
     p.efficiency_key = it->second.second;
+    p.group = it->second.second;
     return p;
   }
   std::string canonical(const std::string& config) const override {

@@ -57,7 +57,7 @@ class TuneTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
     store_ = cache::Store::open(dir_ + "/kjit.db");
-    // 12 configs over 6 kernels (keys k0..k5), two launch variants each; the model
+    // 12 configs over 6 groups (k0..k5), two variants each; the model
     // prefers c0, c2, c4, ...; the truth prefers k3's second variant.
     for (int i = 0; i < 12; ++i) {
       const std::string config = "c=" + std::to_string(i);
@@ -85,7 +85,7 @@ TEST_F(TuneTest, ModelStrategyCoversTopKernelsThenTheWinnersVariants) {
   options.top = 4;
   const TuneResult r = run(options);
   // Phase 1: the best config of the 4 best keys (c0, c2, c4, c6); phase 2: the
-  // fastest's (c6, key k3) other variant, c7, which wins.
+  // fastest's (c6, group k3) other variant, c7, which wins.
   std::set<std::string> measured(measurer_.measured.begin(), measurer_.measured.end());
   EXPECT_EQ(measured, (std::set<std::string>{"c=0", "c=2", "c=4", "c=6", "c=7"}));
   EXPECT_EQ(r.config, "c=7");
