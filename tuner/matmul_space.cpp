@@ -27,6 +27,8 @@ constexpr double kLaunchSeconds = 2.5e-6;
 // Latency from a block's start to its first tensor-core instruction (the pipeline
 // fill: DRAM latency plus the first k-tiles), seconds.
 constexpr double kFillSeconds = 1.0e-6;
+// DRAM latency a pipeline's loads in flight must cover, seconds.
+constexpr double kDramLatencySeconds = 1.0e-6;
 
 // The values each dimension of the space takes.
 constexpr int kTileSizes[] = {64, 128, 192, 256};
@@ -317,16 +319,25 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   const double serial =
       static_cast<double>(units_per_sm) * (kFillSeconds + write_seconds) / resident;
 
-  // Memory: the fewest bytes from DRAM (fewer SMs pull less bandwidth: each SM at
-  // most 4x its share), and the tiles' re-reads of A and B through L2.
+  // Memory: the fewest bytes from DRAM, and the tiles' re-reads of A and B through
+  // L2. An SM pulls at most what its loads in flight allow (Little's law: the
+  // pipeline's stages ahead x a stage's bytes x its resident blocks, over the DRAM
+  // latency) and at most 4x its fair share; fewer busy SMs pull less in all.
   const double in = matmul::dtype_bytes(p.input);
   const int64_t active = std::min<int64_t>(tiles * splits, sms);
-  const double pull = std::min(1.0, 4.0 * static_cast<double>(active) / sms);
+  const double stage_bytes = static_cast<double>(c.bm + c.bn) * c.bk * in;
+  const double blocks_here = std::min<double>(
+      resident, std::max(1.0, static_cast<double>(tiles * splits) / static_cast<double>(sms)));
+  const double in_flight = std::max(1, c.stages - 1) * stage_bytes * blocks_here;
+  const double per_sm =
+      std::min(4.0 * rates.dram_bytes_per_s / sms, in_flight / kDramLatencySeconds);
+  const double pull_bytes_per_s =
+      std::min(rates.dram_bytes_per_s, per_sm * static_cast<double>(active));
   double dram = out.work.bytes + (splits > 1 ? 4.0 * splits * p.m * p.n * p.batch : 0);
   const double l2 =
       p.batch * in *
       (static_cast<double>(p.m) * k * tiles_n + static_cast<double>(k) * p.n * tiles_m);
-  double memory = std::max(dram / (rates.dram_bytes_per_s * pull), l2 / rates.l2_bytes_per_s);
+  double memory = std::max(dram / pull_bytes_per_s, l2 / rates.l2_bytes_per_s);
 
   // Kernels before and after: the padding copy, tf32 staging, the split-K reduction.
   double extra = kLaunchSeconds;

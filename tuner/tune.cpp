@@ -321,8 +321,8 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   } else {
     // The model, in two phases. 1: the best predicted config of each of the top k
     // groups (engine and block tile), so that the k measurements cover k different
-    // kernels. 2: the fastest group's other configs (stages, split-K, raster,
-    // grid), best predicted first, k more.
+    // kernels. 2: k more configs (stages, split-K, raster, grid) of each of the two
+    // fastest groups, best predicted first.
     std::set<std::string> groups;
     for (const auto& [config, prediction] : result.ranking)
       if (static_cast<int>(first.size()) < top && groups.insert(prediction.group).second)
@@ -330,15 +330,31 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   }
   if (default_runs) first.push_back(result.default_config);
   run_phase(first);
-  if (options.strategy == Strategy::Model && !state.best_config.empty()) {
-    std::string group;
-    for (const auto& [config, prediction] : result.ranking)
-      if (config == state.best_config) group = prediction.group;
+  if (options.strategy == Strategy::Model) {
+    // The groups of the two fastest measured configs (one group's representative
+    // may have had a poor split or stage count: the second guards against that).
+    std::vector<const Measured*> passed;
+    for (const Measured& m : result.trials)
+      if (m.ok() && !m.stopped_early) passed.push_back(&m);
+    std::sort(passed.begin(), passed.end(), [](const Measured* a, const Measured* b) {
+      return a->summary.median_ms < b->summary.median_ms;
+    });
+    std::map<std::string, std::string> group_of;
+    for (const auto& [config, prediction] : result.ranking) group_of[config] = prediction.group;
+    std::vector<std::string> best_groups;
+    for (const Measured* m : passed)
+      if (best_groups.size() < 2 && std::find(best_groups.begin(), best_groups.end(),
+                                              group_of[m->config]) == best_groups.end())
+        best_groups.push_back(group_of[m->config]);
     std::vector<std::string> variants;
-    for (const auto& [config, prediction] : result.ranking)
-      if (prediction.group == group && !chosen.count(config) &&
-          static_cast<int>(variants.size()) < top)
-        variants.push_back(config);
+    for (const std::string& group : best_groups) {
+      int taken = 0;
+      for (const auto& [config, prediction] : result.ranking)
+        if (prediction.group == group && !chosen.count(config) && taken < top) {
+          variants.push_back(config);
+          ++taken;
+        }
+    }
     run_phase(variants);
   }
   result.candidates = state.total;

@@ -4,8 +4,8 @@
 //
 //   strategy model       the model ranks the whole space; measure the best config
 //                        of each of the top k groups (engine and block tile), then
-//                        k more of the fastest group's (stages, split-K, raster,
-//                        grid), best predicted first
+//                        k more of each of the two fastest groups (stages,
+//                        split-K, raster, grid), best predicted first
 //   strategy exhaustive  measure every config of the space
 //   strategy random      measure k configs drawn at random (seeded)
 //
