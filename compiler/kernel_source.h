@@ -25,6 +25,6 @@ struct KernelSource {
 
 // The generator's version: bump it whenever generated code changes for the same
 // input, so cached binaries from older generators are never reused.
-inline constexpr const char* kGeneratorVersion = "kjit-gen-1";
+inline constexpr const char* kGeneratorVersion = "kjit-gen-2";
 
 }  // namespace kjit

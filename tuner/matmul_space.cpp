@@ -27,8 +27,8 @@ constexpr double kLaunchSeconds = 2.5e-6;
 // Latency from a block's start to its first tensor-core instruction (the pipeline
 // fill: DRAM latency plus the first k-tiles), seconds.
 constexpr double kFillSeconds = 1.0e-6;
-// DRAM latency a pipeline's loads in flight must cover, seconds.
-constexpr double kDramLatencySeconds = 1.0e-6;
+// DRAM latency under load that a pipeline's loads in flight must cover, seconds.
+constexpr double kDramLatencySeconds = 2.5e-6;
 
 // The values each dimension of the space takes.
 constexpr int kTileSizes[] = {64, 128, 192, 256};

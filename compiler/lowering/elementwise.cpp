@@ -463,12 +463,24 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
     }
     return out;
   };
+  bool needs_row_col = false;
+  for (Access a : problem.access)
+    needs_row_col = needs_row_col || a == Access::Row || a == Access::Column;
+  if (needs_row_col) s += "  const bool n_fits_32 = n <= 0xffffffffLL;\n";
   auto loads = [&](const std::string& indent, const std::string& base, const std::string& suffix) {
     std::string out;
     out += "#pragma unroll\n" + indent + "for (int u = 0; u < U; ++u) {\n";
     out += fmt::format("{}  const long long vec = {} + (long long)u * blockDim.x;\n", indent, base);
     out += indent + "  if (vec >= vectors) break;\n";
     out += indent + "  const long long i = vec * V;  // first element of this vector\n";
+    if (needs_row_col)
+      out += indent +
+             "  // Its row and column: a 32-bit division where n fits in 32 bits (a uniform\n" +
+             indent + "  // branch; a 64-bit one costs several times the instructions).\n" +
+             indent +
+             "  const long long row = n_fits_32 ? (long long)((unsigned)i / (unsigned)cols) : i / "
+             "cols;\n" +
+             indent + "  const long long col = i - row * cols;\n";
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Node& n = graph.node(inputs[i]);
       const char* type = storage_type(n.dtype);
@@ -479,13 +491,13 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
           break;
         case Access::Row:
           out += fmt::format(
-              "{}  {}[u] = kjit::load_vec<{}, V>(in_{} + i % cols);  // {}[col], a row "
+              "{}  {}[u] = kjit::load_vec<{}, V>(in_{} + col);  // {}[col], a row "
               "broadcast down\n",
               indent, array(i, suffix), type, n.name, n.name);
           break;
         case Access::Column:
           out += fmt::format(
-              "{}  {}[u] = in_{}[i / cols];  // {}[row], a column broadcast "
+              "{}  {}[u] = in_{}[row];  // {}[row], a column broadcast "
               "across (V divides cols)\n",
               indent, array(i, suffix), n.name, n.name);
           break;
