@@ -70,8 +70,8 @@ TEST(Lowering, AccessPatternsAndStrides) {
               {Access::Strided, Access::Row, Access::Column, Access::Scalar}),
       {});
   EXPECT_NE(s.source.find("long long in_x_stride0, long long in_x_stride1"), std::string::npos);
-  EXPECT_NE(s.source.find("in_b + i % cols"), std::string::npos);
-  EXPECT_NE(s.source.find("in_c[i / cols]"), std::string::npos);
+  EXPECT_NE(s.source.find("in_b + col"), std::string::npos);
+  EXPECT_NE(s.source.find("in_c[row]"), std::string::npos);
   EXPECT_NE(s.source.find("const float in_s_scalar = in_s[0];"), std::string::npos);
 }
 
