@@ -116,14 +116,16 @@ std::string matmul_efficiency_key(const Problem& p, const Config& c) {
 double matmul_efficiency_prior(const Problem& p, const Config& c) {
   if (p.input == DType::F32) return 0.55;
   if (c.wgmma) {
-    // 128x256 with 4 stages ran at 737-770 TFLOP/s on the H200 (0.72 of the 1070
-    // TFLOP/s the model's 1980 MHz peak gives, waves aside); narrower tiles feed the
-    // tensor cores from more shared memory per FLOP, one consumer warpgroup has less
-    // to overlap, and 2-3 stages hide less latency.
-    const double by_n = c.bn >= 256 ? 1.0 : c.bn >= 192 ? 0.97 : c.bn >= 128 ? 0.9 : 0.7;
-    const double by_m = c.bm == 64 ? 0.85 : c.bm == 256 ? 0.95 : 1.0;
-    const double by_stages = c.stages >= 4 ? 1.0 : c.stages == 3 ? 0.96 : 0.85;
-    return 0.74 * by_n * by_m * by_stages;
+    // Fitted to the exhaustive tunes of the benchmark shapes and the N sweep on the
+    // H200 (2026-11-30; docs/perf/2026-11-30-h200-tuner.md): 0.77 of the model's
+    // peak for tiles of 32768 outputs or more (128x256, 192x192, 256x128),
+    // falling as the tile's area^0.45 below that (the tensor cores are fed from
+    // more shared memory per FLOP, the fill and write-out weigh more); 64-wide N
+    // tiles lose another 15%; 3 stages hide less latency, 2 hardly any.
+    const double area = std::min(1.0, static_cast<double>(c.bm) * c.bn / 32768.0);
+    const double by_n = c.bn == 64 ? 0.85 : 1.0;
+    const double by_stages = c.stages >= 4 ? 1.0 : c.stages == 3 ? 0.82 : 0.45;
+    return 0.77 * std::pow(area, 0.45) * by_n * by_stages;
   }
   // mma.sync on the H200 (first GPU runs): 128x256 w8 ~0.45 of peak; the others
   // relative to it (docs/matmul.md, the heuristic's table).
