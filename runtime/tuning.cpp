@@ -17,6 +17,7 @@
 #include "runtime/elementwise.h"
 #include "runtime/matmul.h"
 #include "runtime/matmul_check.h"
+#include "support/checked_math.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
@@ -209,7 +210,7 @@ class ElementwiseHarness : public tuner::Harness {
     outputs_ = problem_.outputs();
     for (TensorArg& t : outputs_) {
       const size_t bytes =
-          static_cast<size_t>(ir::element_count(t.shape)) * ir::size_bytes(t.dtype);
+          static_cast<size_t>(checked_size(t.shape, ir::size_bytes(t.dtype), "an output"));
       out_buffers_.emplace_back(std::max<size_t>(bytes, 16));
       t.data = out_buffers_.back().get();
     }

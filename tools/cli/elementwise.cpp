@@ -20,6 +20,7 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/elementwise.h"
 #include "runtime/runtime.h"
+#include "support/checked_math.h"
 #include "support/error.h"
 #include "support/key_values.h"
 #include "support/npy.h"
@@ -229,8 +230,8 @@ void run(const KernelCommandOptions& o) {
     s.inputs[i].data = buffers.back().get();
   }
   for (TensorArg& t : s.outputs) {
-    size_t bytes = static_cast<size_t>(ir::element_count(t.shape)) *
-                   static_cast<size_t>(ir::size_bytes(t.dtype));
+    const size_t bytes =
+        static_cast<size_t>(checked_size(t.shape, ir::size_bytes(t.dtype), "an output"));
     buffers.emplace_back(std::max<size_t>(bytes, 1));
     buffers.back().fill_bytes(0xFF);  // poison: an unwritten element fails the check
     t.data = buffers.back().get();
@@ -245,8 +246,8 @@ void run(const KernelCommandOptions& o) {
     const std::string& name = s.graph.outputs()[k].first;
     const TensorArg& t = s.outputs[k];
     NpyArray out{ir::npy_descr(t.dtype), t.shape,
-                 std::vector<char>(static_cast<size_t>(ir::element_count(t.shape)) *
-                                   static_cast<size_t>(ir::size_bytes(t.dtype)))};
+                 std::vector<char>(static_cast<size_t>(
+                     checked_size(t.shape, ir::size_bytes(t.dtype), "output '" + name + "'")))};
     cuda::DeviceBuffer& buffer = buffers[ids.size() + k];
     if (!out.data.empty()) buffer.download(out.data.data(), out.data.size());
     std::vector<double> got = npy_values(out);

@@ -10,6 +10,7 @@
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/cuda/stream.h"
+#include "support/checked_math.h"
 #include "support/error.h"
 #include "tuner/check.h"
 #include "tuner/timer.h"
@@ -33,8 +34,7 @@ double tolerance_for(DType dtype) {
 namespace {
 
 size_t tensor_bytes(const TensorArg& t) {
-  return static_cast<size_t>(ir::element_count(t.shape)) *
-         static_cast<size_t>(ir::size_bytes(t.dtype));
+  return static_cast<size_t>(checked_size(t.shape, ir::size_bytes(t.dtype), "a tensor"));
 }
 
 }  // namespace
