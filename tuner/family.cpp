@@ -1,10 +1,21 @@
 #include "tuner/family.h"
 
+#include <fmt/format.h>
+
 #include "support/error.h"
 #include "tuner/elementwise_space.h"
 #include "tuner/matmul_space.h"
 
 namespace kjit::tuner {
+
+std::string throughput(const TuningProblem& problem, double ms) {
+  if (!(ms > 0)) return "";
+  const Work w = problem.work();
+  if (problem.family() == "matmul")
+    return fmt::format("{:.1f} TFLOP/s", w.flops / (ms * 1e-3) / 1e12);
+  if (w.bytes > 0) return fmt::format("{:.0f} GB/s", w.bytes / (ms * 1e-3) / 1e9);
+  return "";
+}
 
 std::unique_ptr<TuningProblem> make_problem(const nlohmann::json& spec) {
   if (!spec.is_object())

@@ -69,6 +69,10 @@ class TuningProblem {
   virtual Work work() const = 0;
 };
 
+// The throughput of a launch of `problem` taking `ms`, in the family's unit:
+// "738.1 TFLOP/s" for a matmul, "4356 GB/s" for an elementwise chain; "" for none.
+std::string throughput(const TuningProblem& problem, double ms);
+
 // Rebuilds a problem from its spec: {"family": "matmul", "m": .., ...}. A
 // UserError names the field that is missing or wrong.
 std::unique_ptr<TuningProblem> make_problem(const nlohmann::json& spec);

@@ -28,14 +28,6 @@ struct ExplainCommand {
   bool no_measure = false;
 };
 
-std::string rate_text(const tuner::TuningProblem& problem, double ms) {
-  if (ms <= 0) return "";
-  const tuner::Work w = problem.work();
-  if (problem.family() == "matmul")
-    return fmt::format("{:.1f} TFLOP/s", w.flops / (ms * 1e-3) / 1e12);
-  return fmt::format("{:.0f} GB/s", w.bytes / (ms * 1e-3) / 1e9);
-}
-
 std::string bytes_text(double bytes) {
   if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
   if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
@@ -187,12 +179,14 @@ void explain_command(const ExplainCommand& c) {
   std::cout << fmt::format(
       "predicted  {:.4f} ms {} (compute {:.4f}, memory {:.4f}, overheads {:.4f} ms; efficiency "
       "{} = {:.2f}, {})\n",
-      p.ms, rate_text(*problem, p.ms), p.compute_ms, p.memory_ms, p.overhead_ms, p.efficiency_key,
-      p.efficiency, p.efficiency_fitted ? "fitted to this GPU model's trials" : "the prior");
+      p.ms, tuner::throughput(*problem, p.ms), p.compute_ms, p.memory_ms, p.overhead_ms,
+      p.efficiency_key, p.efficiency,
+      p.efficiency_fitted ? "fitted to this GPU model's trials" : "the prior");
   for (const std::string& note : p.notes) std::cout << "           " << note << "\n";
   if (measured.runs > 0)
     std::cout << fmt::format("measured   {} {} (model/measured {:.2f})\n", measured.to_string(),
-                             rate_text(*problem, measured.median_ms), p.ms / measured.median_ms);
+                             tuner::throughput(*problem, measured.median_ms),
+                             p.ms / measured.median_ms);
   else if (!measure_note.empty())
     std::cout << "measured   failed: " << measure_note << "\n";
   else

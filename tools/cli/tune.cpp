@@ -81,15 +81,6 @@ std::string self_executable() {
   return std::string(path, static_cast<size_t>(n));
 }
 
-// TFLOP/s of a matmul or GB/s of an elementwise kernel at `ms`.
-std::string rate(const tuner::TuningProblem& problem, double ms) {
-  const tuner::Work w = problem.work();
-  if (ms <= 0) return "";
-  if (problem.family() == "matmul")
-    return fmt::format("{:.1f} TFLOP/s", w.flops / (ms * 1e-3) / 1e12);
-  return fmt::format("{:.0f} GB/s", w.bytes / (ms * 1e-3) / 1e9);
-}
-
 const tuner::Measured* find_trial(const tuner::TuneResult& r, const std::string& config) {
   for (const tuner::Measured& m : r.trials)
     if (m.config == config) return &m;
@@ -164,12 +155,12 @@ void print_result(const tuner::TuningProblem& problem, const tuner::TuneResult& 
     std::cout << "  no config passed its check; nothing stored\n";
   } else {
     std::cout << fmt::format("  best     {}  {}  {}\n", r.config, r.summary.to_string(),
-                             rate(problem, r.summary.median_ms));
+                             tuner::throughput(problem, r.summary.median_ms));
     const tuner::Measured* dflt = find_trial(r, r.default_config);
     if (dflt && dflt->ok() && r.default_config != r.config)
       std::cout << fmt::format("  default  {}  {:.4f} ms  {} ({:.2f}x the best's time)\n",
                                r.default_config, dflt->summary.median_ms,
-                               rate(problem, dflt->summary.median_ms),
+                               tuner::throughput(problem, dflt->summary.median_ms),
                                dflt->summary.median_ms / r.summary.median_ms);
     else if (r.default_config == r.config)
       std::cout << "  default  the same config (the tuner's choice before this tune)\n";
