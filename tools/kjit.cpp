@@ -13,7 +13,9 @@ namespace {
 int run(int argc, char** argv) {
   CLI::App app{"kjit: a JIT kernel generator and autotuner for NVIDIA GPUs", "kjit"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(KJIT_VERSION));
+  app.set_version_flag(
+      "--version", [] { return kjit::cli::version_text(); },
+      "The version, git commit, generator, NVRTC and driver versions");
   kjit::cli::add_registered_commands(app);
 
   // Name an unknown subcommand plainly, at any level (CLI11 would only say one is
@@ -51,6 +53,9 @@ int run(int argc, char** argv) {
   } catch (const kjit::UserError& e) {
     std::cerr << "kjit: " << e.what() << "\n";
     return 2;
+  } catch (const kjit::cli::NoGpu& e) {
+    std::cerr << "kjit: " << e.what() << " (" << e.hint() << ")\n";
+    return 1;
   } catch (const kjit::InternalError& e) {
     std::cerr << "kjit: " << e.what() << "\n";
     return 3;

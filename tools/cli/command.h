@@ -48,6 +48,10 @@ struct DemoEntry {
 };
 std::vector<DemoEntry> demo_sections();
 
+// `kjit --version`: kjit's version and git commit, the generator version, the NVRTC
+// version and the driver's (or why there is none).
+std::string version_text();
+
 // The architecture to compile for when none is given: GPU 0's, else sm_90.
 std::string default_arch();
 
@@ -66,6 +70,21 @@ Target command_target(const std::string& arch, const std::string& gpu = "");
 std::unique_ptr<tuner::Chooser> make_chooser(const Target& target);
 // Whether a driver and at least one GPU are usable; `reason` says why not.
 bool gpu_available(std::string* reason = nullptr);
+
+// What a command that runs on a GPU throws when there is none: not bad usage (exit
+// 2) but a failure to do what was asked (exit 1), with the reason and what works
+// without a GPU.
+class NoGpu : public std::runtime_error {
+ public:
+  NoGpu(const std::string& what, std::string hint)
+      : std::runtime_error(what), hint_(std::move(hint)) {}
+  const std::string& hint() const { return hint_; }
+
+ private:
+  std::string hint_;
+};
+// Throws NoGpu ("kjit run needs a GPU: <reason>") unless a GPU is usable.
+void require_gpu(const std::string& what);
 // Every embedded template, as NVRTC headers.
 std::vector<cuda::SourceHeader> template_headers();
 // ptxas statistics as a table (text) or objects (JSON).

@@ -64,8 +64,26 @@ bool gpu_available(std::string* reason) {
   return true;
 }
 
+void require_gpu(const std::string& what) {
+  std::string reason;
+  if (!gpu_available(&reason))
+    throw NoGpu(what + " needs a GPU: " + reason,
+                "kjit emit, compile and explain work without one (--arch sm_90, --gpu h200)");
+}
+
 std::string default_arch() {
   return gpu_available() ? cuda::device_properties(0).arch() : "sm_90";
+}
+
+std::string version_text() {
+  std::string driver;
+  std::string reason;
+  if (cuda::Driver::available(&reason))
+    driver = "driver " + cuda::Driver::get().version_string();
+  else
+    driver = "no driver (kjit info says why)";
+  return fmt::format("kjit {} (commit {}), generator {}, NVRTC {}, {}", KJIT_VERSION,
+                     KJIT_GIT_COMMIT, kGeneratorVersion, cuda::nvrtc_version(), driver);
 }
 
 std::string Target::describe() const {

@@ -199,15 +199,8 @@ void compile(const KernelCommandOptions& o) {
   print_stats_table(program.kernels);
 }
 
-void require_gpu(const char* verb) {
-  std::string reason;
-  if (!gpu_available(&reason))
-    throw UserError(std::string("kjit ") + verb + " needs a GPU: " + reason,
-                    "kjit emit and kjit compile --arch sm_90 work without one");
-}
-
 void run(const KernelCommandOptions& o) {
-  require_gpu("run");
+  require_gpu("kjit run");
   Setup s = make_setup(o, 1 << 20);
   Runtime runtime;
   ElementwiseKernel kernel(runtime, s.graph, s.config);
@@ -289,7 +282,7 @@ void run(const KernelCommandOptions& o) {
 }
 
 void bench(const KernelCommandOptions& o) {
-  require_gpu("bench");
+  require_gpu("kjit bench");
   Setup s = make_setup(o, 1 << 24);
   Runtime runtime;
   const cuda::DeviceProperties& device = runtime.device();

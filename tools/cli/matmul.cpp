@@ -112,11 +112,8 @@ std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, uint64_t seed
 }
 
 void matmul_command(const KernelCommandOptions& o) {
-  std::string reason;
   const bool on_gpu = o.verb == Verb::Run || o.verb == Verb::Bench;
-  if (on_gpu && !gpu_available(&reason))
-    throw UserError(std::string("kjit ") + to_string(o.verb) + " matmul needs a GPU: " + reason,
-                    "emit and compile work without one");
+  if (on_gpu) require_gpu(std::string("kjit ") + to_string(o.verb) + " matmul");
   std::unique_ptr<Runtime> runtime;
   std::unique_ptr<tuner::Chooser> planning;
   Target target;

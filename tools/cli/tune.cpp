@@ -204,10 +204,7 @@ void tune_command(const TuneCommand& c) {
   std::vector<const tuner::TuningProblem*> problems;
   for (const auto& p : owned) problems.push_back(p.get());
 
-  std::string reason;
-  if (!gpu_available(&reason))
-    throw UserError("kjit tune measures on a GPU: " + reason,
-                    "kjit explain shows the model's choice without one");
+  require_gpu("kjit tune");
   tuner::OfflineOptions offline;
   offline.tune = options;
   offline.gpus = parse_gpus(c.gpus);
