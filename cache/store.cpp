@@ -17,7 +17,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <iostream>
 #include <set>
 #include <thread>
 
@@ -27,6 +26,7 @@
 #include "cache/store_internal.h"
 #include "cache/trust.h"
 #include "support/hash.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace kjit::cache {
@@ -48,7 +48,7 @@ void print_once(const std::string& message) {
   static std::mutex mutex;
   static std::set<std::string> printed;
   std::lock_guard<std::mutex> lock(mutex);
-  if (printed.insert(message).second) std::cerr << "kjit: warning: cache: " << message << "\n";
+  if (printed.insert(message).second) log_warning("cache: " + message);
 }
 
 // Creates the missing directories of `dir` with mode 0700, set explicitly so

@@ -15,15 +15,18 @@ struct LogState {
   std::mutex mutex;
   std::set<std::string> topics;
   bool all = false;
+  bool none = false;
   std::function<void(const std::string&)> sink;
 };
 
 void parse_topics(LogState& state, const std::string& text) {
   state.topics.clear();
   state.all = false;
+  state.none = false;
   std::stringstream list(text);
   for (std::string topic; std::getline(list, topic, ',');) {
     if (topic == "all") state.all = true;
+    if (topic == "none") state.none = true;
     if (!topic.empty()) state.topics.insert(topic);
   }
 }
@@ -42,19 +45,36 @@ LogState& state() {
 bool log_enabled(const char* topic) {
   LogState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return s.all || s.topics.count(topic) > 0;
+  return !s.none && (s.all || s.topics.count(topic) > 0);
 }
 
-void log_line(const char* topic, const std::string& message) {
-  if (!log_enabled(topic)) return;
-  LogState& s = state();
-  const std::string line = std::string("kjit[") + topic + "]: " + message;
-  std::lock_guard<std::mutex> lock(s.mutex);
+namespace {
+void send(LogState& s, const std::string& line) {  // with s.mutex held
   if (s.sink) {
     s.sink(line);
   } else {
     std::fprintf(stderr, "%s\n", line.c_str());
   }
+}
+}  // namespace
+
+void log_line(const char* topic, const std::string& message) {
+  if (!log_enabled(topic)) return;
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  send(s, std::string("kjit[") + topic + "]: " + message);
+}
+
+void log_warning(const std::string& message) {
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.none) send(s, "kjit: warning: " + message);
+}
+
+void log_text(const std::string& text) {
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  send(s, !text.empty() && text.back() == '\n' ? text.substr(0, text.size() - 1) : text);
 }
 
 void set_log_topics(const std::string& topics) {

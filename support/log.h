@@ -1,11 +1,16 @@
-// Diagnostic logging by topic. KJIT_LOG (read once) lists the topics to print,
-// comma separated, or "all":
+// kjit's diagnostics. Library code never writes to stdout or stderr itself: every
+// line goes to one sink — stderr unless the embedding application installs its own
+// (set_log_sink; kjit_set_log_callback in the C API).
+//
+// Warnings (a damaged cache moved aside, a store not trusted...) are always sent,
+// unless the topics say "none". Other lines by topic; KJIT_LOG (read once) lists the
+// topics, comma separated, or "all":
 //
 //   KJIT_LOG=config   each kernel's config and where it came from (store, nearest
 //                     tuned problem, model)
 //   KJIT_LOG=tune     the tuner's candidates, measurements and choice
 //
-// Lines go to a sink: stderr unless an embedding application installs its own.
+// KJIT_DUMP=passes sends the IR after each pass (text that was asked for).
 #pragma once
 
 #include <functional>
@@ -17,8 +22,13 @@ namespace kjit {
 bool log_enabled(const char* topic);
 // Writes "kjit[topic]: message" to the sink when the topic is enabled.
 void log_line(const char* topic, const std::string& message);
+// Writes "kjit: warning: message" to the sink unless the topics are "none".
+void log_warning(const std::string& message);
+// Writes text a caller asked for (KJIT_DUMP) to the sink as it is.
+void log_text(const std::string& text);
 
-// Replaces the topics KJIT_LOG gave ("config,tune", "all", "" for none).
+// Replaces the topics KJIT_LOG gave ("config,tune", "all", "" for warnings only,
+// "none" for nothing).
 void set_log_topics(const std::string& topics);
 // Where log lines go; nullptr restores stderr. The sink may be called from any
 // thread (kjit serializes the calls).

@@ -1,12 +1,13 @@
 #include "compiler/passes/pipeline.h"
 
-#include <iostream>
+#include <sstream>
 
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/constant_fold.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace kjit::ir {
@@ -19,7 +20,15 @@ bool dump_passes_requested() {
 }
 
 Graph optimize(const Graph& input, std::ostream* log) {
-  if (!log && dump_passes_requested()) log = &std::cerr;
+  // KJIT_DUMP=passes: the dump goes to the log sink (stderr unless replaced).
+  std::ostringstream dump;
+  if (!log && dump_passes_requested()) log = &dump;
+  struct Flush {
+    std::ostringstream& text;
+    ~Flush() {
+      if (!text.str().empty()) log_text(text.str());
+    }
+  } flush{dump};
   Graph graph = input;
   std::string previous = print(graph);
   auto step = [&](const char* name, auto&& pass) {

@@ -1,0 +1,50 @@
+// The log: one sink for every line the library writes (warnings, topics, dumps).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/log.h"
+
+namespace kjit {
+namespace {
+
+struct Captured {
+  std::vector<std::string> lines;
+  Captured() {
+    set_log_sink([this](const std::string& line) { lines.push_back(line); });
+  }
+  ~Captured() {
+    set_log_sink(nullptr);
+    set_log_topics("");
+  }
+};
+
+TEST(Log, WarningsReachTheSinkUnlessNone) {
+  Captured c;
+  set_log_topics("");
+  log_warning("cache: moved aside");
+  log_line("config", "not enabled");
+  ASSERT_EQ(c.lines.size(), 1u);
+  EXPECT_EQ(c.lines[0], "kjit: warning: cache: moved aside");
+  set_log_topics("none");
+  log_warning("silenced");
+  log_text("silenced too? no: text asked for is always sent");
+  EXPECT_EQ(c.lines.size(), 2u);
+}
+
+TEST(Log, TopicsSelectLines) {
+  Captured c;
+  set_log_topics("config,tune");
+  EXPECT_TRUE(log_enabled("config"));
+  EXPECT_FALSE(log_enabled("passes"));
+  log_line("tune", "measured");
+  log_line("passes", "skipped");
+  ASSERT_EQ(c.lines.size(), 1u);
+  EXPECT_EQ(c.lines[0], "kjit[tune]: measured");
+  set_log_topics("all");
+  EXPECT_TRUE(log_enabled("anything"));
+}
+
+}  // namespace
+}  // namespace kjit
