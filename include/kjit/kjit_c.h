@@ -1,0 +1,119 @@
+/* kjit's C API: fused elementwise chains and tensor-core matmuls, compiled at run
+ * time, tuned per GPU, cached in the user's store; launched on the caller's
+ * buffers and stream. Link with kjit::kjit_c (CMake) or `pkg-config kjit_c`.
+ *
+ *   kjit_runtime* rt;
+ *   if (kjit_runtime_create(0, &rt) != KJIT_OK) { puts(kjit_last_error()); ... }
+ *   kjit_elementwise* k;
+ *   kjit_elementwise_create(rt, "y = x * sigmoid(x) * g", KJIT_BF16, &k);
+ *   int64_t n = 1 << 20;
+ *   kjit_tensor in[2] = {{x_ptr, KJIT_BF16, 1, &n, NULL}, {g_ptr, KJIT_BF16, 1, &n, NULL}};
+ *   kjit_tensor out[1] = {{y_ptr, KJIT_BF16, 1, &n, NULL}};
+ *   kjit_elementwise_launch(k, in, 2, out, 1, stream);   // asynchronous
+ *   kjit_elementwise_destroy(k); kjit_runtime_destroy(rt);
+ *
+ * Every call returns a status; on failure kjit_last_error() (per thread) says what
+ * went wrong and how to fix it. Nothing here exits or prints: diagnostics go to
+ * the callback of kjit_set_log_callback (stderr by default). Device pointers are
+ * CUdeviceptr values (uint64_t); streams are CUstream (NULL: the default stream).
+ */
+#ifndef KJIT_KJIT_C_H
+#define KJIT_KJIT_C_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kjit_status {
+  KJIT_OK = 0,
+  KJIT_ERROR_USER = 1,     /* invalid input: the message says what and how to fix it */
+  KJIT_ERROR_COMPILE = 2,  /* NVRTC rejected the source */
+  KJIT_ERROR_CUDA = 3,     /* a driver call failed (or there is no GPU) */
+  KJIT_ERROR_CACHE = 4,    /* the store failed where the caller asked for it */
+  KJIT_ERROR_INTERNAL = 5  /* a kjit bug */
+} kjit_status;
+
+typedef enum kjit_dtype { KJIT_F32 = 0, KJIT_F16 = 1, KJIT_BF16 = 2, KJIT_I32 = 3, KJIT_BOOL = 4 } kjit_dtype;
+
+/* The message of the last failed call on this thread ("" when none). */
+const char* kjit_last_error(void);
+/* "0.1.0 (kjit-gen-2)". */
+const char* kjit_version(void);
+/* Where diagnostics go: `callback(line, user)` for every line (warnings, and the
+ * topics KJIT_LOG enables); NULL restores stderr. */
+typedef void (*kjit_log_callback)(const char* line, void* user);
+void kjit_set_log_callback(kjit_log_callback callback, void* user);
+/* Frees what a kjit_* call returned for the caller to own (strings). */
+void kjit_free(void* pointer);
+
+/* A device tensor: `rank` sizes and strides (in elements; NULL: contiguous). */
+typedef struct kjit_tensor {
+  uint64_t data;
+  kjit_dtype dtype;
+  int rank;
+  const int64_t* shape;
+  const int64_t* strides;
+} kjit_tensor;
+
+/* ---- the runtime: one GPU's context, the store, the tuner's choices ---- */
+typedef struct kjit_runtime kjit_runtime;
+kjit_status kjit_runtime_create(int device, kjit_runtime** out);
+void kjit_runtime_destroy(kjit_runtime* runtime);
+
+/* ---- elementwise chains: an expression fused into one kernel ---- */
+typedef struct kjit_elementwise kjit_elementwise;
+/* `default_dtype`: the dtype of inputs the expression does not declare. */
+kjit_status kjit_elementwise_create(kjit_runtime* runtime, const char* expression,
+                                    kjit_dtype default_dtype, kjit_elementwise** out);
+void kjit_elementwise_destroy(kjit_elementwise* kernel);
+/* Inputs and outputs in declaration order; their names and dtypes: */
+int kjit_elementwise_inputs(const kjit_elementwise* kernel);
+int kjit_elementwise_outputs(const kjit_elementwise* kernel);
+const char* kjit_elementwise_input_name(const kjit_elementwise* kernel, int index);
+const char* kjit_elementwise_output_name(const kjit_elementwise* kernel, int index);
+kjit_dtype kjit_elementwise_input_dtype(const kjit_elementwise* kernel, int index);
+kjit_dtype kjit_elementwise_output_dtype(const kjit_elementwise* kernel, int index);
+/* Checks everything, compiles on first use, launches asynchronously on `stream`. */
+kjit_status kjit_elementwise_launch(kjit_elementwise* kernel, const kjit_tensor* inputs,
+                                    int input_count, const kjit_tensor* outputs,
+                                    int output_count, void* stream);
+
+/* ---- matmul: C = epilogue(alpha * op(A) op(B) + beta * C0, extra operands) ---- */
+typedef struct kjit_matmul_problem {
+  int64_t m, n, k, batch;  /* batch 0 means 1 */
+  const char* layout;      /* "nn", "nt", "tn", "tt"; NULL: "nn" */
+  kjit_dtype input;        /* KJIT_BF16, KJIT_F16 or KJIT_F32 (exact) */
+  kjit_dtype output;       /* the same, or KJIT_F32 */
+  const char* epilogue;    /* elementwise IR over acc, e.g. "gelu(acc + bias)"; NULL: none */
+} kjit_matmul_problem;
+typedef struct kjit_matmul_args {
+  uint64_t a, b, c, c0;         /* c0 read when beta != 0 */
+  int64_t lda, ldb, ldc, ldc0;  /* 0: packed */
+  float alpha, beta;            /* alpha 0 means 1 */
+  const uint64_t* extras;       /* one pointer per epilogue operand, in order */
+  int extra_count;
+} kjit_matmul_args;
+typedef struct kjit_matmul kjit_matmul;
+kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem* problem,
+                               kjit_matmul** out);
+void kjit_matmul_destroy(kjit_matmul* matmul);
+kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args, void* stream);
+
+/* ---- without a GPU ---- */
+/* The CUDA source kjit generates for an expression over `n` elements (a 1-D
+ * problem; fresh 16-byte-aligned buffers), with the tuner's config for `gpu`
+ * ("h200", "h100", "a100"; NULL: GPU 0, else an H200). *source: kjit_free() it. */
+kjit_status kjit_emit(const char* expression, kjit_dtype default_dtype, int64_t n,
+                      const char* gpu, char** source);
+/* NVRTC-compiles the same for `arch` ("sm_90"): the kernel's registers and spill
+ * bytes. */
+kjit_status kjit_compile(const char* expression, kjit_dtype default_dtype, int64_t n,
+                         const char* arch, int* registers, int* spill_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KJIT_KJIT_C_H */

@@ -1,0 +1,322 @@
+// The C API (include/kjit/kjit_c.h) over the C++ one: opaque handles, statuses
+// and a per-thread last error; no exception crosses it.
+#include "include/kjit/kjit_c.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/key.h"
+#include "cache/store.h"
+#include "compiler/ir/parser.h"
+#include "compiler/kernel_source.h"
+#include "compiler/lowering/matmul_epilogue.h"
+#include "runtime/compile.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/elementwise.h"
+#include "runtime/matmul.h"
+#include "runtime/runtime.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "tuner/elementwise_space.h"
+#include "tuner/matmul_space.h"
+
+struct kjit_runtime {
+  std::unique_ptr<kjit::Runtime> runtime;
+};
+struct kjit_elementwise {
+  std::unique_ptr<kjit::ElementwiseKernel> kernel;
+  std::vector<std::string> input_names, output_names;
+  std::vector<kjit_dtype> input_dtypes, output_dtypes;
+};
+struct kjit_matmul {
+  std::unique_ptr<kjit::matmul::Matmul> matmul;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+kjit_status fail(kjit_status status, const std::string& message) {
+  last_error = message;
+  return status;
+}
+
+// Runs `body`, turning every exception into a status and the last error.
+template <class Body>
+kjit_status guarded(Body&& body) {
+  try {
+    body();
+    last_error.clear();
+    return KJIT_OK;
+  } catch (const kjit::UserError& e) {
+    return fail(KJIT_ERROR_USER, e.what());
+  } catch (const kjit::CompileError& e) {
+    return fail(KJIT_ERROR_COMPILE, std::string(e.what()) + "\n" + e.log());
+  } catch (const kjit::CudaError& e) {
+    return fail(KJIT_ERROR_CUDA, e.what());
+  } catch (const kjit::CacheError& e) {
+    return fail(KJIT_ERROR_CACHE, e.what());
+  } catch (const std::exception& e) {
+    return fail(KJIT_ERROR_INTERNAL, e.what());
+  }
+}
+
+kjit::DType to_ir(kjit_dtype d) {
+  switch (d) {
+    case KJIT_F32:
+      return kjit::DType::F32;
+    case KJIT_F16:
+      return kjit::DType::F16;
+    case KJIT_BF16:
+      return kjit::DType::BF16;
+    case KJIT_I32:
+      return kjit::DType::I32;
+    case KJIT_BOOL:
+      return kjit::DType::Bool;
+  }
+  throw kjit::UserError("unknown kjit_dtype " + std::to_string(static_cast<int>(d)),
+                        "use KJIT_F32, KJIT_F16, KJIT_BF16, KJIT_I32 or KJIT_BOOL");
+}
+
+kjit_dtype from_ir(kjit::DType d) {
+  switch (d) {
+    case kjit::DType::F32:
+      return KJIT_F32;
+    case kjit::DType::F16:
+      return KJIT_F16;
+    case kjit::DType::BF16:
+      return KJIT_BF16;
+    case kjit::DType::I32:
+      return KJIT_I32;
+    case kjit::DType::Bool:
+      return KJIT_BOOL;
+  }
+  return KJIT_F32;
+}
+
+kjit::matmul::DType to_matmul(kjit_dtype d) {
+  switch (d) {
+    case KJIT_F32:
+      return kjit::matmul::DType::F32;
+    case KJIT_F16:
+      return kjit::matmul::DType::F16;
+    case KJIT_BF16:
+      return kjit::matmul::DType::BF16;
+    default:
+      throw kjit::UserError("a matmul takes f32, f16 or bf16");
+  }
+}
+
+std::vector<kjit::TensorArg> tensors(const kjit_tensor* list, int count, const char* what) {
+  if (count < 0 || (count > 0 && list == nullptr))
+    throw kjit::UserError(std::string("no ") + what + " given (a NULL list)");
+  std::vector<kjit::TensorArg> out;
+  for (int i = 0; i < count; ++i) {
+    const kjit_tensor& t = list[i];
+    if (t.rank < 0 || t.rank > 8 || (t.rank > 0 && t.shape == nullptr))
+      throw kjit::UserError(std::string(what) + " " + std::to_string(i) +
+                            ": rank must be 0..8 with a shape");
+    kjit::TensorArg a;
+    a.data = t.data;
+    a.dtype = to_ir(t.dtype);
+    a.shape.assign(t.shape, t.shape + t.rank);
+    if (t.strides) a.strides.assign(t.strides, t.strides + t.rank);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// The planned 1-D problem of an expression over n elements (kjit_emit, kjit_compile).
+kjit::KernelSource planned_source(const char* expression, kjit_dtype dtype, int64_t n,
+                                  const kjit::cuda::DeviceProperties& device) {
+  if (expression == nullptr) throw kjit::UserError("no expression given (NULL)");
+  const kjit::tuner::ElementwiseTuning problem(expression, kjit::ir::to_string(to_ir(dtype)),
+                                               {{"n", n}});
+  kjit::tuner::Chooser chooser(
+      kjit::cache::Store::open_default(),
+      kjit::cache::gpu_model(device.name, device.cc_major, device.cc_minor, device.sm_count),
+      device);
+  return problem.sources(chooser.choose(problem).config).front();
+}
+
+kjit::cuda::DeviceProperties device_for(const char* gpu) {
+  if (gpu != nullptr) return kjit::cuda::planning_device(gpu);
+  std::string reason;
+  if (kjit::cuda::Driver::available(&reason) && kjit::cuda::device_count() > 0)
+    return kjit::cuda::device_properties(0);
+  return kjit::cuda::planning_device("h200");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kjit_last_error(void) {
+  return last_error.c_str();
+}
+
+const char* kjit_version(void) {
+  static const std::string version =
+      std::string(KJIT_VERSION) + " (" + kjit::kGeneratorVersion + ")";
+  return version.c_str();
+}
+
+void kjit_set_log_callback(kjit_log_callback callback, void* user) {
+  if (callback == nullptr) return kjit::set_log_sink(nullptr);
+  kjit::set_log_sink([callback, user](const std::string& line) { callback(line.c_str(), user); });
+}
+
+void kjit_free(void* pointer) {
+  std::free(pointer);
+}
+
+kjit_status kjit_runtime_create(int device, kjit_runtime** out) {
+  return guarded([&] {
+    if (out == nullptr) throw kjit::UserError("kjit_runtime_create: out is NULL");
+    kjit::RuntimeOptions options;
+    options.device = device;
+    auto handle = std::make_unique<kjit_runtime>();
+    handle->runtime = std::make_unique<kjit::Runtime>(options);
+    *out = handle.release();
+  });
+}
+
+void kjit_runtime_destroy(kjit_runtime* runtime) {
+  delete runtime;
+}
+
+kjit_status kjit_elementwise_create(kjit_runtime* runtime, const char* expression,
+                                    kjit_dtype default_dtype, kjit_elementwise** out) {
+  return guarded([&] {
+    if (runtime == nullptr || expression == nullptr || out == nullptr)
+      throw kjit::UserError("kjit_elementwise_create: runtime, expression and out are required");
+    kjit::ir::ParseOptions options;
+    options.default_dtype = to_ir(default_dtype);
+    auto handle = std::make_unique<kjit_elementwise>();
+    handle->kernel = std::make_unique<kjit::ElementwiseKernel>(
+        *runtime->runtime, kjit::ir::parse(expression, options));
+    const kjit::Graph& graph = handle->kernel->graph();
+    for (int id : graph.inputs()) {
+      handle->input_names.push_back(graph.node(id).name);
+      handle->input_dtypes.push_back(from_ir(graph.node(id).dtype));
+    }
+    for (const auto& [name, id] : graph.outputs()) {
+      handle->output_names.push_back(name);
+      handle->output_dtypes.push_back(from_ir(graph.node(id).dtype));
+    }
+    *out = handle.release();
+  });
+}
+
+void kjit_elementwise_destroy(kjit_elementwise* kernel) {
+  delete kernel;
+}
+
+int kjit_elementwise_inputs(const kjit_elementwise* k) {
+  return k ? static_cast<int>(k->input_names.size()) : 0;
+}
+int kjit_elementwise_outputs(const kjit_elementwise* k) {
+  return k ? static_cast<int>(k->output_names.size()) : 0;
+}
+const char* kjit_elementwise_input_name(const kjit_elementwise* k, int i) {
+  return k && i >= 0 && i < kjit_elementwise_inputs(k) ? k->input_names[i].c_str() : nullptr;
+}
+const char* kjit_elementwise_output_name(const kjit_elementwise* k, int i) {
+  return k && i >= 0 && i < kjit_elementwise_outputs(k) ? k->output_names[i].c_str() : nullptr;
+}
+kjit_dtype kjit_elementwise_input_dtype(const kjit_elementwise* k, int i) {
+  return k && i >= 0 && i < kjit_elementwise_inputs(k) ? k->input_dtypes[i] : KJIT_F32;
+}
+kjit_dtype kjit_elementwise_output_dtype(const kjit_elementwise* k, int i) {
+  return k && i >= 0 && i < kjit_elementwise_outputs(k) ? k->output_dtypes[i] : KJIT_F32;
+}
+
+kjit_status kjit_elementwise_launch(kjit_elementwise* kernel, const kjit_tensor* inputs,
+                                    int input_count, const kjit_tensor* outputs, int output_count,
+                                    void* stream) {
+  return guarded([&] {
+    if (kernel == nullptr) throw kjit::UserError("kjit_elementwise_launch: kernel is NULL");
+    kernel->kernel->launch(tensors(inputs, input_count, "input"),
+                           tensors(outputs, output_count, "output"), static_cast<CUstream>(stream));
+  });
+}
+
+kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem* problem,
+                               kjit_matmul** out) {
+  return guarded([&] {
+    if (runtime == nullptr || problem == nullptr || out == nullptr)
+      throw kjit::UserError("kjit_matmul_create: runtime, problem and out are required");
+    kjit::matmul::Problem p;
+    p.m = problem->m;
+    p.n = problem->n;
+    p.k = problem->k;
+    p.batch = problem->batch > 0 ? problem->batch : 1;
+    kjit::matmul::set_layout(p, problem->layout ? problem->layout : "nn");
+    p.input = to_matmul(problem->input);
+    p.output = to_matmul(problem->output);
+    if (problem->epilogue != nullptr && problem->epilogue[0] != '\0')
+      p.epilogue = kjit::matmul::epilogue_from_ir(problem->epilogue, p.input).epilogue;
+    auto handle = std::make_unique<kjit_matmul>();
+    handle->matmul = std::make_unique<kjit::matmul::Matmul>(*runtime->runtime, p);
+    *out = handle.release();
+  });
+}
+
+void kjit_matmul_destroy(kjit_matmul* matmul) {
+  delete matmul;
+}
+
+kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args, void* stream) {
+  return guarded([&] {
+    if (matmul == nullptr || args == nullptr)
+      throw kjit::UserError("kjit_matmul_launch: matmul and args are required");
+    kjit::matmul::Tensors t;
+    t.a = args->a;
+    t.b = args->b;
+    t.c = args->c;
+    t.c0 = args->c0;
+    t.lda = args->lda;
+    t.ldb = args->ldb;
+    t.ldc = args->ldc;
+    t.ldc0 = args->ldc0;
+    t.alpha = args->alpha == 0.0f ? 1.0f : args->alpha;
+    t.beta = args->beta;
+    if (args->extra_count > 0 && args->extras == nullptr)
+      throw kjit::UserError("kjit_matmul_launch: extra_count > 0 but extras is NULL");
+    for (int i = 0; i < args->extra_count; ++i) t.extras.push_back({args->extras[i], 0, 0});
+    matmul->matmul->launch(t, static_cast<CUstream>(stream));
+  });
+}
+
+kjit_status kjit_emit(const char* expression, kjit_dtype default_dtype, int64_t n, const char* gpu,
+                      char** source) {
+  return guarded([&] {
+    if (source == nullptr) throw kjit::UserError("kjit_emit: source is NULL");
+    const std::string text = planned_source(expression, default_dtype, n, device_for(gpu)).source;
+    char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+    if (copy == nullptr) throw kjit::UserError("out of memory");
+    std::memcpy(copy, text.c_str(), text.size() + 1);
+    *source = copy;
+  });
+}
+
+kjit_status kjit_compile(const char* expression, kjit_dtype default_dtype, int64_t n,
+                         const char* arch, int* registers, int* spill_bytes) {
+  return guarded([&] {
+    const std::string target = arch ? arch : "sm_90";
+    kjit::cuda::validate_arch(target);
+    const kjit::KernelSource source =
+        planned_source(expression, default_dtype, n, kjit::cuda::planning_device_for_arch(target));
+    const kjit::cuda::CompiledProgram program = kjit::compile_for_arch(source, target);
+    for (const kjit::cuda::KernelStats& k : program.kernels)
+      if (k.name == source.name) {
+        if (registers) *registers = k.registers;
+        if (spill_bytes) *spill_bytes = k.spill_store_bytes + k.spill_load_bytes;
+      }
+  });
+}
+
+}  // extern "C"
