@@ -10,11 +10,11 @@
 #include <cstring>
 #include <limits>
 
-#include "cache/authenticator.h"
-#include "cache/schema.h"
-#include "cache/sqlite.h"
-#include "cache/store.h"
-#include "cache/store_internal.h"
+#include "kjit/cache/authenticator.h"
+#include "kjit/cache/schema.h"
+#include "kjit/cache/sqlite.h"
+#include "kjit/cache/store.h"
+#include "kjit/cache/store_internal.h"
 
 namespace kjit::cache {
 

@@ -1,4 +1,4 @@
-#include "cache/authenticator.h"
+#include "kjit/cache/authenticator.h"
 
 #include <fcntl.h>
 #include <openssl/core_names.h>
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cache/trust.h"
+#include "kjit/cache/trust.h"
 
 namespace kjit::cache::detail {
 

@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cache/records.h"
-#include "cache/sqlite.h"
-#include "cache/store.h"
-#include "cache/store_internal.h"
-#include "support/hash.h"
+#include "kjit/cache/records.h"
+#include "kjit/cache/sqlite.h"
+#include "kjit/cache/store.h"
+#include "kjit/cache/store_internal.h"
+#include "kjit/support/hash.h"
 
 namespace kjit::cache {
 

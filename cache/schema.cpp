@@ -1,4 +1,4 @@
-#include "cache/schema.h"
+#include "kjit/cache/schema.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <optional>
 #include <set>
 
-#include "cache/sqlite.h"
-#include "support/error.h"
+#include "kjit/cache/sqlite.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cache {
 

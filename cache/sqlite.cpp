@@ -1,4 +1,4 @@
-#include "cache/sqlite.h"
+#include "kjit/cache/sqlite.h"
 
 #include <fmt/format.h>
 

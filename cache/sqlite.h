@@ -18,7 +18,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cache {
 

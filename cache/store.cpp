@@ -1,7 +1,7 @@
 // The store: opening (with the fault policy), binaries, devices, tunings and
 // trials. Rows and policies are in rows.cpp; export, import, merge and the
 // administrative calls in admin.cpp.
-#include "cache/store.h"
+#include "kjit/cache/store.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -20,14 +20,14 @@
 #include <set>
 #include <thread>
 
-#include "cache/authenticator.h"
-#include "cache/schema.h"
-#include "cache/sqlite.h"
-#include "cache/store_internal.h"
-#include "cache/trust.h"
-#include "support/hash.h"
-#include "support/log.h"
-#include "support/options.h"
+#include "kjit/cache/authenticator.h"
+#include "kjit/cache/schema.h"
+#include "kjit/cache/sqlite.h"
+#include "kjit/cache/store_internal.h"
+#include "kjit/cache/trust.h"
+#include "kjit/support/hash.h"
+#include "kjit/support/log.h"
+#include "kjit/support/options.h"
 
 namespace kjit::cache {
 

@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/records.h"
+#include "kjit/cache/records.h"
 
 namespace kjit::cache {
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/records.h"
-#include "cache/sqlite.h"
+#include "kjit/cache/records.h"
+#include "kjit/cache/sqlite.h"
 
 namespace kjit::cache::detail {
 

@@ -1,4 +1,4 @@
-#include "cache/trust.h"
+#include "kjit/cache/trust.h"
 
 #include <pwd.h>
 #include <unistd.h>

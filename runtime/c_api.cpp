@@ -1,6 +1,6 @@
 // The C API (include/kjit/kjit_c.h) over the C++ one: opaque handles, statuses
 // and a per-thread last error; no exception crosses it.
-#include "include/kjit/kjit_c.h"
+#include "kjit/kjit_c.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -8,23 +8,28 @@
 #include <string>
 #include <vector>
 
-#include "cache/key.h"
-#include "cache/store.h"
-#include "compiler/ir/parser.h"
-#include "compiler/kernel_source.h"
-#include "compiler/lowering/matmul_epilogue.h"
-#include "runtime/compile.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/elementwise.h"
-#include "runtime/matmul.h"
-#include "runtime/runtime.h"
-#include "support/error.h"
-#include "support/log.h"
-#include "tuner/elementwise_space.h"
-#include "tuner/matmul_space.h"
+#include "kjit/cache/key.h"
+#include "kjit/cache/store.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/kernel_source.h"
+#include "kjit/compiler/lowering/matmul_epilogue.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/support/error.h"
+#include "kjit/support/log.h"
+#include "kjit/tuner/elementwise_space.h"
+#include "kjit/tuner/matmul_space.h"
 
 struct kjit_runtime {
   std::unique_ptr<kjit::Runtime> runtime;
+};
+struct kjit_buffer {
+  kjit_runtime* runtime;
+  kjit::cuda::DeviceBuffer memory;
 };
 struct kjit_elementwise {
   std::unique_ptr<kjit::ElementwiseKernel> kernel;
@@ -150,6 +155,16 @@ kjit::cuda::DeviceProperties device_for(const char* gpu) {
   return kjit::cuda::planning_device("h200");
 }
 
+void check_copy(const char* what, const kjit_buffer* buffer, const void* host, size_t bytes) {
+  if (buffer == nullptr || (host == nullptr && bytes > 0))
+    throw kjit::UserError(std::string(what) + ": buffer and host are required");
+  if (bytes > buffer->memory.bytes())
+    throw kjit::UserError(std::string(what) + ": " + std::to_string(bytes) +
+                          " bytes do not fit the buffer's " +
+                          std::to_string(buffer->memory.bytes()));
+  buffer->runtime->runtime->context().make_current();
+}
+
 }  // namespace
 
 extern "C" {
@@ -269,6 +284,28 @@ void kjit_matmul_destroy(kjit_matmul* matmul) {
   delete matmul;
 }
 
+int kjit_matmul_operands(const kjit_matmul* matmul) {
+  return matmul ? static_cast<int>(matmul->matmul->problem().epilogue.operands.size()) : 0;
+}
+
+const char* kjit_matmul_operand_name(const kjit_matmul* matmul, int index) {
+  if (index < 0 || index >= kjit_matmul_operands(matmul)) return nullptr;
+  return matmul->matmul->problem().epilogue.operands[index].name.c_str();
+}
+
+const char* kjit_matmul_operand_kind(const kjit_matmul* matmul, int index) {
+  if (index < 0 || index >= kjit_matmul_operands(matmul)) return nullptr;
+  switch (matmul->matmul->problem().epilogue.operands[index].kind) {
+    case kjit::matmul::OperandKind::RowVector:
+      return "row";
+    case kjit::matmul::OperandKind::ColumnVector:
+      return "column";
+    case kjit::matmul::OperandKind::Tensor:
+      return "tensor";
+  }
+  return nullptr;
+}
+
 kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args, void* stream) {
   return guarded([&] {
     if (matmul == nullptr || args == nullptr)
@@ -316,6 +353,40 @@ kjit_status kjit_compile(const char* expression, kjit_dtype default_dtype, int64
         if (registers) *registers = k.registers;
         if (spill_bytes) *spill_bytes = k.spill_store_bytes + k.spill_load_bytes;
       }
+  });
+}
+
+kjit_status kjit_buffer_create(kjit_runtime* runtime, size_t bytes, kjit_buffer** out) {
+  return guarded([&] {
+    if (runtime == nullptr || out == nullptr)
+      throw kjit::UserError("kjit_buffer_create: runtime and out are required");
+    if (bytes == 0) throw kjit::UserError("kjit_buffer_create: bytes must be positive");
+    runtime->runtime->context().make_current();
+    *out = new kjit_buffer{runtime, kjit::cuda::DeviceBuffer(bytes)};
+  });
+}
+
+void kjit_buffer_destroy(kjit_buffer* buffer) {
+  if (buffer == nullptr) return;
+  buffer->runtime->runtime->context().make_current();
+  delete buffer;
+}
+
+uint64_t kjit_buffer_pointer(const kjit_buffer* buffer) {
+  return buffer ? buffer->memory.get() : 0;
+}
+
+kjit_status kjit_buffer_upload(kjit_buffer* buffer, const void* host, size_t bytes) {
+  return guarded([&] {
+    check_copy("kjit_buffer_upload", buffer, host, bytes);
+    buffer->memory.upload(host, bytes);
+  });
+}
+
+kjit_status kjit_buffer_download(const kjit_buffer* buffer, void* host, size_t bytes) {
+  return guarded([&] {
+    check_copy("kjit_buffer_download", buffer, host, bytes);
+    buffer->memory.download(host, bytes);
   });
 }
 

@@ -1,15 +1,15 @@
-#include "runtime/compile.h"
+#include "kjit/runtime/compile.h"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <sstream>
 
-#include "cache/key.h"
+#include "kjit/cache/key.h"
 
-#include "support/hash.h"
-#include "support/options.h"
-#include "templates/embedded.h"
+#include "kjit/support/hash.h"
+#include "kjit/support/options.h"
+#include "kjit/templates/embedded.h"
 
 namespace kjit {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "cache/store.h"
-#include "compiler/kernel_source.h"
-#include "runtime/cuda/nvrtc.h"
+#include "kjit/cache/store.h"
+#include "kjit/compiler/kernel_source.h"
+#include "kjit/runtime/cuda/nvrtc.h"
 
 namespace kjit {
 

@@ -1,16 +1,16 @@
-#include "runtime/elementwise.h"
+#include "kjit/runtime/elementwise.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
-#include "compiler/passes/pipeline.h"
-#include "runtime/tuning.h"
-#include "support/error.h"
-#include "support/hash.h"
-#include "tuner/elementwise_space.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/ir/verifier.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/runtime/tuning.h"
+#include "kjit/support/error.h"
+#include "kjit/support/hash.h"
+#include "kjit/tuner/elementwise_space.h"
 
 namespace kjit {
 

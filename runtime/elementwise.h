@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "compiler/kernel_source.h"
-#include "compiler/lowering/elementwise.h"
-#include "compiler/lowering/elementwise_plan.h"
-#include "runtime/cuda/module.h"
-#include "runtime/runtime.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/compiler/kernel_source.h"
+#include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/compiler/lowering/elementwise_plan.h"
+#include "kjit/runtime/cuda/module.h"
+#include "kjit/runtime/runtime.h"
 
 namespace kjit {
 

@@ -1,4 +1,4 @@
-#include "runtime/matmul.h"
+#include "kjit/runtime/matmul.h"
 
 #include <fmt/format.h>
 
@@ -8,11 +8,11 @@
 #include <map>
 #include <thread>
 
-#include "runtime/compile.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/tuning.h"
-#include "support/error.h"
-#include "tuner/matmul_space.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/tuning.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/matmul_space.h"
 
 namespace kjit::matmul {
 

@@ -17,12 +17,12 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/lowering/matmul.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/module.h"
-#include "runtime/cuda/nvrtc.h"
-#include "runtime/runtime.h"
+#include "kjit/compiler/lowering/matmul.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/module.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/runtime/runtime.h"
 
 namespace kjit::matmul {
 

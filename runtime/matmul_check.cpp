@@ -1,4 +1,4 @@
-#include "runtime/matmul_check.h"
+#include "kjit/runtime/matmul_check.h"
 
 #include <fmt/format.h>
 
@@ -10,9 +10,9 @@
 #include <set>
 #include <thread>
 
-#include "support/error.h"
-#include "support/half.h"
-#include "tuner/check.h"
+#include "kjit/support/error.h"
+#include "kjit/support/half.h"
+#include "kjit/tuner/check.h"
 
 namespace kjit::matmul {
 

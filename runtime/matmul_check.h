@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/lowering/matmul.h"
-#include "compiler/lowering/matmul_epilogue.h"
+#include "kjit/compiler/lowering/matmul.h"
+#include "kjit/compiler/lowering/matmul_epilogue.h"
 
 namespace kjit::matmul {
 

@@ -1,12 +1,12 @@
-#include "runtime/runtime.h"
+#include "kjit/runtime/runtime.h"
 
 #include <chrono>
 
-#include "cache/key.h"
-#include "runtime/compile.h"
-#include "runtime/cuda/driver.h"
-#include "support/error.h"
-#include "support/options.h"
+#include "kjit/cache/key.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/support/error.h"
+#include "kjit/support/options.h"
 
 namespace kjit {
 
@@ -36,6 +36,15 @@ void CompiledKernel::launch(std::array<unsigned, 3> grid, void** args, CUstream 
   config.dynamic_shared_bytes = static_cast<unsigned>(source_.dynamic_shared_bytes);
   config.stream = stream;
   function_.launch(config, args);
+}
+
+bool gpu_available(std::string* reason) {
+  if (!cuda::Driver::available(reason)) return false;
+  if (cuda::device_count() == 0) {
+    if (reason) *reason = "the driver reports no CUDA device";
+    return false;
+  }
+  return true;
 }
 
 Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {

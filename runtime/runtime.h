@@ -17,13 +17,13 @@
 #include <string>
 #include <unordered_map>
 
-#include "cache/store.h"
-#include "compiler/kernel_source.h"
-#include "runtime/cuda/context.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/module.h"
-#include "runtime/cuda/nvrtc.h"
-#include "tuner/choose.h"
+#include "kjit/cache/store.h"
+#include "kjit/compiler/kernel_source.h"
+#include "kjit/runtime/cuda/context.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/module.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/tuner/choose.h"
 
 namespace kjit {
 
@@ -68,6 +68,11 @@ class CompiledKernel {
   KernelOrigin origin_ = KernelOrigin::Compiled;
   double compile_ms_ = 0, load_ms_ = 0;
 };
+
+// Whether a Runtime can start here: the driver loads and reports a device. When
+// not, `reason` says why ("libcuda.so.1 not found", "no CUDA device"); emitting
+// and compiling (NVRTC) work without one.
+bool gpu_available(std::string* reason = nullptr);
 
 class Runtime {
  public:

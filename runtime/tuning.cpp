@@ -1,4 +1,4 @@
-#include "runtime/tuning.h"
+#include "kjit/runtime/tuning.h"
 
 #include <unistd.h>
 
@@ -11,19 +11,19 @@
 #include <mutex>
 #include <random>
 
-#include "compiler/interpreter/interpreter.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/elementwise.h"
-#include "runtime/matmul.h"
-#include "runtime/matmul_check.h"
-#include "support/checked_math.h"
-#include "support/error.h"
-#include "support/log.h"
-#include "support/options.h"
-#include "tuner/elementwise_space.h"
-#include "tuner/matmul_space.h"
-#include "tuner/worker.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/support/checked_math.h"
+#include "kjit/support/error.h"
+#include "kjit/support/log.h"
+#include "kjit/support/options.h"
+#include "kjit/tuner/elementwise_space.h"
+#include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/worker.h"
 
 namespace kjit {
 

@@ -11,10 +11,10 @@
 #include <memory>
 #include <string>
 
-#include "runtime/runtime.h"
-#include "tuner/harness.h"
-#include "tuner/tune.h"
-#include "tuner/worker.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/tuner/harness.h"
+#include "kjit/tuner/tune.h"
+#include "kjit/tuner/worker.h"
 
 namespace kjit {
 

@@ -1,6 +1,6 @@
-#include "support/checked_math.h"
+#include "kjit/support/checked_math.h"
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit {
 

@@ -1,4 +1,4 @@
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "support/files.h"
+#include "kjit/support/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit {
 

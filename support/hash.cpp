@@ -1,4 +1,4 @@
-#include "support/hash.h"
+#include "kjit/support/hash.h"
 
 #include <xxhash.h>
 

@@ -1,8 +1,8 @@
-#include "support/key_values.h"
+#include "kjit/support/key_values.h"
 
 #include <algorithm>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit {
 namespace {

@@ -1,11 +1,11 @@
-#include "support/log.h"
+#include "kjit/support/log.h"
 
 #include <cstdio>
 #include <mutex>
 #include <set>
 #include <sstream>
 
-#include "support/options.h"
+#include "kjit/support/options.h"
 
 namespace kjit {
 

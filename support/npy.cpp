@@ -1,4 +1,4 @@
-#include "support/npy.h"
+#include "kjit/support/npy.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -7,10 +7,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "support/checked_math.h"
-#include "support/error.h"
-#include "support/files.h"
-#include "support/half.h"
+#include "kjit/support/checked_math.h"
+#include "kjit/support/error.h"
+#include "kjit/support/files.h"
+#include "kjit/support/half.h"
 
 namespace kjit {
 

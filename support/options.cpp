@@ -1,4 +1,4 @@
-#include "support/options.h"
+#include "kjit/support/options.h"
 
 #include <algorithm>
 #include <cctype>

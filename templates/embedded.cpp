@@ -1,4 +1,4 @@
-#include "templates/embedded.h"
+#include "kjit/templates/embedded.h"
 
 namespace kjit {
 

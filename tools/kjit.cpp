@@ -5,7 +5,7 @@
 #include <iostream>
 #include <vector>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 #include "tools/cli/command.h"
 
 namespace {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # tools/quickstart.sh demo|test|build — set up, build, and run kjit.
 #
-#   demo   install what is missing, build (release), run `kjit demo`
+#   demo   install what the build needs, build the library and CLI (release; the
+#          binary lands at build/release/kjit), run `kjit demo`
 #   test   install what is missing, build, run the whole test suite (ctest), then
 #          build and run the unit tests under AddressSanitizer + UBSan, then fuzz
 #          the parser, .npy reading, --config parsing and lowering briefly
 #          (cuobjdump and nvdisasm for the SASS checks come from PyPI into .whl/
 #          when the toolkit lacks them)
-#   build  install what is missing and build (release)
+#   build  install what the build needs, build the library and CLI (release)
 #
 # Needs Debian 12 (or similar) with the CUDA toolkit 12.x or 13.x installed
 # (nvcc + NVRTC, found under $CUDA_HOME, /usr/local/cuda or on PATH). Debian
@@ -19,13 +20,17 @@ cd "$(dirname "$0")/.."
 mode=${1:-}
 case $mode in
   demo|test|build) ;;
-  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: tools/quickstart.sh demo|test|build (see --help)" >&2; exit 2 ;;
 esac
 
-packages=(cmake ninja-build g++ pkg-config file binutils libgtest-dev libgmock-dev libbenchmark-dev
-  libsqlite3-dev libssl-dev libfmt-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
-  llvm-14-tools clang-14 libclang-rt-14-dev python3 python3-pip)
+# What the library and the CLI need (demo, build), then what the tests add.
+packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libssl-dev libfmt-dev libcli11-dev
+  nlohmann-json3-dev libxxhash-dev)
+if [[ $mode == test ]]; then
+  packages+=(file binutils libgtest-dev libgmock-dev libbenchmark-dev llvm-14-tools clang-14
+    libclang-rt-14-dev python3 python3-pip)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,8 +61,11 @@ if [[ -z $cuda_home || ! -f $cuda_home/include/nvrtc.h ]]; then
 fi
 
 jobs=$(nproc)
+# demo and build: the library and the CLI only; test: everything.
+if [[ $mode == test ]]; then with_tests=ON; else with_tests=OFF; fi
 configure() {  # configure PRESET (the presets use Ninja)
-  cmake --preset "$1" -DCUDAToolkit_ROOT="$cuda_home" >/dev/null
+  cmake --preset "$1" -DCUDAToolkit_ROOT="$cuda_home" -DKJIT_BUILD_TESTS=$with_tests \
+    -DKJIT_BUILD_BENCHMARKS=$with_tests -DKJIT_BUILD_EXAMPLES=$with_tests >/dev/null
 }
 # A build folder made with another generator is reconfigured from scratch.
 for dir in build/release build/asan; do

@@ -1,4 +1,4 @@
-#include "tuner/check.h"
+#include "kjit/tuner/check.h"
 
 #include <fmt/format.h>
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/dtype.h"
+#include "kjit/compiler/ir/dtype.h"
 
 namespace kjit::tuner {
 

@@ -1,13 +1,13 @@
-#include "tuner/choose.h"
+#include "kjit/tuner/choose.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "support/error.h"
-#include "support/log.h"
-#include "tuner/fit.h"
+#include "kjit/support/error.h"
+#include "kjit/support/log.h"
+#include "kjit/tuner/fit.h"
 
 namespace kjit::tuner {
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "cache/store.h"
-#include "runtime/cuda/device.h"
-#include "tuner/family.h"
+#include "kjit/cache/store.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/family.h"
 
 namespace kjit::tuner {
 

@@ -1,4 +1,4 @@
-#include "tuner/elementwise_space.h"
+#include "kjit/tuner/elementwise_space.h"
 
 #include <fmt/format.h>
 
@@ -7,11 +7,11 @@
 #include <regex>
 #include <sstream>
 
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/passes/pipeline.h"
-#include "support/error.h"
-#include "support/hash.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/support/error.h"
+#include "kjit/support/hash.h"
 
 namespace kjit::tuner {
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "compiler/ir/graph.h"
-#include "compiler/lowering/elementwise_plan.h"
-#include "tuner/family.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/compiler/lowering/elementwise_plan.h"
+#include "kjit/tuner/family.h"
 
 namespace kjit::tuner {
 

@@ -1,10 +1,10 @@
-#include "tuner/family.h"
+#include "kjit/tuner/family.h"
 
 #include <fmt/format.h>
 
-#include "support/error.h"
-#include "tuner/elementwise_space.h"
-#include "tuner/matmul_space.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/elementwise_space.h"
+#include "kjit/tuner/matmul_space.h"
 
 namespace kjit::tuner {
 

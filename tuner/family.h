@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/kernel_source.h"
-#include "runtime/cuda/device.h"
-#include "tuner/model.h"
+#include "kjit/compiler/kernel_source.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/model.h"
 
 namespace kjit::tuner {
 

@@ -1,13 +1,13 @@
-#include "tuner/fit.h"
+#include "kjit/tuner/fit.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
 
-#include "support/error.h"
-#include "tuner/family.h"
-#include "tuner/stats.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/family.h"
+#include "kjit/tuner/stats.h"
 
 namespace kjit::tuner {
 

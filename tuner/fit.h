@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "cache/records.h"
-#include "runtime/cuda/device.h"
-#include "tuner/model.h"
+#include "kjit/cache/records.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/model.h"
 
 namespace kjit::tuner {
 

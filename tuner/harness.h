@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "tuner/check.h"
-#include "tuner/family.h"
-#include "tuner/model.h"
+#include "kjit/tuner/check.h"
+#include "kjit/tuner/family.h"
+#include "kjit/tuner/model.h"
 
 namespace kjit::tuner {
 

@@ -1,4 +1,4 @@
-#include "tuner/matmul_space.h"
+#include "kjit/tuner/matmul_space.h"
 
 #include <fmt/format.h>
 
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <regex>
 
-#include "compiler/lowering/matmul_epilogue.h"
-#include "support/error.h"
-#include "support/key_values.h"
+#include "kjit/compiler/lowering/matmul_epilogue.h"
+#include "kjit/support/error.h"
+#include "kjit/support/key_values.h"
 
 namespace kjit::tuner {
 

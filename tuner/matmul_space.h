@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "compiler/lowering/matmul.h"
-#include "tuner/family.h"
+#include "kjit/compiler/lowering/matmul.h"
+#include "kjit/tuner/family.h"
 
 namespace kjit::tuner {
 

@@ -1,9 +1,9 @@
-#include "tuner/measure.h"
+#include "kjit/tuner/measure.h"
 
 #include <fmt/format.h>
 
-#include "runtime/cuda/stream.h"
-#include "support/error.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/support/error.h"
 
 namespace kjit::tuner {
 

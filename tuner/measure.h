@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/device.h"
-#include "tuner/harness.h"
-#include "tuner/timer.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/harness.h"
+#include "kjit/tuner/timer.h"
 
 namespace kjit::tuner {
 

@@ -1,4 +1,4 @@
-#include "tuner/model.h"
+#include "kjit/tuner/model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/device.h"
+#include "kjit/runtime/cuda/device.h"
 
 namespace kjit::tuner {
 

@@ -1,12 +1,12 @@
-#include "tuner/offline.h"
+#include "kjit/tuner/offline.h"
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
 
-#include "cache/key.h"
-#include "support/error.h"
+#include "kjit/cache/key.h"
+#include "kjit/support/error.h"
 
 namespace kjit::tuner {
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "cache/store.h"
-#include "runtime/cuda/device.h"
-#include "tuner/tune.h"
-#include "tuner/worker.h"
+#include "kjit/cache/store.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/tune.h"
+#include "kjit/tuner/worker.h"
 
 namespace kjit::tuner {
 

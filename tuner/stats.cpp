@@ -1,4 +1,4 @@
-#include "tuner/stats.h"
+#include "kjit/tuner/stats.h"
 
 #include <fmt/format.h>
 

@@ -1,8 +1,8 @@
-#include "tuner/timer.h"
+#include "kjit/tuner/timer.h"
 
 #include <algorithm>
 
-#include "runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/driver.h"
 
 namespace kjit::tuner {
 

@@ -20,9 +20,9 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/stream.h"
-#include "tuner/stats.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/tuner/stats.h"
 
 namespace kjit::tuner {
 

@@ -1,4 +1,4 @@
-#include "tuner/tune.h"
+#include "kjit/tuner/tune.h"
 
 #include <fmt/format.h>
 
@@ -12,9 +12,9 @@
 #include <set>
 #include <thread>
 
-#include "runtime/compile.h"
-#include "support/error.h"
-#include "support/log.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/support/error.h"
+#include "kjit/support/log.h"
 
 namespace kjit::tuner {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "tuner/choose.h"
-#include "tuner/measure.h"
+#include "kjit/tuner/choose.h"
+#include "kjit/tuner/measure.h"
 
 namespace kjit::tuner {
 

@@ -1,4 +1,4 @@
-#include "tuner/worker.h"
+#include "kjit/tuner/worker.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 #include <map>
 #include <set>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 extern char** environ;
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/device.h"
-#include "tuner/measure.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/measure.h"
 
 namespace kjit::tuner {
 

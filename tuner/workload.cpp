@@ -1,8 +1,8 @@
-#include "tuner/workload.h"
+#include "kjit/tuner/workload.h"
 
 #include <fmt/format.h>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::tuner {
 

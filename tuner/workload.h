@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tuner/family.h"
+#include "kjit/tuner/family.h"
 
 namespace kjit::tuner {
 

@@ -1,11 +1,11 @@
-#include "compiler/interpreter/interpreter.h"
+#include "kjit/compiler/interpreter/interpreter.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "support/error.h"
-#include "support/half.h"
+#include "kjit/support/error.h"
+#include "kjit/support/half.h"
 
 namespace kjit::ir {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "support/npy.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/support/npy.h"
 
 namespace kjit::ir {
 

@@ -1,4 +1,4 @@
-#include "compiler/ir/dtype.h"
+#include "kjit/compiler/ir/dtype.h"
 
 namespace kjit::ir {
 

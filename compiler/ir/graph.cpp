@@ -1,9 +1,9 @@
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 #include <cmath>
 
-#include "compiler/ir/printer.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 

@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/ir/dtype.h"
-#include "compiler/ir/op_table.h"
-#include "compiler/ir/shape.h"
+#include "kjit/compiler/ir/dtype.h"
+#include "kjit/compiler/ir/op_table.h"
+#include "kjit/compiler/ir/shape.h"
 
 namespace kjit::ir {
 

@@ -1,9 +1,9 @@
-#include "compiler/ir/op_table.h"
+#include "kjit/compiler/ir/op_table.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 

@@ -1,4 +1,4 @@
-#include "compiler/ir/parser.h"
+#include "kjit/compiler/ir/parser.h"
 
 #include <cctype>
 #include <charconv>
@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 

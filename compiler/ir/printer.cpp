@@ -1,4 +1,4 @@
-#include "compiler/ir/printer.h"
+#include "kjit/compiler/ir/printer.h"
 
 #include <charconv>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

@@ -1,7 +1,7 @@
-#include "compiler/ir/shape.h"
+#include "kjit/compiler/ir/shape.h"
 
-#include "support/checked_math.h"
-#include "support/error.h"
+#include "kjit/support/checked_math.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 

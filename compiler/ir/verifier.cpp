@@ -1,9 +1,9 @@
-#include "compiler/ir/verifier.h"
+#include "kjit/compiler/ir/verifier.h"
 
 #include <cmath>
 #include <set>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 

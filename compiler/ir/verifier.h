@@ -3,7 +3,7 @@
 // output. Throws a UserError naming the failing node, its op, dtypes and shapes.
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

@@ -1,4 +1,4 @@
-#include "compiler/lowering/elementwise.h"
+#include "kjit/compiler/lowering/elementwise.h"
 
 #include <fmt/format.h>
 
@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <map>
 
-#include "compiler/ir/printer.h"
-#include "support/error.h"
-#include "support/hash.h"
-#include "support/key_values.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/support/error.h"
+#include "kjit/support/hash.h"
+#include "kjit/support/key_values.h"
 
 namespace kjit::ir {
 

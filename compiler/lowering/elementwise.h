@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "compiler/kernel_source.h"
-#include "support/key_values.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/compiler/kernel_source.h"
+#include "kjit/support/key_values.h"
 
 namespace kjit::ir {
 

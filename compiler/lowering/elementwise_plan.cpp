@@ -1,10 +1,10 @@
-#include "compiler/lowering/elementwise_plan.h"
+#include "kjit/compiler/lowering/elementwise_plan.h"
 
 #include <fmt/format.h>
 
 #include <map>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "compiler/lowering/elementwise.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/compiler/lowering/elementwise.h"
 
 namespace kjit {
 

@@ -1,13 +1,13 @@
-#include "compiler/lowering/matmul.h"
+#include "kjit/compiler/lowering/matmul.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 
-#include "compiler/ir/dtype.h"
-#include "support/error.h"
-#include "support/key_values.h"
+#include "kjit/compiler/ir/dtype.h"
+#include "kjit/support/error.h"
+#include "kjit/support/key_values.h"
 
 namespace kjit::matmul {
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/dtype.h"
-#include "compiler/kernel_source.h"
+#include "kjit/compiler/ir/dtype.h"
+#include "kjit/compiler/kernel_source.h"
 
 namespace kjit::matmul {
 

@@ -1,10 +1,10 @@
-#include "compiler/lowering/matmul_epilogue.h"
+#include "kjit/compiler/lowering/matmul_epilogue.h"
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "compiler/lowering/elementwise.h"
-#include "compiler/passes/pipeline.h"
-#include "support/error.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/support/error.h"
 
 namespace kjit::matmul {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/lowering/matmul.h"
+#include "kjit/compiler/lowering/matmul.h"
 
 namespace kjit::matmul {
 

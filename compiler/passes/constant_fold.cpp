@@ -1,9 +1,9 @@
-#include "compiler/passes/constant_fold.h"
+#include "kjit/compiler/passes/constant_fold.h"
 
 #include <cmath>
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/passes/rebuild.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/passes/rebuild.h"
 
 namespace kjit::ir {
 

@@ -7,7 +7,7 @@
 //      operands the way a literal does, see Node::weak).
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

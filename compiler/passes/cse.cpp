@@ -1,10 +1,10 @@
-#include "compiler/passes/cse.h"
+#include "kjit/compiler/passes/cse.h"
 
 #include <cstring>
 #include <map>
 #include <tuple>
 
-#include "compiler/passes/rebuild.h"
+#include "kjit/compiler/passes/rebuild.h"
 
 namespace kjit::ir {
 

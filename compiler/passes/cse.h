@@ -3,7 +3,7 @@
 // sin(x) once.
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

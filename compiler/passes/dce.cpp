@@ -1,6 +1,6 @@
-#include "compiler/passes/dce.h"
+#include "kjit/compiler/passes/dce.h"
 
-#include "compiler/passes/rebuild.h"
+#include "kjit/compiler/passes/rebuild.h"
 
 namespace kjit::ir {
 

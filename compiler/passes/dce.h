@@ -2,7 +2,7 @@
 // stay: they are the kernel's parameters, which callers pass whether used or not.
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

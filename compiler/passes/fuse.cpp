@@ -1,4 +1,4 @@
-#include "compiler/passes/fuse.h"
+#include "kjit/compiler/passes/fuse.h"
 
 #include <map>
 

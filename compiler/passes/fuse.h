@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

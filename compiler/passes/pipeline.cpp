@@ -1,14 +1,14 @@
-#include "compiler/passes/pipeline.h"
+#include "kjit/compiler/passes/pipeline.h"
 
 #include <sstream>
 
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
-#include "compiler/passes/constant_fold.h"
-#include "compiler/passes/cse.h"
-#include "compiler/passes/dce.h"
-#include "support/log.h"
-#include "support/options.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/ir/verifier.h"
+#include "kjit/compiler/passes/constant_fold.h"
+#include "kjit/compiler/passes/cse.h"
+#include "kjit/compiler/passes/dce.h"
+#include "kjit/support/log.h"
+#include "kjit/support/options.h"
 
 namespace kjit::ir {
 

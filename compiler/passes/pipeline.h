@@ -6,7 +6,7 @@
 
 #include <ostream>
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

@@ -1,6 +1,6 @@
-#include "compiler/passes/rebuild.h"
+#include "kjit/compiler/passes/rebuild.h"
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "compiler/ir/graph.h"
+#include "kjit/compiler/ir/graph.h"
 
 namespace kjit::ir {
 

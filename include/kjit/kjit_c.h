@@ -20,6 +20,7 @@
 #ifndef KJIT_KJIT_C_H
 #define KJIT_KJIT_C_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -28,14 +29,20 @@ extern "C" {
 
 typedef enum kjit_status {
   KJIT_OK = 0,
-  KJIT_ERROR_USER = 1,     /* invalid input: the message says what and how to fix it */
-  KJIT_ERROR_COMPILE = 2,  /* NVRTC rejected the source */
-  KJIT_ERROR_CUDA = 3,     /* a driver call failed (or there is no GPU) */
-  KJIT_ERROR_CACHE = 4,    /* the store failed where the caller asked for it */
-  KJIT_ERROR_INTERNAL = 5  /* a kjit bug */
+  KJIT_ERROR_USER = 1,    /* invalid input: the message says what and how to fix it */
+  KJIT_ERROR_COMPILE = 2, /* NVRTC rejected the source */
+  KJIT_ERROR_CUDA = 3,    /* a driver call failed (or there is no GPU) */
+  KJIT_ERROR_CACHE = 4,   /* the store failed where the caller asked for it */
+  KJIT_ERROR_INTERNAL = 5 /* a kjit bug */
 } kjit_status;
 
-typedef enum kjit_dtype { KJIT_F32 = 0, KJIT_F16 = 1, KJIT_BF16 = 2, KJIT_I32 = 3, KJIT_BOOL = 4 } kjit_dtype;
+typedef enum kjit_dtype {
+  KJIT_F32 = 0,
+  KJIT_F16 = 1,
+  KJIT_BF16 = 2,
+  KJIT_I32 = 3,
+  KJIT_BOOL = 4
+} kjit_dtype;
 
 /* The message of the last failed call on this thread ("" when none). */
 const char* kjit_last_error(void);
@@ -77,36 +84,51 @@ kjit_dtype kjit_elementwise_input_dtype(const kjit_elementwise* kernel, int inde
 kjit_dtype kjit_elementwise_output_dtype(const kjit_elementwise* kernel, int index);
 /* Checks everything, compiles on first use, launches asynchronously on `stream`. */
 kjit_status kjit_elementwise_launch(kjit_elementwise* kernel, const kjit_tensor* inputs,
-                                    int input_count, const kjit_tensor* outputs,
-                                    int output_count, void* stream);
+                                    int input_count, const kjit_tensor* outputs, int output_count,
+                                    void* stream);
 
 /* ---- matmul: C = epilogue(alpha * op(A) op(B) + beta * C0, extra operands) ---- */
 typedef struct kjit_matmul_problem {
-  int64_t m, n, k, batch;  /* batch 0 means 1 */
-  const char* layout;      /* "nn", "nt", "tn", "tt"; NULL: "nn" */
-  kjit_dtype input;        /* KJIT_BF16, KJIT_F16 or KJIT_F32 (exact) */
-  kjit_dtype output;       /* the same, or KJIT_F32 */
-  const char* epilogue;    /* elementwise IR over acc, e.g. "gelu(acc + bias)"; NULL: none */
+  int64_t m, n, k, batch; /* batch 0 means 1 */
+  const char* layout;     /* "nn", "nt", "tn", "tt"; NULL: "nn" */
+  kjit_dtype input;       /* KJIT_BF16, KJIT_F16 or KJIT_F32 (exact) */
+  kjit_dtype output;      /* the same, or KJIT_F32 */
+  const char* epilogue;   /* elementwise IR over acc, e.g. "gelu(acc + bias)"; NULL: none */
 } kjit_matmul_problem;
 typedef struct kjit_matmul_args {
-  uint64_t a, b, c, c0;         /* c0 read when beta != 0 */
-  int64_t lda, ldb, ldc, ldc0;  /* 0: packed */
-  float alpha, beta;            /* alpha 0 means 1 */
-  const uint64_t* extras;       /* one pointer per epilogue operand, in order */
+  uint64_t a, b, c, c0;        /* c0 read when beta != 0 */
+  int64_t lda, ldb, ldc, ldc0; /* 0: packed */
+  float alpha, beta;           /* alpha 0 means 1 */
+  const uint64_t* extras;      /* one pointer per epilogue operand, in order */
   int extra_count;
 } kjit_matmul_args;
 typedef struct kjit_matmul kjit_matmul;
 kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem* problem,
                                kjit_matmul** out);
 void kjit_matmul_destroy(kjit_matmul* matmul);
+/* The epilogue's extra operands, in the order kjit_matmul_args.extras takes them. */
+int kjit_matmul_operands(const kjit_matmul* matmul);
+const char* kjit_matmul_operand_name(const kjit_matmul* matmul, int index);
+/* "row" (length M), "column" (length N) or "tensor" (M x N). */
+const char* kjit_matmul_operand_kind(const kjit_matmul* matmul, int index);
 kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args, void* stream);
+
+/* ---- device memory, for programs without a CUDA setup of their own ---- */
+/* Buffers on the runtime's device. Uploads and downloads are synchronous and
+ * ordered after work launched on the default stream (stream NULL). */
+typedef struct kjit_buffer kjit_buffer;
+kjit_status kjit_buffer_create(kjit_runtime* runtime, size_t bytes, kjit_buffer** out);
+void kjit_buffer_destroy(kjit_buffer* buffer);
+uint64_t kjit_buffer_pointer(const kjit_buffer* buffer); /* for kjit_tensor.data */
+kjit_status kjit_buffer_upload(kjit_buffer* buffer, const void* host, size_t bytes);
+kjit_status kjit_buffer_download(const kjit_buffer* buffer, void* host, size_t bytes);
 
 /* ---- without a GPU ---- */
 /* The CUDA source kjit generates for an expression over `n` elements (a 1-D
  * problem; fresh 16-byte-aligned buffers), with the tuner's config for `gpu`
  * ("h200", "h100", "a100"; NULL: GPU 0, else an H200). *source: kjit_free() it. */
-kjit_status kjit_emit(const char* expression, kjit_dtype default_dtype, int64_t n,
-                      const char* gpu, char** source);
+kjit_status kjit_emit(const char* expression, kjit_dtype default_dtype, int64_t n, const char* gpu,
+                      char** source);
 /* NVRTC-compiles the same for `arch` ("sm_90"): the kernel's registers and spill
  * bytes. */
 kjit_status kjit_compile(const char* expression, kjit_dtype default_dtype, int64_t n,

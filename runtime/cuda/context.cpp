@@ -1,8 +1,8 @@
-#include "runtime/cuda/context.h"
+#include "kjit/runtime/cuda/context.h"
 
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver.h"
-#include "support/error.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 

@@ -1,9 +1,9 @@
-#include "runtime/cuda/device.h"
+#include "kjit/runtime/cuda/device.h"
 
 #include <cctype>
 
-#include "runtime/cuda/driver.h"
-#include "support/error.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 

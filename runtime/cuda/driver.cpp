@@ -1,11 +1,11 @@
-#include "runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/driver.h"
 
 #include <dlfcn.h>
 
 #include <memory>
 
-#include "support/error.h"
-#include "support/options.h"
+#include "kjit/support/error.h"
+#include "kjit/support/options.h"
 
 namespace kjit::cuda {
 

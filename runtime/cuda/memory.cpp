@@ -1,10 +1,10 @@
-#include "runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/memory.h"
 
 #include <string>
 #include <utility>
 
-#include "runtime/cuda/driver.h"
-#include "support/error.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 

@@ -1,7 +1,7 @@
-#include "runtime/cuda/module.h"
+#include "kjit/runtime/cuda/module.h"
 
-#include "runtime/cuda/driver.h"
-#include "support/error.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 

@@ -1,4 +1,4 @@
-#include "runtime/cuda/nvrtc.h"
+#include "kjit/runtime/cuda/nvrtc.h"
 
 #include <nvrtc.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 

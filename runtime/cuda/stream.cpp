@@ -1,6 +1,6 @@
-#include "runtime/cuda/stream.h"
+#include "kjit/runtime/cuda/stream.h"
 
-#include "runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/driver.h"
 
 namespace kjit::cuda {
 

@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
-#include "compiler/lowering/elementwise.h"
-#include "compiler/lowering/matmul.h"
-#include "support/error.h"
+#include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/compiler/lowering/matmul.h"
+#include "kjit/support/error.h"
 
 namespace {
 

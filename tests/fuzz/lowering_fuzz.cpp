@@ -11,11 +11,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "compiler/ir/parser.h"
-#include "compiler/lowering/elementwise.h"
-#include "compiler/passes/fuse.h"
-#include "compiler/passes/pipeline.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/compiler/passes/fuse.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/support/error.h"
 
 namespace {
 

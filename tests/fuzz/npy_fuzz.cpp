@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "support/checked_math.h"
-#include "support/error.h"
-#include "support/npy.h"
+#include "kjit/support/checked_math.h"
+#include "kjit/support/error.h"
+#include "kjit/support/npy.h"
 
 namespace {
 

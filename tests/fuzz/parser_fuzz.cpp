@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
-#include "compiler/passes/pipeline.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/ir/verifier.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/support/error.h"
 
 namespace {
 

@@ -17,16 +17,16 @@
 #include <thread>
 #include <utility>
 
-#include "runtime/compile.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/stream.h"
-#include "runtime/matmul.h"
-#include "runtime/matmul_check.h"
-#include "runtime/runtime.h"
-#include "support/error.h"
-#include "support/half.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/support/error.h"
+#include "kjit/support/half.h"
+#include "kjit/tuner/matmul_space.h"
 #include "tests/support/gpu_test.h"
-#include "tuner/matmul_space.h"
 
 namespace kjit::matmul {
 namespace {

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/driver.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/runtime.h"
-#include "support/error.h"
-#include "tuner/harness.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/harness.h"
 
 namespace kjit::testing {
 

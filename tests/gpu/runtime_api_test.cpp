@@ -3,9 +3,9 @@
 
 #include <thread>
 
-#include "runtime/cuda/memory.h"
-#include "runtime/runtime.h"
-#include "support/error.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/support/error.h"
 #include "tests/support/gpu_test.h"
 
 namespace kjit {

@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "cache/store.h"
-#include "runtime/runtime.h"
+#include "kjit/cache/store.h"
+#include "kjit/runtime/runtime.h"
 #include "tests/support/gpu_test.h"
 
 namespace kjit {

@@ -1,12 +1,12 @@
 // The runtime core on a real GPU: load, launch, copy, time, and typed errors.
 #include <gtest/gtest.h>
 
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/module.h"
-#include "runtime/cuda/nvrtc.h"
-#include "runtime/cuda/stream.h"
-#include "support/error.h"
-#include "templates/embedded.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/module.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/support/error.h"
+#include "kjit/templates/embedded.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/numeric.h"
 

@@ -8,15 +8,15 @@
 #include <filesystem>
 #include <map>
 
-#include "runtime/elementwise.h"
-#include "runtime/matmul.h"
-#include "runtime/tuning.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/tuning.h"
+#include "kjit/tuner/elementwise_space.h"
+#include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/tune.h"
+#include "kjit/tuner/worker.h"
 #include "tests/gpu/planted.h"
 #include "tests/support/gpu_test.h"
-#include "tuner/elementwise_space.h"
-#include "tuner/matmul_space.h"
-#include "tuner/tune.h"
-#include "tuner/worker.h"
 
 namespace kjit {
 namespace {

@@ -7,11 +7,11 @@
 #include <memory>
 #include <string>
 
-#include "runtime/cuda/context.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/runtime.h"
-#include "support/options.h"
+#include "kjit/runtime/cuda/context.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/support/options.h"
 
 namespace kjit::testing {
 

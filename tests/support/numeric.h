@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "compiler/ir/dtype.h"
+#include "kjit/compiler/ir/dtype.h"
 
 namespace kjit::testing {
 

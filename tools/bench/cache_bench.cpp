@@ -26,8 +26,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache/key.h"
-#include "cache/store.h"
+#include "kjit/cache/key.h"
+#include "kjit/cache/store.h"
 
 extern char** environ;
 

@@ -24,16 +24,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/stream.h"
-#include "runtime/matmul.h"
-#include "runtime/matmul_check.h"
-#include "support/half.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/support/half.h"
+#include "kjit/tuner/check.h"
+#include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/timer.h"
 #include "tools/cli/command.h"
 #include "tools/cli/cublaslt_peer.h"
-#include "tuner/check.h"
-#include "tuner/matmul_space.h"
-#include "tuner/timer.h"
 
 namespace kjit {
 namespace {

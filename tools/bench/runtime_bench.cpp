@@ -2,8 +2,10 @@
 // nothing between programs), cuModuleLoadData of its cubin, and the host cost of
 // launching an empty kernel (enqueue only, and enqueue + synchronize).
 //
-// Also the warm start of a second process (store open + lookup + module load)
-// and a hit in the Runtime's in-process map.
+// Also the warm start of a second process (store open + lookup + module load),
+// a hit in the Runtime's in-process map, and the host cost of one family launch
+// through the C++ API (what the Python package's per-call overhead is measured
+// against: tests/python/torch_check.py).
 //
 //   build/release/tools/bench/runtime_bench [--benchmark_format=json]
 #include <benchmark/benchmark.h>
@@ -11,11 +13,16 @@
 
 #include <filesystem>
 
-#include "runtime/compile.h"
-#include "runtime/cuda/context.h"
-#include "runtime/cuda/module.h"
-#include "runtime/cuda/stream.h"
-#include "runtime/runtime.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/lowering/matmul_epilogue.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/context.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/module.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/runtime.h"
 #include "tools/cli/command.h"
 
 namespace kjit {
@@ -114,6 +121,57 @@ void BM_EmptyKernelLaunch(benchmark::State& state) {
   state.SetLabel(synchronize ? "launch + synchronize" : "launch (enqueue only)");
 }
 BENCHMARK(BM_EmptyKernelLaunch)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// ElementwiseKernel::launch of y = x * sigmoid(x) * g over 4096 bf16 (enqueue
+// only: the host's cost per call, the kernel itself is ~2 us).
+void BM_ElementwiseLaunch(benchmark::State& state) {
+  if (!need_gpu(state)) return;
+  Runtime runtime;
+  ir::ParseOptions options;
+  options.default_dtype = ir::DType::BF16;
+  ElementwiseKernel kernel(runtime, ir::parse("y = x * sigmoid(x) * g", options));
+  const int64_t n = 4096;
+  cuda::DeviceBuffer x(n * 2), g(n * 2), y(n * 2);
+  cuda::Stream stream;
+  const std::vector<TensorArg> inputs = {{x.get(), ir::DType::BF16, {n}},
+                                         {g.get(), ir::DType::BF16, {n}}};
+  const std::vector<TensorArg> outputs = {{y.get(), ir::DType::BF16, {n}}};
+  kernel.launch(inputs, outputs, stream.get());
+  stream.synchronize();
+  int64_t calls = 0;
+  for (auto _ : state) {
+    kernel.launch(inputs, outputs, stream.get());
+    if (++calls % 1024 == 0) stream.synchronize();  // keep the queue from filling
+  }
+  stream.synchronize();
+  state.SetLabel("elementwise, 4096 bf16, enqueue");
+}
+BENCHMARK(BM_ElementwiseLaunch)->Unit(benchmark::kMicrosecond);
+
+// Matmul::launch, 256 x 256 x 256 bf16 with gelu(acc + bias) (enqueue only).
+void BM_MatmulLaunch(benchmark::State& state) {
+  if (!need_gpu(state)) return;
+  Runtime runtime;
+  matmul::Problem problem;
+  problem.m = problem.n = problem.k = 256;
+  problem.epilogue = matmul::epilogue_from_ir("gelu(acc + bias)", problem.input).epilogue;
+  matmul::Matmul gemm(runtime, problem);
+  cuda::DeviceBuffer a(256 * 256 * 2), b(256 * 256 * 2), c(256 * 256 * 2), bias(256 * 2);
+  matmul::Tensors tensors;
+  tensors.a = a.get(), tensors.b = b.get(), tensors.c = c.get();
+  tensors.extras = {{bias.get()}};
+  cuda::Stream stream;
+  gemm.launch(tensors, stream.get());
+  stream.synchronize();
+  int64_t calls = 0;
+  for (auto _ : state) {
+    gemm.launch(tensors, stream.get());
+    if (++calls % 1024 == 0) stream.synchronize();
+  }
+  stream.synchronize();
+  state.SetLabel("matmul 256^3 bf16 + gelu(acc + bias), enqueue");
+}
+BENCHMARK(BM_MatmulLaunch)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kjit

@@ -22,12 +22,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/stream.h"
-#include "runtime/matmul.h"
-#include "runtime/tuning.h"
-#include "tuner/matmul_space.h"
-#include "tuner/tune.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/tuning.h"
+#include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/tune.h"
 
 extern char** environ;
 

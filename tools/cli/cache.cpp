@@ -6,8 +6,8 @@
 #include <iostream>
 #include <memory>
 
-#include "cache/store.h"
-#include "support/error.h"
+#include "kjit/cache/store.h"
+#include "kjit/support/error.h"
 #include "tools/cli/command.h"
 
 namespace kjit::cli {

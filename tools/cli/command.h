@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "compiler/kernel_source.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/nvrtc.h"
-#include "tuner/choose.h"
+#include "kjit/compiler/kernel_source.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/tuner/choose.h"
 
 namespace kjit::cli {
 
@@ -68,8 +69,8 @@ struct Target {
 Target command_target(const std::string& arch, const std::string& gpu = "");
 // The tuner's chooser for `target` over the user's store.
 std::unique_ptr<tuner::Chooser> make_chooser(const Target& target);
-// Whether a driver and at least one GPU are usable; `reason` says why not.
-bool gpu_available(std::string* reason = nullptr);
+// Whether a driver and at least one GPU are usable (runtime/runtime.h).
+using kjit::gpu_available;
 
 // What a command that runs on a GPU throws when there is none: not bad usage (exit
 // 2) but a failure to do what was asked (exit 1), with the reason and what works
@@ -97,8 +98,8 @@ struct StoreCompile {
   std::vector<char> cubin;
   std::vector<cuda::KernelStats> kernels;
   std::string ptx;
-  std::string
-      cache;      // "hit", "miss", or "off" (KJIT_CACHE=off, an unusable or untrusted store, --ptx)
+  // "hit", "miss", or "off" (KJIT_CACHE=off, an unusable or untrusted store, --ptx).
+  std::string cache;
   double ms = 0;  // store lookup on a hit; NVRTC (and the store write) on a miss
 };
 StoreCompile compile_with_store(const KernelSource& source, const std::string& arch, bool want_ptx);

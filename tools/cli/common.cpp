@@ -3,14 +3,14 @@
 
 #include <fmt/format.h>
 
-#include "cache/key.h"
-#include "cache/store.h"
-#include "runtime/compile.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver.h"
-#include "support/error.h"
-#include "support/files.h"
-#include "templates/embedded.h"
+#include "kjit/cache/key.h"
+#include "kjit/cache/store.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/support/error.h"
+#include "kjit/support/files.h"
+#include "kjit/templates/embedded.h"
 #include "tools/cli/command.h"
 
 namespace kjit::cli {
@@ -53,15 +53,6 @@ std::vector<DemoEntry> demo_sections() {
   std::stable_sort(sections.begin(), sections.end(),
                    [](const DemoEntry& a, const DemoEntry& b) { return a.order < b.order; });
   return sections;
-}
-
-bool gpu_available(std::string* reason) {
-  if (!cuda::Driver::available(reason)) return false;
-  if (cuda::device_count() == 0) {
-    if (reason) *reason = "the driver reports no CUDA device";
-    return false;
-  }
-  return true;
 }
 
 void require_gpu(const std::string& what) {

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <iostream>
 
-#include "compiler/ir/graph.h"
-#include "runtime/cuda/nvrtc.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/support/error.h"
 #include "tools/cli/command.h"
 #include "tools/cli/kernel_options.h"
 

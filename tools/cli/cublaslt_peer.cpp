@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cli {
 

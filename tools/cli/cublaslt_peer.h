@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "compiler/lowering/matmul.h"
-#include "runtime/cuda/memory.h"
+#include "kjit/compiler/lowering/matmul.h"
+#include "kjit/runtime/cuda/memory.h"
 
 namespace kjit::cli {
 

@@ -8,14 +8,14 @@
 #include <iostream>
 #include <random>
 
-#include "runtime/cuda/context.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/module.h"
-#include "runtime/cuda/nvrtc.h"
-#include "runtime/cuda/stream.h"
-#include "templates/embedded.h"
+#include "kjit/runtime/cuda/context.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/module.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/templates/embedded.h"
 #include "tools/cli/command.h"
 
 namespace kjit::cli {

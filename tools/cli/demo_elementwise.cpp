@@ -4,12 +4,12 @@
 
 #include <iostream>
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/elementwise.h"
-#include "runtime/runtime.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/runtime/runtime.h"
 #include "tools/cli/command.h"
 #include "tools/cli/elementwise_support.h"
 

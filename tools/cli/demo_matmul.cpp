@@ -6,16 +6,16 @@
 #include <iostream>
 #include <random>
 
-#include "runtime/compile.h"
-#include "runtime/cuda/context.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/stream.h"
-#include "runtime/matmul.h"
-#include "runtime/matmul_check.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/context.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/timer.h"
 #include "tools/cli/command.h"
-#include "tuner/matmul_space.h"
-#include "tuner/timer.h"
 
 namespace kjit::cli {
 

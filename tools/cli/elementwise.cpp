@@ -9,25 +9,25 @@
 #include <iostream>
 #include <map>
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/passes/fuse.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/nvrtc.h"
-#include "runtime/cuda/stream.h"
-#include "runtime/elementwise.h"
-#include "runtime/runtime.h"
-#include "support/checked_math.h"
-#include "support/error.h"
-#include "support/key_values.h"
-#include "support/npy.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/passes/fuse.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/support/checked_math.h"
+#include "kjit/support/error.h"
+#include "kjit/support/key_values.h"
+#include "kjit/support/npy.h"
+#include "kjit/tuner/elementwise_space.h"
 #include "tools/cli/command.h"
 #include "tools/cli/elementwise_support.h"
 #include "tools/cli/kernel_options.h"
-#include "tuner/elementwise_space.h"
 
 namespace kjit::cli {
 
@@ -143,25 +143,34 @@ ElementwisePlan plan_without_gpu(const ElementwiseKernel& kernel, Setup& s) {
 }
 
 // The source a launch would compile: with --config, or the tuner's choice for the
-// GPU the command plans for (GPU 0, or the datasheet device of --gpu / --arch).
-KernelSource planned_source(const KernelCommandOptions& o, Setup& s) {
+// GPU the command plans for (GPU 0, or the datasheet device of --gpu / --arch);
+// `config_source` says which.
+KernelSource planned_source(const KernelCommandOptions& o, Setup& s, std::string* config_source) {
   ElementwiseKernel kernel(s.graph, s.config);
   const ElementwisePlan plan = plan_without_gpu(kernel, s);
-  if (s.config) return kernel.source(plan);
+  if (s.config) {
+    *config_source = "given (--config)";
+    return kernel.source(plan);
+  }
   const tuner::Choice choice =
       make_chooser(command_target(o.arch, o.gpu))->choose(tuner::ElementwiseTuning(plan));
+  *config_source = std::string(tuner::to_string(choice.source)) + ": " + choice.detail;
   return kernel.source(plan, ir::ElementwiseConfig::parse(choice.config));
 }
 
+// emit and compile --json use the same keys for every family (tools/cli/matmul.cpp).
 void emit(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
-  const KernelSource source = planned_source(o, s);
+  std::string config_source;
+  const KernelSource source = planned_source(o, s, &config_source);
   if (o.json) {
-    return print_json({{"name", source.name},
-                       {"family", source.family},
+    return print_json({{"family", source.family},
                        {"problem", source.problem},
                        {"config", source.config},
+                       {"config_source", config_source},
+                       {"kernel", source.name},
                        {"block_threads", source.block_threads},
+                       {"dynamic_shared_bytes", source.dynamic_shared_bytes},
                        {"source", source.source}});
   }
   std::cout << source.source;
@@ -169,20 +178,24 @@ void emit(const KernelCommandOptions& o) {
 
 void compile(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
-  const KernelSource source = planned_source(o, s);
+  std::string config_source;
+  const KernelSource source = planned_source(o, s, &config_source);
   const std::string arch = o.arch.empty() ? default_arch() : o.arch;
   cuda::validate_arch(arch);
   StoreCompile program = compile_with_store(source, arch, o.ptx);
   if (o.json) {
-    nlohmann::json out = {{"expression", o.what},
-                          {"name", source.name},
+    nlohmann::json out = {{"family", source.family},
+                          {"expression", o.what},
+                          {"kernel", source.name},
                           {"problem", source.problem},
                           {"config", source.config},
+                          {"config_source", config_source},
                           {"arch", arch},
                           {"nvrtc_version", cuda::nvrtc_version()},
                           {"cache", program.cache},
                           {"compile_ms", program.ms},
                           {"cubin_bytes", program.cubin.size()},
+                          {"dynamic_shared_bytes", source.dynamic_shared_bytes},
                           {"kernels", nlohmann::json::array()}};
     for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
     if (o.ptx) out["ptx"] = program.ptx;

@@ -5,15 +5,15 @@
 #include <functional>
 #include <map>
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/passes/fuse.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/stream.h"
-#include "support/checked_math.h"
-#include "support/error.h"
-#include "tuner/check.h"
-#include "tuner/timer.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/passes/fuse.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/support/checked_math.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/check.h"
+#include "kjit/tuner/timer.h"
 
 namespace kjit::cli {
 

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "compiler/lowering/elementwise.h"
-#include "runtime/cuda/device.h"
-#include "runtime/elementwise.h"
-#include "runtime/runtime.h"
-#include "support/npy.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/support/npy.h"
 
 namespace kjit::cli {
 

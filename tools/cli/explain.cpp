@@ -10,13 +10,13 @@
 #include <map>
 #include <memory>
 
-#include "runtime/compile.h"
-#include "runtime/tuning.h"
-#include "support/error.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/tuning.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/family.h"
+#include "kjit/tuner/measure.h"
 #include "tools/cli/command.h"
 #include "tools/cli/kernel_options.h"
-#include "tuner/family.h"
-#include "tuner/measure.h"
 
 namespace kjit::cli {
 

@@ -3,9 +3,9 @@
 
 #include <iostream>
 
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/cuda/nvrtc.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/nvrtc.h"
 #include "tools/cli/command.h"
 
 namespace kjit::cli {

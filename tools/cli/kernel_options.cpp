@@ -5,9 +5,9 @@
 #include <exception>
 #include <string>
 
-#include "compiler/ir/parser.h"
-#include "support/error.h"
-#include "support/files.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/support/error.h"
+#include "kjit/support/files.h"
 
 namespace kjit::cli {
 namespace {

@@ -13,19 +13,19 @@
 #include <iostream>
 #include <random>
 
-#include "runtime/compile.h"
-#include "runtime/cuda/context.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/stream.h"
-#include "runtime/matmul.h"
-#include "runtime/matmul_check.h"
-#include "support/error.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/context.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/timer.h"
 #include "tools/cli/command.h"
 #include "tools/cli/cublaslt_peer.h"
 #include "tools/cli/family.h"
-#include "tuner/matmul_space.h"
-#include "tuner/timer.h"
 
 namespace kjit::cli {
 
@@ -148,12 +148,16 @@ void matmul_command(const KernelCommandOptions& o) {
     cuda::validate_arch(arch);
     StoreCompile program = compile_with_store(source, arch, o.ptx);
     if (o.json) {
-      nlohmann::json out = {{"problem", source.problem},
+      nlohmann::json out = {{"family", "matmul"},
+                            {"kernel", source.name},
+                            {"problem", source.problem},
                             {"config", s.config.to_string()},
                             {"config_source", s.config_source},
                             {"arch", target_arch(source, arch)},
+                            {"nvrtc_version", cuda::nvrtc_version()},
                             {"cache", program.cache},
                             {"compile_ms", program.ms},
+                            {"cubin_bytes", program.cubin.size()},
                             {"dynamic_shared_bytes", source.dynamic_shared_bytes},
                             {"kernels", nlohmann::json::array()}};
       for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));

@@ -15,17 +15,17 @@
 #include <memory>
 #include <sstream>
 
-#include "cache/key.h"
-#include "runtime/cuda/device.h"
-#include "runtime/tuning.h"
-#include "support/error.h"
-#include "support/files.h"
+#include "kjit/cache/key.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/tuning.h"
+#include "kjit/support/error.h"
+#include "kjit/support/files.h"
+#include "kjit/tuner/family.h"
+#include "kjit/tuner/offline.h"
+#include "kjit/tuner/workload.h"
 #include "tools/cli/command.h"
 #include "tools/cli/kernel_options.h"
 #include "tools/cli/progress.h"
-#include "tuner/family.h"
-#include "tuner/offline.h"
-#include "tuner/workload.h"
 
 namespace kjit::cli {
 

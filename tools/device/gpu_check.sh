@@ -58,7 +58,9 @@ else note ldd PASS; fi
 step info "$build/kjit" info
 step demo "$build/kjit" demo
 step gpu_tests "$build/tests/gpu/kjit_gpu_tests" --gtest_output=json:"$out/gpu_tests.json"
-[[ -x $build/examples/kjit_embedding_example ]] && step readme_example "$build/examples/kjit_embedding_example"
+for example in elementwise matmul c; do
+  [[ -x $build/examples/kjit_example_$example ]] && step "example_$example" "$build/examples/kjit_example_$example"
+done
 # KJIT_SKIP_UNIT=1 leaves out the unit tests (they need no GPU; CI runs them).
 [[ ${KJIT_SKIP_UNIT:-0} == 1 ]] || for t in "$build"/tests/unit/*/*_tests; do
   case $(basename "$t") in

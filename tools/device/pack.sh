@@ -13,4 +13,11 @@ mkdir -p "$dest"
   mkdir -p "$dest/$(dirname "$f")"
   cp -p "$build/$f" "$dest/$f"
 done
+
+# libkjit_c (the C API, the Python package's library) links the shared SQLite and
+# libcrypto; their copies go to DEST/lib for machines without them.
+if [[ -f $dest/runtime/libkjit_c.so ]]; then
+  mkdir -p "$dest/lib"
+  ldd "$dest/runtime/libkjit_c.so" | awk '/libsqlite3|libcrypto/ {print $3}' | xargs -r -I{} cp -L {} "$dest/lib/"
+fi
 du -sh "$dest"

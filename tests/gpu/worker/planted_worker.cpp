@@ -3,9 +3,9 @@
 // __tune-worker` does for the real families.
 #include <iostream>
 
-#include "runtime/runtime.h"
+#include "kjit/runtime/runtime.h"
+#include "kjit/tuner/worker.h"
 #include "tests/gpu/planted.h"
-#include "tuner/worker.h"
 
 int main() {
   kjit::Runtime runtime;

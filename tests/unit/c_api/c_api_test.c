@@ -8,12 +8,12 @@
 #include "kjit/kjit_c.h"
 
 static int failures = 0;
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (!(cond)) {                                                   \
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
       fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                    \
-    }                                                                \
+      ++failures;                                                     \
+    }                                                                 \
   } while (0)
 
 static int lines = 0;
@@ -32,8 +32,8 @@ int main(void) {
   kjit_free(source);
 
   int registers = 0, spills = -1;
-  CHECK(kjit_compile("y = sin(x)^2 + cos(x)^2", KJIT_F32, 1 << 20, "sm_90", &registers,
-                     &spills) == KJIT_OK);
+  CHECK(kjit_compile("y = sin(x)^2 + cos(x)^2", KJIT_F32, 1 << 20, "sm_90", &registers, &spills) ==
+        KJIT_OK);
   CHECK(registers > 0);
   CHECK(spills == 0);
 
@@ -44,6 +44,17 @@ int main(void) {
   CHECK(source == NULL);
   CHECK(kjit_compile("y = x", KJIT_F32, 1024, "sm_42", NULL, NULL) == KJIT_ERROR_USER);
   CHECK(kjit_emit(NULL, KJIT_F32, 1024, NULL, &source) == KJIT_ERROR_USER);
+
+  /* Handles that were never created: errors or neutral answers, never crashes. */
+  kjit_buffer* buffer = NULL;
+  CHECK(kjit_buffer_create(NULL, 16, &buffer) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "kjit_buffer_create") != NULL);
+  CHECK(buffer == NULL && kjit_buffer_pointer(NULL) == 0);
+  CHECK(kjit_buffer_upload(NULL, "x", 1) == KJIT_ERROR_USER);
+  kjit_buffer_destroy(NULL);
+  CHECK(kjit_matmul_operands(NULL) == 0);
+  CHECK(kjit_matmul_operand_name(NULL, 0) == NULL);
+  CHECK(kjit_matmul_operand_kind(NULL, 0) == NULL);
 
   /* The log callback receives what would have gone to stderr. */
   kjit_set_log_callback(count_lines, &lines);

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "cache/store.h"
+#include "kjit/cache/store.h"
 #include "tests/unit/cache/test_util.h"
 
 namespace kjit::cache {

@@ -3,9 +3,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cache/schema.h"
-#include "cache/store.h"
-#include "support/error.h"
+#include "kjit/cache/schema.h"
+#include "kjit/cache/store.h"
+#include "kjit/support/error.h"
 #include "tests/unit/cache/test_util.h"
 
 namespace kjit::cache {

@@ -2,8 +2,8 @@
 // binaries, tunings, trials) for the CLI tests.
 #include <iostream>
 
-#include "cache/key.h"
-#include "cache/store.h"
+#include "kjit/cache/key.h"
+#include "kjit/cache/store.h"
 #include "tests/unit/cache/test_util.h"
 
 int main(int argc, char** argv) {

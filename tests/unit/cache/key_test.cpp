@@ -1,4 +1,4 @@
-#include "cache/key.h"
+#include "kjit/cache/key.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
-#include "cache/store.h"
+#include "kjit/cache/store.h"
 
 #include <sys/stat.h>
 
 #include <atomic>
 #include <thread>
 
-#include "cache/key.h"
-#include "cache/schema.h"
-#include "support/error.h"
+#include "kjit/cache/key.h"
+#include "kjit/cache/schema.h"
+#include "kjit/support/error.h"
 #include "tests/unit/cache/test_util.h"
 
 namespace kjit::cache {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "cache/records.h"
-#include "cache/store.h"
+#include "kjit/cache/records.h"
+#include "kjit/cache/store.h"
 
 namespace kjit::cache::testing {
 

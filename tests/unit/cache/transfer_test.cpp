@@ -1,7 +1,7 @@
 // export / import / merge, verify, clear and vacuum.
-#include "cache/key.h"
-#include "cache/store.h"
-#include "support/error.h"
+#include "kjit/cache/key.h"
+#include "kjit/cache/store.h"
+#include "kjit/support/error.h"
 #include "tests/unit/cache/test_util.h"
 
 namespace kjit::cache {

@@ -10,8 +10,8 @@
 
 #include <functional>
 
-#include "cache/store.h"
-#include "support/hash.h"
+#include "kjit/cache/store.h"
+#include "kjit/support/hash.h"
 #include "tests/unit/cache/test_util.h"
 
 namespace kjit::cache {

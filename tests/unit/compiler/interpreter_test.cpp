@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "support/error.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 namespace {

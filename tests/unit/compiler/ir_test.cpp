@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "compiler/ir/graph.h"
-#include "compiler/ir/printer.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/graph.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 namespace {

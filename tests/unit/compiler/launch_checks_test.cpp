@@ -2,9 +2,9 @@
 // GPU through plan(): every bad argument is a UserError that names it.
 #include <gtest/gtest.h>
 
-#include "compiler/ir/parser.h"
-#include "runtime/elementwise.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/support/error.h"
 
 namespace kjit {
 namespace {

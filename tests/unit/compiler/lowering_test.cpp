@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "compiler/ir/parser.h"
-#include "compiler/lowering/elementwise.h"
-#include "compiler/passes/pipeline.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 namespace {

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "support/error.h"
-#include "support/npy.h"
+#include "kjit/support/error.h"
+#include "kjit/support/npy.h"
 
 namespace kjit {
 namespace {

@@ -2,12 +2,12 @@
 // with NVRTC for sm_90 on both paths (aligned vector and scalar): no GPU needed.
 #include <gtest/gtest.h>
 
-#include "compiler/ir/op_table.h"
-#include "compiler/ir/parser.h"
-#include "runtime/cuda/nvrtc.h"
-#include "runtime/elementwise.h"
-#include "support/error.h"
-#include "templates/embedded.h"
+#include "kjit/compiler/ir/op_table.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/runtime/elementwise.h"
+#include "kjit/support/error.h"
+#include "kjit/templates/embedded.h"
 #include "tests/unit/compiler/corpus.h"
 
 namespace kjit {

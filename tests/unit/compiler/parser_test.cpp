@@ -2,10 +2,10 @@
 
 #include <chrono>
 
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/ir/verifier.h"
+#include "kjit/support/error.h"
 #include "tests/unit/compiler/corpus.h"
 
 namespace kjit::ir {

@@ -5,14 +5,14 @@
 #include <random>
 #include <sstream>
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/passes/constant_fold.h"
-#include "compiler/passes/cse.h"
-#include "compiler/passes/dce.h"
-#include "compiler/passes/fuse.h"
-#include "compiler/passes/pipeline.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/passes/constant_fold.h"
+#include "kjit/compiler/passes/cse.h"
+#include "kjit/compiler/passes/dce.h"
+#include "kjit/compiler/passes/fuse.h"
+#include "kjit/compiler/passes/pipeline.h"
 #include "tests/support/numeric.h"
 #include "tests/support/random_expression.h"
 #include "tests/unit/compiler/corpus.h"

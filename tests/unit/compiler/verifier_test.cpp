@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "compiler/ir/parser.h"
-#include "compiler/ir/verifier.h"
-#include "support/error.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/verifier.h"
+#include "kjit/support/error.h"
 
 namespace kjit::ir {
 namespace {

@@ -18,10 +18,10 @@
 
 #include "cases.inc"
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "compiler/passes/pipeline.h"
-#include "support/npy.h"
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/support/npy.h"
 #include "tests/support/numeric.h"
 #include "tests/unit/emulation/cases.h"
 

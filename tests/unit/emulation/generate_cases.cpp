@@ -5,8 +5,8 @@
 #include <iostream>
 #include <regex>
 
-#include "compiler/ir/parser.h"
-#include "runtime/elementwise.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/runtime/elementwise.h"
 #include "tests/unit/emulation/cases.h"
 
 using namespace kjit;

@@ -1,7 +1,7 @@
 // The `kjit emit|compile ... matmul` handler, called as the CLI's verbs call it.
 #include <gtest/gtest.h>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 #include "tools/cli/family.h"
 
 namespace kjit::cli {

@@ -13,11 +13,11 @@
 #include <sstream>
 #include <thread>
 
-#include "compiler/lowering/matmul.h"
-#include "runtime/compile.h"
-#include "runtime/matmul.h"
-#include "runtime/matmul_check.h"
-#include "tuner/matmul_space.h"
+#include "kjit/compiler/lowering/matmul.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/tuner/matmul_space.h"
 
 namespace kjit::matmul {
 namespace {

@@ -5,12 +5,12 @@
 
 #include <array>
 
-#include "compiler/lowering/matmul.h"
-#include "runtime/matmul.h"
-#include "runtime/matmul_check.h"
-#include "support/error.h"
-#include "tuner/choose.h"
-#include "tuner/matmul_space.h"
+#include "kjit/compiler/lowering/matmul.h"
+#include "kjit/runtime/matmul.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/choose.h"
+#include "kjit/tuner/matmul_space.h"
 
 namespace kjit::matmul {
 namespace {

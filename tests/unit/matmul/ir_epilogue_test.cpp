@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "runtime/matmul_check.h"
-#include "support/error.h"
+#include "kjit/runtime/matmul_check.h"
+#include "kjit/support/error.h"
 
 namespace kjit::matmul {
 namespace {

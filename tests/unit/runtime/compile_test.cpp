@@ -1,4 +1,4 @@
-#include "runtime/compile.h"
+#include "kjit/runtime/compile.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -2,12 +2,12 @@
 // call fails with a typed CudaError naming the call, and nothing crashes.
 #include <gtest/gtest.h>
 
-#include "runtime/cuda/context.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver.h"
-#include "runtime/cuda/memory.h"
-#include "runtime/cuda/nvrtc.h"
-#include "support/error.h"
+#include "kjit/runtime/cuda/context.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 namespace {

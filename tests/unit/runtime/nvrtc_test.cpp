@@ -1,10 +1,10 @@
-#include "runtime/cuda/nvrtc.h"
+#include "kjit/runtime/cuda/nvrtc.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "support/error.h"
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 namespace {

@@ -1,8 +1,8 @@
 // Every header under templates/ compiles on its own with NVRTC, for sm_90.
 #include <gtest/gtest.h>
 
-#include "runtime/cuda/nvrtc.h"
-#include "templates/embedded.h"
+#include "kjit/runtime/cuda/nvrtc.h"
+#include "kjit/templates/embedded.h"
 
 namespace kjit {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <limits>
 
-#include "support/checked_math.h"
-#include "support/error.h"
+#include "kjit/support/checked_math.h"
+#include "kjit/support/error.h"
 
 namespace kjit {
 namespace {

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "support/error.h"
-#include "support/files.h"
+#include "kjit/support/error.h"
+#include "kjit/support/files.h"
 
 namespace kjit {
 namespace {

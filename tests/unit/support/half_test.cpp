@@ -1,4 +1,4 @@
-#include "support/half.h"
+#include "kjit/support/half.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "support/log.h"
+#include "kjit/support/log.h"
 
 namespace kjit {
 namespace {

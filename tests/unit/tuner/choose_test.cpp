@@ -5,9 +5,9 @@
 
 #include <filesystem>
 
-#include "cache/store.h"
-#include "tuner/choose.h"
-#include "tuner/matmul_space.h"
+#include "kjit/cache/store.h"
+#include "kjit/tuner/choose.h"
+#include "kjit/tuner/matmul_space.h"
 
 namespace kjit::tuner {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "support/error.h"
-#include "tuner/family.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/family.h"
 
 namespace kjit::tuner::testing {
 

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <set>
 
-#include "cache/records.h"
-#include "compiler/lowering/matmul_epilogue.h"
-#include "support/error.h"
-#include "tuner/elementwise_space.h"
-#include "tuner/fit.h"
-#include "tuner/matmul_space.h"
+#include "kjit/cache/records.h"
+#include "kjit/compiler/lowering/matmul_epilogue.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/elementwise_space.h"
+#include "kjit/tuner/fit.h"
+#include "kjit/tuner/matmul_space.h"
 
 namespace kjit::tuner {
 namespace {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "tuner/check.h"
-#include "tuner/stats.h"
+#include "kjit/tuner/check.h"
+#include "kjit/tuner/stats.h"
 
 namespace kjit::tuner {
 namespace {

@@ -7,10 +7,10 @@
 #include <set>
 #include <thread>
 
-#include "cache/store.h"
-#include "support/error.h"
+#include "kjit/cache/store.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/tune.h"
 #include "tests/unit/tuner/fake_family.h"
-#include "tuner/tune.h"
 
 namespace kjit::tuner {
 namespace {

@@ -6,9 +6,9 @@
 #include <chrono>
 #include <map>
 
-#include "support/error.h"
-#include "support/options.h"
-#include "tuner/worker.h"
+#include "kjit/support/error.h"
+#include "kjit/support/options.h"
+#include "kjit/tuner/worker.h"
 
 namespace kjit::tuner {
 namespace {

@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "support/error.h"
-#include "support/options.h"
-#include "tuner/workload.h"
+#include "kjit/support/error.h"
+#include "kjit/support/options.h"
+#include "kjit/tuner/workload.h"
 
 namespace kjit::tuner {
 namespace {

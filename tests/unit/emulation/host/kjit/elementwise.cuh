@@ -1,3 +1,3 @@
 // Host emulation: the real template, over the host stand-in for kjit/types.cuh.
 #pragma once
-#include "templates/elementwise.cuh"
+#include "kjit/templates/elementwise.cuh"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include "support/half.h"
+#include "kjit/support/half.h"
 #define __global__
 #define __device__
 #define __forceinline__ inline

@@ -1,0 +1,448 @@
+"""kjit from Python: fused elementwise chains and tensor-core matmuls with fused
+epilogues, compiled at run time, tuned per GPU, on PyTorch tensors without copies.
+
+    import torch, kjit
+    silu_gate = kjit.elementwise("y = x * sigmoid(x) * g")
+    y = silu_gate(x=x, g=g)                       # one fused kernel, on the current stream
+    c = kjit.matmul(a, b, epilogue="gelu(acc + bias)", bias=bias)
+    print(kjit.emit("y = sin(x)^2 + cos(x)^2"))  # the CUDA C kjit generates (no GPU needed)
+
+The ops are also registered with torch.library (kjit::elementwise, kjit::matmul),
+so torch.compile'd functions call them without a graph break. Errors are
+kjit.Error (kjit.UserError for bad input) with kjit's message.
+
+The package wraps kjit's C API (libkjit_c, include/kjit/kjit_c.h) with ctypes; set
+KJIT_LIBRARY to use another build of it.
+"""
+import ctypes
+import os
+import pathlib
+import re
+import threading
+
+__all__ = ["Error", "UserError", "version", "emit", "compile", "elementwise", "matmul",
+           "Elementwise", "Matmul"]
+
+
+class Error(RuntimeError):
+    """A kjit failure; `status` is the C API's kjit_status."""
+
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.status = status
+
+
+class UserError(Error, ValueError):
+    """Invalid input: the message says what is wrong and how to fix it."""
+
+
+# ---- the shared library ---------------------------------------------------------
+
+def _find_library():
+    explicit = os.environ.get("KJIT_LIBRARY")
+    if explicit:
+        return explicit
+    here = pathlib.Path(__file__).resolve().parent
+    for candidate in (here / "libkjit_c.so",  # pip install: beside this file
+                      here.parents[2] / "libkjit_c.so",  # cmake --install: <prefix>/lib
+                      here.parents[1] / "build" / "release" / "runtime" / "libkjit_c.so"):
+        if candidate.exists():
+            return str(candidate)
+    return "libkjit_c.so"
+
+
+_lib = ctypes.CDLL(_find_library())
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_uint64), ("dtype", ctypes.c_int), ("rank", ctypes.c_int),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _MatmulProblem(ctypes.Structure):
+    _fields_ = [("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("batch", ctypes.c_int64), ("layout", ctypes.c_char_p), ("input", ctypes.c_int),
+                ("output", ctypes.c_int), ("epilogue", ctypes.c_char_p)]
+
+
+class _MatmulArgs(ctypes.Structure):
+    _fields_ = [("a", ctypes.c_uint64), ("b", ctypes.c_uint64), ("c", ctypes.c_uint64),
+                ("c0", ctypes.c_uint64), ("lda", ctypes.c_int64), ("ldb", ctypes.c_int64),
+                ("ldc", ctypes.c_int64), ("ldc0", ctypes.c_int64), ("alpha", ctypes.c_float),
+                ("beta", ctypes.c_float), ("extras", ctypes.POINTER(ctypes.c_uint64)),
+                ("extra_count", ctypes.c_int)]
+
+
+def _declare(name, restype, *argtypes):
+    function = getattr(_lib, name)
+    function.restype = restype
+    function.argtypes = list(argtypes)
+    return function
+
+
+_P = ctypes.c_void_p
+_last_error = _declare("kjit_last_error", ctypes.c_char_p)
+_version = _declare("kjit_version", ctypes.c_char_p)
+_free = _declare("kjit_free", None, _P)
+_runtime_create = _declare("kjit_runtime_create", ctypes.c_int, ctypes.c_int, ctypes.POINTER(_P))
+_ew_create = _declare("kjit_elementwise_create", ctypes.c_int, _P, ctypes.c_char_p, ctypes.c_int,
+                      ctypes.POINTER(_P))
+_ew_destroy = _declare("kjit_elementwise_destroy", None, _P)
+_ew_inputs = _declare("kjit_elementwise_inputs", ctypes.c_int, _P)
+_ew_outputs = _declare("kjit_elementwise_outputs", ctypes.c_int, _P)
+_ew_input_name = _declare("kjit_elementwise_input_name", ctypes.c_char_p, _P, ctypes.c_int)
+_ew_output_name = _declare("kjit_elementwise_output_name", ctypes.c_char_p, _P, ctypes.c_int)
+_ew_input_dtype = _declare("kjit_elementwise_input_dtype", ctypes.c_int, _P, ctypes.c_int)
+_ew_output_dtype = _declare("kjit_elementwise_output_dtype", ctypes.c_int, _P, ctypes.c_int)
+_ew_launch = _declare("kjit_elementwise_launch", ctypes.c_int, _P, ctypes.POINTER(_Tensor),
+                      ctypes.c_int, ctypes.POINTER(_Tensor), ctypes.c_int, _P)
+_mm_create = _declare("kjit_matmul_create", ctypes.c_int, _P, ctypes.POINTER(_MatmulProblem),
+                      ctypes.POINTER(_P))
+_mm_destroy = _declare("kjit_matmul_destroy", None, _P)
+_mm_operands = _declare("kjit_matmul_operands", ctypes.c_int, _P)
+_mm_operand_name = _declare("kjit_matmul_operand_name", ctypes.c_char_p, _P, ctypes.c_int)
+_mm_launch = _declare("kjit_matmul_launch", ctypes.c_int, _P, ctypes.POINTER(_MatmulArgs), _P)
+_emit = _declare("kjit_emit", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
+                 ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p))
+_compile = _declare("kjit_compile", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
+                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+
+_DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "i32": 3, "bool": 4}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def _check(status):
+    if status != 0:
+        message = _last_error().decode("utf-8", "replace")
+        raise (UserError if status == 1 else Error)(message, status)
+
+
+def _dtype_code(dtype):
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
+    raise UserError(f"unknown dtype {dtype!r}; the dtypes are {', '.join(_DTYPES)}", 1)
+
+
+def version():
+    """kjit's version and its generator's ("0.1.0 (kjit-gen-2)")."""
+    return _version().decode()
+
+
+def emit(expression, dtype="f32", n=1 << 20, gpu=None):
+    """The CUDA C kjit generates for `expression` over n elements, with the tuner's
+    config for `gpu` ("h200", "h100", "a100"; None: GPU 0, else an H200). No GPU needed."""
+    source = ctypes.c_void_p()
+    _check(_emit(expression.encode(), _dtype_code(dtype), n, gpu.encode() if gpu else None,
+                 ctypes.byref(source)))
+    try:
+        return ctypes.string_at(source).decode()
+    finally:
+        _free(source)
+
+
+def compile(expression, dtype="f32", n=1 << 20, arch="sm_90"):  # noqa: A001 (kjit's verb)
+    """NVRTC-compiles the kernel of `expression` for `arch`; returns its registers and
+    spilled bytes. No GPU needed."""
+    registers, spills = ctypes.c_int(0), ctypes.c_int(0)
+    _check(_compile(expression.encode(), _dtype_code(dtype), n, arch.encode(),
+                    ctypes.byref(registers), ctypes.byref(spills)))
+    return {"registers": registers.value, "spill_bytes": spills.value}
+
+
+# ---- on the GPU, with PyTorch -------------------------------------------------------
+
+_runtimes = {}
+_lock = threading.Lock()
+
+
+def _runtime(device):
+    with _lock:
+        if device not in _runtimes:
+            handle = ctypes.c_void_p()
+            _check(_runtime_create(device, ctypes.byref(handle)))
+            _runtimes[device] = handle
+        return _runtimes[device]
+
+
+def _torch():
+    import torch  # imported when first needed: emit() and compile() work without torch
+    return torch
+
+
+def _torch_dtype(code):
+    torch = _torch()
+    return {0: torch.float32, 1: torch.float16, 2: torch.bfloat16, 3: torch.int32,
+            4: torch.bool}[code]
+
+
+def _code_of_dtype(dtype):
+    torch = _torch()
+    codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 3, torch.bool: 4}
+    if dtype not in codes:
+        raise UserError(f"kjit takes float32, float16, bfloat16, int32 or bool tensors; got "
+                        f"{dtype}", 1)
+    return codes[dtype]
+
+
+def _code_of(tensor):
+    return _code_of_dtype(tensor.dtype)
+
+
+def _describe(tensor, keep):
+    """A kjit_tensor over a torch tensor (no copy); `keep` holds the arrays alive."""
+    if not tensor.is_cuda:
+        raise UserError(f"kjit runs on CUDA tensors; this one is on {tensor.device}", 1)
+    shape = (ctypes.c_int64 * max(tensor.dim(), 1))(*tensor.shape)
+    strides = (ctypes.c_int64 * max(tensor.dim(), 1))(*tensor.stride())
+    keep.extend((shape, strides))
+    return _Tensor(tensor.data_ptr(), _code_of(tensor), tensor.dim(), shape, strides)
+
+
+class _Compiled:
+    """One kjit_elementwise handle: its inputs and outputs, by name and dtype."""
+
+    def __init__(self, device, text, default):
+        handle = ctypes.c_void_p()
+        _check(_ew_create(_runtime(device), text.encode(), default, ctypes.byref(handle)))
+        self.handle = handle
+        self.inputs = [_ew_input_name(handle, i).decode() for i in range(_ew_inputs(handle))]
+        self.outputs = [_ew_output_name(handle, i).decode() for i in range(_ew_outputs(handle))]
+        self.input_codes = [_ew_input_dtype(handle, i) for i in range(len(self.inputs))]
+        self.output_codes = [_ew_output_dtype(handle, i) for i in range(len(self.outputs))]
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            _ew_destroy(self.handle)
+
+
+class Elementwise:
+    """An elementwise expression fused into one kernel; call it on tensors.
+
+    Tensors of one shape, contiguous, run as flat vectors (the fast path). Other
+    calls (strided views, broadcasting between shapes, dtypes other than `dtype`)
+    get a kernel with the inputs' dtypes and shapes declared ("x:bf16[d0,d1];
+    b:bf16[1,d1]; ..."), one per pattern, compiled on first use. Inputs are read
+    in place, outputs are new contiguous tensors."""
+
+    def __init__(self, expression, dtype=None, device=None):
+        torch = _torch()
+        self.expression = expression
+        self.device = torch.cuda.current_device() if device is None else device
+        self._default = _dtype_code(dtype or "f32")
+        self._flat = _Compiled(self.device, expression, self._default)
+        self._variants = {}
+        # An expression that declares its own shapes ("b:f32[1,n]; y = x + b") takes
+        # tensors of those shapes as they are.
+        self._declares = any(re.match(r"\s*[A-Za-z_]\w*\s*:", statement)
+                             for statement in re.split(r"[;\n]", expression))
+        self.inputs = self._flat.inputs
+        self.outputs = self._flat.outputs
+        self.input_dtypes = [_torch_dtype(c) for c in self._flat.input_codes]
+        self.output_dtypes = [_torch_dtype(c) for c in self._flat.output_codes]
+
+    def _variant(self, key, dims):
+        """A kernel with each input's dtype and dims declared (compiled once per key)."""
+        if key not in self._variants:
+            declarations = [f"{name}:{_NAMES[_code_of_dtype(dtype)]}[{d}]"
+                            for name, dtype, d in zip(self.inputs, key[1], dims)]
+            text = "; ".join(declarations) + "; " + self.expression
+            self._variants[key] = _Compiled(self.device, text, self._default)
+        return self._variants[key]
+
+    def _plan(self, tensors):
+        """(kernel, output shape, flat): which kernel runs these tensors, and whether
+        they run as flat vectors."""
+        torch = _torch()
+        codes = [_code_of(t) for t in tensors]
+        if self._declares:
+            return self._flat, torch.broadcast_shapes(*[t.shape for t in tensors]), False
+        first = tensors[0].shape
+        if all(t.shape == first and t.is_contiguous() for t in tensors):
+            if codes == self._flat.input_codes:
+                return self._flat, first, True
+            key = ("flat", tuple(t.dtype for t in tensors))
+            return self._variant(key, ["n"] * len(tensors)), first, True
+        shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+        rank = len(shape)
+        ones = tuple(tuple(shape[d] != 1 and (d < rank - t.dim() or t.shape[d - rank + t.dim()] == 1)
+                           for d in range(rank)) for t in tensors)
+        key = ("shaped", tuple(t.dtype for t in tensors), ones)
+        dims = [",".join("1" if one else f"d{d}" for d, one in enumerate(o)) for o in ones]
+        return self._variant(key, dims), shape, False
+
+    def output_dtypes_for(self, tensors):
+        """The output dtypes for these inputs (what a call would return)."""
+        kernel, _, _ = self._plan(tensors)
+        return [_torch_dtype(c) for c in kernel.output_codes]
+
+    def __call__(self, *args, **kwargs):
+        torch = _torch()
+        if len(args) > len(self.inputs):
+            raise UserError(f"the expression takes {len(self.inputs)} input(s) "
+                            f"({', '.join(self.inputs)}); got {len(args)}", 1)
+        tensors = list(args) + [None] * (len(self.inputs) - len(args))
+        for name, value in kwargs.items():
+            if name not in self.inputs:
+                raise UserError(f"the expression has no input {name!r}; its inputs are "
+                                f"{', '.join(self.inputs)}", 1)
+            tensors[self.inputs.index(name)] = value
+        missing = [n for n, t in zip(self.inputs, tensors) if t is None]
+        if missing:
+            raise UserError(f"missing input(s) {', '.join(missing)}", 1)
+        kernel, shape, flat = self._plan(tensors)
+        device = tensors[0].device
+        if flat:
+            views = [t.reshape(-1) for t in tensors]
+        else:  # lower-rank inputs get leading 1s (a view)
+            views = [t.reshape((1,) * (len(shape) - t.dim()) + tuple(t.shape)) for t in tensors]
+        outs = [torch.empty(shape, dtype=_torch_dtype(c), device=device) for c in kernel.output_codes]
+        out_views = [o.reshape(-1) for o in outs] if flat else outs
+        keep = []
+        ins = (_Tensor * len(views))(*[_describe(t, keep) for t in views])
+        outputs = (_Tensor * len(out_views))(*[_describe(o, keep) for o in out_views])
+        stream = torch.cuda.current_stream(device).cuda_stream
+        _check(_ew_launch(kernel.handle, ins, len(views), outputs, len(out_views), stream))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+_elementwise_cache = {}
+
+
+def elementwise(expression, dtype=None):
+    """The fused kernel of `expression` (cached per expression and dtype)."""
+    key = (expression, dtype)
+    if key not in _elementwise_cache:
+        _elementwise_cache[key] = Elementwise(expression, dtype)
+    return _elementwise_cache[key]
+
+
+class Matmul:
+    """C = epilogue(a @ b, operands) for one problem (sizes, layout, dtype, epilogue).
+    `operands` lists the epilogue's extra operands in the order __call__ takes them."""
+
+    def __init__(self, m, n, k, batch=1, layout="nn", dtype="bf16", out=None, epilogue=None,
+                 device=None):
+        torch = _torch()
+        self.device = torch.cuda.current_device() if device is None else device
+        problem = _MatmulProblem(m, n, k, batch, layout.encode(), _dtype_code(dtype),
+                                 _dtype_code(out or dtype), epilogue.encode() if epilogue else None)
+        handle = ctypes.c_void_p()
+        _check(_mm_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
+        self._handle = handle
+        self.shape = (m, n, k, batch)
+        self.layout = layout
+        self.out_dtype = _torch_dtype(_dtype_code(out or dtype))
+        self.operands = [_mm_operand_name(handle, i).decode() for i in range(_mm_operands(handle))]
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            _mm_destroy(handle)
+
+    def __call__(self, a, b, *operands, out=None):
+        """a and b as stored (layout "t": the transposed matrix, row-major)."""
+        torch = _torch()
+        m, n, k, batch = self.shape
+        if len(operands) != len(self.operands):
+            raise UserError(f"the epilogue takes {len(self.operands)} operand(s) "
+                            f"({', '.join(self.operands) or 'none'}); got {len(operands)}", 1)
+        batched = batch > 1 or a.dim() == 3
+        c = out if out is not None else torch.empty(
+            (batch, m, n) if batched else (m, n), dtype=self.out_dtype, device=a.device)
+        for name, t in (("a", a), ("b", b), ("out", c)):
+            if not t.is_cuda or t.device != a.device:
+                raise UserError(f"{name} must be a CUDA tensor on {a.device}", 1)
+        if batched:  # packed batches: the C API takes no batch strides
+            a, b = a.contiguous(), b.contiguous()
+        lda, ldb = a.stride(-2), b.stride(-2)
+        operands = [t.contiguous() for t in operands]
+        extras = (ctypes.c_uint64 * max(len(operands), 1))(*[t.data_ptr() for t in operands])
+        args = _MatmulArgs(a.data_ptr(), b.data_ptr(), c.data_ptr(), 0, lda, ldb, 0, 0, 1.0, 0.0,
+                           extras, len(operands))
+        _check(_mm_launch(self._handle, ctypes.byref(args),
+                          torch.cuda.current_stream(a.device).cuda_stream))
+        return c
+
+
+_matmul_cache = {}
+
+
+def _stored(t):
+    """("n", t) for a row-major matrix, ("t", its transpose) for a column-major view
+    (a .t() of a row-major one): kjit reads either without a copy."""
+    if t.stride(-1) == 1:
+        return "n", t
+    if t.stride(-2) == 1:
+        return "t", t.transpose(-1, -2)
+    return "n", t.contiguous()
+
+
+def matmul(a, b, epilogue=None, out_dtype=None, **operands):
+    """a @ b (bfloat16/float16/float32; batched with 3-D tensors) with an optional
+    fused epilogue in kjit's IR over `acc` and named operands, e.g.
+    matmul(a, b, epilogue="gelu(acc + bias)", bias=bias)."""
+    torch = _torch()
+    if a.dim() != b.dim() or a.dim() not in (2, 3):
+        raise UserError("kjit.matmul takes two 2-D or two 3-D (batched) tensors", 1)
+    if a.shape[-1] != b.shape[-2] or (a.dim() == 3 and a.shape[0] != b.shape[0]):
+        raise UserError(f"kjit.matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
+                        f"multiply", 1)
+    if a.dtype != b.dtype:
+        raise UserError(f"kjit.matmul: a is {a.dtype} but b is {b.dtype}", 1)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = a.shape[0] if a.dim() == 3 else 1
+    layout_a, a_stored = _stored(a)
+    layout_b, b_stored = _stored(b)
+    dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}.get(a.dtype)
+    if dtype is None:
+        raise UserError(f"kjit.matmul takes bfloat16, float16 or float32; got {a.dtype}", 1)
+    out = {None: None, torch.float32: "f32", a.dtype: dtype}.get(out_dtype, "?")
+    if out == "?":
+        raise UserError(f"kjit.matmul: out_dtype is {a.dtype} or float32; got {out_dtype}", 1)
+    key = (m, n, k, batch, layout_a + layout_b, dtype, out, epilogue, a.device.index)
+    if key not in _matmul_cache:
+        _matmul_cache[key] = Matmul(m, n, k, batch, layout_a + layout_b, dtype, out,
+                                    epilogue=epilogue, device=a.device.index)
+    kernel = _matmul_cache[key]
+    unknown = set(operands) - set(kernel.operands)
+    missing = [name for name in kernel.operands if name not in operands]
+    if unknown or missing:
+        raise UserError(f"the epilogue reads {', '.join(kernel.operands) or 'no operands'}; "
+                        f"missing {missing or 'none'}, unknown {sorted(unknown) or 'none'}", 1)
+    return kernel(a_stored, b_stored, *[operands[name] for name in kernel.operands])
+
+
+# ---- torch.library: the ops inside torch.compile, without graph breaks ------------
+
+def _register_torch_ops():
+    try:
+        import torch
+        from typing import List
+    except ImportError:
+        return
+    if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
+        return
+
+    @torch.library.custom_op("kjit::elementwise", mutates_args=())
+    def _elementwise_op(expression: str, dtype: str, inputs: List[torch.Tensor]) -> torch.Tensor:
+        kernel = elementwise(expression, dtype or None)
+        result = kernel(*inputs)
+        return result if isinstance(result, torch.Tensor) else result[0]
+
+    @_elementwise_op.register_fake
+    def _(expression, dtype, inputs):
+        kernel = elementwise(expression, dtype or None)
+        shape = torch.broadcast_shapes(*[t.shape for t in inputs])
+        return inputs[0].new_empty(shape, dtype=kernel.output_dtypes_for(inputs)[0])
+
+    @torch.library.custom_op("kjit::matmul", mutates_args=())
+    def _matmul_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, names: List[str],
+                   operands: List[torch.Tensor]) -> torch.Tensor:
+        return matmul(a, b, epilogue or None, **dict(zip(names, operands)))
+
+    @_matmul_op.register_fake
+    def _(a, b, epilogue, names, operands):
+        return a.new_empty((*a.shape[:-1], b.shape[-1]))
+
+
+_register_torch_ops()

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""torch_check.py [--runtime-bench JSON] [--out DIR] — the Python package on a GPU,
+against torch eager on the same tensors:
+
+  1. correctness: elementwise chains (dtypes, a transposed input, two outputs) and
+     matmuls (aligned and misaligned sizes, a transposed B, batched, f32 output,
+     bias / residual epilogues) against fp32/fp64 torch references;
+  2. host overhead per call over the C++ launch (tools/bench/runtime_bench's
+     BM_ElementwiseLaunch and BM_MatmulLaunch, same problems, enqueue only);
+  3. torch.compile(fullgraph=True) of functions calling torch.ops.kjit.*: no graph
+     break (torch._dynamo.explain) and the same result as eager.
+
+Prints a table last; exit 0 only when every check passes. Needs a GPU and PyTorch;
+without a GPU it says so and exits 77.
+"""
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import torch
+
+import kjit
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--runtime-bench", help="runtime_bench --benchmark_format=json output")
+parser.add_argument("--out", default=".", help="where torch_check.json goes")
+args = parser.parse_args()
+
+if not torch.cuda.is_available():
+    print("no GPU: torch.cuda.is_available() is False (skipped)")
+    sys.exit(77)
+
+torch.manual_seed(0)
+results = []  # (check, detail, ok)
+
+
+def check(name, ok, detail):
+    results.append({"check": name, "detail": detail, "ok": bool(ok)})
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
+
+
+def max_relative(got, want):
+    return ((got.double() - want.double()).abs() / (1 + want.double().abs())).max().item()
+
+
+# ---- 1. correctness -------------------------------------------------------------
+dev = "cuda"
+for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2), (torch.float16, 2e-3)):
+    x = torch.randn(3001, 517, device=dev, dtype=dtype)
+    g = torch.randn_like(x)
+    y = kjit.elementwise("y = x * sigmoid(x) * g", {torch.float32: "f32", torch.bfloat16: "bf16",
+                                                     torch.float16: "f16"}[dtype])(x=x, g=g)
+    want = (torch.nn.functional.silu(x.double()) * g.double()).to(dtype)
+    err = max_relative(y, want)
+    check(f"elementwise silu gate {dtype}", y.dtype == dtype and y.shape == x.shape and err < tol,
+          f"shape {tuple(y.shape)}, max rel error {err:.2e}")
+
+x = torch.randn(1024, 768, device=dev).t()  # a transposed view: strides (1, 768)
+y = kjit.elementwise("y = sin(x)^2 + cos(x)^2")(x)
+err = (y - 1).abs().max().item()
+check("elementwise transposed input", err < 1e-5 and y.shape == x.shape,
+      f"|sin^2+cos^2 - 1| max {err:.2e}")
+
+x = torch.randn(777, 1030, device=dev, dtype=torch.bfloat16)
+row = torch.randn(777, 1, device=dev, dtype=torch.float32)
+col = torch.randn(1030, device=dev, dtype=torch.bfloat16)
+y = kjit.elementwise("y = x * r + c", "bf16")(x=x, r=row, c=col)
+want = (x.double() * row.double() + col.double()).to(torch.bfloat16)
+err = max_relative(y, want)
+check("elementwise broadcast [m,n] x [m,1] + [n], mixed dtypes", y.shape == x.shape and err < 1e-2,
+      f"max rel error {err:.2e}")
+
+x = torch.randn(1 << 20, device=dev)
+k = kjit.elementwise("y = exp(x); z = x * 2")
+y, z = k(x)
+check("elementwise two outputs", torch.allclose(y, torch.exp(x), rtol=1e-5) and torch.equal(z, x * 2),
+      f"outputs {k.outputs}")
+
+try:
+    kjit.elementwise("y = x +")(x)
+    check("bad expression raises kjit.UserError", False, "no exception")
+except kjit.UserError as e:
+    check("bad expression raises kjit.UserError", "x" in str(e) or "expected" in str(e), str(e)[:80])
+
+
+def gelu(t):
+    return torch.nn.functional.gelu(t)
+
+
+for (m, n, kk), transposed_b in (((1024, 1024, 1024), False), ((1000, 1536, 4095), False),
+                                 ((4097, 333, 129), True), ((128, 50257, 768), False)):
+    a = torch.randn(m, kk, device=dev, dtype=torch.bfloat16)
+    b = (torch.randn(n, kk, device=dev, dtype=torch.bfloat16).t() if transposed_b
+         else torch.randn(kk, n, device=dev, dtype=torch.bfloat16))
+    bias = torch.randn(n, device=dev, dtype=torch.bfloat16)
+    c = kjit.matmul(a, b, epilogue="gelu(acc + bias)", bias=bias)
+    want = gelu(a.float() @ b.float() + bias.float())
+    err = max_relative(c, want)
+    check(f"matmul {m}x{n}x{kk} gelu(acc+bias){' B transposed' if transposed_b else ''}",
+          c.shape == (m, n) and err < 2e-2, f"max rel error {err:.2e}")
+
+a = torch.randn(4, 256, 384, device=dev, dtype=torch.float16)
+b = torch.randn(4, 384, 200, device=dev, dtype=torch.float16)
+c = kjit.matmul(a, b, out_dtype=torch.float32)
+err = max_relative(c, a.float() @ b.float())
+check("matmul batched f16 -> f32", c.dtype == torch.float32 and c.shape == (4, 256, 200) and err < 1e-3,
+      f"max rel error {err:.2e}")
+
+a = torch.randn(512, 256, device=dev, dtype=torch.bfloat16)
+b = torch.randn(256, 384, device=dev, dtype=torch.bfloat16)
+r = torch.randn(512, 384, device=dev, dtype=torch.bfloat16)
+c = kjit.matmul(a, b, epilogue="r:bf16[m,n]; y = acc + r", r=r)
+err = max_relative(c, a.float() @ b.float() + r.float())
+check("matmul residual epilogue", err < 2e-2, f"max rel error {err:.2e}")
+
+try:
+    kjit.matmul(a, b, epilogue="gelu(acc + bias)")
+    check("missing epilogue operand raises", False, "no exception")
+except kjit.UserError as e:
+    check("missing epilogue operand raises", "bias" in str(e), str(e)[:80])
+
+# ---- 2. host overhead per call over the C++ launch --------------------------------
+
+
+def per_call_us(fn, calls=4000):
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for i in range(calls):
+            fn()
+            if i % 1024 == 1023:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+x = torch.randn(4096, device=dev, dtype=torch.bfloat16)
+g = torch.randn_like(x)
+silu = kjit.elementwise("y = x * sigmoid(x) * g", "bf16")
+python_ew = per_call_us(lambda: silu(x=x, g=g))
+a = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
+b = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
+bias = torch.randn(256, device=dev, dtype=torch.bfloat16)
+python_mm = per_call_us(lambda: kjit.matmul(a, b, epilogue="gelu(acc + bias)", bias=bias))
+eager_ew = per_call_us(lambda: torch.nn.functional.silu(x) * g)
+
+cpp = {}
+if args.runtime_bench:
+    for bench in json.load(open(args.runtime_bench))["benchmarks"]:
+        cpp[bench["name"]] = bench["real_time"]  # microseconds (Unit kMicrosecond)
+if "BM_ElementwiseLaunch" in cpp and "BM_MatmulLaunch" in cpp:
+    for name, py, key in (("elementwise 4096 bf16", python_ew, "BM_ElementwiseLaunch"),
+                          ("matmul 256^3 + gelu(acc+bias)", python_mm, "BM_MatmulLaunch")):
+        over = py - cpp[key]
+        check(f"python overhead, {name}", over < 10,
+              f"python {py:.2f} us/call, C++ {cpp[key]:.2f} us/call: +{over:.2f} us (limit 10)")
+else:
+    check("python overhead", False, "no --runtime-bench JSON with the C++ launch benchmarks")
+print(f"(torch eager silu(x) * g: {eager_ew:.2f} us/call, two kernels)")
+
+# ---- 3. torch.compile: no graph break ----------------------------------------------
+
+
+def block(x, g, w, bias):
+    h = torch.ops.kjit.elementwise("y = x * sigmoid(x) * g", "", [x, g])
+    return torch.ops.kjit.matmul(h, w, "gelu(acc + bias)", ["bias"], [bias]) * 2
+
+
+x = torch.randn(256, 512, device=dev, dtype=torch.bfloat16)
+g = torch.randn_like(x)
+w = torch.randn(512, 384, device=dev, dtype=torch.bfloat16)
+bias = torch.randn(384, device=dev, dtype=torch.bfloat16)
+torch._dynamo.reset()
+explanation = torch._dynamo.explain(block)(x, g, w, bias)
+check("torch.compile: no graph break", explanation.graph_break_count == 0,
+      f"{explanation.graph_count} graph(s), {explanation.graph_break_count} break(s)")
+torch._dynamo.reset()
+compiled = torch.compile(block, fullgraph=True, dynamic=False)
+got, want = compiled(x, g, w, bias), block(x, g, w, bias)
+check("torch.compile(fullgraph=True) result", torch.equal(got, want),
+      f"max |compiled - eager kjit| {(got.float() - want.float()).abs().max().item():.2e}")
+ref = gelu((torch.nn.functional.silu(x.float()) * g.float()).bfloat16().float() @ w.float()
+           + bias.float()) * 2
+check("torch.compile result vs torch eager", max_relative(got, ref) < 3e-2,
+      f"max rel error {max_relative(got, ref):.2e}")
+
+pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+(pathlib.Path(args.out) / "torch_check.json").write_text(json.dumps(
+    {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "kjit": kjit.version(),
+     "python_us_per_call": {"elementwise": python_ew, "matmul": python_mm, "eager_silu": eager_ew},
+     "cpp_us_per_call": cpp, "results": results}, indent=2))
+failed = [r for r in results if not r["ok"]]
+print(f"\npython package on {torch.cuda.get_device_name()}: {len(results) - len(failed)}/"
+      f"{len(results)} checks passed")
+sys.exit(1 if failed else 0)
