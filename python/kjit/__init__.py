@@ -73,6 +73,9 @@ class _MatmulArgs(ctypes.Structure):
                 ("extra_count", ctypes.c_int)]
 
 
+_UNIT_STRIDE = (ctypes.c_int64 * 1)(1)
+
+
 def _declare(name, restype, *argtypes):
     function = getattr(_lib, name)
     function.restype = restype
@@ -164,9 +167,19 @@ def _runtime(device):
         return _runtimes[device]
 
 
+_torch_module = None
+_dtype_codes = {}  # torch dtype -> kjit_dtype
+
+
 def _torch():
-    import torch  # imported when first needed: emit() and compile() work without torch
-    return torch
+    """torch, imported when first needed: emit() and compile() work without it."""
+    global _torch_module
+    if _torch_module is None:
+        import torch
+        _dtype_codes.update({torch.float32: 0, torch.float16: 1, torch.bfloat16: 2,
+                             torch.int32: 3, torch.bool: 4})
+        _torch_module = torch
+    return _torch_module
 
 
 def _torch_dtype(code):
@@ -176,12 +189,21 @@ def _torch_dtype(code):
 
 
 def _code_of_dtype(dtype):
-    torch = _torch()
-    codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 3, torch.bool: 4}
-    if dtype not in codes:
+    _torch()
+    code = _dtype_codes.get(dtype)
+    if code is None:
         raise UserError(f"kjit takes float32, float16, bfloat16, int32 or bool tensors; got "
                         f"{dtype}", 1)
-    return codes[dtype]
+    return code
+
+
+def _raw_stream(tensor):
+    """The current torch stream of the tensor's device, as a CUstream (an int)."""
+    torch = _torch()
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get is not None:
+        return get(tensor.get_device())
+    return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 def _code_of(tensor):
@@ -209,6 +231,24 @@ class _Compiled:
         self.outputs = [_ew_output_name(handle, i).decode() for i in range(_ew_outputs(handle))]
         self.input_codes = [_ew_input_dtype(handle, i) for i in range(len(self.inputs))]
         self.output_codes = [_ew_output_dtype(handle, i) for i in range(len(self.outputs))]
+        self.input_dtypes = [_torch_dtype(c) for c in self.input_codes]
+        self.output_dtypes = [_torch_dtype(c) for c in self.output_codes]
+        self.input_array = _Tensor * max(len(self.inputs), 1)
+        self.output_array = _Tensor * max(len(self.outputs), 1)
+        self._scratch = threading.local()
+
+    def flat_arrays(self):
+        """This thread's (inputs, outputs, [n]) kjit_tensor arrays for a flat launch,
+        made once: a call fills in the pointers and n (the C call reads them while
+        the GIL is released, so each thread has its own)."""
+        arrays = getattr(self._scratch, "flat", None)
+        if arrays is None:
+            dims = (ctypes.c_int64 * 1)(0)
+            ins = self.input_array(*[_Tensor(0, c, 1, dims, _UNIT_STRIDE) for c in self.input_codes])
+            outs = self.output_array(*[_Tensor(0, c, 1, dims, _UNIT_STRIDE)
+                                       for c in self.output_codes])
+            arrays = self._scratch.flat = (ins, outs, dims)
+        return arrays
 
     def __del__(self):
         if getattr(self, "handle", None):
@@ -231,14 +271,15 @@ class Elementwise:
         self._default = _dtype_code(dtype or "f32")
         self._flat = _Compiled(self.device, expression, self._default)
         self._variants = {}
+        self._by_dtypes = {}  # input dtypes -> the flat kernel for them
         # An expression that declares its own shapes ("b:f32[1,n]; y = x + b") takes
         # tensors of those shapes as they are.
         self._declares = any(re.match(r"\s*[A-Za-z_]\w*\s*:", statement)
                              for statement in re.split(r"[;\n]", expression))
         self.inputs = self._flat.inputs
         self.outputs = self._flat.outputs
-        self.input_dtypes = [_torch_dtype(c) for c in self._flat.input_codes]
-        self.output_dtypes = [_torch_dtype(c) for c in self._flat.output_codes]
+        self.input_dtypes = self._flat.input_dtypes
+        self.output_dtypes = self._flat.output_dtypes
 
     def _variant(self, key, dims):
         """A kernel with each input's dtype and dims declared (compiled once per key)."""
@@ -253,15 +294,19 @@ class Elementwise:
         """(kernel, output shape, flat): which kernel runs these tensors, and whether
         they run as flat vectors."""
         torch = _torch()
-        codes = [_code_of(t) for t in tensors]
         if self._declares:
             return self._flat, torch.broadcast_shapes(*[t.shape for t in tensors]), False
         first = tensors[0].shape
         if all(t.shape == first and t.is_contiguous() for t in tensors):
-            if codes == self._flat.input_codes:
-                return self._flat, first, True
-            key = ("flat", tuple(t.dtype for t in tensors))
-            return self._variant(key, ["n"] * len(tensors)), first, True
+            dtypes = tuple(t.dtype for t in tensors)
+            kernel = self._by_dtypes.get(dtypes)
+            if kernel is None:
+                for t in tensors:
+                    _code_of(t)  # a clear error for an unsupported dtype
+                kernel = self._flat if list(dtypes) == self._flat.input_dtypes else \
+                    self._variant(("flat", dtypes), ["n"] * len(tensors))
+                self._by_dtypes[dtypes] = kernel
+            return kernel, first, True
         shape = torch.broadcast_shapes(*[t.shape for t in tensors])
         rank = len(shape)
         ones = tuple(tuple(shape[d] != 1 and (d < rank - t.dim() or t.shape[d - rank + t.dim()] == 1)
@@ -272,11 +317,12 @@ class Elementwise:
 
     def output_dtypes_for(self, tensors):
         """The output dtypes for these inputs (what a call would return)."""
-        kernel, _, _ = self._plan(tensors)
-        return [_torch_dtype(c) for c in kernel.output_codes]
+        return list(self._plan(tensors)[0].output_dtypes)
 
-    def __call__(self, *args, **kwargs):
-        torch = _torch()
+    def _bind(self, args, kwargs):
+        """The input tensors in the kernel's order, from positional and named arguments."""
+        if not kwargs and len(args) == len(self.inputs):
+            return args
         if len(args) > len(self.inputs):
             raise UserError(f"the expression takes {len(self.inputs)} input(s) "
                             f"({', '.join(self.inputs)}); got {len(args)}", 1)
@@ -289,19 +335,32 @@ class Elementwise:
         missing = [n for n, t in zip(self.inputs, tensors) if t is None]
         if missing:
             raise UserError(f"missing input(s) {', '.join(missing)}", 1)
+        return tensors
+
+    def __call__(self, *args, **kwargs):
+        tensors = self._bind(args, kwargs)
+        for t in tensors:
+            if not t.is_cuda:
+                raise UserError(f"kjit runs on CUDA tensors; one is on {t.device}", 1)
         kernel, shape, flat = self._plan(tensors)
-        device = tensors[0].device
-        if flat:
-            views = [t.reshape(-1) for t in tensors]
+        first = tensors[0]
+        outs = [first.new_empty(shape, dtype=d) for d in kernel.output_dtypes]
+        if flat:  # every tensor as a vector of numel elements, in this thread's arrays
+            ins, outputs, dims = kernel.flat_arrays()
+            dims[0] = first.numel()
+            for slot, t in zip(ins, tensors):
+                slot.data = t.data_ptr()
+            for slot, o in zip(outputs, outs):
+                slot.data = o.data_ptr()
+            keep = None
         else:  # lower-rank inputs get leading 1s (a view)
             views = [t.reshape((1,) * (len(shape) - t.dim()) + tuple(t.shape)) for t in tensors]
-        outs = [torch.empty(shape, dtype=_torch_dtype(c), device=device) for c in kernel.output_codes]
-        out_views = [o.reshape(-1) for o in outs] if flat else outs
-        keep = []
-        ins = (_Tensor * len(views))(*[_describe(t, keep) for t in views])
-        outputs = (_Tensor * len(out_views))(*[_describe(o, keep) for o in out_views])
-        stream = torch.cuda.current_stream(device).cuda_stream
-        _check(_ew_launch(kernel.handle, ins, len(views), outputs, len(out_views), stream))
+            keep = []
+            ins = kernel.input_array(*[_describe(t, keep) for t in views])
+            outputs = kernel.output_array(*[_describe(o, keep) for o in outs])
+        _check(_ew_launch(kernel.handle, ins, len(tensors), outputs, len(outs),
+                          _raw_stream(first)))
+        del keep
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -333,6 +392,8 @@ class Matmul:
         self.layout = layout
         self.out_dtype = _torch_dtype(_dtype_code(out or dtype))
         self.operands = [_mm_operand_name(handle, i).decode() for i in range(_mm_operands(handle))]
+        self._extras_type = ctypes.c_uint64 * max(len(self.operands), 1)
+        self._scratch = threading.local()
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -349,38 +410,58 @@ class Matmul:
         batched = batch > 1 or a.dim() == 3
         c = out if out is not None else torch.empty(
             (batch, m, n) if batched else (m, n), dtype=self.out_dtype, device=a.device)
-        for name, t in (("a", a), ("b", b), ("out", c)):
-            if not t.is_cuda or t.device != a.device:
-                raise UserError(f"{name} must be a CUDA tensor on {a.device}", 1)
+        if not (a.is_cuda and b.is_cuda and c.is_cuda):
+            raise UserError("kjit.matmul runs on CUDA tensors", 1)
         if batched:  # packed batches: the C API takes no batch strides
             a, b = a.contiguous(), b.contiguous()
-        lda, ldb = a.stride(-2), b.stride(-2)
-        operands = [t.contiguous() for t in operands]
-        extras = (ctypes.c_uint64 * max(len(operands), 1))(*[t.data_ptr() for t in operands])
-        args = _MatmulArgs(a.data_ptr(), b.data_ptr(), c.data_ptr(), 0, lda, ldb, 0, 0, 1.0, 0.0,
-                           extras, len(operands))
-        _check(_mm_launch(self._handle, ctypes.byref(args),
-                          torch.cuda.current_stream(a.device).cuda_stream))
+        else:  # rows must be unit-stride (a leading dimension is fine)
+            a = a if a.stride(-1) == 1 else a.contiguous()
+            b = b if b.stride(-1) == 1 else b.contiguous()
+        args = getattr(self._scratch, "args", None)  # this thread's arguments, made once
+        if args is None:
+            args = self._scratch.args = _MatmulArgs()
+            args.extras = self._scratch.extras = self._extras_type()
+            args.extra_count, args.alpha = len(self.operands), 1.0
+        extras, held = self._scratch.extras, []  # held: contiguous copies, alive to the launch
+        for i, t in enumerate(operands):
+            if not t.is_contiguous():
+                t = t.contiguous()
+                held.append(t)
+            extras[i] = t.data_ptr()
+        args.a, args.b, args.c = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        args.lda, args.ldb = a.stride(-2), b.stride(-2)
+        _check(_mm_launch(self._handle, ctypes.byref(args), _raw_stream(a)))
+        del held
         return c
 
 
 _matmul_cache = {}
 
 
-def _stored(t):
-    """("n", t) for a row-major matrix, ("t", its transpose) for a column-major view
-    (a .t() of a row-major one): kjit reads either without a copy."""
-    if t.stride(-1) == 1:
-        return "n", t
-    if t.stride(-2) == 1:
-        return "t", t.transpose(-1, -2)
-    return "n", t.contiguous()
-
-
 def matmul(a, b, epilogue=None, out_dtype=None, **operands):
     """a @ b (bfloat16/float16/float32; batched with 3-D tensors) with an optional
     fused epilogue in kjit's IR over `acc` and named operands, e.g.
     matmul(a, b, epilogue="gelu(acc + bias)", bias=bias)."""
+    # The kernel, and how to read a and b, per shapes, strides, dtypes and epilogue.
+    key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
+           a.get_device())
+    plan = _matmul_cache.get(key)
+    if plan is None:
+        plan = _matmul_cache[key] = _plan_matmul(a, b, epilogue, out_dtype)
+    kernel, transpose_a, transpose_b = plan
+    if len(operands) != len(kernel.operands) or any(n not in operands for n in kernel.operands):
+        unknown = sorted(set(operands) - set(kernel.operands))
+        missing = [name for name in kernel.operands if name not in operands]
+        raise UserError(f"the epilogue reads {', '.join(kernel.operands) or 'no operands'}; "
+                        f"missing {missing or 'none'}, unknown {unknown or 'none'}", 1)
+    return kernel(a.transpose(-1, -2) if transpose_a else a,
+                  b.transpose(-1, -2) if transpose_b else b,
+                  *[operands[name] for name in kernel.operands])
+
+
+def _plan_matmul(a, b, epilogue, out_dtype):
+    """(Matmul, transpose a, transpose b) for these tensors: checks them and picks the
+    layout, so that a column-major view (a .t()) is read in place."""
     torch = _torch()
     if a.dim() != b.dim() or a.dim() not in (2, 3):
         raise UserError("kjit.matmul takes two 2-D or two 3-D (batched) tensors", 1)
@@ -389,27 +470,21 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
                         f"multiply", 1)
     if a.dtype != b.dtype:
         raise UserError(f"kjit.matmul: a is {a.dtype} but b is {b.dtype}", 1)
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = a.shape[0] if a.dim() == 3 else 1
-    layout_a, a_stored = _stored(a)
-    layout_b, b_stored = _stored(b)
     dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}.get(a.dtype)
     if dtype is None:
         raise UserError(f"kjit.matmul takes bfloat16, float16 or float32; got {a.dtype}", 1)
     out = {None: None, torch.float32: "f32", a.dtype: dtype}.get(out_dtype, "?")
     if out == "?":
         raise UserError(f"kjit.matmul: out_dtype is {a.dtype} or float32; got {out_dtype}", 1)
-    key = (m, n, k, batch, layout_a + layout_b, dtype, out, epilogue, a.device.index)
-    if key not in _matmul_cache:
-        _matmul_cache[key] = Matmul(m, n, k, batch, layout_a + layout_b, dtype, out,
-                                    epilogue=epilogue, device=a.device.index)
-    kernel = _matmul_cache[key]
-    unknown = set(operands) - set(kernel.operands)
-    missing = [name for name in kernel.operands if name not in operands]
-    if unknown or missing:
-        raise UserError(f"the epilogue reads {', '.join(kernel.operands) or 'no operands'}; "
-                        f"missing {missing or 'none'}, unknown {sorted(unknown) or 'none'}", 1)
-    return kernel(a_stored, b_stored, *[operands[name] for name in kernel.operands])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = a.shape[0] if a.dim() == 3 else 1
+
+    def column_major(t):  # a .t() of a row-major matrix (not batched: those are packed)
+        return t.dim() == 2 and t.stride(-1) != 1 and t.stride(-2) == 1
+    transpose_a, transpose_b = column_major(a), column_major(b)
+    layout = ("t" if transpose_a else "n") + ("t" if transpose_b else "n")
+    kernel = Matmul(m, n, k, batch, layout, dtype, out, epilogue=epilogue, device=a.get_device())
+    return kernel, transpose_a, transpose_b
 
 
 # ---- torch.library: the ops inside torch.compile, without graph breaks ------------
@@ -436,9 +511,11 @@ def _register_torch_ops():
         return inputs[0].new_empty(shape, dtype=kernel.output_dtypes_for(inputs)[0])
 
     @torch.library.custom_op("kjit::matmul", mutates_args=())
-    def _matmul_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, names: List[str],
+    def _matmul_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, names: str,
                    operands: List[torch.Tensor]) -> torch.Tensor:
-        return matmul(a, b, epilogue or None, **dict(zip(names, operands)))
+        # names: the operands' names, comma separated ("bias,r"), in `operands` order
+        return matmul(a, b, epilogue or None,
+                      **dict(zip([n for n in names.split(",") if n], operands)))
 
     @_matmul_op.register_fake
     def _(a, b, epilogue, names, operands):

@@ -32,7 +32,7 @@ for example in elementwise matmul c; do
   run "example_$example" "$pack/examples/kjit_example_$example"
 done
 run runtime_bench "$pack/tools/bench/runtime_bench" --benchmark_filter='Launch' \
-  --benchmark_format=json --benchmark_out="$out/runtime_bench.json"
+  --benchmark_repetitions=5 --benchmark_format=json --benchmark_out="$out/runtime_bench.json"
 KJIT_LIBRARY=$pack/runtime/libkjit_c.so PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} \
   run torch_check python3 tests/python/torch_check.py --runtime-bench "$out/runtime_bench.json" \
   --out "$out"
