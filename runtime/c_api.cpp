@@ -179,6 +179,10 @@ const char* kjit_version(void) {
   return version.c_str();
 }
 
+void kjit_set_log_topics(const char* topics) {
+  kjit::set_log_topics(topics ? topics : "");
+}
+
 void kjit_set_log_callback(kjit_log_callback callback, void* user) {
   if (callback == nullptr) return kjit::set_log_sink(nullptr);
   kjit::set_log_sink([callback, user](const std::string& line) { callback(line.c_str(), user); });

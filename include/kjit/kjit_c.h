@@ -52,6 +52,9 @@ const char* kjit_version(void);
  * topics KJIT_LOG enables); NULL restores stderr. */
 typedef void (*kjit_log_callback)(const char* line, void* user);
 void kjit_set_log_callback(kjit_log_callback callback, void* user);
+/* What is logged: "" warnings only (the default, unless KJIT_LOG says otherwise),
+ * "none" nothing, "all" everything, or topics, comma separated ("config,tune"). */
+void kjit_set_log_topics(const char* topics);
 /* Frees what a kjit_* call returned for the caller to own (strings). */
 void kjit_free(void* pointer);
 

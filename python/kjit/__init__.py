@@ -21,7 +21,7 @@ import re
 import threading
 
 __all__ = ["Error", "UserError", "version", "emit", "compile", "elementwise", "matmul",
-           "Elementwise", "Matmul"]
+           "Elementwise", "Matmul", "set_log"]
 
 
 class Error(RuntimeError):
@@ -109,6 +109,27 @@ _emit = _declare("kjit_emit", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctype
                  ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p))
 _compile = _declare("kjit_compile", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
                     ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+
+_LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
+_set_log_callback = _declare("kjit_set_log_callback", None, _LOG_CALLBACK, _P)
+_set_log_topics = _declare("kjit_set_log_topics", None, ctypes.c_char_p)
+_log_callback = None  # the ctypes callback in use, kept alive
+
+
+def set_log(topics=None, callback=None):
+    """What kjit logs and where: `topics` "" (warnings only), "none", "all" or a
+    comma-separated list ("config,tune"); `callback(line)` receives each line
+    (None: stderr). Lines may arrive from any thread."""
+    global _log_callback
+    if topics is not None:
+        _set_log_topics(topics.encode())
+    if callback is None:
+        _log_callback = None
+        _set_log_callback(_LOG_CALLBACK(), None)
+    else:
+        _log_callback = _LOG_CALLBACK(lambda line, user: callback(line.decode("utf-8", "replace")))
+        _set_log_callback(_log_callback, None)
+
 
 _DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "i32": 3, "bool": 4}
 _NAMES = {v: k for k, v in _DTYPES.items()}

@@ -77,6 +77,11 @@ except kjit.UserError as e:
     assert "sin" in str(e), e
 else:
     raise SystemExit("bad input did not raise kjit.UserError")
-print("python: import, emit, compile and errors ok (" + kjit.__file__ + ")")
+lines = []
+kjit.set_log("config", lines.append)  # the log goes to the callback, not stderr
+kjit.emit("y = x * 3")
+kjit.set_log("", None)
+assert lines and lines[0].startswith("kjit[config]: elementwise"), lines
+print("python: import, emit, compile, errors and the log callback ok (" + kjit.__file__ + ")")
 PY
 echo "install test passed"

@@ -56,8 +56,18 @@ int main(void) {
   CHECK(kjit_matmul_operand_name(NULL, 0) == NULL);
   CHECK(kjit_matmul_operand_kind(NULL, 0) == NULL);
 
-  /* The log callback receives what would have gone to stderr. */
+  /* The log callback receives the enabled topics' lines; "none" silences them. */
   kjit_set_log_callback(count_lines, &lines);
+  kjit_set_log_topics("config");
+  CHECK(kjit_emit("y = x + 1", KJIT_F32, 4096, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+  CHECK(lines > 0);
+  int seen = lines;
+  kjit_set_log_topics("none");
+  CHECK(kjit_emit("y = x + 2", KJIT_F32, 4096, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+  CHECK(lines == seen);
+  kjit_set_log_topics(NULL);
   kjit_set_log_callback(NULL, NULL);
 
   /* Without a GPU the runtime reports why instead of crashing. */
