@@ -218,6 +218,20 @@ def _code_of_dtype(dtype):
     return code
 
 
+def _device_index(device):
+    """A CUDA device index from None (the current device), an int, "cuda:1" or a
+    torch.device."""
+    torch = _torch()
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise UserError(f"kjit runs on CUDA devices; got {device}", 1)
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
 def _raw_stream(tensor):
     """The current torch stream of the tensor's device, as a CUstream (an int)."""
     torch = _torch()
@@ -286,9 +300,8 @@ class Elementwise:
     in place, outputs are new contiguous tensors."""
 
     def __init__(self, expression, dtype=None, device=None):
-        torch = _torch()
         self.expression = expression
-        self.device = torch.cuda.current_device() if device is None else device
+        self.device = _device_index(device)
         self._default = _dtype_code(dtype or "f32")
         self._flat = _Compiled(self.device, expression, self._default)
         self._variants = {}
@@ -365,6 +378,9 @@ class Elementwise:
                 raise UserError(f"kjit runs on CUDA tensors; one is on {t.device}", 1)
         kernel, shape, flat = self._plan(tensors)
         first = tensors[0]
+        if first.get_device() != self.device:
+            raise UserError(f"this kernel was made for cuda:{self.device}; the tensors are on "
+                            f"{first.device} (kjit.elementwise caches one per device)", 1)
         outs = [first.new_empty(shape, dtype=d) for d in kernel.output_dtypes]
         if flat:  # every tensor as a vector of numel elements, in this thread's arrays
             ins, outputs, dims = kernel.flat_arrays()
@@ -388,11 +404,13 @@ class Elementwise:
 _elementwise_cache = {}
 
 
-def elementwise(expression, dtype=None):
-    """The fused kernel of `expression` (cached per expression and dtype)."""
-    key = (expression, dtype)
+def elementwise(expression, dtype=None, device=None):
+    """The fused kernel of `expression` (cached per expression, dtype and device;
+    device None: the current CUDA device)."""
+    device = _device_index(device)
+    key = (expression, dtype, device)
     if key not in _elementwise_cache:
-        _elementwise_cache[key] = Elementwise(expression, dtype)
+        _elementwise_cache[key] = Elementwise(expression, dtype, device)
     return _elementwise_cache[key]
 
 
@@ -402,8 +420,7 @@ class Matmul:
 
     def __init__(self, m, n, k, batch=1, layout="nn", dtype="bf16", out=None, epilogue=None,
                  device=None):
-        torch = _torch()
-        self.device = torch.cuda.current_device() if device is None else device
+        self.device = _device_index(device)
         problem = _MatmulProblem(m, n, k, batch, layout.encode(), _dtype_code(dtype),
                                  _dtype_code(out or dtype), epilogue.encode() if epilogue else None)
         handle = ctypes.c_void_p()
@@ -521,13 +538,13 @@ def _register_torch_ops():
 
     @torch.library.custom_op("kjit::elementwise", mutates_args=())
     def _elementwise_op(expression: str, dtype: str, inputs: List[torch.Tensor]) -> torch.Tensor:
-        kernel = elementwise(expression, dtype or None)
+        kernel = elementwise(expression, dtype or None, inputs[0].get_device())
         result = kernel(*inputs)
         return result if isinstance(result, torch.Tensor) else result[0]
 
     @_elementwise_op.register_fake
     def _(expression, dtype, inputs):
-        kernel = elementwise(expression, dtype or None)
+        kernel = elementwise(expression, dtype or None, inputs[0].get_device())
         shape = torch.broadcast_shapes(*[t.shape for t in inputs])
         return inputs[0].new_empty(shape, dtype=kernel.output_dtypes_for(inputs)[0])
 
