@@ -21,13 +21,15 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 base=${KJIT_FUZZ_DIR:-/tmp/kjit-fuzz}
 work=$base/$target
 cxx=${CXX_FUZZ:-clang++}
-mkdir -p "$work/corpus" "$base/obj"
+mkdir -p "$work/corpus" "$base/obj" "$base/include"
+# kjit's headers are included as "kjit/<folder>/...": a link makes the repository that.
+ln -sfn "$root" "$base/include/kjit"
 
 # The library code every target may use, compiled once into $base/obj and
 # rebuilt when any source or header under compiler/ or support/ is newer than
 # the last build.
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-  -DFMT_HEADER_ONLY -DXXH_INLINE_ALL -I"$root")
+  -DFMT_HEADER_ONLY -DXXH_INLINE_ALL -I"$base/include" -I"$root")
 mapfile -t sources < <(cd "$root" && ls compiler/*/*.cpp support/*.cpp)
 stamp=$base/obj/.built
 if [[ ! -f $stamp || -n $(find "$root"/compiler "$root"/support -newer "$stamp" -name '*.[ch]*' \
