@@ -1,0 +1,76 @@
+// Attention, forward: O = softmax(scale · Q Kᵀ + mask) V and the log-sum-exp of every
+// row, lowered to glue that instantiates templates/attention.cuh (flash attention:
+// tiles of keys streamed through shared memory, online softmax, S never stored).
+//
+//   Problem p{.batch = 4, .heads = 16, .kv_heads = 4, .seq_q = 2048, .seq_k = 2048,
+//             .head_dim = 128, .causal = true};
+//   KernelSource s = lower(p, Config{});  // readable CUDA C: kjit emit attention
+//
+// Sizes and strides are kernel arguments: one binary serves every shape of a
+// kernel class (dtype, head dim and whether any mask is present).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kjit/compiler/ir/dtype.h"
+#include "kjit/compiler/kernel_source.h"
+
+namespace kjit::attention {
+
+struct Problem {
+  int64_t batch = 1, heads = 1, kv_heads = 1;  // kv_heads divides heads (GQA / MQA)
+  int64_t seq_q = 0, seq_k = 0;                // S_q != S_k is fine
+  int head_dim = 128;                          // 64, 96, 128 or 256
+  ir::DType dtype = ir::DType::BF16;           // BF16 or F16; fp32 accumulation and softmax
+  // Masks, aligned to the bottom-right corner when S_q != S_k: query i sees key j
+  // when j - i - (S_k - S_q) lies in [-window_left, window_right]. causal is
+  // window_right = 0; -1 means unbounded on that side.
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  double scale = 0;  // softmax scale; 0: 1 / sqrt(head_dim)
+
+  // The right edge of the window after `causal` (0 when causal, else window_right).
+  int64_t right() const { return causal ? 0 : window_right; }
+  double softmax_scale() const;
+  // What a kernel is specialized on: "dtype=bf16,d=128".
+  std::string kernel_class() const;
+  // Every field, canonical, for logs and tuning keys:
+  // "batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=.."
+  // + "," + kernel_class().
+  std::string to_string() const;
+};
+
+struct Config {
+  int bm = 64;     // query rows per block: 16 per warp
+  int bn = 64;     // keys per tile
+  int stages = 2;  // K/V tiles in flight (cp.async)
+  int warps() const { return bm / 16; }
+  int threads() const { return warps() * 32; }
+
+  // "bm=64,bn=64,stages=2"
+  std::string to_string() const;
+  // Parses "key=value,..." over the default; keys bm bn stages. UserError for
+  // unknown keys or malformed values, naming the valid ones.
+  static Config parse(const std::string& text);
+  bool operator==(const Config&) const = default;
+};
+
+// The problem's own constraints: sizes >= 1 (seq_q, seq_k) and within 32 bits,
+// kv_heads dividing heads, a supported head dim and dtype, windows >= -1, a positive
+// finite scale. UserError naming the value and the supported set.
+void validate_problem(const Problem& problem);
+// Plus the config's: bm in {16, 32, ..., 128} (16 rows per warp), bn in {16, 32, 64,
+// 128}, stages 2..4.
+void validate(const Problem& problem, const Config& config);
+
+// Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles, rows
+// padded by 16 bytes.
+int shared_bytes(const Problem& problem, const Config& config);
+
+// The forward kernel: extern "C" void name(kjit::AttentionArgs), grid
+// (ceil(seq_q / bm), heads, batch), config.threads() threads, shared_bytes() of
+// dynamic shared memory. Byte-identical for equal inputs.
+KernelSource lower(const Problem& problem, const Config& config);
+
+}  // namespace kjit::attention

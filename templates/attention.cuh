@@ -1,0 +1,305 @@
+// kjit/attention.cuh — flash attention, forward: O = softmax(scale · Q Kᵀ + mask) V and
+// the log-sum-exp of every row, without ever materializing the S_q x S_k matrix.
+//
+// The generated glue (compiler/lowering/attention.cpp) instantiates
+// FlashForward<T, D, BM, BN, WARPS, STAGES>::run in an extern "C" kernel. The
+// algorithm, stage by stage (FlashAttention-2's forward pass, written for mma.sync):
+//
+//   1. block -> query tile:  one block per BM query rows of one (batch, head); each of
+//      the WARPS warps owns 16 of those rows for the whole kernel
+//   2. the pipeline:         Q's tile is loaded once; K and V tiles of BN keys stream
+//      through STAGES shared-memory buffers with cp.async, the next tile loading while
+//      the warps work on the current one (rows padded by 16 bytes: ldmatrix's eight
+//      row reads then fall on different banks)
+//   3. scores:               S = Q Kᵀ for the warp's 16 rows x BN keys, fp32, in
+//      registers (mma.sync m16n8k16; K's rows are already B's "col" layout)
+//   4. masks:                keys past S_k, and outside the causal / sliding window
+//      (bottom-right aligned: query i sees key j when j - i - (S_k - S_q) lies in
+//      [-window_left, window_right]); tiles wholly outside are never visited, tiles
+//      wholly inside skip the test
+//   5. online softmax:       each row keeps its running max m and sum l. A new tile
+//      with max m' rescales what came before by 2^((m - m')·scale·log2 e), then adds
+//      its own exp2 terms: the softmax is exact at the end without a second pass
+//   6. O += P V:             P (fp32 accumulators) is rounded to 16 bits and reused in
+//      registers as the A operand (its fragment layout is the accumulator's); V
+//      through ldmatrix.trans
+//   7. the end:              O / l and LSE = m·scale + ln l per row; a row with every
+//      key masked gives O = 0 and LSE = -inf, never NaN
+//
+// Q, K, V and O take any strides for batch, sequence and head (BSHD and BHSD both
+// work); the head dimension is contiguous. Grouped-query attention: Q head h reads
+// K/V head h / kv_group.
+#pragma once
+
+#include "kjit/mma.cuh"
+#include "kjit/types.cuh"
+
+namespace kjit {
+
+// Kernel arguments. Mirrored byte for byte by runtime/attention.cpp (8-byte fields
+// first, then 4-byte ones). Strides in elements.
+struct AttentionArgs {
+  const void* q;  // [batch, seq_q, heads, D] through the strides below
+  const void* k;  // [batch, seq_k, kv_heads, D]
+  const void* v;  // [batch, seq_k, kv_heads, D]
+  void* o;        // [batch, seq_q, heads, D], Q's dtype
+  float* lse;     // [batch, heads, seq_q], natural log; may be null
+  long long q_batch, q_seq, q_head;
+  long long k_batch, k_seq, k_head;
+  long long v_batch, v_seq, v_head;
+  long long o_batch, o_seq, o_head;
+  int seq_q, seq_k;
+  int heads, kv_group;  // kv_group = heads / kv_heads
+  float scale;          // softmax scale (usually 1 / sqrt(D))
+  float scale_log2;     // scale · log2(e): exp(scale·x) = exp2(scale_log2·x)
+  int window_left;      // keys before the diagonal a query sees; -1: all
+  int window_right;     // keys after the diagonal; 0: causal, -1: all
+};
+
+namespace attention {
+
+using mma::cp_async_16;
+using mma::cp_async_16_zfill;
+using mma::ldmatrix_x4;
+using mma::ldmatrix_x4_trans;
+using mma::shared_address;
+
+// -inf without <math.h> (NVRTC has no INFINITY): the bits of an IEEE -inf.
+__device__ __forceinline__ float minus_infinity() {
+  return __int_as_float(0xff800000u);
+}
+
+template <typename T>
+__device__ __forceinline__ u32 pack2(float a, float b);
+template <>
+__device__ __forceinline__ u32 pack2<bf16>(float a, float b) {
+  return pack_bf16x2(a, b);
+}
+template <>
+__device__ __forceinline__ u32 pack2<f16>(float a, float b) {
+  return pack_f16x2(a, b);
+}
+
+template <typename T, int D, int BM, int BN, int WARPS, int STAGES>
+struct FlashForward {
+  static_assert(BM == 16 * WARPS, "each warp owns 16 query rows");
+  static_assert(D % 16 == 0 && BN % 16 == 0, "mma.sync k16 steps over D and over keys");
+  static_assert(STAGES >= 2, "at least double buffering");
+  static constexpr int kThreads = WARPS * 32;
+  static constexpr int kPitch = D + 8;          // elements per shared row: +16 bytes
+  static constexpr int kChunks = D / 8;         // 16-byte chunks per row
+  static constexpr int kQElems = BM * kPitch;   // the Q tile
+  static constexpr int kKvElems = BN * kPitch;  // one K (or V) tile
+  // Dynamic shared memory the launch must provide.
+  static constexpr int kSharedBytes = (kQElems + 2 * STAGES * kKvElems) * 2;
+
+  // Copies `rows` rows of D elements (row r at base + r * row_stride) into shared
+  // memory at `tile`; rows at or past `valid` are zero-filled (nothing is read).
+  template <int ROWS>
+  __device__ __forceinline__ static void load_tile(T* tile, const T* base, long long row_stride,
+                                                   int valid) {
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+      const int row = c / kChunks, chunk = c % kChunks;
+      const u32 dst = shared_address(tile + row * kPitch + chunk * 8);
+      if (row < valid) {
+        cp_async_16(dst, base + row * row_stride + chunk * 8);
+      } else {
+        cp_async_16_zfill(dst, base, 0);
+      }
+    }
+  }
+
+  __device__ static void run(const AttentionArgs& args) {
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    T* q_tile = reinterpret_cast<T*>(shared_bytes);
+    T* k_tiles = q_tile + kQElems;               // STAGES K tiles
+    T* v_tiles = k_tiles + STAGES * kKvElems;    // STAGES V tiles
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;  // fragment row group and column pair
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int kv_head = head / args.kv_group;
+    const int row0 = blockIdx.x * BM;  // first query row of this block
+
+    const T* q = static_cast<const T*>(args.q) + batch * args.q_batch + head * args.q_head;
+    const T* k = static_cast<const T*>(args.k) + batch * args.k_batch + kv_head * args.k_head;
+    const T* v = static_cast<const T*>(args.v) + batch * args.v_batch + kv_head * args.v_head;
+
+    // ---- which key tiles this block can see (stage 4, tile level) ----
+    // Query i sees key j when j - i - offset is in [-window_left, window_right].
+    const int offset = args.seq_k - args.seq_q;
+    const int last_row = min(row0 + BM, args.seq_q) - 1;
+    int key_end = args.seq_k;  // one past the last key any row of the block sees
+    if (args.window_right >= 0) key_end = min(key_end, last_row + offset + args.window_right + 1);
+    int key_begin = 0;
+    if (args.window_left >= 0) key_begin = max(0, row0 + offset - args.window_left);
+    const int tile_begin = key_begin / BN;
+    const int tile_end = key_end > key_begin ? (key_end + BN - 1) / BN : tile_begin;
+
+    // ---- stage 2: Q once, then the first K/V tiles ----
+    load_tile<BM>(q_tile, q + row0 * args.q_seq, args.q_seq, args.seq_q - row0);
+    mma::cp_async_commit();
+    auto load_kv = [&](int tile, int stage) {
+      const int key0 = tile * BN;
+      load_tile<BN>(k_tiles + stage * kKvElems, k + key0 * args.k_seq, args.k_seq,
+                    args.seq_k - key0);
+      load_tile<BN>(v_tiles + stage * kKvElems, v + key0 * args.v_seq, args.v_seq,
+                    args.seq_k - key0);
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (tile_begin + s < tile_end) load_kv(tile_begin + s, s);
+      mma::cp_async_commit();  // (an empty group keeps the counting uniform)
+    }
+
+    // ---- per-thread state: rows g and g + 8 of the warp's 16 ----
+    float o_acc[D / 8][4];  // O: D/8 mma tiles of 16 x 8
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
+    float row_max[2] = {minus_infinity(), minus_infinity()};  // m, in unscaled score units
+    float row_sum[2] = {0.0f, 0.0f};            // l, this thread's share (4 lanes per row)
+    const int my_row[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};
+
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+      const int stage = (tile - tile_begin) % STAGES;
+      // Issue the load STAGES - 1 tiles ahead, into the buffer freed last iteration.
+      const int ahead = tile + STAGES - 1;
+      if (ahead < tile_end) load_kv(ahead, (ahead - tile_begin) % STAGES);
+      mma::cp_async_commit();
+      mma::cp_async_wait<STAGES - 1>();  // Q and this tile have landed (for this thread)
+      __syncthreads();                   // ... and for every thread
+      const T* k_tile = k_tiles + stage * kKvElems;
+      const T* v_tile = v_tiles + stage * kKvElems;
+      const int key0 = tile * BN;
+
+      // ---- stage 3: S = Q Kᵀ, 16 rows x BN keys per warp ----
+      float s[BN / 8][4];
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        // A: the warp's 16 query rows, d in [16 kk, 16 kk + 16). Matrix i of the
+        // ldmatrix.x4 is rows (i % 2) * 8.., columns (i / 2) * 8.. (a0..a3's order).
+        u32 a[4];
+        {
+          const int r = warp * 16 + (lane % 16), c = kk * 16 + (lane / 16) * 8;
+          ldmatrix_x4(a, shared_address(q_tile + r * kPitch + c));
+        }
+#pragma unroll
+        for (int n = 0; n < BN / 8; n += 2) {
+          // B for key tiles n and n + 1: K rows are keys, columns d — exactly B's
+          // "col" layout (b0 = keys g, d 2t..2t+1). Matrix i: keys (i / 2) * 8..,
+          // d (i % 2) * 8.. -> b0, b1 of tile n, then b0, b1 of tile n + 1.
+          u32 b[4];
+          const int key = n * 8 + (lane / 16) * 8 + (lane % 8), c = kk * 16 + ((lane / 8) % 2) * 8;
+          ldmatrix_x4(b, shared_address(k_tile + key * kPitch + c));
+          mma::MmaM16N8K16<T>::run(s[n], a, b[0], b[1]);
+          mma::MmaM16N8K16<T>::run(s[n + 1], a, b[2], b[3]);
+        }
+      }
+
+      // ---- stage 4: masks, only where the tile crosses a boundary ----
+      const int warp_first = row0 + warp * 16, warp_last = warp_first + 15;
+      const bool crosses_end = key0 + BN > args.seq_k;
+      const bool crosses_right =
+          args.window_right >= 0 && key0 + BN - 1 > warp_first + offset + args.window_right;
+      const bool crosses_left =
+          args.window_left >= 0 && key0 < warp_last + offset - args.window_left;
+      if (crosses_end || crosses_right || crosses_left) {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + n * 8 + 2 * t + (e % 2);
+            const int rel = key - my_row[e / 2] - offset;  // 0 on the diagonal
+            const bool visible = key < args.seq_k &&
+                                 (args.window_right < 0 || rel <= args.window_right) &&
+                                 (args.window_left < 0 || rel >= -args.window_left);
+            if (!visible) s[n][e] = minus_infinity();
+          }
+        }
+      }
+
+      // ---- stage 5: the online softmax update, row by row ----
+      // Each row's BN scores are spread over the 4 lanes of a quad (t = 0..3): the
+      // tile's max is this thread's max, then the quad's (two shuffles).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // h = 0: row g (elements 0, 1); h = 1: row g + 8
+        float tile_max = minus_infinity();
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float new_max = fmaxf(row_max[h], tile_max);
+        // Everything so far is rescaled by 2^((m - m')·scale·log2 e). While a row has
+        // seen only masked keys (m' = -inf) nothing is rescaled and every p is 0.
+        const float base = new_max == minus_infinity() ? 0.0f : new_max * args.scale_log2;
+        const float rescale =
+            row_max[h] == minus_infinity() ? 1.0f : exp2f(row_max[h] * args.scale_log2 - base);
+        row_max[h] = new_max;
+        row_sum[h] *= rescale;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          o_acc[n][2 * h] *= rescale;
+          o_acc[n][2 * h + 1] *= rescale;
+        }
+        // p = exp(scale·(s - m')) = 2^(s·scale·log2 e - m'·scale·log2 e): one FMA and
+        // one exp2 per score. l gathers this thread's share; the quad sums at the end.
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+          s[n][2 * h] = exp2f(fmaf(s[n][2 * h], args.scale_log2, -base));
+          s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], args.scale_log2, -base));
+          row_sum[h] += s[n][2 * h] + s[n][2 * h + 1];
+        }
+      }
+
+      // ---- stage 6: O += P V ----
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        // P's accumulators for key tiles 2kk and 2kk + 1 are, element for element, the
+        // A fragment of keys [16 kk, 16 kk + 16): a0 row g, a1 row g + 8, a2/a3 the
+        // second tile. Rounded to 16 bits here (fp32 accumulation continues in O).
+        const u32 a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                          pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                          pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          // B = V (keys x d), stored keys-major: ldmatrix.trans gives b0 = (keys 2t,
+          // 2t+1; d g). Matrix i: keys 16 kk + (i % 2) * 8.., d (n + i / 2) * 8...
+          u32 b[4];
+          const int key = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8), c = n * 8 + (lane / 16) * 8;
+          ldmatrix_x4_trans(b, shared_address(v_tile + key * kPitch + c));
+          mma::MmaM16N8K16<T>::run(o_acc[n], a, b[0], b[1]);
+          mma::MmaM16N8K16<T>::run(o_acc[n + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+    mma::cp_async_wait<0>();
+
+    // ---- stage 7: O / l, and the log-sum-exp ----
+    T* o = static_cast<T*>(args.o) + batch * args.o_batch + head * args.o_head;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = my_row[h];
+      if (row >= args.seq_q) continue;
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // every key masked: O = 0
+      T* out = o + row * args.o_seq;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<u32*>(out + n * 8 + 2 * t) =
+            pack2<T>(o_acc[n][2 * h] * inverse, o_acc[n][2 * h + 1] * inverse);
+      }
+      if (args.lse != nullptr && t == 0) {
+        args.lse[(static_cast<long long>(batch) * args.heads + head) * args.seq_q + row] =
+            sum > 0.0f ? row_max[h] * args.scale + logf(sum) : minus_infinity();
+      }
+    }
+  }
+};
+
+}  // namespace attention
+}  // namespace kjit

@@ -1,0 +1,89 @@
+// NVRTC compiles every config of the attention space, for every head dim (bf16;
+// the defaults in f16 too), on a machine without a GPU: no register spills, no
+// local memory, the mma.sync and ldmatrix instructions the kernel is built on.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "kjit/compiler/lowering/attention.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/attention_space.h"
+
+namespace kjit::attention {
+namespace {
+
+struct Case {
+  Problem problem;
+  Config config;
+  std::string label;
+};
+
+std::vector<Case> cases() {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  std::vector<Case> all;
+  for (int d : {64, 96, 128, 256}) {
+    Problem p;
+    p.seq_q = p.seq_k = 4096;
+    p.head_dim = d;
+    for (const Config& c : tuner::attention_space(p, h200))
+      all.push_back({p, c, "bf16 d=" + std::to_string(d) + " " + c.to_string()});
+    p.dtype = ir::DType::F16;
+    const Config c = tuner::attention_default(p, h200);
+    all.push_back({p, c, "f16 d=" + std::to_string(d) + " " + c.to_string()});
+  }
+  return all;
+}
+
+TEST(AttentionCompile, EveryConfigOfTheSpaceCompilesWithoutSpills) {
+  const std::vector<Case> all = cases();
+  std::vector<cuda::CompiledProgram> programs(all.size());
+  std::vector<std::string> failures(all.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < all.size(); i = next++) {
+        try {
+          programs[i] = compile_for_arch(lower(all[i].problem, all[i].config), "sm_90");
+        } catch (const std::exception& e) {
+          failures[i] = e.what();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(all[i].label);
+    ASSERT_EQ(failures[i], "");
+    const KernelSource source = lower(all[i].problem, all[i].config);
+    bool found = false;
+    for (const cuda::KernelStats& k : programs[i].kernels) {
+      if (k.name != source.name) continue;
+      found = true;
+      EXPECT_EQ(k.spill_store_bytes, 0);
+      EXPECT_EQ(k.spill_load_bytes, 0);
+      EXPECT_EQ(k.stack_bytes, 0);
+      EXPECT_LE(k.registers * source.block_threads, 65536);
+      std::printf("  %-36s %3d regs, %6d B smem, %.0f ms\n", all[i].label.c_str(), k.registers,
+                  source.dynamic_shared_bytes, programs[i].compile_ms);
+    }
+    EXPECT_TRUE(found) << "no ptxas statistics for " << source.name;
+    EXPECT_NE(programs[i].ptx.find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
+    EXPECT_NE(programs[i].ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans"), std::string::npos);
+    EXPECT_NE(programs[i].ptx.find("ex2.approx"), std::string::npos);  // exp2 of the softmax
+  }
+}
+
+// An older GPU takes the same kernel (mma.sync is sm_80).
+TEST(AttentionCompile, CompilesForAmpere) {
+  Problem p;
+  p.seq_q = p.seq_k = 128;
+  const cuda::CompiledProgram program = compile_for_arch(lower(p, Config{}), "sm_80");
+  EXPECT_FALSE(program.kernels.empty());
+}
+
+}  // namespace
+}  // namespace kjit::attention

@@ -1,0 +1,142 @@
+// The attention problem and config: what is accepted, what is refused (and how the
+// message says so), the generated glue, and the tuner's space and default.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kjit/compiler/lowering/attention.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/attention_space.h"
+
+namespace kjit::attention {
+namespace {
+
+// What `text` must contain, with `text` in the failure message.
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+Problem base() {
+  Problem p;
+  p.batch = 2;
+  p.heads = 8;
+  p.kv_heads = 2;
+  p.seq_q = 1000;
+  p.seq_k = 4097;
+  p.head_dim = 128;
+  return p;
+}
+
+std::string user_error(const Problem& p, const Config& c = {}) {
+  try {
+    validate(p, c);
+  } catch (const UserError& e) {
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  return "accepted";
+}
+
+TEST(AttentionProblem, AcceptsTheSupportedShapes) {
+  for (int d : {64, 96, 128, 256}) {
+    for (ir::DType dtype : {ir::DType::BF16, ir::DType::F16}) {
+      Problem p = base();
+      p.head_dim = d;
+      p.dtype = dtype;
+      p.causal = true;
+      p.window_left = 256;
+      EXPECT_EQ(user_error(p), "accepted") << d;
+    }
+  }
+  Problem one = base();
+  one.seq_q = one.seq_k = 1;  // a single query and key
+  EXPECT_EQ(user_error(one), "accepted");
+}
+
+TEST(AttentionProblem, BadInputIsAUserErrorNamingTheValueAndTheSupportedSet) {
+  Problem p = base();
+  p.head_dim = 80;
+  EXPECT_CONTAINS(user_error(p), "head dim 80");
+  EXPECT_CONTAINS(user_error(p), "64, 96, 128 and 256");
+  p = base();
+  p.kv_heads = 3;
+  EXPECT_CONTAINS(user_error(p), "kv_heads 3 does not divide heads 8");
+  p = base();
+  p.dtype = ir::DType::F32;
+  EXPECT_CONTAINS(user_error(p), "bf16 and f16");
+  p = base();
+  p.seq_k = 0;
+  EXPECT_CONTAINS(user_error(p), "seq_k is 0");
+  p = base();
+  p.window_left = -2;
+  EXPECT_CONTAINS(user_error(p), "window -2:-1");
+  p = base();
+  p.scale = -1;
+  EXPECT_CONTAINS(user_error(p), "scale -1");
+  p = base();
+  p.heads = 70000;
+  p.kv_heads = 1;
+  EXPECT_CONTAINS(user_error(p), "65535");
+}
+
+TEST(AttentionConfig, ParsesChecksAndPrints) {
+  const Config c = Config::parse("bm=128, bn=32, stages=3");
+  EXPECT_EQ(c.to_string(), "bm=128,bn=32,stages=3");
+  EXPECT_EQ(c.warps(), 8);
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_THROW(Config::parse("bk=32"), UserError);
+  EXPECT_THROW(Config::parse("bm=x"), UserError);
+  EXPECT_CONTAINS(user_error(base(), Config{40, 64, 2}), "bm=40");
+  EXPECT_CONTAINS(user_error(base(), Config{64, 48, 2}), "bn=48");
+  EXPECT_CONTAINS(user_error(base(), Config{64, 64, 5}), "stages=5");
+}
+
+TEST(AttentionLowering, GlueNamesTheConfigAndIsDeterministic) {
+  Problem p = base();
+  p.dtype = ir::DType::F16;
+  const Config c{128, 64, 3};
+  const KernelSource s = lower(p, c);
+  EXPECT_EQ(s.family, "attention");
+  EXPECT_EQ(s.name, "kjit_attention_fwd_f16_d128_128x64_s3");
+  EXPECT_EQ(s.problem, "dtype=f16,d=128");  // sizes and masks are arguments
+  EXPECT_EQ(s.block_threads, 256);
+  EXPECT_EQ(s.dynamic_shared_bytes, (128 * 136 + 2 * 3 * 64 * 136) * 2);
+  EXPECT_CONTAINS(s.source, "#include \"kjit/attention.cuh\"");
+  EXPECT_CONTAINS(s.source, "FlashForward<kjit::f16, 128, 128, 64, 8, 3>");
+  EXPECT_CONTAINS(s.source, "online");
+  EXPECT_EQ(lower(p, c).source, s.source);
+  // Every shape of the class shares the binary.
+  Problem other = p;
+  other.seq_q = 7;
+  other.causal = true;
+  EXPECT_EQ(lower(other, c).source, s.source);
+  EXPECT_NE(p.to_string(), other.to_string());
+}
+
+TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  for (int d : {64, 96, 128, 256}) {
+    Problem p = base();
+    p.head_dim = d;
+    std::vector<std::string> pruned;
+    const std::vector<Config> space = tuner::attention_space(p, h200, &pruned);
+    EXPECT_FALSE(space.empty()) << d;
+    EXPECT_EQ(space.size() + pruned.size(), 12u) << d;
+    for (const Config& c : space) {
+      EXPECT_EQ(user_error(p, c), "accepted");
+      EXPECT_LE(shared_bytes(p, c), h200.shared_per_block_optin);
+    }
+    for (const std::string& why : pruned) EXPECT_CONTAINS(why, "bm=");
+    const Config chosen = tuner::attention_default(p, h200);
+    EXPECT_EQ(user_error(p, chosen), "accepted");
+  }
+  // Few query blocks: 64 rows per block keeps more SMs busy.
+  Problem small = base();
+  small.batch = small.heads = small.kv_heads = 1;
+  small.seq_q = 512;
+  EXPECT_EQ(tuner::attention_default(small, h200).bm, 64);
+  Problem big = base();
+  big.seq_q = 8192;
+  EXPECT_EQ(tuner::attention_default(big, h200).bm, 128);
+}
+
+}  // namespace
+}  // namespace kjit::attention
