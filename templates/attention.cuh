@@ -6,7 +6,8 @@
 // algorithm, stage by stage (FlashAttention-2's forward pass, written for mma.sync):
 //
 //   1. block -> query tile:  one block per BM query rows of one (batch, head); each of
-//      the WARPS warps owns 16 of those rows for the whole kernel
+//      the WARPS warps owns 16 of those rows for the whole kernel (causal: the
+//      longest tiles are handed out first)
 //   2. the pipeline:         Q's tile is loaded once; K and V tiles of BN keys stream
 //      through STAGES shared-memory buffers with cp.async, the next tile loading while
 //      the warps work on the current one (rows padded by 16 bytes: ldmatrix's eight
@@ -112,14 +113,19 @@ struct FlashForward {
   __device__ static void run(const AttentionArgs& args) {
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     T* q_tile = reinterpret_cast<T*>(shared_bytes);
-    T* k_tiles = q_tile + kQElems;               // STAGES K tiles
-    T* v_tiles = k_tiles + STAGES * kKvElems;    // STAGES V tiles
+    T* k_tiles = q_tile + kQElems;             // STAGES K tiles
+    T* v_tiles = k_tiles + STAGES * kKvElems;  // STAGES V tiles
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // fragment row group and column pair
     const int head = blockIdx.y, batch = blockIdx.z;
     const int kv_head = head / args.kv_group;
-    const int row0 = blockIdx.x * BM;  // first query row of this block
+    // With a causal-style mask (no left edge, a right edge) later query tiles see
+    // more keys: blocks take them longest first, so the short ones fill the tail
+    // of the last wave instead of a long one running alone.
+    const bool longest_first = args.window_left < 0 && args.window_right >= 0;
+    const int tile_index = longest_first ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int row0 = tile_index * BM;  // first query row of this block
 
     const T* q = static_cast<const T*>(args.q) + batch * args.q_batch + head * args.q_head;
     const T* k = static_cast<const T*>(args.k) + batch * args.k_batch + kv_head * args.k_head;
@@ -157,7 +163,7 @@ struct FlashForward {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
     float row_max[2] = {minus_infinity(), minus_infinity()};  // m, in unscaled score units
-    float row_sum[2] = {0.0f, 0.0f};            // l, this thread's share (4 lanes per row)
+    float row_sum[2] = {0.0f, 0.0f};  // l, this thread's share (4 lanes per row)
     const int my_row[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
@@ -227,7 +233,8 @@ struct FlashForward {
       for (int h = 0; h < 2; ++h) {  // h = 0: row g (elements 0, 1); h = 1: row g + 8
         float tile_max = minus_infinity();
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+        for (int n = 0; n < BN / 8; ++n)
+          tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
         const float new_max = fmaxf(row_max[h], tile_max);
@@ -259,7 +266,8 @@ struct FlashForward {
         // P's accumulators for key tiles 2kk and 2kk + 1 are, element for element, the
         // A fragment of keys [16 kk, 16 kk + 16): a0 row g, a1 row g + 8, a2/a3 the
         // second tile. Rounded to 16 bits here (fp32 accumulation continues in O).
-        const u32 a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+        const u32 a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
+                          pack2<T>(s[2 * kk][2], s[2 * kk][3]),
                           pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                           pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll

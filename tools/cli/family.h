@@ -26,8 +26,15 @@ struct KernelCommandOptions {
   bool ptx = false;  // compile: print PTX
   // Sizes. Elementwise: --n is the element count. Matmul: M, N, K, batch.
   int64_t m = 0, n = 0, k = 0, batch = 1;
-  std::string layout = "nn";         // matmul: op(A) op(B), n = row-major as given, t = transposed
-  std::string epilogue;              // matmul: elementwise IR over acc and extra operands
+  std::string layout = "nn";  // matmul: op(A) op(B), n = row-major as given, t = transposed
+  std::string epilogue;       // matmul: elementwise IR over acc and extra operands
+  // Attention: heads (0: 1), K/V heads (0: heads), sequence lengths (seq_k 0:
+  // seq_q), head dim, masks ("L:R", each side keys or "inf"), softmax scale (0: 1/sqrt(D)).
+  int64_t heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0;
+  int head_dim = 128;
+  bool causal = false;
+  std::string window;
+  double scale = 0;
   std::vector<std::string> inputs;   // run: name=path.npy
   std::vector<std::string> outputs;  // run: name=path.npy
   int repeats = 0;                   // bench: timed runs (0: the default)

@@ -37,11 +37,21 @@ const std::vector<OptionUse>& option_uses() {
   static const std::vector<OptionUse> uses = {
       {"--epilogue", {"matmul"}, {}},
       {"--layout", {"matmul"}, {}},
-      {"--batch", {"matmul"}, {}},
+      {"--batch", {"matmul", "attention"}, {}},
+      {"--heads", {"attention"}, {}},
+      {"--kv-heads", {"attention"}, {}},
+      {"--seq-q", {"attention"}, {}},
+      {"--seq-k", {"attention"}, {}},
+      {"--head-dim", {"attention"}, {}},
+      {"--causal", {"attention"}, {}},
+      {"--window", {"attention"}, {}},
+      {"--scale", {"attention"}, {}},
       {"--input", {"elementwise"}, {Verb::Run}},
       {"--output", {"elementwise"}, {Verb::Run}},
-      {"--repeats", {"elementwise", "matmul"}, {Verb::Bench}},
-      {"--gpu", {"elementwise", "matmul"}, {Verb::Emit, Verb::Compile, Verb::Explain, Verb::Tune}},
+      {"--repeats", {"elementwise", "matmul", "attention"}, {Verb::Bench}},
+      {"--gpu",
+       {"elementwise", "matmul", "attention"},
+       {Verb::Emit, Verb::Compile, Verb::Explain, Verb::Tune}},
   };
   return uses;
 }
@@ -112,7 +122,7 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
   };
   cmd->add_option("WHAT", o.what,
                   "An elementwise expression (\"y = sin(x)^2 + cos(x)^2\") or a family name "
-                  "(matmul)");
+                  "(matmul, attention)");
   noted(cmd->add_option("-f,--file", o.file,
                         "Read the expression from FILE (WHAT is then not given); for expressions "
                         "longer than one command-line argument may be (128 KiB)")
@@ -143,7 +153,33 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
             ->check(kAtLeastOne),
         "--m");
   noted(cmd->add_option("--k", o.k, "K (matmul), or a dim named k")->check(kAtLeastOne), "--k");
-  noted(cmd->add_option("--batch", o.batch, "Batch (matmul)")->check(kAtLeastOne), "--batch");
+  noted(cmd->add_option("--batch", o.batch, "Batch (matmul, attention)")->check(kAtLeastOne),
+        "--batch");
+  noted(
+      cmd->add_option("--heads", o.heads, "Attention: query heads (default 1)")->check(kAtLeastOne),
+      "--heads");
+  noted(cmd->add_option("--kv-heads", o.kv_heads,
+                        "Attention: K/V heads, dividing --heads (default: --heads; fewer is "
+                        "grouped-query attention)")
+            ->check(kAtLeastOne),
+        "--kv-heads");
+  noted(cmd->add_option("--seq-q", o.seq_q, "Attention: query sequence length")->check(kAtLeastOne),
+        "--seq-q");
+  noted(cmd->add_option("--seq-k", o.seq_k, "Attention: key sequence length (default: --seq-q)")
+            ->check(kAtLeastOne),
+        "--seq-k");
+  noted(cmd->add_option("--head-dim", o.head_dim, "Attention: head dim, 64, 96, 128 or 256")
+            ->check(kAtLeastOne),
+        "--head-dim");
+  noted(cmd->add_flag("--causal", o.causal,
+                      "Attention: causal mask (bottom-right aligned when seq-q != seq-k)"),
+        "--causal");
+  noted(cmd->add_option("--window", o.window,
+                        "Attention: sliding window L:R, keys before and after the diagonal a "
+                        "query sees (a side may be 'inf'), e.g. 256:0"),
+        "--window");
+  noted(cmd->add_option("--scale", o.scale, "Attention: softmax scale (default 1/sqrt(head dim))"),
+        "--scale");
   noted(cmd->add_option("--layout", o.layout, "Matmul operand layout: nn, nt, tn, tt"), "--layout");
   noted(cmd->add_option("--epilogue", o.epilogue, "Matmul epilogue: elementwise IR over acc, ..."),
         "--epilogue");
@@ -167,7 +203,8 @@ KernelCommandOptions resolved(const KernelCommandOptions& given) {
       throw UserError("give WHAT or -f FILE, not both (WHAT is '" + options.what + "')");
     options.what = read_regular_file(options.file, ir::kMaxTextBytes, "expression text");
   } else if (options.what.empty()) {
-    throw UserError("WHAT is required: an expression, a family name (matmul), or -f FILE");
+    throw UserError(
+        "WHAT is required: an expression, a family name (matmul, attention), or -f FILE");
   }
   const bool is_family = options.file.empty() && find_family(options.what) != nullptr;
   check_options_apply(options, is_family);
@@ -182,6 +219,12 @@ void run_kernel_command(const KernelCommandOptions& given) {
 }
 
 nlohmann::json problem_spec(const KernelCommandOptions& o) {
+  if (o.file.empty() && o.what == "attention")
+    throw UserError(
+        std::string("kjit ") + to_string(o.verb) +
+            " attention: the attention family is not in the tuner's measured families yet",
+        "its config is the tuner's default for the device (kjit emit attention shows it); "
+        "kjit bench attention --config ... measures another");
   if (o.file.empty() && o.what == "matmul") {
     if (o.m < 1 || o.n < 1 || o.k < 1)
       throw UserError("a matmul needs its sizes", "give --m, --n and --k");

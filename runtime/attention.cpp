@@ -1,0 +1,178 @@
+#include "kjit/runtime/attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kjit/support/error.h"
+#include "kjit/tuner/attention_space.h"
+
+namespace kjit::attention {
+
+namespace {
+
+// Byte-for-byte mirror of kjit::AttentionArgs in templates/attention.cuh.
+struct DeviceArgs {
+  CUdeviceptr q, k, v, o, lse;
+  long long q_batch, q_seq, q_head;
+  long long k_batch, k_seq, k_head;
+  long long v_batch, v_seq, v_head;
+  long long o_batch, o_seq, o_head;
+  int seq_q, seq_k;
+  int heads, kv_group;
+  float scale, scale_log2;
+  int window_left, window_right;
+};
+static_assert(sizeof(DeviceArgs) == 5 * 8 + 12 * 8 + 8 * 4,
+              "DeviceArgs must mirror kjit::AttentionArgs");
+
+constexpr double kLog2e = 1.4426950408889634;
+
+}  // namespace
+
+Tensors resolve(const Problem& p, Tensors t) {
+  validate_problem(p);
+  const int64_t d = p.head_dim;
+  auto fill = [&](const char* name, Strides& s, int64_t heads, int64_t seq) {
+    if (s.batch < 0 || s.seq < 0 || s.head < 0)
+      throw UserError(fmt::format("attention {} has a negative stride (batch {}, seq {}, head {})",
+                                  name, s.batch, s.seq, s.head),
+                      "strides are in elements, >= 0 (0: packed BSHD)");
+    if (s.head == 0) s.head = d;
+    if (s.seq == 0) s.seq = heads * d;
+    if (s.batch == 0) s.batch = seq * s.seq;
+    // The kernel reads and writes rows of D contiguous elements in 16-byte chunks.
+    for (const int64_t stride : {s.batch, s.seq, s.head}) {
+      if (stride % 8 != 0)
+        throw UserError(fmt::format("attention {} stride {} is not a multiple of 8 elements "
+                                    "(16 bytes)",
+                                    name, stride),
+                        "pad the tensor's rows to 8 elements, or make it contiguous");
+    }
+  };
+  fill("Q", t.q_strides, p.heads, p.seq_q);
+  fill("K", t.k_strides, p.kv_heads, p.seq_k);
+  fill("V", t.v_strides, p.kv_heads, p.seq_k);
+  fill("O", t.o_strides, p.heads, p.seq_q);
+  const struct {
+    const char* name;
+    CUdeviceptr pointer;
+  } pointers[] = {{"Q", t.q}, {"K", t.k}, {"V", t.v}, {"O", t.o}};
+  for (const auto& [name, pointer] : pointers) {
+    if (pointer == 0) throw UserError(fmt::format("attention needs a device pointer for {}", name));
+    if (pointer % 16 != 0)
+      throw UserError(fmt::format("attention {} pointer 0x{:x} is not 16-byte aligned", name,
+                                  static_cast<unsigned long long>(pointer)),
+                      "the kernel loads 16-byte chunks; allocations from cuMemAlloc are aligned");
+  }
+  if (t.lse % 4 != 0)
+    throw UserError(fmt::format("attention LSE pointer 0x{:x} is not 4-byte aligned",
+                                static_cast<unsigned long long>(t.lse)));
+  return t;
+}
+
+void check_fits_device(const Problem& p, const Config& config,
+                       const cuda::DeviceProperties& device) {
+  if (device.cc_major < 8)
+    throw UserError(fmt::format("attention needs mma.sync on bf16/f16 (sm_80 or later); {} is {}",
+                                device.name, device.arch()));
+  const int shared = shared_bytes(p, config);
+  if (shared > device.shared_per_block_optin)
+    throw UserError(fmt::format("attention config {} needs {} bytes of shared memory per block "
+                                "at head dim {}; {} allows at most {}",
+                                config.to_string(), p.head_dim, shared, device.name,
+                                device.shared_per_block_optin),
+                    "use fewer stages or a smaller bn");
+  if (device.max_threads_per_block > 0 && config.threads() > device.max_threads_per_block)
+    throw UserError(fmt::format("attention config {} needs {} threads per block; {} allows {}",
+                                config.to_string(), config.threads(), device.name,
+                                device.max_threads_per_block));
+}
+
+double forward_flops(const Problem& p) {
+  const int64_t left = p.window_left, right = p.right();
+  double pairs = 0;
+  if (left < 0 && right < 0) {
+    pairs = static_cast<double>(p.seq_q) * static_cast<double>(p.seq_k);
+  } else if (left < 0 && right == 0 && p.seq_q == p.seq_k) {
+    pairs = 0.5 * static_cast<double>(p.seq_q) * static_cast<double>(p.seq_k);  // causal: half
+  } else {
+    // Row i sees keys [i + offset - left, i + offset + right] within [0, S_k).
+    const int64_t offset = p.seq_k - p.seq_q;
+    for (int64_t i = 0; i < p.seq_q; ++i) {
+      const int64_t lo = left < 0 ? 0 : std::max<int64_t>(0, i + offset - left);
+      const int64_t hi = right < 0 ? p.seq_k - 1 : std::min(p.seq_k - 1, i + offset + right);
+      if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
+    }
+  }
+  return 4.0 * static_cast<double>(p.batch) * static_cast<double>(p.heads) * pairs * p.head_dim;
+}
+
+Attention::Attention(Runtime& runtime, Problem problem)
+    : runtime_(&runtime), problem_(std::move(problem)) {
+  validate_problem(problem_);
+  config_ = tuner::attention_default(problem_, runtime.device());
+  config_source_ = "model";
+  load();
+}
+
+Attention::Attention(Runtime& runtime, Problem problem, Config config)
+    : runtime_(&runtime), problem_(std::move(problem)), config_(config), config_source_("given") {
+  validate(problem_, config_);
+  load();
+}
+
+void Attention::load() {
+  check_fits_device(problem_, config_, runtime_->device());
+  source_ = lower(problem_, config_);
+  kernel_ = runtime_->compile(source_);
+  const cuda::DeviceProperties& device = runtime_->device();
+  const int64_t registers = static_cast<int64_t>(kernel_->stats().registers) * config_.threads();
+  if (device.registers_per_block > 0 && registers > device.registers_per_block)
+    throw UserError(
+        fmt::format("attention config {} needs {} registers per block; {} allows {}",
+                    config_.to_string(), registers, device.name, device.registers_per_block),
+        "use a smaller bm");
+}
+
+std::string Attention::kernel_origin() const {
+  return to_string(kernel_->origin());
+}
+
+void Attention::launch(const Tensors& given, CUstream stream) {
+  const Tensors t = resolve(problem_, given);
+  const Problem& p = problem_;
+  DeviceArgs args{};
+  args.q = t.q;
+  args.k = t.k;
+  args.v = t.v;
+  args.o = t.o;
+  args.lse = t.lse;
+  args.q_batch = t.q_strides.batch;
+  args.q_seq = t.q_strides.seq;
+  args.q_head = t.q_strides.head;
+  args.k_batch = t.k_strides.batch;
+  args.k_seq = t.k_strides.seq;
+  args.k_head = t.k_strides.head;
+  args.v_batch = t.v_strides.batch;
+  args.v_seq = t.v_strides.seq;
+  args.v_head = t.v_strides.head;
+  args.o_batch = t.o_strides.batch;
+  args.o_seq = t.o_strides.seq;
+  args.o_head = t.o_strides.head;
+  args.seq_q = static_cast<int>(p.seq_q);
+  args.seq_k = static_cast<int>(p.seq_k);
+  args.heads = static_cast<int>(p.heads);
+  args.kv_group = static_cast<int>(p.heads / p.kv_heads);
+  const double scale = p.softmax_scale();
+  args.scale = static_cast<float>(scale);
+  args.scale_log2 = static_cast<float>(scale * kLog2e);
+  args.window_left = static_cast<int>(p.window_left);
+  args.window_right = static_cast<int>(p.right());
+  void* params[] = {&args};
+  const auto tiles = static_cast<unsigned>((p.seq_q + config_.bm - 1) / config_.bm);
+  kernel_->launch({tiles, static_cast<unsigned>(p.heads), static_cast<unsigned>(p.batch)}, params,
+                  stream);
+}
+
+}  // namespace kjit::attention

@@ -1,0 +1,62 @@
+// Host-side helpers to check attention against an fp64 reference: random Q, K, V
+// rounded to their dtype (the reference sees exactly what the GPU sees), the
+// reference for sampled rows (O and the log-sum-exp), and the comparison. Used by
+// the GPU tests and `kjit run|bench attention`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kjit/compiler/lowering/attention.h"
+#include "kjit/runtime/attention.h"
+#include "kjit/runtime/matmul_check.h"
+
+namespace kjit::attention {
+
+// The matmul checker's dtype for an attention dtype (bf16 or f16).
+matmul::DType host_dtype(const Problem& problem);
+
+// Q, K, V packed BSHD ([batch, seq, heads, D]), values rounded to the dtype.
+struct HostAttention {
+  Problem problem;
+  matmul::HostTensor q, k, v;
+};
+// Uniform random values in [-spread, spread): larger spreads give peakier softmaxes.
+HostAttention make_host_attention(const Problem& problem, uint64_t seed, float spread = 1.0f);
+
+// One output row to check: query `row` of (batch, head).
+struct Sample {
+  int64_t batch = 0, head = 0, row = 0;
+};
+// Every row when the reference is cheap, else a spread (first and last rows, tile
+// edges, random rows of random heads) keeping it under ~1e8 multiply-adds.
+std::vector<Sample> samples_to_check(const Problem& problem, uint64_t seed);
+
+// The fp64 reference of one row: O (D values, before rounding) and LSE (natural
+// log; -inf when every key is masked, O then 0).
+void reference_row(const HostAttention& host, const Sample& sample, double* o, double* lse);
+
+struct AttentionCheck {
+  double relative_l2 = 0;    // over O's sampled rows
+  double lse_max_error = 0;  // |lse - reference|, rows with a finite reference
+  int64_t rows = 0;
+  int64_t nan_count = 0;
+  bool lse_bad = false;   // an infinite reference LSE not matched, or a NaN LSE
+  std::string first_bad;  // "batch 0 head 3 row 17 d 5: 0.12 vs 0.31", or empty
+  bool ok(double tolerance) const {
+    return relative_l2 <= tolerance && nan_count == 0 && !lse_bad && lse_max_error <= 1e-3;
+  }
+  std::string describe() const;
+};
+
+// Compares O (downloaded, as doubles, laid out by `o_strides`, resolved) and LSE
+// (f32 [batch, heads, seq_q]; empty: not checked) with the reference on `samples`.
+AttentionCheck check_attention(const HostAttention& host, const std::vector<double>& o,
+                               const Strides& o_strides, const std::vector<float>& lse,
+                               const std::vector<Sample>& samples);
+
+// The relative L2 error O may have: 1e-2 (bf16/f16 inputs, P rounded to 16 bits).
+double check_tolerance(const Problem& problem);
+
+}  // namespace kjit::attention

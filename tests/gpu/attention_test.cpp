@@ -1,0 +1,202 @@
+// Attention numeric tests against an fp64 CPU reference (runtime/attention_check.h):
+// Q, K, V rounded to their dtype, O poisoned with 0xFF (NaN) so an unwritten row
+// fails, LSE checked too; every head dim, sequence lengths that are not multiples
+// of a tile, S_q != S_k, causal and sliding windows (bottom-right aligned), rows
+// that see no key (O = 0, LSE = -inf), GQA / MQA, BHSD strides, f16, and every
+// config of the tuner's space.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kjit/runtime/attention.h"
+#include "kjit/runtime/attention_check.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/attention_space.h"
+#include "tests/support/gpu_test.h"
+
+namespace kjit::attention {
+namespace {
+
+struct Case {
+  Problem problem;
+  std::optional<Config> config;  // empty: the tuner's default
+  bool bhsd = false;             // Q, K, V, O laid out [batch, heads, seq, D]
+  float spread = 1.0f;
+};
+
+std::string name_of(const Case& c) {
+  return c.problem.to_string() + (c.config ? " config " + c.config->to_string() : "") +
+         (c.bhsd ? " BHSD" : "");
+}
+
+// BSHD host values -> the device layout of the case.
+std::vector<unsigned char> layout_bytes(const matmul::HostTensor& t, const Problem& p,
+                                        int64_t heads, int64_t seq, bool bhsd) {
+  std::vector<unsigned char> packed = t.bytes();
+  if (!bhsd) return packed;
+  std::vector<unsigned char> out(packed.size());
+  const int64_t row = p.head_dim * 2;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < seq; ++s)
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(out.data() + (((b * heads + h) * seq + s) * row),
+                    packed.data() + (((b * seq + s) * heads + h) * row), static_cast<size_t>(row));
+  return out;
+}
+
+Strides strides_of(const Problem& p, int64_t heads, int64_t seq, bool bhsd) {
+  if (!bhsd) return {};  // packed BSHD defaults
+  return {heads * seq * p.head_dim, p.head_dim, seq * p.head_dim};
+}
+
+class AttentionTest : public testing::GpuTest {
+ protected:
+  void run_case(const Case& c) {
+    SCOPED_TRACE(name_of(c));
+    const Problem& p = c.problem;
+    Attention attention = c.config ? Attention(runtime(), p, *c.config) : Attention(runtime(), p);
+    const HostAttention host = make_host_attention(p, 1234, c.spread);
+    cuda::DeviceBuffer q =
+        cuda::DeviceBuffer::from(layout_bytes(host.q, p, p.heads, p.seq_q, c.bhsd));
+    cuda::DeviceBuffer k =
+        cuda::DeviceBuffer::from(layout_bytes(host.k, p, p.kv_heads, p.seq_k, c.bhsd));
+    cuda::DeviceBuffer v =
+        cuda::DeviceBuffer::from(layout_bytes(host.v, p, p.kv_heads, p.seq_k, c.bhsd));
+    const auto o_count = static_cast<size_t>(p.batch * p.heads * p.seq_q * p.head_dim);
+    cuda::DeviceBuffer o(o_count * 2);
+    o.fill_bytes(0xFF);
+    cuda::DeviceBuffer lse(static_cast<size_t>(p.batch * p.heads * p.seq_q) * 4);
+    lse.fill_bytes(0xFF);
+    Tensors t{.q = q.get(), .k = k.get(), .v = v.get(), .o = o.get(), .lse = lse.get()};
+    t.q_strides = t.o_strides = strides_of(p, p.heads, p.seq_q, c.bhsd);
+    t.k_strides = t.v_strides = strides_of(p, p.kv_heads, p.seq_k, c.bhsd);
+    cuda::Stream stream;
+    attention.launch(t, stream.get());
+    stream.synchronize();
+    const std::vector<double> got =
+        matmul::to_doubles(host_dtype(p), o.to_host<unsigned char>(), o_count);
+    const std::vector<float> got_lse = lse.to_host<float>();
+    const Tensors resolved = resolve(p, t);
+    const AttentionCheck check =
+        check_attention(host, got, resolved.o_strides, got_lse, samples_to_check(p, 99));
+    EXPECT_TRUE(check.ok(check_tolerance(p)))
+        << check.describe() << " (config " << attention.config().to_string() << ")";
+  }
+};
+
+Problem shape(int64_t seq_q, int64_t seq_k, int d, int64_t heads = 2, int64_t batch = 1) {
+  Problem p;
+  p.batch = batch;
+  p.heads = heads;
+  p.kv_heads = heads;
+  p.seq_q = seq_q;
+  p.seq_k = seq_k;
+  p.head_dim = d;
+  return p;
+}
+
+TEST_F(AttentionTest, EveryHeadDimAndSequenceLength) {
+  for (const int d : {64, 96, 128, 256}) {
+    for (const int64_t s : {1, 17, 127, 128, 129, 1000, 4097}) {
+      run_case({shape(s, s, d)});
+      Problem causal = shape(s, s, d);
+      causal.causal = true;
+      run_case({causal});
+    }
+  }
+}
+
+TEST_F(AttentionTest, QueryAndKeyLengthsDiffer) {
+  // Bottom-right alignment: with S_q > S_k and a causal mask, the first S_q - S_k
+  // rows see no key at all (O = 0, LSE = -inf).
+  for (const auto& [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
+           {17, 1000}, {1000, 17}, {129, 4097}, {4097, 129}, {1, 300}, {300, 1}}) {
+    for (const bool causal : {false, true}) {
+      Problem p = shape(sq, sk, 128);
+      p.causal = causal;
+      run_case({p});
+      p.head_dim = 64;
+      run_case({p});
+    }
+  }
+}
+
+TEST_F(AttentionTest, SlidingWindows) {
+  for (const auto& [left, right] : std::vector<std::pair<int64_t, int64_t>>{
+           {100, 0}, {64, 32}, {0, 0}, {0, -1}, {-1, 5}, {1, 1}, {300, 300}}) {
+    for (const auto& [sq, sk] :
+         std::vector<std::pair<int64_t, int64_t>>{{1000, 1000}, {129, 700}, {700, 129}}) {
+      Problem p = shape(sq, sk, 128);
+      p.window_left = left;
+      p.window_right = right;
+      run_case({p});
+    }
+  }
+}
+
+TEST_F(AttentionTest, GroupedAndMultiQuery) {
+  Problem gqa = shape(513, 513, 128, 8, 2);
+  gqa.kv_heads = 2;
+  run_case({gqa});
+  gqa.causal = true;
+  run_case({gqa});
+  Problem mqa = shape(300, 1100, 64, 4, 3);
+  mqa.kv_heads = 1;
+  run_case({mqa});
+}
+
+TEST_F(AttentionTest, HeadsMajorStridesAndF16) {
+  Problem p = shape(777, 777, 128, 3, 2);
+  run_case({p, std::nullopt, true});
+  p.causal = true;
+  p.kv_heads = 1;
+  run_case({p, std::nullopt, true});
+  Problem f16 = shape(1000, 1000, 64, 2, 2);
+  f16.dtype = ir::DType::F16;
+  run_case({f16});
+  f16.head_dim = 256;
+  f16.causal = true;
+  run_case({f16, std::nullopt, true});
+}
+
+TEST_F(AttentionTest, PeakySoftmaxAndScale) {
+  // Large scores: the running max changes often and rescaling matters.
+  Problem p = shape(1000, 1000, 128);
+  run_case({p, std::nullopt, false, 4.0f});
+  p.scale = 0.5;
+  p.causal = true;
+  run_case({p, std::nullopt, false, 2.0f});
+}
+
+TEST_F(AttentionTest, EveryConfigOfTheSpace) {
+  for (const int d : {64, 96, 128, 256}) {
+    for (const bool causal : {false, true}) {
+      Problem p = shape(301, 517, d, 2, 2);
+      p.causal = causal;
+      for (const Config& c : tuner::attention_space(p, device())) run_case({p, c});
+    }
+  }
+}
+
+TEST_F(AttentionTest, BadTensorsAreUserErrors) {
+  Problem p = shape(64, 64, 64);
+  Attention attention(runtime(), p);
+  cuda::DeviceBuffer buffer(64 * 2 * 64 * 2 + 64);
+  const CUdeviceptr base = buffer.get();
+  Tensors misaligned{.q = base + 2, .k = base, .v = base, .o = base};
+  EXPECT_THROW(attention.launch(misaligned, nullptr), UserError);
+  Tensors odd_stride{.q = base, .k = base, .v = base, .o = base};
+  odd_stride.q_strides.seq = 100;
+  EXPECT_THROW(attention.launch(odd_stride, nullptr), UserError);
+  Tensors missing{.q = base, .k = 0, .v = base, .o = base};
+  EXPECT_THROW(attention.launch(missing, nullptr), UserError);
+}
+
+}  // namespace
+}  // namespace kjit::attention

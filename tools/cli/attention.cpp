@@ -1,0 +1,227 @@
+// kjit emit|compile|run|bench attention --seq-q S [--seq-k S] [--batch B] [--heads H]
+//   [--kv-heads G] [--head-dim 64|96|128|256] [--dtype bf16|f16] [--causal]
+//   [--window L:R] [--scale X] [--config bm=..,bn=..,stages=..]
+//
+//   emit     the generated CUDA source (the online softmax written out in comments)
+//   compile  NVRTC for --arch (no GPU needed): registers, shared memory, spills
+//   run      random Q, K, V on the GPU, O and LSE checked against the fp64 reference
+//   bench    the median time of many runs and TFLOP/s (4 · B · H · S_q · S_k · D over
+//            the pairs the masks leave); peers: tools/device/peers/attention_torch.py
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <random>
+
+#include "kjit/runtime/attention.h"
+#include "kjit/runtime/attention_check.h"
+#include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/attention_space.h"
+#include "kjit/tuner/timer.h"
+#include "tools/cli/command.h"
+#include "tools/cli/family.h"
+
+namespace kjit::cli {
+
+namespace {
+
+using namespace kjit::attention;
+
+// "L:R" -> window_left, window_right; each side a count of keys >= 0 or "inf".
+std::pair<int64_t, int64_t> parse_window(const std::string& text) {
+  const size_t colon = text.find(':');
+  auto side = [&](const std::string& s) -> int64_t {
+    if (s == "inf") return -1;
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || v < 0)
+      throw UserError("--window '" + text + "': '" + s + "' is not a count of keys >= 0 or 'inf'",
+                      "write L:R, e.g. 256:0 (256 keys before the diagonal, none after)");
+    return v;
+  };
+  if (colon == std::string::npos)
+    throw UserError("--window '" + text + "' is not L:R",
+                    "write L:R, e.g. 256:0 (256 keys before the diagonal, none after)");
+  return {side(text.substr(0, colon)), side(text.substr(colon + 1))};
+}
+
+Problem problem_from(const KernelCommandOptions& o) {
+  if (o.seq_q < 1) throw UserError("attention needs --seq-q", "e.g. --seq-q 2048");
+  Problem p;
+  p.batch = o.batch;
+  p.heads = o.heads > 0 ? o.heads : 1;
+  p.kv_heads = o.kv_heads > 0 ? o.kv_heads : p.heads;
+  p.seq_q = o.seq_q;
+  p.seq_k = o.seq_k > 0 ? o.seq_k : o.seq_q;
+  p.head_dim = o.head_dim;
+  const std::string dtype = o.dtype.empty() ? "bf16" : o.dtype;
+  if (dtype == "bf16") {
+    p.dtype = ir::DType::BF16;
+  } else if (dtype == "f16") {
+    p.dtype = ir::DType::F16;
+  } else {
+    throw UserError("attention dtype '" + dtype + "' is not supported", "use bf16 or f16");
+  }
+  p.causal = o.causal;
+  if (!o.window.empty()) {
+    const auto [left, right] = parse_window(o.window);
+    p.window_left = left;
+    p.window_right = right;
+    if (p.causal && right > 0)
+      throw UserError("--causal with --window " + o.window + ": the window's right side is not 0",
+                      "give one of them (causal is --window inf:0)");
+  }
+  p.scale = o.scale;
+  validate_problem(p);
+  return p;
+}
+
+struct DeviceTensors {
+  HostAttention host;
+  cuda::DeviceBuffer q, k, v, o, lse;
+  Tensors tensors;
+};
+
+void attention_command(const KernelCommandOptions& o) {
+  const bool on_gpu = o.verb == Verb::Run || o.verb == Verb::Bench;
+  if (on_gpu) require_gpu(std::string("kjit ") + to_string(o.verb) + " attention");
+  const Problem p = problem_from(o);
+  std::unique_ptr<Runtime> runtime;
+  Target target;
+  if (on_gpu) {
+    runtime = std::make_unique<Runtime>();
+    target.device = runtime->device();
+  } else {
+    target = command_target(o.arch, o.gpu);
+  }
+  const Config config =
+      o.config.empty() ? tuner::attention_default(p, target.device) : Config::parse(o.config);
+  const std::string config_source = o.config.empty()
+                                        ? "model: the tuner's default for " + target.device.name
+                                        : "given (--config)";
+  validate(p, config);
+  check_fits_device(p, config, target.device);
+  const KernelSource source = lower(p, config);
+
+  if (o.verb == Verb::Emit) {
+    if (o.json) {
+      print_json({{"family", "attention"},
+                  {"problem", source.problem},
+                  {"config", config.to_string()},
+                  {"config_source", config_source},
+                  {"kernel", source.name},
+                  {"block_threads", source.block_threads},
+                  {"dynamic_shared_bytes", source.dynamic_shared_bytes},
+                  {"source", source.source}});
+    } else {
+      std::cout << source.source;
+    }
+    return;
+  }
+  if (o.verb == Verb::Compile) {
+    const std::string arch = o.arch.empty() ? target.device.arch() : o.arch;
+    cuda::validate_arch(arch);
+    StoreCompile program = compile_with_store(source, arch, o.ptx);
+    if (o.json) {
+      nlohmann::json out = {{"family", "attention"},
+                            {"kernel", source.name},
+                            {"problem", source.problem},
+                            {"config", config.to_string()},
+                            {"config_source", config_source},
+                            {"arch", target_arch(source, arch)},
+                            {"nvrtc_version", cuda::nvrtc_version()},
+                            {"cache", program.cache},
+                            {"compile_ms", program.ms},
+                            {"cubin_bytes", program.cubin.size()},
+                            {"dynamic_shared_bytes", source.dynamic_shared_bytes},
+                            {"kernels", nlohmann::json::array()}};
+      for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
+      if (o.ptx) out["ptx"] = program.ptx;
+      return print_json(out);
+    }
+    if (o.ptx) {
+      std::cout << program.ptx;
+      return;
+    }
+    std::cout << fmt::format(
+        "attention {}\nconfig {} ({})\n{} for {} in {:.0f} ms; {} B dynamic "
+        "shared memory\n",
+        p.to_string(), config.to_string(), config_source,
+        program.cache == "hit" ? "loaded from the store" : "compiled", target_arch(source, arch),
+        program.ms, source.dynamic_shared_bytes);
+    print_stats_table(program.kernels);
+    return;
+  }
+  if (o.verb != Verb::Run && o.verb != Verb::Bench)
+    throw UserError(std::string("kjit ") + to_string(o.verb) + " attention is not supported");
+
+  // run / bench: random Q, K, V (packed BSHD), O poisoned so that a row never
+  // written fails the check.
+  Attention attention(*runtime, p, config);
+  const uint64_t seed = std::random_device{}();
+  DeviceTensors d;
+  d.host = make_host_attention(p, seed);
+  d.q = cuda::DeviceBuffer::from(d.host.q.bytes());
+  d.k = cuda::DeviceBuffer::from(d.host.k.bytes());
+  d.v = cuda::DeviceBuffer::from(d.host.v.bytes());
+  const auto o_count = static_cast<size_t>(p.batch * p.seq_q * p.heads * p.head_dim);
+  d.o = cuda::DeviceBuffer(o_count * 2);
+  d.o.fill_bytes(0xFF);
+  d.lse = cuda::DeviceBuffer(static_cast<size_t>(p.batch * p.heads * p.seq_q) * 4);
+  d.tensors = {.q = d.q.get(), .k = d.k.get(), .v = d.v.get(), .o = d.o.get(), .lse = d.lse.get()};
+  cuda::Stream stream;
+  attention.launch(d.tensors, stream.get());
+  stream.synchronize();
+  const std::vector<double> got =
+      matmul::to_doubles(host_dtype(p), d.o.to_host<unsigned char>(), o_count);
+  const AttentionCheck check = check_attention(d.host, got, resolve(p, d.tensors).o_strides,
+                                               d.lse.to_host<float>(), samples_to_check(p, seed));
+  const bool ok = check.ok(check_tolerance(p));
+  if (!ok) exit_code = 1;
+
+  double median_ms = 0;
+  int repeats = 0;
+  if (o.verb == Verb::Bench) {
+    repeats = o.repeats > 0 ? o.repeats : 50;
+    tuner::Timer timer(stream.get(), runtime->device().l2_bytes);
+    median_ms =
+        timer.time([&](int) { attention.launch(d.tensors, stream.get()); }, repeats).median_ms;
+  }
+  const double flops = forward_flops(p);
+  const double tflops = median_ms > 0 ? flops / (median_ms * 1e-3) / 1e12 : 0;
+  if (o.json) {
+    nlohmann::json out = {{"family", "attention"},
+                          {"problem", p.to_string()},
+                          {"config", config.to_string()},
+                          {"config_source", config_source},
+                          {"kernel", source.name},
+                          {"registers", attention.stats().registers},
+                          {"spill_bytes", attention.stats().spill_store_bytes},
+                          {"relative_l2", check.relative_l2},
+                          {"lse_max_error", check.lse_max_error},
+                          {"checked_rows", check.rows},
+                          {"pass", ok}};
+    if (o.verb == Verb::Bench) {
+      out["median_ms"] = median_ms;
+      out["flops"] = flops;
+      out["tflops"] = tflops;
+      out["repeats"] = repeats;
+    }
+    return print_json(out);
+  }
+  std::cout << fmt::format("attention {}\nconfig {} ({} registers; {})\ncheck: {} -> {}\n",
+                           p.to_string(), config.to_string(), attention.stats().registers,
+                           config_source, check.describe(), ok ? "PASS" : "FAIL");
+  if (o.verb == Verb::Bench)
+    std::cout << fmt::format("kjit: median {:.4f} ms over {} runs: {:.1f} TFLOP/s\n", median_ms,
+                             repeats, tflops);
+}
+
+}  // namespace
+
+KJIT_REGISTER_FAMILY("attention", attention_command);
+
+}  // namespace kjit::cli
