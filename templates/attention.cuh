@@ -6,13 +6,13 @@
 // algorithm, stage by stage (FlashAttention-2's forward pass, written for mma.sync):
 //
 //   1. block -> query tile:  one block per BM query rows of one (batch, head); each of
-//      the WARPS warps owns 16 of those rows for the whole kernel (causal: the
-//      longest tiles are handed out first)
+//      the WARPS warps owns 16 or 32 of those rows for the whole kernel (causal:
+//      the longest tiles are handed out first)
 //   2. the pipeline:         Q's tile is loaded once; K and V tiles of BN keys stream
-//      through STAGES shared-memory buffers with cp.async, the next tile loading while
-//      the warps work on the current one (rows padded by 16 bytes: ldmatrix's eight
-//      row reads then fall on different banks)
-//   3. scores:               S = Q Kᵀ for the warp's 16 rows x BN keys, fp32, in
+//      through STAGES shared-memory buffers with cp.async, the next tiles loading while
+//      the warps work on the current one, V waited for only after the scores (rows
+//      padded by 16 bytes: ldmatrix's eight row reads then fall on different banks)
+//   3. scores:               S = Q Kᵀ for the warp's rows x BN keys, fp32, in
 //      registers (mma.sync m16n8k16; K's rows are already B's "col" layout)
 //   4. masks:                keys past S_k, and outside the causal / sliding window
 //      (bottom-right aligned: query i sees key j when j - i - (S_k - S_q) lies in
@@ -83,10 +83,15 @@ __device__ __forceinline__ u32 pack2<f16>(float a, float b) {
 
 template <typename T, int D, int BM, int BN, int WARPS, int STAGES>
 struct FlashForward {
-  static_assert(BM == 16 * WARPS, "each warp owns 16 query rows");
+  // Each warp owns MT tiles of 16 query rows: with two, every K and V fragment
+  // read from shared memory feeds two mma instructions (half the shared-memory
+  // traffic per FLOP, which bounds this kernel), for twice the accumulators.
+  static constexpr int MT = BM / (16 * WARPS);
+  static_assert(BM == 16 * MT * WARPS && (MT == 1 || MT == 2), "16 or 32 query rows per warp");
   static_assert(D % 16 == 0 && BN % 16 == 0, "mma.sync k16 steps over D and over keys");
   static_assert(STAGES >= 2, "at least double buffering");
   static constexpr int kThreads = WARPS * 32;
+  static constexpr int kWarpRows = 16 * MT;
   static constexpr int kPitch = D + 8;          // elements per shared row: +16 bytes
   static constexpr int kChunks = D / 8;         // 16-byte chunks per row
   static constexpr int kQElems = BM * kPitch;   // the Q tile
@@ -143,53 +148,78 @@ struct FlashForward {
     const int tile_end = key_end > key_begin ? (key_end + BN - 1) / BN : tile_begin;
 
     // ---- stage 2: Q once, then the first K/V tiles ----
+    // Commit groups, in order: Q, then K and V of each tile as two groups, so the
+    // scores of a tile start as soon as its K has landed while V still streams.
     load_tile<BM>(q_tile, q + row0 * args.q_seq, args.q_seq, args.seq_q - row0);
     mma::cp_async_commit();
-    auto load_kv = [&](int tile, int stage) {
+    auto load_k = [&](int tile, int stage) {
       const int key0 = tile * BN;
       load_tile<BN>(k_tiles + stage * kKvElems, k + key0 * args.k_seq, args.k_seq,
                     args.seq_k - key0);
+    };
+    auto load_v = [&](int tile, int stage) {
+      const int key0 = tile * BN;
       load_tile<BN>(v_tiles + stage * kKvElems, v + key0 * args.v_seq, args.v_seq,
                     args.seq_k - key0);
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (tile_begin + s < tile_end) load_kv(tile_begin + s, s);
+      if (tile_begin + s < tile_end) load_k(tile_begin + s, s);
       mma::cp_async_commit();  // (an empty group keeps the counting uniform)
+      if (tile_begin + s < tile_end) load_v(tile_begin + s, s);
+      mma::cp_async_commit();
     }
 
-    // ---- per-thread state: rows g and g + 8 of the warp's 16 ----
-    float o_acc[D / 8][4];  // O: D/8 mma tiles of 16 x 8
+    // ---- per-thread state: rows g and g + 8 of each of the warp's MT row tiles ----
+    float o_acc[MT][D / 8][4];  // O: D/8 mma tiles of 16 x 8 per row tile
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
-    float row_max[2] = {minus_infinity(), minus_infinity()};  // m, in unscaled score units
-    float row_sum[2] = {0.0f, 0.0f};  // l, this thread's share (4 lanes per row)
-    const int my_row[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        o_acc[m][n][0] = o_acc[m][n][1] = o_acc[m][n][2] = o_acc[m][n][3] = 0.0f;
+    float row_max[MT][2], row_sum[MT][2];  // m (unscaled score units) and l (this thread's share)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_max[m][h] = minus_infinity();
+        row_sum[m][h] = 0.0f;
+      }
+    }
+    // The query row of accumulator rows g (h = 0) and g + 8 (h = 1) of row tile m.
+    const int thread_row0 = row0 + warp * kWarpRows + g;
+    auto my_row = [&](int m, int h) { return thread_row0 + m * 16 + 8 * h; };
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int stage = (tile - tile_begin) % STAGES;
-      // Issue the load STAGES - 1 tiles ahead, into the buffer freed last iteration.
+      // Issue the loads STAGES - 1 tiles ahead, into the buffers freed last iteration.
       const int ahead = tile + STAGES - 1;
-      if (ahead < tile_end) load_kv(ahead, (ahead - tile_begin) % STAGES);
+      if (ahead < tile_end) load_k(ahead, (ahead - tile_begin) % STAGES);
       mma::cp_async_commit();
-      mma::cp_async_wait<STAGES - 1>();  // Q and this tile have landed (for this thread)
-      __syncthreads();                   // ... and for every thread
+      if (ahead < tile_end) load_v(ahead, (ahead - tile_begin) % STAGES);
+      mma::cp_async_commit();
+      // Behind this tile's K: its V and K, V of the STAGES - 1 tiles ahead.
+      mma::cp_async_wait<2 * STAGES - 1>();  // Q and this K have landed (for this thread)
+      __syncthreads();                       // ... and for every thread
       const T* k_tile = k_tiles + stage * kKvElems;
       const T* v_tile = v_tiles + stage * kKvElems;
       const int key0 = tile * BN;
 
-      // ---- stage 3: S = Q Kᵀ, 16 rows x BN keys per warp ----
-      float s[BN / 8][4];
+      // ---- stage 3: S = Q Kᵀ, 16 MT rows x BN keys per warp ----
+      float s[MT][BN / 8][4];
 #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        // A: the warp's 16 query rows, d in [16 kk, 16 kk + 16). Matrix i of the
-        // ldmatrix.x4 is rows (i % 2) * 8.., columns (i / 2) * 8.. (a0..a3's order).
-        u32 a[4];
-        {
-          const int r = warp * 16 + (lane % 16), c = kk * 16 + (lane / 16) * 8;
-          ldmatrix_x4(a, shared_address(q_tile + r * kPitch + c));
+        // A: 16 query rows, d in [16 kk, 16 kk + 16). Matrix i of the ldmatrix.x4 is
+        // rows (i % 2) * 8.., columns (i / 2) * 8.. (a0..a3's order).
+        u32 a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const int r = warp * kWarpRows + m * 16 + (lane % 16), c = kk * 16 + (lane / 16) * 8;
+          ldmatrix_x4(a[m], shared_address(q_tile + r * kPitch + c));
         }
 #pragma unroll
         for (int n = 0; n < BN / 8; n += 2) {
@@ -199,13 +229,16 @@ struct FlashForward {
           u32 b[4];
           const int key = n * 8 + (lane / 16) * 8 + (lane % 8), c = kk * 16 + ((lane / 8) % 2) * 8;
           ldmatrix_x4(b, shared_address(k_tile + key * kPitch + c));
-          mma::MmaM16N8K16<T>::run(s[n], a, b[0], b[1]);
-          mma::MmaM16N8K16<T>::run(s[n + 1], a, b[2], b[3]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma::MmaM16N8K16<T>::run(s[m][n], a[m], b[0], b[1]);
+            mma::MmaM16N8K16<T>::run(s[m][n + 1], a[m], b[2], b[3]);
+          }
         }
       }
 
       // ---- stage 4: masks, only where the tile crosses a boundary ----
-      const int warp_first = row0 + warp * 16, warp_last = warp_first + 15;
+      const int warp_first = row0 + warp * kWarpRows, warp_last = warp_first + kWarpRows - 1;
       const bool crosses_end = key0 + BN > args.seq_k;
       const bool crosses_right =
           args.window_right >= 0 && key0 + BN - 1 > warp_first + offset + args.window_right;
@@ -213,15 +246,18 @@ struct FlashForward {
           args.window_left >= 0 && key0 < warp_last + offset - args.window_left;
       if (crosses_end || crosses_right || crosses_left) {
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
+        for (int m = 0; m < MT; ++m) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + n * 8 + 2 * t + (e % 2);
-            const int rel = key - my_row[e / 2] - offset;  // 0 on the diagonal
-            const bool visible = key < args.seq_k &&
-                                 (args.window_right < 0 || rel <= args.window_right) &&
-                                 (args.window_left < 0 || rel >= -args.window_left);
-            if (!visible) s[n][e] = minus_infinity();
+          for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = key0 + n * 8 + 2 * t + (e % 2);
+              const int rel = key - my_row(m, e / 2) - offset;  // 0 on the diagonal
+              const bool visible = key < args.seq_k &&
+                                   (args.window_right < 0 || rel <= args.window_right) &&
+                                   (args.window_left < 0 || rel >= -args.window_left);
+              if (!visible) s[m][n][e] = minus_infinity();
+            }
           }
         }
       }
@@ -230,46 +266,57 @@ struct FlashForward {
       // Each row's BN scores are spread over the 4 lanes of a quad (t = 0..3): the
       // tile's max is this thread's max, then the quad's (two shuffles).
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // h = 0: row g (elements 0, 1); h = 1: row g + 8
-        float tile_max = minus_infinity();
+      for (int m = 0; m < MT; ++m) {
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n)
-          tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        const float new_max = fmaxf(row_max[h], tile_max);
-        // Everything so far is rescaled by 2^((m - m')·scale·log2 e). While a row has
-        // seen only masked keys (m' = -inf) nothing is rescaled and every p is 0.
-        const float base = new_max == minus_infinity() ? 0.0f : new_max * args.scale_log2;
-        const float rescale =
-            row_max[h] == minus_infinity() ? 1.0f : exp2f(row_max[h] * args.scale_log2 - base);
-        row_max[h] = new_max;
-        row_sum[h] *= rescale;
+        for (int h = 0; h < 2; ++h) {  // h = 0: row g (elements 0, 1); h = 1: row g + 8
+          float tile_max = minus_infinity();
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          o_acc[n][2 * h] *= rescale;
-          o_acc[n][2 * h + 1] *= rescale;
-        }
-        // p = exp(scale·(s - m')) = 2^(s·scale·log2 e - m'·scale·log2 e): one FMA and
-        // one exp2 per score. l gathers this thread's share; the quad sums at the end.
+          for (int n = 0; n < BN / 8; ++n)
+            tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * h], s[m][n][2 * h + 1]));
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+          const float new_max = fmaxf(row_max[m][h], tile_max);
+          // Everything so far is rescaled by 2^((m - m')·scale·log2 e). While a row
+          // has seen only masked keys (m' = -inf) nothing is rescaled and every p is 0.
+          const float base = new_max == minus_infinity() ? 0.0f : new_max * args.scale_log2;
+          const float rescale = row_max[m][h] == minus_infinity()
+                                    ? 1.0f
+                                    : exp2f(row_max[m][h] * args.scale_log2 - base);
+          row_max[m][h] = new_max;
+          row_sum[m][h] *= rescale;
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
-          s[n][2 * h] = exp2f(fmaf(s[n][2 * h], args.scale_log2, -base));
-          s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], args.scale_log2, -base));
-          row_sum[h] += s[n][2 * h] + s[n][2 * h + 1];
+          for (int n = 0; n < D / 8; ++n) {
+            o_acc[m][n][2 * h] *= rescale;
+            o_acc[m][n][2 * h + 1] *= rescale;
+          }
+          // p = exp(scale·(s - m')) = 2^(s·scale·log2 e - m'·scale·log2 e): one FMA
+          // and one exp2 per score. l gathers this thread's share; the quad sums at
+          // the end.
+#pragma unroll
+          for (int n = 0; n < BN / 8; ++n) {
+            s[m][n][2 * h] = exp2f(fmaf(s[m][n][2 * h], args.scale_log2, -base));
+            s[m][n][2 * h + 1] = exp2f(fmaf(s[m][n][2 * h + 1], args.scale_log2, -base));
+            row_sum[m][h] += s[m][n][2 * h] + s[m][n][2 * h + 1];
+          }
         }
       }
 
-      // ---- stage 6: O += P V ----
+      // ---- stage 6: O += P V, once this tile's V has landed ----
+      mma::cp_async_wait<2 * STAGES - 2>();
+      __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         // P's accumulators for key tiles 2kk and 2kk + 1 are, element for element, the
         // A fragment of keys [16 kk, 16 kk + 16): a0 row g, a1 row g + 8, a2/a3 the
         // second tile. Rounded to 16 bits here (fp32 accumulation continues in O).
-        const u32 a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
-                          pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                          pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                          pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        u32 a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          a[m][0] = pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
+          a[m][1] = pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
+          a[m][2] = pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+          a[m][3] = pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int n = 0; n < D / 8; n += 2) {
           // B = V (keys x d), stored keys-major: ldmatrix.trans gives b0 = (keys 2t,
@@ -277,8 +324,11 @@ struct FlashForward {
           u32 b[4];
           const int key = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8), c = n * 8 + (lane / 16) * 8;
           ldmatrix_x4_trans(b, shared_address(v_tile + key * kPitch + c));
-          mma::MmaM16N8K16<T>::run(o_acc[n], a, b[0], b[1]);
-          mma::MmaM16N8K16<T>::run(o_acc[n + 1], a, b[2], b[3]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            mma::MmaM16N8K16<T>::run(o_acc[m][n], a[m], b[0], b[1]);
+            mma::MmaM16N8K16<T>::run(o_acc[m][n + 1], a[m], b[2], b[3]);
+          }
         }
       }
       __syncthreads();  // every warp is done with this stage before it is refilled
@@ -288,22 +338,25 @@ struct FlashForward {
     // ---- stage 7: O / l, and the log-sum-exp ----
     T* o = static_cast<T*>(args.o) + batch * args.o_batch + head * args.o_head;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int row = my_row[h];
-      if (row >= args.seq_q) continue;
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // every key masked: O = 0
-      T* out = o + row * args.o_seq;
+    for (int m = 0; m < MT; ++m) {
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        *reinterpret_cast<u32*>(out + n * 8 + 2 * t) =
-            pack2<T>(o_acc[n][2 * h] * inverse, o_acc[n][2 * h + 1] * inverse);
-      }
-      if (args.lse != nullptr && t == 0) {
-        args.lse[(static_cast<long long>(batch) * args.heads + head) * args.seq_q + row] =
-            sum > 0.0f ? row_max[h] * args.scale + logf(sum) : minus_infinity();
+      for (int h = 0; h < 2; ++h) {
+        float sum = row_sum[m][h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = my_row(m, h);
+        if (row >= args.seq_q) continue;
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // every key masked: O = 0
+        T* out = o + row * args.o_seq;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          *reinterpret_cast<u32*>(out + n * 8 + 2 * t) =
+              pack2<T>(o_acc[m][n][2 * h] * inverse, o_acc[m][n][2 * h + 1] * inverse);
+        }
+        if (args.lse != nullptr && t == 0) {
+          args.lse[(static_cast<long long>(batch) * args.heads + head) * args.seq_q + row] =
+              sum > 0.0f ? row_max[m][h] * args.scale + logf(sum) : minus_infinity();
+        }
       }
     }
   }

@@ -2,17 +2,25 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace kjit::tuner {
 
 namespace {
 
 // Registers a thread needs beyond its accumulators (addresses, the row state,
-// fragments in flight): what ptxas reports for the kernels minus D/2 + BN/2, with
-// a margin.
-constexpr int kOverheadRegisters = 72;
+// fragments in flight), with a margin: ptxas's counts for the compiled space
+// minus the accumulators (tests/unit/attention/compile_test.cpp checks that
+// nothing kept spills).
+constexpr int kOverheadRegisters = 110;
+
+// O (head_dim / 2 floats per 16 rows) and the scores (bn / 2 per 16 rows).
+int accumulator_registers(const attention::Problem& p, const attention::Config& c) {
+  return c.warp_rows / 16 * (p.head_dim / 2 + c.bn / 2);
+}
 
 bool fits_registers(const attention::Problem& p, const attention::Config& c) {
-  return p.head_dim / 2 + c.bn / 2 + kOverheadRegisters <= 255;
+  return accumulator_registers(p, c) + kOverheadRegisters <= 255;
 }
 
 }  // namespace
@@ -24,23 +32,26 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
   for (int bm : {64, 128}) {
     for (int bn : {32, 64, 128}) {
       for (int stages : {2, 3}) {
-        const attention::Config c{bm, bn, stages};
-        const int shared = attention::shared_bytes(problem, c);
-        if (shared > device.shared_per_block_optin) {
-          if (pruned)
-            pruned->push_back(fmt::format("{}: {} B of shared memory > the device's {} B",
-                                          c.to_string(), shared, device.shared_per_block_optin));
-          continue;
+        for (int warp_rows : {16, 32}) {
+          const attention::Config c{bm, bn, stages, warp_rows};
+          const int shared = attention::shared_bytes(problem, c);
+          if (shared > device.shared_per_block_optin) {
+            if (pruned)
+              pruned->push_back(fmt::format("{}: {} B of shared memory > the device's {} B",
+                                            c.to_string(), shared, device.shared_per_block_optin));
+            continue;
+          }
+          if (!fits_registers(problem, c)) {
+            if (pruned)
+              pruned->push_back(fmt::format(
+                  "{}: head dim {}, {} keys per tile and {} rows per warp need ~{} registers "
+                  "per thread (> 255)",
+                  c.to_string(), problem.head_dim, bn, warp_rows,
+                  accumulator_registers(problem, c) + kOverheadRegisters));
+            continue;
+          }
+          space.push_back(c);
         }
-        if (!fits_registers(problem, c)) {
-          if (pruned)
-            pruned->push_back(fmt::format(
-                "{}: head dim {} and {} keys per tile need ~{} registers per thread (> 255)",
-                c.to_string(), problem.head_dim, bn,
-                problem.head_dim / 2 + bn / 2 + kOverheadRegisters));
-          continue;
-        }
-        space.push_back(c);
       }
     }
   }
@@ -49,12 +60,26 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
 
 attention::Config attention_default(const attention::Problem& problem,
                                     const cuda::DeviceProperties& device) {
+  // Measured on the H200 (docs/perf/2026-11-30-h200-attention.md): 32 rows per
+  // warp wins where its accumulators fit without spilling (each K/V fragment read
+  // from shared memory then feeds two mma), else 16 rows and the widest key tile.
   attention::Config c;
-  c.bn = problem.head_dim > 128 ? 32 : 64;
   c.stages = 2;
   const int64_t blocks_of_128 = (problem.seq_q + 127) / 128 * problem.heads * problem.batch;
   c.bm = blocks_of_128 >= device.sm_count ? 128 : 64;
-  if (attention::shared_bytes(problem, c) > device.shared_per_block_optin) c.bm = 64;
+  // (warp_rows, bn) in order of preference; the first that fits is taken.
+  const std::pair<int, int> preference[] = {{32, 64}, {32, 32}, {16, 128}, {16, 64}, {16, 32}};
+  for (const auto& [warp_rows, bn] : preference) {
+    attention::Config candidate = c;
+    candidate.warp_rows = warp_rows;
+    candidate.bn = bn;
+    if (fits_registers(problem, candidate) &&
+        attention::shared_bytes(problem, candidate) <= device.shared_per_block_optin)
+      return candidate;
+  }
+  c.bm = 64;
+  c.bn = 32;
+  c.warp_rows = 16;
   return c;
 }
 

@@ -43,11 +43,11 @@ std::string Problem::to_string() const {
 }
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},stages={}", bm, bn, stages);
+  return fmt::format("bm={},bn={},stages={},warp_rows={}", bm, bn, stages, warp_rows);
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: bm, bn, stages";
+  static const char* kValidKeys = "valid keys: bm, bn, stages, warp_rows";
   Config config;
   for (const auto& [key, value] :
        split_key_values(text, "attention config",
@@ -65,6 +65,8 @@ Config Config::parse(const std::string& text) {
       config.bn = v;
     } else if (key == "stages") {
       config.stages = v;
+    } else if (key == "warp_rows") {
+      config.warp_rows = v;
     } else {
       throw UserError("attention config has no key '" + key + "'", kValidKeys);
     }
@@ -108,10 +110,14 @@ void validate_problem(const Problem& p) {
 
 void validate(const Problem& p, const Config& c) {
   validate_problem(p);
-  if (c.bm < 16 || c.bm > 128 || c.bm % 16 != 0)
-    throw UserError(
-        fmt::format("attention config bm={} is not a multiple of 16 in [16, 128]", c.bm),
-        "each warp owns 16 query rows; bm = 16 x warps");
+  if (c.warp_rows != 16 && c.warp_rows != 32)
+    throw UserError(fmt::format("attention config warp_rows={} is not 16 or 32", c.warp_rows),
+                    "each warp owns one or two tiles of 16 query rows");
+  if (c.bm < c.warp_rows || c.bm > 128 || c.bm % c.warp_rows != 0)
+    throw UserError(fmt::format("attention config bm={} is not a multiple of warp_rows={} in "
+                                "[{}, 128]",
+                                c.bm, c.warp_rows, c.warp_rows),
+                    "bm = warp_rows x warps");
   if (c.bn != 16 && c.bn != 32 && c.bn != 64 && c.bn != 128)
     throw UserError(fmt::format("attention config bn={} is not 16, 32, 64 or 128", c.bn));
   if (c.stages < 2 || c.stages > 4)
@@ -129,8 +135,8 @@ KernelSource lower(const Problem& p, const Config& c) {
   out.family = "attention";
   out.problem = p.kernel_class();  // sizes, strides, masks and scale are arguments
   out.config = c.to_string();
-  out.name = fmt::format("kjit_attention_fwd_{}_d{}_{}x{}_s{}", dtype_name(p.dtype), p.head_dim,
-                         c.bm, c.bn, c.stages);
+  out.name = fmt::format("kjit_attention_fwd_{}_d{}_{}x{}_{}w_s{}", dtype_name(p.dtype), p.head_dim,
+                         c.bm, c.bn, c.warps(), c.stages);
   out.block_threads = c.threads();
   out.dynamic_shared_bytes = shared_bytes(p, c);
 
@@ -142,11 +148,11 @@ KernelSource lower(const Problem& p, const Config& c) {
   s += "// config:    " + out.config + "\n";
   s += fmt::format(
       "// path:      flash attention with mma.sync m16n8k16 {} -> f32: {} query rows per block\n"
-      "//            ({} warps of 16), tiles of {} keys through a {}-stage cp.async pipeline,\n"
+      "//            ({} warps of {}), tiles of {} keys through a {}-stage cp.async pipeline,\n"
       "//            {} B of dynamic shared memory; the S x S score matrix is never stored\n",
-      dtype_name(p.dtype), c.bm, c.warps(), c.bn, c.stages, out.dynamic_shared_bytes);
+      dtype_name(p.dtype), c.bm, c.warps(), c.warp_rows, c.bn, c.stages, out.dynamic_shared_bytes);
   s += "//\n";
-  s += "// The online softmax, per tile of keys, for each row r of a warp's 16\n";
+  s += "// The online softmax, per tile of keys, for each row r of a warp\n";
   s += "// (templates/attention.cuh, stages 3 to 6):\n";
   s += "//   s_j  = q_r . k_j                       scores, fp32 (mma.sync)\n";
   s += "//   m'   = max(m, max_j s_j)               the running max, over the tile\n";

@@ -42,16 +42,17 @@ struct Problem {
 };
 
 struct Config {
-  int bm = 64;     // query rows per block: 16 per warp
-  int bn = 64;     // keys per tile
-  int stages = 2;  // K/V tiles in flight (cp.async)
-  int warps() const { return bm / 16; }
+  int bm = 64;         // query rows per block
+  int bn = 64;         // keys per tile
+  int stages = 2;      // K/V tiles in flight (cp.async)
+  int warp_rows = 16;  // query rows per warp: 16, or 32 (each K/V fragment feeds two mma)
+  int warps() const { return bm / warp_rows; }
   int threads() const { return warps() * 32; }
 
-  // "bm=64,bn=64,stages=2"
+  // "bm=64,bn=64,stages=2,warp_rows=16"
   std::string to_string() const;
-  // Parses "key=value,..." over the default; keys bm bn stages. UserError for
-  // unknown keys or malformed values, naming the valid ones.
+  // Parses "key=value,..." over the default; keys bm bn stages warp_rows.
+  // UserError for unknown keys or malformed values, naming the valid ones.
   static Config parse(const std::string& text);
   bool operator==(const Config&) const = default;
 };
@@ -60,8 +61,8 @@ struct Config {
 // kv_heads dividing heads, a supported head dim and dtype, windows >= -1, a positive
 // finite scale. UserError naming the value and the supported set.
 void validate_problem(const Problem& problem);
-// Plus the config's: bm in {16, 32, ..., 128} (16 rows per warp), bn in {16, 32, 64,
-// 128}, stages 2..4.
+// Plus the config's: warp_rows 16 or 32, bm a multiple of it in [16, 128], bn in
+// {16, 32, 64, 128}, stages 2..4.
 void validate(const Problem& problem, const Config& config);
 
 // Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles, rows

@@ -2,6 +2,8 @@
 // message says so), the generated glue, and the tuner's space and default.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include "kjit/compiler/lowering/attention.h"
@@ -79,14 +81,19 @@ TEST(AttentionProblem, BadInputIsAUserErrorNamingTheValueAndTheSupportedSet) {
 
 TEST(AttentionConfig, ParsesChecksAndPrints) {
   const Config c = Config::parse("bm=128, bn=32, stages=3");
-  EXPECT_EQ(c.to_string(), "bm=128,bn=32,stages=3");
+  EXPECT_EQ(c.to_string(), "bm=128,bn=32,stages=3,warp_rows=16");
   EXPECT_EQ(c.warps(), 8);
+  const Config wide = Config::parse("bm=128,warp_rows=32");
+  EXPECT_EQ(wide.warps(), 4);
+  EXPECT_EQ(Config::parse(wide.to_string()), wide);
   EXPECT_EQ(Config::parse(c.to_string()), c);
   EXPECT_THROW(Config::parse("bk=32"), UserError);
   EXPECT_THROW(Config::parse("bm=x"), UserError);
   EXPECT_CONTAINS(user_error(base(), Config{40, 64, 2}), "bm=40");
   EXPECT_CONTAINS(user_error(base(), Config{64, 48, 2}), "bn=48");
   EXPECT_CONTAINS(user_error(base(), Config{64, 64, 5}), "stages=5");
+  EXPECT_CONTAINS(user_error(base(), Config{64, 64, 2, 24}), "warp_rows=24");
+  EXPECT_CONTAINS(user_error(base(), Config{16, 64, 2, 32}), "bm=16");
 }
 
 TEST(AttentionLowering, GlueNamesTheConfigAndIsDeterministic) {
@@ -95,7 +102,7 @@ TEST(AttentionLowering, GlueNamesTheConfigAndIsDeterministic) {
   const Config c{128, 64, 3};
   const KernelSource s = lower(p, c);
   EXPECT_EQ(s.family, "attention");
-  EXPECT_EQ(s.name, "kjit_attention_fwd_f16_d128_128x64_s3");
+  EXPECT_EQ(s.name, "kjit_attention_fwd_f16_d128_128x64_8w_s3");
   EXPECT_EQ(s.problem, "dtype=f16,d=128");  // sizes and masks are arguments
   EXPECT_EQ(s.block_threads, 256);
   EXPECT_EQ(s.dynamic_shared_bytes, (128 * 136 + 2 * 3 * 64 * 136) * 2);
@@ -119,7 +126,7 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
     std::vector<std::string> pruned;
     const std::vector<Config> space = tuner::attention_space(p, h200, &pruned);
     EXPECT_FALSE(space.empty()) << d;
-    EXPECT_EQ(space.size() + pruned.size(), 12u) << d;
+    EXPECT_EQ(space.size() + pruned.size(), 24u) << d;
     for (const Config& c : space) {
       EXPECT_EQ(user_error(p, c), "accepted");
       EXPECT_LE(shared_bytes(p, c), h200.shared_per_block_optin);
@@ -127,6 +134,9 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
     for (const std::string& why : pruned) EXPECT_CONTAINS(why, "bm=");
     const Config chosen = tuner::attention_default(p, h200);
     EXPECT_EQ(user_error(p, chosen), "accepted");
+    EXPECT_NE(std::find(space.begin(), space.end(), chosen), space.end()) << chosen.to_string();
+    // 32 rows per warp where the accumulators fit (head dims 64 and 96).
+    EXPECT_EQ(chosen.warp_rows, d <= 96 ? 32 : 16) << d;
   }
   // Few query blocks: 64 rows per block keeps more SMs busy.
   Problem small = base();

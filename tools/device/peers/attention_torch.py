@@ -101,8 +101,8 @@ def peers(shape):
     return out
 
 
-SPACE = [f"bm={bm},bn={bn},stages={st}" for bm in (64, 128) for bn in (32, 64, 128)
-         for st in (2, 3)]
+SPACE = [f"bm={bm},bn={bn},stages={st},warp_rows={wr}" for bm in (64, 128)
+         for bn in (32, 64, 128) for st in (2, 3) for wr in (16, 32)]
 
 
 def main():
