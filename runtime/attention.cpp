@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
+#include "kjit/runtime/cuda/driver.h"
 #include "kjit/support/error.h"
 #include "kjit/tuner/attention_space.h"
 
@@ -27,6 +29,28 @@ static_assert(sizeof(DeviceArgs) == 5 * 8 + 12 * 8 + 8 * 4,
               "DeviceArgs must mirror kjit::AttentionArgs");
 
 constexpr double kLog2e = 1.4426950408889634;
+
+// A 4-D tensor map (head dim, sequence, head, batch) of Q, K or V for the copy
+// engine (the wgmma kernel): boxes of 64 head-dim elements (128 bytes, the swizzle
+// span) by `box_rows` positions, 128-byte swizzle, zeros past the sequence.
+CUtensorMap sequence_map(ir::DType dtype, CUdeviceptr base, int64_t head_dim, int64_t seq,
+                         int64_t heads, int64_t batch, const Strides& strides, int box_rows) {
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seq),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t byte_strides[3] = {static_cast<cuuint64_t>(strides.seq * 2),
+                                      static_cast<cuuint64_t>(strides.head * 2),
+                                      static_cast<cuuint64_t>(strides.batch * 2)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  KJIT_CU(
+      cuTensorMapEncodeTiled, &map,
+      dtype == ir::DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+      4, reinterpret_cast<void*>(base), dims, byte_strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return map;
+}
 
 }  // namespace
 
@@ -76,6 +100,11 @@ void check_fits_device(const Problem& p, const Config& config,
   if (device.cc_major < 8)
     throw UserError(fmt::format("attention needs mma.sync on bf16/f16 (sm_80 or later); {} is {}",
                                 device.name, device.arch()));
+  if (config.wgmma && device.cc_major * 10 + device.cc_minor != 90)
+    throw UserError(fmt::format("attention config {} uses TMA and wgmma, which need an sm_90 GPU "
+                                "(Hopper); {} is {}",
+                                config.to_string(), device.name, device.arch()),
+                    "use mma=sync");
   const int shared = shared_bytes(p, config);
   if (shared > device.shared_per_block_optin)
     throw UserError(fmt::format("attention config {} needs {} bytes of shared memory per block "
@@ -169,10 +198,23 @@ void Attention::launch(const Tensors& given, CUstream stream) {
   args.scale_log2 = static_cast<float>(scale * kLog2e);
   args.window_left = static_cast<int>(p.window_left);
   args.window_right = static_cast<int>(p.right());
-  void* params[] = {&args};
   const auto tiles = static_cast<unsigned>((p.seq_q + config_.bm - 1) / config_.bm);
-  kernel_->launch({tiles, static_cast<unsigned>(p.heads), static_cast<unsigned>(p.batch)}, params,
-                  stream);
+  const std::array<unsigned, 3> grid = {tiles, static_cast<unsigned>(p.heads),
+                                        static_cast<unsigned>(p.batch)};
+  if (!config_.wgmma) {
+    void* params[] = {&args};
+    kernel_->launch(grid, params, stream);
+    return;
+  }
+  // Q in boxes of 64 rows (one per consumer warpgroup), K and V of bn keys.
+  CUtensorMap map_q =
+      sequence_map(p.dtype, t.q, p.head_dim, p.seq_q, p.heads, p.batch, t.q_strides, 64);
+  CUtensorMap map_k =
+      sequence_map(p.dtype, t.k, p.head_dim, p.seq_k, p.kv_heads, p.batch, t.k_strides, config_.bn);
+  CUtensorMap map_v =
+      sequence_map(p.dtype, t.v, p.head_dim, p.seq_k, p.kv_heads, p.batch, t.v_strides, config_.bn);
+  void* params[] = {&args, &map_q, &map_k, &map_v};
+  kernel_->launch(grid, params, stream);
 }
 
 }  // namespace kjit::attention

@@ -70,6 +70,14 @@ __device__ __forceinline__ float minus_infinity() {
   return __int_as_float(0xff800000u);
 }
 
+// Whether a query sees `key` (stage 4): inside the sequence and the window around
+// `diagonal`, the query's row + S_k - S_q (bottom-right aligned).
+__device__ __forceinline__ bool key_visible(const AttentionArgs& args, int key, int diagonal) {
+  const int rel = key - diagonal;  // 0 on the diagonal
+  return key < args.seq_k && (args.window_right < 0 || rel <= args.window_right) &&
+         (args.window_left < 0 || rel >= -args.window_left);
+}
+
 template <typename T>
 __device__ __forceinline__ u32 pack2(float a, float b);
 template <>
@@ -252,11 +260,7 @@ struct FlashForward {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int key = key0 + n * 8 + 2 * t + (e % 2);
-              const int rel = key - my_row(m, e / 2) - offset;  // 0 on the diagonal
-              const bool visible = key < args.seq_k &&
-                                   (args.window_right < 0 || rel <= args.window_right) &&
-                                   (args.window_left < 0 || rel >= -args.window_left);
-              if (!visible) s[m][n][e] = minus_infinity();
+              if (!key_visible(args, key, my_row(m, e / 2) + offset)) s[m][n][e] = minus_infinity();
             }
           }
         }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "kjit/compiler/lowering/wgmma.h"
 #include "kjit/support/error.h"
 #include "kjit/support/key_values.h"
 
@@ -43,15 +44,24 @@ std::string Problem::to_string() const {
 }
 
 std::string Config::to_string() const {
+  if (wgmma) return fmt::format("mma=wgmma,bm={},bn={},stages={}", bm, bn, stages);
   return fmt::format("bm={},bn={},stages={},warp_rows={}", bm, bn, stages, warp_rows);
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: bm, bn, stages, warp_rows";
+  static const char* kValidKeys = "valid keys: mma, bm, bn, stages, warp_rows";
   Config config;
+  bool bm_given = false;
   for (const auto& [key, value] :
        split_key_values(text, "attention config",
                         std::string("write e.g. bm=64,bn=64,stages=2; ") + kValidKeys)) {
+    if (key == "mma") {
+      if (value != "sync" && value != "wgmma")
+        throw UserError("attention config mma=" + value + " is not an engine",
+                        "mma=sync (mma.sync, sm_80+) or mma=wgmma (TMA + wgmma, sm_90)");
+      config.wgmma = value == "wgmma";
+      continue;
+    }
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
@@ -61,6 +71,7 @@ Config Config::parse(const std::string& text) {
     const int v = static_cast<int>(parsed);
     if (key == "bm") {
       config.bm = v;
+      bm_given = true;
     } else if (key == "bn") {
       config.bn = v;
     } else if (key == "stages") {
@@ -71,6 +82,7 @@ Config Config::parse(const std::string& text) {
       throw UserError("attention config has no key '" + key + "'", kValidKeys);
     }
   }
+  if (config.wgmma && !bm_given) config.bm = 128;
   return config;
 }
 
@@ -110,42 +122,139 @@ void validate_problem(const Problem& p) {
 
 void validate(const Problem& p, const Config& c) {
   validate_problem(p);
-  if (c.warp_rows != 16 && c.warp_rows != 32)
-    throw UserError(fmt::format("attention config warp_rows={} is not 16 or 32", c.warp_rows),
-                    "each warp owns one or two tiles of 16 query rows");
-  if (c.bm < c.warp_rows || c.bm > 128 || c.bm % c.warp_rows != 0)
-    throw UserError(fmt::format("attention config bm={} is not a multiple of warp_rows={} in "
-                                "[{}, 128]",
-                                c.bm, c.warp_rows, c.warp_rows),
-                    "bm = warp_rows x warps");
-  if (c.bn != 16 && c.bn != 32 && c.bn != 64 && c.bn != 128)
-    throw UserError(fmt::format("attention config bn={} is not 16, 32, 64 or 128", c.bn));
+  if (c.wgmma) {
+    if (p.head_dim != 64 && p.head_dim != 128)
+      throw UserError(
+          fmt::format("attention config mma=wgmma does not take head dim {}", p.head_dim),
+          "the wgmma engine takes head dims 64 and 128; mma=sync takes 64, 96, 128 "
+          "and 256");
+    if (c.bm != 128)
+      throw UserError(
+          fmt::format("attention config mma=wgmma,bm={}: bm is 128 (two consumer "
+                      "warpgroups of 64 rows)",
+                      c.bm));
+    if (c.bn != 64 && c.bn != 128)
+      throw UserError(fmt::format("attention config mma=wgmma,bn={} is not 64 or 128", c.bn));
+    if (c.warp_rows != 16)
+      throw UserError("attention config warp_rows applies to mma=sync only",
+                      "a wgmma warpgroup owns 64 rows, 16 per warp");
+  } else {
+    if (c.warp_rows != 16 && c.warp_rows != 32)
+      throw UserError(fmt::format("attention config warp_rows={} is not 16 or 32", c.warp_rows),
+                      "each warp owns one or two tiles of 16 query rows");
+    if (c.bm < c.warp_rows || c.bm > 128 || c.bm % c.warp_rows != 0)
+      throw UserError(fmt::format("attention config bm={} is not a multiple of warp_rows={} in "
+                                  "[{}, 128]",
+                                  c.bm, c.warp_rows, c.warp_rows),
+                      "bm = warp_rows x warps");
+    if (c.bn != 16 && c.bn != 32 && c.bn != 64 && c.bn != 128)
+      throw UserError(fmt::format("attention config bn={} is not 16, 32, 64 or 128", c.bn));
+  }
   if (c.stages < 2 || c.stages > 4)
     throw UserError(fmt::format("attention config stages={} is not in [2, 4]", c.stages));
 }
 
 int shared_bytes(const Problem& p, const Config& c) {
+  if (c.wgmma)  // alignment slack, Q, K and V per stage, mbarriers (attention_sm90.cuh)
+    return 1024 + c.bm * p.head_dim * 2 + c.stages * 2 * c.bn * p.head_dim * 2 +
+           8 * (1 + 3 * c.stages);
   const int pitch = p.head_dim + 8;
   return (c.bm * pitch + 2 * c.stages * c.bn * pitch) * 2;
 }
 
-KernelSource lower(const Problem& p, const Config& c) {
-  validate(p, c);
+namespace {
+
+// The fields every attention kernel shares, and the first lines of its source.
+KernelSource kernel_skeleton(const Problem& p, const Config& c, std::string name) {
   KernelSource out;
   out.family = "attention";
   out.problem = p.kernel_class();  // sizes, strides, masks and scale are arguments
   out.config = c.to_string();
-  out.name = fmt::format("kjit_attention_fwd_{}_d{}_{}x{}_{}w_s{}", dtype_name(p.dtype), p.head_dim,
-                         c.bm, c.bn, c.warps(), c.stages);
+  out.name = std::move(name);
   out.block_threads = c.threads();
   out.dynamic_shared_bytes = shared_bytes(p, c);
+  out.arch_specific = c.wgmma;  // wgmma: sm_90a
+  return out;
+}
 
+std::string source_header(const KernelSource& out) {
   std::string s;
   s += "// kjit attention, forward: O = softmax(scale * Q K^T + mask) V, and LSE per row\n";
   s += fmt::format("// generator: {} (compiler/lowering/attention.cpp)\n", kGeneratorVersion);
   s += "// problem:   " + out.problem + " (batch, heads, sequence lengths, masks, scale and\n";
   s += "//            strides are kernel arguments: one binary for every shape)\n";
   s += "// config:    " + out.config + "\n";
+  return s;
+}
+
+KernelSource lower_wgmma(const Problem& p, const Config& c) {
+  KernelSource out =
+      kernel_skeleton(p, c,
+                      fmt::format("kjit_attention_fwd_{}_d{}_wgmma_{}x{}_s{}", dtype_name(p.dtype),
+                                  p.head_dim, c.bm, c.bn, c.stages));
+  const char* type = dtype_name(p.dtype);
+  std::string s = source_header(out);
+  s += fmt::format(
+      "// path:      flash attention on TMA + wgmma {} -> f32 (sm_90a): {} query rows per block\n"
+      "//            in 2 consumer warpgroups + 1 producer, tiles of {} keys through {} TMA\n"
+      "//            buffers, {} B of dynamic shared memory; S never leaves registers\n",
+      type, c.bm, c.bn, c.stages, out.dynamic_shared_bytes);
+  s += "//\n";
+  s += "// Per tile of keys, each consumer warpgroup (64 rows; templates/attention_sm90.cuh):\n";
+  s += "//   S   = Q K^T                          wgmma, Q and K from shared memory\n";
+  s += "//   m'  = max(m, rowmax S)               the running max (4 lanes per row)\n";
+  s += "//   c   = 2^((m - m') * scale * log2 e)  what the old terms are worth now\n";
+  s += "//   P   = 2^(S * scale * log2 e - m' * scale * log2 e), rounded to 16 bits\n";
+  s += "//   l   = c * l + rowsum P;  O = c * O + P V   (wgmma, P straight from registers)\n";
+  s += "// and at the end O / l, LSE = m * scale + ln l.\n";
+  s += "#include \"kjit/attention_sm90.cuh\"\n\n";
+  s += fmt::format(
+      "// S(64 x {0}) = Q(64 x 16) K^T(16 x {0}) per k step; Q and K K-major in shared memory.\n",
+      c.bn);
+  WgmmaInstruction scores;
+  scores.name = "kjit_wgmma_scores";
+  scores.n = c.bn;
+  scores.type = type;
+  scores.accumulate_argument = true;
+  s += wgmma_struct(scores);
+  s +=
+      fmt::format("// O(64 x {0}) += P(64 x 16, registers) V(16 x {0}); V MN-major (transposed).\n",
+                  p.head_dim);
+  WgmmaInstruction values;
+  values.name = "kjit_wgmma_values";
+  values.n = p.head_dim;
+  values.type = type;
+  values.a_in_registers = true;
+  values.transpose_b = 1;
+  s += wgmma_struct(values);
+  s += fmt::format(
+      "typedef kjit::attention::FlashForwardSm90<kjit::{}, {}, {}, {}, kjit_wgmma_scores,\n"
+      "                                          kjit_wgmma_values>\n"
+      "    kjit_attention_tile;\n\n",
+      type, p.head_dim, c.bn, c.stages);
+  s += "// grid: (ceil(seq_q / 128), heads, batch); the tensor maps describe Q, K and V for\n";
+  s += "// the copy engine (runtime/attention.cpp encodes them)\n";
+  s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1)\n", c.threads());
+  s += out.name + "(kjit::AttentionArgs args,\n";
+  s += "    const __grid_constant__ kjit::TensorMap map_q,\n";
+  s += "    const __grid_constant__ kjit::TensorMap map_k,\n";
+  s += "    const __grid_constant__ kjit::TensorMap map_v) {\n";
+  s += "  kjit_attention_tile::run(args, map_q, map_k, map_v);\n";
+  s += "}\n";
+  out.source = std::move(s);
+  return out;
+}
+
+}  // namespace
+
+KernelSource lower(const Problem& p, const Config& c) {
+  validate(p, c);
+  if (c.wgmma) return lower_wgmma(p, c);
+  KernelSource out =
+      kernel_skeleton(p, c,
+                      fmt::format("kjit_attention_fwd_{}_d{}_{}x{}_{}w_s{}", dtype_name(p.dtype),
+                                  p.head_dim, c.bm, c.bn, c.warps(), c.stages));
+  std::string s = source_header(out);
   s += fmt::format(
       "// path:      flash attention with mma.sync m16n8k16 {} -> f32: {} query rows per block\n"
       "//            ({} warps of {}), tiles of {} keys through a {}-stage cp.async pipeline,\n"

@@ -42,17 +42,24 @@ struct Problem {
 };
 
 struct Config {
-  int bm = 64;         // query rows per block
+  int bm = 64;         // query rows per block (wgmma: 128)
   int bn = 64;         // keys per tile
-  int stages = 2;      // K/V tiles in flight (cp.async)
-  int warp_rows = 16;  // query rows per warp: 16, or 32 (each K/V fragment feeds two mma)
+  int stages = 2;      // K/V tiles in flight (cp.async, or TMA buffers)
+  int warp_rows = 16;  // mma.sync: query rows per warp, 16 or 32 (each K/V fragment
+                       // then feeds two mma); wgmma: 16 (64 per warpgroup)
+  // The engine: mma.sync (templates/attention.cuh, sm_80 and later), or TMA + wgmma
+  // (templates/attention_sm90.cuh, sm_90 only: 128 query rows per block in two
+  // consumer warpgroups plus a producer warpgroup; head dims 64 and 128).
+  bool wgmma = false;
   int warps() const { return bm / warp_rows; }
-  int threads() const { return warps() * 32; }
+  // mma.sync: the warps; wgmma: the consumer warpgroups plus the producer's.
+  int threads() const { return wgmma ? (bm / 64 + 1) * 128 : warps() * 32; }
 
-  // "bm=64,bn=64,stages=2,warp_rows=16"
+  // "bm=64,bn=64,stages=2,warp_rows=16", or "mma=wgmma,bm=128,bn=64,stages=2"
   std::string to_string() const;
-  // Parses "key=value,..." over the default; keys bm bn stages warp_rows.
-  // UserError for unknown keys or malformed values, naming the valid ones.
+  // Parses "key=value,..." over the default; keys mma (sync|wgmma) bm bn stages
+  // warp_rows (mma=wgmma: bm defaults to 128). UserError for unknown keys or
+  // malformed values, naming the valid ones.
   static Config parse(const std::string& text);
   bool operator==(const Config&) const = default;
 };
@@ -61,15 +68,18 @@ struct Config {
 // kv_heads dividing heads, a supported head dim and dtype, windows >= -1, a positive
 // finite scale. UserError naming the value and the supported set.
 void validate_problem(const Problem& problem);
-// Plus the config's: warp_rows 16 or 32, bm a multiple of it in [16, 128], bn in
-// {16, 32, 64, 128}, stages 2..4.
+// Plus the config's. mma.sync: warp_rows 16 or 32, bm a multiple of it in [16,
+// 128], bn in {16, 32, 64, 128}, stages 2..4. wgmma: head dim 64 or 128, bm 128, bn
+// 64 or 128, stages 2..4.
 void validate(const Problem& problem, const Config& config);
 
-// Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles, rows
-// padded by 16 bytes.
+// Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles (mma.sync:
+// rows padded by 16 bytes; wgmma: swizzled rows, 1 KiB of alignment slack and the
+// mbarriers).
 int shared_bytes(const Problem& problem, const Config& config);
 
-// The forward kernel: extern "C" void name(kjit::AttentionArgs), grid
+// The forward kernel: extern "C" void name(kjit::AttentionArgs) (wgmma: then the
+// tensor maps of Q, K and V, 4-D: head dim, sequence, head, batch), grid
 // (ceil(seq_q / bm), heads, batch), config.threads() threads, shared_bytes() of
 // dynamic shared memory. Byte-identical for equal inputs.
 KernelSource lower(const Problem& problem, const Config& config);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "kjit/compiler/ir/dtype.h"
+#include "kjit/compiler/lowering/wgmma.h"
 #include "kjit/support/error.h"
 #include "kjit/support/key_values.h"
 
@@ -462,7 +463,6 @@ namespace {
 // inputs the transpose flags of MN-major operands (tf32 has none: both operands are
 // K-major).
 std::string wgmma_wrapper(const Problem& problem, const Config& config) {
-  const int acc = config.bn / 2;
   const bool tf32 = problem.input == DType::TF32;
   const std::string type = matmul::to_string(problem.input);
   const int k = tf32 ? 8 : 16;
@@ -480,35 +480,14 @@ std::string wgmma_wrapper(const Problem& problem, const Config& config) {
         "// acc(64 x {0}, f32) += A(64 x 16) * B(16 x {0}) for one warpgroup, both operands\n"
         "// read from shared memory through descriptors; transposed (MN-major): A {1}, B {2}.\n",
         config.bn, transpose_a, transpose_b);
-  s += "struct kjit_wgmma {\n";
-  s += fmt::format(
-      "  __device__ __forceinline__ static void run(float (&d)[{}], unsigned long long a,\n"
-      "                                             unsigned long long b) {{\n",
-      acc);
-  s += "    asm volatile(\n";
-  s += "        \"{ .reg .pred p;\\n\"\n";
-  s += fmt::format("        \"  setp.ne.b32 p, %{}, 0;\\n\"\n", acc + 2);
-  s += fmt::format("        \"  wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{}.{}\"\n", config.bn, k,
-                   type, type);
-  for (int i = 0; i < acc; i += 16) {
-    std::string line;
-    for (int j = i; j < std::min(acc, i + 16); ++j)
-      line += fmt::format("%{}{}", j, j + 1 < acc ? ", " : "");
-    s += fmt::format("        \"{}{}\"\n", i == 0 ? " {" : " ", line);
-  }
-  if (tf32)
-    s += fmt::format("        \"}}, %{}, %{}, p, 1, 1; }}\\n\"\n", acc, acc + 1);
-  else
-    s += fmt::format("        \"}}, %{}, %{}, p, 1, 1, {}, {}; }}\\n\"\n", acc, acc + 1,
-                     transpose_a, transpose_b);
-  for (int i = 0; i < acc; i += 8) {
-    std::string line;
-    for (int j = i; j < std::min(acc, i + 8); ++j)
-      line += fmt::format("\"+f\"(d[{}]){}", j, j + 1 < acc ? ", " : "");
-    s += fmt::format("        {}{}\n", i == 0 ? ": " : "  ", line);
-  }
-  s += "        : \"l\"(a), \"l\"(b), \"r\"(1));\n";
-  s += "  }\n};\n\n";
+  WgmmaInstruction instruction;
+  instruction.name = "kjit_wgmma";
+  instruction.n = config.bn;
+  instruction.k = k;
+  instruction.type = type;
+  instruction.transpose_a = transpose_a;
+  instruction.transpose_b = transpose_b;
+  s += wgmma_struct(instruction);
   return s;
 }
 

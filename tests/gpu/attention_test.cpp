@@ -2,10 +2,12 @@
 // Q, K, V rounded to their dtype, O poisoned with 0xFF (NaN) so an unwritten row
 // fails, LSE checked too; every head dim, sequence lengths that are not multiples
 // of a tile, S_q != S_k, causal and sliding windows (bottom-right aligned), rows
-// that see no key (O = 0, LSE = -inf), GQA / MQA, BHSD strides, f16, and every
+// that see no key (O = 0, LSE = -inf), GQA / MQA, BHSD strides, f16, on every
+// engine (mma.sync with 16 and 32 rows per warp, TMA + wgmma on sm_90), and every
 // config of the tuner's space.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -88,6 +90,27 @@ class AttentionTest : public testing::GpuTest {
     EXPECT_TRUE(check.ok(check_tolerance(p)))
         << check.describe() << " (config " << attention.config().to_string() << ")";
   }
+
+  // The case with the tuner's config, and again on each engine it would not pick:
+  // mma.sync (16 and 32 rows per warp) and, on sm_90 at head dims 64 and 128, the
+  // TMA + wgmma engine.
+  void run_engines(Case c) {
+    run_case(c);
+    if (c.config) return;
+    const Config chosen = tuner::attention_default(c.problem, device());
+    std::vector<Config> others = {Config::parse("bm=64,bn=64,warp_rows=16"),
+                                  Config::parse("bm=128,bn=32,warp_rows=32")};
+    if (device().cc_major == 9 && (c.problem.head_dim == 64 || c.problem.head_dim == 128))
+      others.push_back(Config::parse("mma=wgmma,bn=64"));
+    for (const Config& other : others) {
+      if (other == chosen) continue;
+      const std::vector<Config> space = tuner::attention_space(c.problem, device());
+      if (std::find(space.begin(), space.end(), other) == space.end()) continue;
+      Case again = c;
+      again.config = other;
+      run_case(again);
+    }
+  }
 };
 
 Problem shape(int64_t seq_q, int64_t seq_k, int d, int64_t heads = 2, int64_t batch = 1) {
@@ -104,10 +127,10 @@ Problem shape(int64_t seq_q, int64_t seq_k, int d, int64_t heads = 2, int64_t ba
 TEST_F(AttentionTest, EveryHeadDimAndSequenceLength) {
   for (const int d : {64, 96, 128, 256}) {
     for (const int64_t s : {1, 17, 127, 128, 129, 1000, 4097}) {
-      run_case({shape(s, s, d)});
+      run_engines({shape(s, s, d)});
       Problem causal = shape(s, s, d);
       causal.causal = true;
-      run_case({causal});
+      run_engines({causal});
     }
   }
 }
@@ -120,9 +143,9 @@ TEST_F(AttentionTest, QueryAndKeyLengthsDiffer) {
     for (const bool causal : {false, true}) {
       Problem p = shape(sq, sk, 128);
       p.causal = causal;
-      run_case({p});
+      run_engines({p});
       p.head_dim = 64;
-      run_case({p});
+      run_engines({p});
     }
   }
 }
@@ -135,7 +158,7 @@ TEST_F(AttentionTest, SlidingWindows) {
       Problem p = shape(sq, sk, 128);
       p.window_left = left;
       p.window_right = right;
-      run_case({p});
+      run_engines({p});
     }
   }
 }
@@ -143,35 +166,35 @@ TEST_F(AttentionTest, SlidingWindows) {
 TEST_F(AttentionTest, GroupedAndMultiQuery) {
   Problem gqa = shape(513, 513, 128, 8, 2);
   gqa.kv_heads = 2;
-  run_case({gqa});
+  run_engines({gqa});
   gqa.causal = true;
-  run_case({gqa});
+  run_engines({gqa});
   Problem mqa = shape(300, 1100, 64, 4, 3);
   mqa.kv_heads = 1;
-  run_case({mqa});
+  run_engines({mqa});
 }
 
 TEST_F(AttentionTest, HeadsMajorStridesAndF16) {
   Problem p = shape(777, 777, 128, 3, 2);
-  run_case({p, std::nullopt, true});
+  run_engines({p, std::nullopt, true});
   p.causal = true;
   p.kv_heads = 1;
-  run_case({p, std::nullopt, true});
+  run_engines({p, std::nullopt, true});
   Problem f16 = shape(1000, 1000, 64, 2, 2);
   f16.dtype = ir::DType::F16;
-  run_case({f16});
+  run_engines({f16});
   f16.head_dim = 256;
   f16.causal = true;
-  run_case({f16, std::nullopt, true});
+  run_engines({f16, std::nullopt, true});
 }
 
 TEST_F(AttentionTest, PeakySoftmaxAndScale) {
   // Large scores: the running max changes often and rescaling matters.
   Problem p = shape(1000, 1000, 128);
-  run_case({p, std::nullopt, false, 4.0f});
+  run_engines({p, std::nullopt, false, 4.0f});
   p.scale = 0.5;
   p.causal = true;
-  run_case({p, std::nullopt, false, 2.0f});
+  run_engines({p, std::nullopt, false, 2.0f});
 }
 
 TEST_F(AttentionTest, EveryConfigOfTheSpace) {

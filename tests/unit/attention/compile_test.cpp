@@ -1,6 +1,7 @@
 // NVRTC compiles every config of the attention space, for every head dim (bf16;
 // the defaults in f16 too), on a machine without a GPU: no register spills, no
 // local memory, the mma.sync and ldmatrix instructions the kernel is built on.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -48,7 +49,8 @@ TEST(AttentionCompile, EveryConfigOfTheSpaceCompilesWithoutSpills) {
     pool.emplace_back([&] {
       for (size_t i = next++; i < all.size(); i = next++) {
         try {
-          programs[i] = compile_for_arch(lower(all[i].problem, all[i].config), "sm_90");
+          const KernelSource source = lower(all[i].problem, all[i].config);
+          programs[i] = compile_for_arch(source, target_arch(source, "sm_90"));
         } catch (const std::exception& e) {
           failures[i] = e.what();
         }
@@ -71,8 +73,23 @@ TEST(AttentionCompile, EveryConfigOfTheSpaceCompilesWithoutSpills) {
                   source.dynamic_shared_bytes, programs[i].compile_ms);
     }
     EXPECT_TRUE(found) << "no ptxas statistics for " << source.name;
-    EXPECT_NE(programs[i].ptx.find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
-    EXPECT_NE(programs[i].ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans"), std::string::npos);
+    if (all[i].config.wgmma) {
+      // Both products on wgmma: the scores from shared memory, P V with P in registers.
+      EXPECT_NE(programs[i].ptx.find(
+                    fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16", all[i].config.bn)),
+                std::string::npos);
+      EXPECT_NE(programs[i].ptx.find(
+                    fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16", all[i].problem.head_dim)),
+                std::string::npos);
+      EXPECT_NE(programs[i].ptx.find("cp.async.bulk.tensor.4d"), std::string::npos);
+      // The pipeline overlaps P V with the next scores only if ptxas keeps the wgmma
+      // asynchronous: no waits injected, nothing serialized.
+      EXPECT_EQ(programs[i].log.find("serialized"), std::string::npos) << programs[i].log;
+      EXPECT_EQ(programs[i].log.find("is injected"), std::string::npos) << programs[i].log;
+    } else {
+      EXPECT_NE(programs[i].ptx.find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
+      EXPECT_NE(programs[i].ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans"), std::string::npos);
+    }
     EXPECT_NE(programs[i].ptx.find("ex2.approx"), std::string::npos);  // exp2 of the softmax
   }
 }

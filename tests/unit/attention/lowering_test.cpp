@@ -126,7 +126,7 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
     std::vector<std::string> pruned;
     const std::vector<Config> space = tuner::attention_space(p, h200, &pruned);
     EXPECT_FALSE(space.empty()) << d;
-    EXPECT_EQ(space.size() + pruned.size(), 24u) << d;
+    EXPECT_EQ(space.size() + pruned.size(), 28u) << d;  // 24 mma.sync + 4 wgmma
     for (const Config& c : space) {
       EXPECT_EQ(user_error(p, c), "accepted");
       EXPECT_LE(shared_bytes(p, c), h200.shared_per_block_optin);
@@ -135,15 +135,23 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
     const Config chosen = tuner::attention_default(p, h200);
     EXPECT_EQ(user_error(p, chosen), "accepted");
     EXPECT_NE(std::find(space.begin(), space.end(), chosen), space.end()) << chosen.to_string();
-    // 32 rows per warp where the accumulators fit (head dims 64 and 96).
-    EXPECT_EQ(chosen.warp_rows, d <= 96 ? 32 : 16) << d;
+    // The wgmma engine at head dims 64 and 128 on an H200; else mma.sync with 32 rows
+    // per warp where the accumulators fit (head dim 96).
+    EXPECT_EQ(chosen.wgmma, d == 64 || d == 128) << d;
+    if (!chosen.wgmma) {
+      EXPECT_EQ(chosen.warp_rows, d == 96 ? 32 : 16) << d;
+    }
+    // Without sm_90, mma.sync.
+    EXPECT_FALSE(tuner::attention_default(p, cuda::planning_device("a100")).wgmma) << d;
   }
-  // Few query blocks: 64 rows per block keeps more SMs busy.
+  // mma.sync, few query blocks: 64 rows per block keeps more SMs busy.
   Problem small = base();
+  small.head_dim = 96;
   small.batch = small.heads = small.kv_heads = 1;
   small.seq_q = 512;
   EXPECT_EQ(tuner::attention_default(small, h200).bm, 64);
   Problem big = base();
+  big.head_dim = 96;
   big.seq_q = 8192;
   EXPECT_EQ(tuner::attention_default(big, h200).bm, 128);
 }

@@ -2,7 +2,7 @@
 """Attention forward: kjit against PyTorch SDPA (flash and cuDNN backends), same GPU, same run.
 
     python3 tools/device/peers/attention_torch.py --kjit build/release/kjit [--out FILE.json]
-        [--quick] [--sweep NAME,...|all] [--only NAME,...]
+        [--quick] [--sweep NAME,...|all] [--configs 'C1;C2'] [--only NAME,...]
 
 Shapes are the attention issue's: 16k tokens per batch, hidden 2048 (heads = 2048 / D),
 S in {512, 2k, 8k}, D in {64, 128}, causal and not; GQA with 32 query heads and 8
@@ -59,7 +59,10 @@ def kjit_bench(kjit, shape, config=None):
         cmd.append("--causal")
     if config:
         cmd += ["--config", config]
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:  # a hung kernel costs this config, not the run
+        return dict(error="timed out after 60 s", config=config)
     if run.returncode == 2:  # a config outside the space for this shape (usage error)
         return None
     try:
@@ -102,7 +105,8 @@ def peers(shape):
 
 
 SPACE = [f"bm={bm},bn={bn},stages={st},warp_rows={wr}" for bm in (64, 128)
-         for bn in (32, 64, 128) for st in (2, 3) for wr in (16, 32)]
+         for bn in (32, 64, 128) for st in (2, 3) for wr in (16, 32)] + \
+        [f"mma=wgmma,bn={bn},stages={st}" for bn in (64, 128) for st in (2, 3)]
 
 
 def main():
@@ -112,6 +116,8 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sweep", default="", help="shape names (or 'all') to sweep kjit's space on")
     parser.add_argument("--only", default=None)
+    parser.add_argument("--configs", default=None,
+                        help="';'-separated kjit configs to sweep instead of the whole space")
     args = parser.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     rows = []
@@ -123,7 +129,7 @@ def main():
         row["sweep"] = {}
         if args.sweep == "all" or shape["name"] in args.sweep.split(","):
             sweep = {}
-            for config in SPACE:
+            for config in (args.configs.split(";") if args.configs else SPACE):
                 result = kjit_bench(args.kjit, shape, config)
                 if result is not None:
                     sweep[config] = result
