@@ -63,6 +63,16 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, u32 b
       : "memory");
 }
 
+// ---- named barriers: a subset of the block's warps meets (id 1..15; 0 is
+// __syncthreads). `threads` counts both sides: the warps that wait and those that
+// only arrive.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- wgmma ---------------------------------------------------------------------
 // A shared-memory matrix descriptor: start address, leading and stride byte
 // offsets (all in 16-byte units) and the 128-byte swizzle mode (1 in bits 62-63).

@@ -67,29 +67,33 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
   // The TMA + wgmma engine (sm_90): 128 rows per block, 64 or 128 keys per tile.
   for (int bn : {64, 128}) {
     for (int stages : {2, 3}) {
-      attention::Config c;
-      c.wgmma = true;
-      c.bm = 128;
-      c.bn = bn;
-      c.stages = stages;
-      std::string why;
-      if (device.cc_major * 10 + device.cc_minor != 90) {
-        why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
-      } else if (problem.head_dim != 64 && problem.head_dim != 128) {
-        why = fmt::format("the wgmma engine takes head dims 64 and 128, not {}", problem.head_dim);
-      } else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin) {
-        why = fmt::format("{} B of shared memory > the device's {} B",
-                          attention::shared_bytes(problem, c), device.shared_per_block_optin);
-      } else if (wgmma_registers(problem, c) > kWgmmaRegisterLimit) {
-        why = fmt::format(
-            "head dim {} and {} keys per tile need ~{} registers per thread (> {} "
-            "for 384 threads)",
-            problem.head_dim, bn, wgmma_registers(problem, c), kWgmmaRegisterLimit);
-      }
-      if (why.empty()) {
-        space.push_back(c);
-      } else if (pruned) {
-        pruned->push_back(c.to_string() + ": " + why);
+      for (bool pingpong : {false, true}) {
+        attention::Config c;
+        c.wgmma = true;
+        c.bm = 128;
+        c.bn = bn;
+        c.stages = stages;
+        c.pingpong = pingpong;
+        std::string why;
+        if (device.cc_major * 10 + device.cc_minor != 90) {
+          why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
+        } else if (problem.head_dim != 64 && problem.head_dim != 128) {
+          why =
+              fmt::format("the wgmma engine takes head dims 64 and 128, not {}", problem.head_dim);
+        } else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin) {
+          why = fmt::format("{} B of shared memory > the device's {} B",
+                            attention::shared_bytes(problem, c), device.shared_per_block_optin);
+        } else if (wgmma_registers(problem, c) > kWgmmaRegisterLimit) {
+          why = fmt::format(
+              "head dim {} and {} keys per tile need ~{} registers per thread (> {} "
+              "for 384 threads)",
+              problem.head_dim, bn, wgmma_registers(problem, c), kWgmmaRegisterLimit);
+        }
+        if (why.empty()) {
+          space.push_back(c);
+        } else if (pruned) {
+          pruned->push_back(c.to_string() + ": " + why);
+        }
       }
     }
   }
@@ -103,19 +107,23 @@ attention::Config attention_default(const attention::Problem& problem,
   // from shared memory then feeds two mma), else 16 rows and the widest key tile.
   attention::Config c;
   c.stages = 2;
-  // On sm_90 the TMA + wgmma engine: 1.6-2.0x the mma.sync engine's best at head
-  // dims 64 and 128 (docs/perf/2026-11-30-h200-attention.md); 128 keys per tile at
-  // head dim 64, 64 at 128 (what its registers allow without spilling).
+  // On sm_90 the TMA + wgmma engine: 2-2.7x the mma.sync engine's best at head dims
+  // 64 and 128, fastest with 128 keys per tile, three buffers and the consumers
+  // taking turns (measured on the H200: docs/perf/2026-11-30-h200-attention.md);
+  // fewer keys and buffers where shared memory is short.
   if (device.cc_major * 10 + device.cc_minor == 90 &&
       (problem.head_dim == 64 || problem.head_dim == 128)) {
-    c.wgmma = true;
-    c.bm = 128;
-    c.bn = problem.head_dim == 64 ? 128 : 64;
-    if (attention::shared_bytes(problem, c) <= device.shared_per_block_optin &&
-        wgmma_registers(problem, c) <= kWgmmaRegisterLimit)
-      return c;
-    c = attention::Config{};
-    c.stages = 2;
+    for (const auto& [bn, stages] : {std::pair{128, 3}, std::pair{64, 3}, std::pair{64, 2}}) {
+      attention::Config w;
+      w.wgmma = true;
+      w.pingpong = true;
+      w.bm = 128;
+      w.bn = bn;
+      w.stages = stages;
+      if (attention::shared_bytes(problem, w) <= device.shared_per_block_optin &&
+          wgmma_registers(problem, w) <= kWgmmaRegisterLimit)
+        return w;
+    }
   }
   const int64_t blocks_of_128 = (problem.seq_q + 127) / 128 * problem.heads * problem.batch;
   c.bm = blocks_of_128 >= device.sm_count ? 128 : 64;

@@ -44,12 +44,14 @@ std::string Problem::to_string() const {
 }
 
 std::string Config::to_string() const {
-  if (wgmma) return fmt::format("mma=wgmma,bm={},bn={},stages={}", bm, bn, stages);
+  if (wgmma)
+    return fmt::format("mma=wgmma,bm={},bn={},stages={}{}", bm, bn, stages,
+                       pingpong ? ",pingpong=1" : "");
   return fmt::format("bm={},bn={},stages={},warp_rows={}", bm, bn, stages, warp_rows);
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: mma, bm, bn, stages, warp_rows";
+  static const char* kValidKeys = "valid keys: mma, bm, bn, stages, warp_rows, pingpong";
   Config config;
   bool bm_given = false;
   for (const auto& [key, value] :
@@ -60,6 +62,12 @@ Config Config::parse(const std::string& text) {
         throw UserError("attention config mma=" + value + " is not an engine",
                         "mma=sync (mma.sync, sm_80+) or mma=wgmma (TMA + wgmma, sm_90)");
       config.wgmma = value == "wgmma";
+      continue;
+    }
+    if (key == "pingpong") {
+      if (value != "0" && value != "1")
+        throw UserError("attention config pingpong=" + value + " is not 0 or 1");
+      config.pingpong = value == "1";
       continue;
     }
     char* end = nullptr;
@@ -138,6 +146,9 @@ void validate(const Problem& p, const Config& c) {
     if (c.warp_rows != 16)
       throw UserError("attention config warp_rows applies to mma=sync only",
                       "a wgmma warpgroup owns 64 rows, 16 per warp");
+  } else if (c.pingpong) {
+    throw UserError("attention config pingpong applies to mma=wgmma only",
+                    "the mma.sync engine's warps are not specialized");
   } else {
     if (c.warp_rows != 16 && c.warp_rows != 32)
       throw UserError(fmt::format("attention config warp_rows={} is not 16 or 32", c.warp_rows),
@@ -157,7 +168,7 @@ void validate(const Problem& p, const Config& c) {
 int shared_bytes(const Problem& p, const Config& c) {
   if (c.wgmma)  // alignment slack, Q, K and V per stage, mbarriers (attention_sm90.cuh)
     return 1024 + c.bm * p.head_dim * 2 + c.stages * 2 * c.bn * p.head_dim * 2 +
-           8 * (1 + 3 * c.stages);
+           8 * (1 + 4 * c.stages);
   const int pitch = p.head_dim + 8;
   return (c.bm * pitch + 2 * c.stages * c.bn * pitch) * 2;
 }
@@ -188,10 +199,10 @@ std::string source_header(const KernelSource& out) {
 }
 
 KernelSource lower_wgmma(const Problem& p, const Config& c) {
-  KernelSource out =
-      kernel_skeleton(p, c,
-                      fmt::format("kjit_attention_fwd_{}_d{}_wgmma_{}x{}_s{}", dtype_name(p.dtype),
-                                  p.head_dim, c.bm, c.bn, c.stages));
+  KernelSource out = kernel_skeleton(
+      p, c,
+      fmt::format("kjit_attention_fwd_{}_d{}_wgmma_{}x{}_s{}{}", dtype_name(p.dtype), p.head_dim,
+                  c.bm, c.bn, c.stages, c.pingpong ? "_pingpong" : ""));
   const char* type = dtype_name(p.dtype);
   std::string s = source_header(out);
   s += fmt::format(
@@ -228,10 +239,10 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
   values.transpose_b = 1;
   s += wgmma_struct(values);
   s += fmt::format(
-      "typedef kjit::attention::FlashForwardSm90<kjit::{}, {}, {}, {}, kjit_wgmma_scores,\n"
+      "typedef kjit::attention::FlashForwardSm90<kjit::{}, {}, {}, {}, {}, kjit_wgmma_scores,\n"
       "                                          kjit_wgmma_values>\n"
       "    kjit_attention_tile;\n\n",
-      type, p.head_dim, c.bn, c.stages);
+      type, p.head_dim, c.bn, c.stages, c.pingpong ? "true" : "false");
   s += "// grid: (ceil(seq_q / 128), heads, batch); the tensor maps describe Q, K and V for\n";
   s += "// the copy engine (runtime/attention.cpp encodes them)\n";
   s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1)\n", c.threads());

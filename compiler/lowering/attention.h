@@ -51,14 +51,17 @@ struct Config {
   // (templates/attention_sm90.cuh, sm_90 only: 128 query rows per block in two
   // consumer warpgroups plus a producer warpgroup; head dims 64 and 128).
   bool wgmma = false;
+  // wgmma: the two consumer warpgroups take turns issuing their products.
+  bool pingpong = false;
   int warps() const { return bm / warp_rows; }
   // mma.sync: the warps; wgmma: the consumer warpgroups plus the producer's.
   int threads() const { return wgmma ? (bm / 64 + 1) * 128 : warps() * 32; }
 
-  // "bm=64,bn=64,stages=2,warp_rows=16", or "mma=wgmma,bm=128,bn=64,stages=2"
+  // "bm=64,bn=64,stages=2,warp_rows=16", or "mma=wgmma,bm=128,bn=64,stages=2" (with
+  // ",pingpong=1" when set)
   std::string to_string() const;
   // Parses "key=value,..." over the default; keys mma (sync|wgmma) bm bn stages
-  // warp_rows (mma=wgmma: bm defaults to 128). UserError for unknown keys or
+  // warp_rows pingpong (0|1) (mma=wgmma: bm defaults to 128). UserError for unknown keys or
   // malformed values, naming the valid ones.
   static Config parse(const std::string& text);
   bool operator==(const Config&) const = default;

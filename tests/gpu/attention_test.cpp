@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/stream.h"
 #include "kjit/support/error.h"
+#include "kjit/support/half.h"
 #include "kjit/tuner/attention_space.h"
 #include "tests/support/gpu_test.h"
 
@@ -30,7 +32,15 @@ struct Case {
   std::optional<Config> config;  // empty: the tuner's default
   bool bhsd = false;             // Q, K, V, O laid out [batch, heads, seq, D]
   float spread = 1.0f;
+  // Rewrites the random inputs (values are rounded to the dtype afterwards).
+  std::function<void(HostAttention&)> inputs;
 };
+
+// Rounds every value to what the dtype stores, so the reference sees the GPU's inputs.
+void round_to_dtype(matmul::HostTensor& t) {
+  for (float& x : t.values)
+    x = t.dtype == matmul::DType::F16 ? f16_to_f32(f32_to_f16(x)) : bf16_to_f32(f32_to_bf16(x));
+}
 
 std::string name_of(const Case& c) {
   return c.problem.to_string() + (c.config ? " config " + c.config->to_string() : "") +
@@ -63,7 +73,13 @@ class AttentionTest : public testing::GpuTest {
     SCOPED_TRACE(name_of(c));
     const Problem& p = c.problem;
     Attention attention = c.config ? Attention(runtime(), p, *c.config) : Attention(runtime(), p);
-    const HostAttention host = make_host_attention(p, 1234, c.spread);
+    HostAttention host = make_host_attention(p, 1234, c.spread);
+    if (c.inputs) {
+      c.inputs(host);
+      round_to_dtype(host.q);
+      round_to_dtype(host.k);
+      round_to_dtype(host.v);
+    }
     cuda::DeviceBuffer q =
         cuda::DeviceBuffer::from(layout_bytes(host.q, p, p.heads, p.seq_q, c.bhsd));
     cuda::DeviceBuffer k =
@@ -195,6 +211,33 @@ TEST_F(AttentionTest, PeakySoftmaxAndScale) {
   p.scale = 0.5;
   p.causal = true;
   run_engines({p, std::nullopt, false, 2.0f});
+}
+
+// Scores that rise along the keys: every row's max keeps moving, tile after tile,
+// by small steps (the wgmma engine defers rescaling O until its max has moved by
+// 2^8) and by large ones (rescaled every tile).
+TEST_F(AttentionTest, RisingMaxRescales) {
+  for (const float slope : {0.5f, 40.0f}) {
+    for (const int d : {64, 128}) {
+      Problem p = shape(1000, 1000, d);
+      Case c{p};
+      c.inputs = [slope](HostAttention& host) {
+        const Problem& q = host.problem;
+        for (float& x : host.q.values) x = std::abs(x);  // q . k grows with k's scale
+        for (int64_t b = 0; b < q.batch; ++b)
+          for (int64_t j = 0; j < q.seq_k; ++j)
+            for (int64_t h = 0; h < q.kv_heads; ++h)
+              for (int64_t e = 0; e < q.head_dim; ++e) {
+                float& x = host.k.values[static_cast<size_t>(
+                    ((b * q.seq_k + j) * q.kv_heads + h) * q.head_dim + e)];
+                x = std::abs(x) * slope * static_cast<float>(j) / static_cast<float>(q.seq_k);
+              }
+      };
+      run_engines(c);
+      c.problem.causal = true;
+      run_engines(c);
+    }
+  }
 }
 
 TEST_F(AttentionTest, EveryConfigOfTheSpace) {

@@ -83,6 +83,12 @@ TEST(AttentionConfig, ParsesChecksAndPrints) {
   const Config c = Config::parse("bm=128, bn=32, stages=3");
   EXPECT_EQ(c.to_string(), "bm=128,bn=32,stages=3,warp_rows=16");
   EXPECT_EQ(c.warps(), 8);
+  const Config turns = Config::parse("mma=wgmma,bn=128,stages=3,pingpong=1");
+  EXPECT_EQ(turns.to_string(), "mma=wgmma,bm=128,bn=128,stages=3,pingpong=1");
+  EXPECT_EQ(turns.threads(), 384);
+  EXPECT_EQ(Config::parse(turns.to_string()), turns);
+  EXPECT_THROW(Config::parse("pingpong=2"), UserError);
+  EXPECT_CONTAINS(user_error(base(), Config::parse("pingpong=1")), "mma=wgmma only");
   const Config wide = Config::parse("bm=128,warp_rows=32");
   EXPECT_EQ(wide.warps(), 4);
   EXPECT_EQ(Config::parse(wide.to_string()), wide);
@@ -110,6 +116,13 @@ TEST(AttentionLowering, GlueNamesTheConfigAndIsDeterministic) {
   EXPECT_CONTAINS(s.source, "FlashForward<kjit::f16, 128, 128, 64, 8, 3>");
   EXPECT_CONTAINS(s.source, "online");
   EXPECT_EQ(lower(p, c).source, s.source);
+  // Every config has its own kernel name (the wgmma engine's too).
+  EXPECT_EQ(lower(p, Config::parse("mma=wgmma,bn=64,stages=3")).name,
+            "kjit_attention_fwd_f16_d128_wgmma_128x64_s3");
+  EXPECT_EQ(lower(p, Config::parse("mma=wgmma,bn=64,stages=3,pingpong=1")).name,
+            "kjit_attention_fwd_f16_d128_wgmma_128x64_s3_pingpong");
+  EXPECT_TRUE(lower(p, Config::parse("mma=wgmma")).arch_specific);
+  EXPECT_FALSE(s.arch_specific);
   // Every shape of the class shares the binary.
   Problem other = p;
   other.seq_q = 7;
@@ -126,7 +139,7 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
     std::vector<std::string> pruned;
     const std::vector<Config> space = tuner::attention_space(p, h200, &pruned);
     EXPECT_FALSE(space.empty()) << d;
-    EXPECT_EQ(space.size() + pruned.size(), 28u) << d;  // 24 mma.sync + 4 wgmma
+    EXPECT_EQ(space.size() + pruned.size(), 32u) << d;  // 24 mma.sync + 8 wgmma
     for (const Config& c : space) {
       EXPECT_EQ(user_error(p, c), "accepted");
       EXPECT_LE(shared_bytes(p, c), h200.shared_per_block_optin);
