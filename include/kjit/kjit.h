@@ -13,6 +13,11 @@
 //   kjit::matmul::Matmul gemm(runtime, p);            // config from the tuner
 //   gemm.launch({.a = a, .b = b, .c = c, .extras = {{bias}}}, stream);
 //
+//   kjit::attention::Problem a{.batch = 4, .heads = 32, .kv_heads = 8, .seq_q = 4096,
+//                              .seq_k = 4096, .head_dim = 128, .causal = true};
+//   kjit::attention::Attention attn(runtime, a);       // flash attention, forward
+//   attn.launch({.q = q, .k = k, .v = v, .o = o, .lse = lse}, stream);
+//
 // Every failure is a kjit::Error (support/error.h): UserError for bad input (the
 // message says what and how to fix it), CompileError, CudaError, CacheError.
 // Diagnostics go through kjit::set_log_sink (support/log.h). examples/ has
@@ -22,6 +27,7 @@
 
 #include "kjit/compiler/ir/parser.h"
 #include "kjit/compiler/lowering/matmul_epilogue.h"
+#include "kjit/runtime/attention.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/stream.h"
 #include "kjit/runtime/elementwise.h"
