@@ -16,6 +16,7 @@ namespace {
 // Byte-for-byte mirror of kjit::AttentionArgs in templates/attention.cuh.
 struct DeviceArgs {
   CUdeviceptr q, k, v, o, lse;
+  CUdeviceptr cu_seqlens_q, cu_seqlens_k;
   long long q_batch, q_seq, q_head;
   long long k_batch, k_seq, k_head;
   long long v_batch, v_seq, v_head;
@@ -24,8 +25,9 @@ struct DeviceArgs {
   int heads, kv_group;
   float scale, scale_log2;
   int window_left, window_right;
+  int total_q;
 };
-static_assert(sizeof(DeviceArgs) == 5 * 8 + 12 * 8 + 8 * 4,
+static_assert(sizeof(DeviceArgs) == 7 * 8 + 12 * 8 + 10 * 4,
               "DeviceArgs must mirror kjit::AttentionArgs");
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -64,7 +66,16 @@ Tensors resolve(const Problem& p, Tensors t) {
                       "strides are in elements, >= 0 (0: packed BSHD)");
     if (s.head == 0) s.head = d;
     if (s.seq == 0) s.seq = heads * d;
-    if (s.batch == 0) s.batch = seq * s.seq;
+    if (p.packed()) {
+      if (s.batch != 0)
+        throw UserError(fmt::format("attention {} has a batch stride ({}) but the problem is "
+                                    "packed",
+                                    name, s.batch),
+                        "packed sequences are [tokens, heads, D]: their offsets say where "
+                        "each starts");
+    } else if (s.batch == 0) {
+      s.batch = seq * s.seq;
+    }
     // The kernel reads and writes rows of D contiguous elements in 16-byte chunks.
     for (const int64_t stride : {s.batch, s.seq, s.head}) {
       if (stride % 8 != 0)
@@ -121,20 +132,24 @@ void check_fits_device(const Problem& p, const Config& config,
 double forward_flops(const Problem& p) {
   const int64_t left = p.window_left, right = p.right();
   double pairs = 0;
-  if (left < 0 && right < 0) {
-    pairs = static_cast<double>(p.seq_q) * static_cast<double>(p.seq_k);
-  } else if (left < 0 && right == 0 && p.seq_q == p.seq_k) {
-    pairs = 0.5 * static_cast<double>(p.seq_q) * static_cast<double>(p.seq_k);  // causal: half
-  } else {
-    // Row i sees keys [i + offset - left, i + offset + right] within [0, S_k).
-    const int64_t offset = p.seq_k - p.seq_q;
-    for (int64_t i = 0; i < p.seq_q; ++i) {
-      const int64_t lo = left < 0 ? 0 : std::max<int64_t>(0, i + offset - left);
-      const int64_t hi = right < 0 ? p.seq_k - 1 : std::min(p.seq_k - 1, i + offset + right);
-      if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
+  for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b) {
+    const int64_t seq_q = p.seq_q_of(b), seq_k = p.seq_k_of(b);
+    if (left < 0 && right < 0) {
+      pairs += static_cast<double>(seq_q) * static_cast<double>(seq_k);
+    } else if (left < 0 && right == 0 && seq_q == seq_k) {
+      pairs += 0.5 * static_cast<double>(seq_q) * static_cast<double>(seq_k);  // causal: half
+    } else {
+      // Row i sees keys [i + offset - left, i + offset + right] within [0, S_k).
+      const int64_t offset = seq_k - seq_q;
+      for (int64_t i = 0; i < seq_q; ++i) {
+        const int64_t lo = left < 0 ? 0 : std::max<int64_t>(0, i + offset - left);
+        const int64_t hi = right < 0 ? seq_k - 1 : std::min(seq_k - 1, i + offset + right);
+        if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
+      }
     }
   }
-  return 4.0 * static_cast<double>(p.batch) * static_cast<double>(p.heads) * pairs * p.head_dim;
+  const double batches = p.packed() ? 1.0 : static_cast<double>(p.batch);
+  return 4.0 * batches * static_cast<double>(p.heads) * pairs * p.head_dim;
 }
 
 Attention::Attention(Runtime& runtime, Problem problem)
@@ -153,6 +168,12 @@ Attention::Attention(Runtime& runtime, Problem problem, Config config)
 
 void Attention::load() {
   check_fits_device(problem_, config_, runtime_->device());
+  if (problem_.packed()) {  // the offsets, as the kernel reads them (int32)
+    std::vector<int32_t> offsets;
+    for (const int64_t o : problem_.cu_seqlens_q) offsets.push_back(static_cast<int32_t>(o));
+    for (const int64_t o : problem_.cu_seqlens_k) offsets.push_back(static_cast<int32_t>(o));
+    offsets_ = cuda::DeviceBuffer::from(offsets);
+  }
   source_ = lower(problem_, config_);
   kernel_ = runtime_->compile(source_);
   const cuda::DeviceProperties& device = runtime_->device();
@@ -198,6 +219,11 @@ void Attention::launch(const Tensors& given, CUstream stream) {
   args.scale_log2 = static_cast<float>(scale * kLog2e);
   args.window_left = static_cast<int>(p.window_left);
   args.window_right = static_cast<int>(p.right());
+  args.total_q = static_cast<int>(p.total_q());
+  if (p.packed()) {
+    args.cu_seqlens_q = offsets_.get();
+    args.cu_seqlens_k = offsets_.get() + p.cu_seqlens_q.size() * sizeof(int32_t);
+  }
   const auto tiles = static_cast<unsigned>((p.seq_q + config_.bm - 1) / config_.bm);
   const std::array<unsigned, 3> grid = {tiles, static_cast<unsigned>(p.heads),
                                         static_cast<unsigned>(p.batch)};
@@ -207,12 +233,22 @@ void Attention::launch(const Tensors& given, CUstream stream) {
     return;
   }
   // Q in boxes of 64 rows (one per consumer warpgroup), K and V of bn keys.
+  // Packed problems: one sequence of all the tokens (batch 1 of the map).
+  const int64_t map_batch = p.packed() ? 1 : p.batch;
+  const int64_t q_tokens = p.packed() ? p.total_q() : p.seq_q;
+  const int64_t k_tokens = p.packed() ? p.total_k() : p.seq_k;
+  Strides q_strides = t.q_strides, k_strides = t.k_strides, v_strides = t.v_strides;
+  if (p.packed()) {  // the unused batch stride must still be a valid one
+    q_strides.batch = q_tokens * q_strides.seq;
+    k_strides.batch = k_tokens * k_strides.seq;
+    v_strides.batch = k_tokens * v_strides.seq;
+  }
   CUtensorMap map_q =
-      sequence_map(p.dtype, t.q, p.head_dim, p.seq_q, p.heads, p.batch, t.q_strides, 64);
-  CUtensorMap map_k =
-      sequence_map(p.dtype, t.k, p.head_dim, p.seq_k, p.kv_heads, p.batch, t.k_strides, config_.bn);
-  CUtensorMap map_v =
-      sequence_map(p.dtype, t.v, p.head_dim, p.seq_k, p.kv_heads, p.batch, t.v_strides, config_.bn);
+      sequence_map(p.dtype, t.q, p.head_dim, q_tokens, p.heads, map_batch, q_strides, 64);
+  CUtensorMap map_k = sequence_map(p.dtype, t.k, p.head_dim, k_tokens, p.kv_heads, map_batch,
+                                   k_strides, config_.bn);
+  CUtensorMap map_v = sequence_map(p.dtype, t.v, p.head_dim, k_tokens, p.kv_heads, map_batch,
+                                   v_strides, config_.bn);
   void* params[] = {&args, &map_q, &map_k, &map_v};
   kernel_->launch(grid, params, stream);
 }

@@ -17,6 +17,7 @@
 
 #include "kjit/compiler/lowering/attention.h"
 #include "kjit/runtime/cuda/device.h"
+#include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/module.h"
 #include "kjit/runtime/runtime.h"
 
@@ -25,20 +26,23 @@ namespace kjit::attention {
 // One call's device pointers and strides, in elements. The head dimension is
 // contiguous; a stride of 0 means "packed BSHD": head stride D, sequence stride
 // heads x D (kv_heads x D for K and V), batch stride seq x heads x D. For BHSD
-// tensors pass head = seq x D, seq = D, batch = heads x seq x D.
+// tensors pass head = seq x D, seq = D, batch = heads x seq x D. Packed
+// variable-length problems take [tokens, heads, D] tensors: no batch stride. Packed
+// variable-length problems take [tokens, heads, D] tensors: no batch stride.
 struct Strides {
   int64_t batch = 0, seq = 0, head = 0;
 };
 struct Tensors {
   CUdeviceptr q = 0, k = 0, v = 0;  // inputs, the problem's dtype
   CUdeviceptr o = 0;                // output, the problem's dtype
-  CUdeviceptr lse = 0;              // f32 [batch, heads, seq_q] (natural log); 0: not written
+  CUdeviceptr lse = 0;  // f32 [batch, heads, seq_q] ([heads, total_q] packed), natural log;
+                        // 0: not written
   Strides q_strides, k_strides, v_strides, o_strides;
 };
 
 // `tensors` with packed defaults filled in. UserError when a pointer is missing,
 // a pointer or stride breaks 16-byte alignment (the kernel loads 16-byte chunks),
-// or a stride is negative.
+// a stride is negative, or a packed problem's tensors have a batch stride.
 Tensors resolve(const Problem& problem, Tensors tensors);
 
 // UserError, with required vs limit, when the config does not fit the device
@@ -46,9 +50,10 @@ Tensors resolve(const Problem& problem, Tensors tensors);
 void check_fits_device(const Problem& problem, const Config& config,
                        const cuda::DeviceProperties& device);
 
-// FLOPs of one forward launch: 4 · batch · heads · S_q · S_k · D over the pairs
-// the masks leave (the two matmuls; the softmax is not counted), as FlashAttention
-// counts them. Causal with S_q = S_k is about half.
+// FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
+// sequence (the two matmuls; the softmax is not counted), as FlashAttention counts
+// them: all S_q · S_k pairs, half of them for causal with S_q = S_k, and the pairs
+// the masks leave otherwise.
 double forward_flops(const Problem& problem);
 
 class Attention {
@@ -81,6 +86,7 @@ class Attention {
   std::string config_source_;
   KernelSource source_;
   std::shared_ptr<const CompiledKernel> kernel_;
+  cuda::DeviceBuffer offsets_;  // packed problems: cu_seqlens_q then cu_seqlens_k, int32
 };
 
 }  // namespace kjit::attention

@@ -17,8 +17,8 @@ matmul::DType host_dtype(const Problem& p) {
 HostAttention make_host_attention(const Problem& p, uint64_t seed, float spread) {
   HostAttention host;
   host.problem = p;
-  const auto q_count = static_cast<size_t>(p.batch * p.seq_q * p.heads * p.head_dim);
-  const auto kv_count = static_cast<size_t>(p.batch * p.seq_k * p.kv_heads * p.head_dim);
+  const auto q_count = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
+  const auto kv_count = static_cast<size_t>(p.total_k() * p.kv_heads * p.head_dim);
   host.q = matmul::random_tensor(host_dtype(p), q_count, seed, -spread, spread);
   host.k = matmul::random_tensor(host_dtype(p), kv_count, seed + 1, -spread, spread);
   host.v = matmul::random_tensor(host_dtype(p), kv_count, seed + 2, -1.0f, 1.0f);
@@ -27,19 +27,19 @@ HostAttention make_host_attention(const Problem& p, uint64_t seed, float spread)
 
 std::vector<Sample> samples_to_check(const Problem& p, uint64_t seed) {
   const double per_row = static_cast<double>(p.seq_k) * p.head_dim * 2;
-  const double all_rows = static_cast<double>(p.batch * p.heads * p.seq_q);
+  const double all_rows = static_cast<double>(p.total_q() * p.heads);
   std::vector<Sample> samples;
   if (all_rows * per_row <= 1e8) {
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.heads; ++h)
-        for (int64_t r = 0; r < p.seq_q; ++r) samples.push_back({b, h, r});
+        for (int64_t r = 0; r < p.seq_q_of(b); ++r) samples.push_back({b, h, r});
     return samples;
   }
   const auto budget = static_cast<int64_t>(std::max(16.0, 1e8 / per_row));
   std::mt19937_64 random(seed);
   std::set<std::tuple<int64_t, int64_t, int64_t>> chosen;
   auto add = [&](int64_t b, int64_t h, int64_t r) {
-    if (r >= 0 && r < p.seq_q) chosen.insert({b, h, r});
+    if (r >= 0 && r < p.seq_q_of(b)) chosen.insert({b, h, r});
   };
   // Edges: the first and last rows of the first and last (batch, head), and rows
   // on both sides of every 64-row boundary near the start and the end.
@@ -50,10 +50,12 @@ std::vector<Sample> samples_to_check(const Problem& p, uint64_t seed) {
         add(b, h, r);
     }
   }
-  while (static_cast<int64_t>(chosen.size()) < budget &&
-         static_cast<double>(chosen.size()) < all_rows) {
-    add(static_cast<int64_t>(random() % p.batch), static_cast<int64_t>(random() % p.heads),
-        static_cast<int64_t>(random() % p.seq_q));
+  for (int64_t tries = 0; static_cast<int64_t>(chosen.size()) < budget &&
+                          static_cast<double>(chosen.size()) < all_rows && tries < 16 * budget;
+       ++tries) {
+    const auto b = static_cast<int64_t>(random() % p.batch);
+    add(b, static_cast<int64_t>(random() % p.heads),
+        static_cast<int64_t>(random() % static_cast<uint64_t>(p.seq_q_of(b))));
   }
   for (const auto& [b, h, r] : chosen) samples.push_back({b, h, r});
   return samples;
@@ -63,17 +65,21 @@ void reference_row(const HostAttention& host, const Sample& s, double* o, double
   const Problem& p = host.problem;
   const int64_t d = p.head_dim;
   const int64_t kv_head = s.head / (p.heads / p.kv_heads);
-  const int64_t offset = p.seq_k - p.seq_q;
+  const int64_t seq_q = p.seq_q_of(s.batch), seq_k = p.seq_k_of(s.batch);
+  const int64_t offset = seq_k - seq_q;
   const int64_t left = p.window_left, right = p.right();
   const double scale = p.softmax_scale();
-  const float* q = host.q.values.data() + ((s.batch * p.seq_q + s.row) * p.heads + s.head) * d;
+  // Tokens are [batch, seq, ...] or packed [tokens, ...]: the sequence's first token.
+  const int64_t q_token0 = p.packed() ? p.cu_seqlens_q[s.batch] : s.batch * p.seq_q;
+  const int64_t k_token0 = p.packed() ? p.cu_seqlens_k[s.batch] : s.batch * p.seq_k;
+  const float* q = host.q.values.data() + ((q_token0 + s.row) * p.heads + s.head) * d;
   auto key_row = [&](const matmul::HostTensor& t, int64_t j) {
-    return t.values.data() + ((s.batch * p.seq_k + j) * p.kv_heads + kv_head) * d;
+    return t.values.data() + ((k_token0 + j) * p.kv_heads + kv_head) * d;
   };
-  std::vector<double> score(static_cast<size_t>(p.seq_k), 0.0);
-  std::vector<char> visible(static_cast<size_t>(p.seq_k), 0);
+  std::vector<double> score(static_cast<size_t>(seq_k), 0.0);
+  std::vector<char> visible(static_cast<size_t>(seq_k), 0);
   double max = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < p.seq_k; ++j) {
+  for (int64_t j = 0; j < seq_k; ++j) {
     const int64_t rel = j - s.row - offset;
     if ((right >= 0 && rel > right) || (left >= 0 && rel < -left)) continue;
     const float* k = key_row(host.k, j);
@@ -89,7 +95,7 @@ void reference_row(const HostAttention& host, const Sample& s, double* o, double
     return;
   }
   double sum = 0;
-  for (int64_t j = 0; j < p.seq_k; ++j) {
+  for (int64_t j = 0; j < seq_k; ++j) {
     if (!visible[j]) continue;
     const double e = std::exp(score[j] - max);
     sum += e;
@@ -120,7 +126,8 @@ AttentionCheck check_attention(const HostAttention& host, const std::vector<doub
   for (const Sample& s : samples) {
     double ref_lse = 0;
     reference_row(host, s, ref.data(), &ref_lse);
-    const int64_t base = s.batch * os.batch + s.row * os.seq + s.head * os.head;
+    const int64_t q_token0 = p.packed() ? p.cu_seqlens_q[s.batch] : 0;
+    const int64_t base = s.batch * os.batch + (q_token0 + s.row) * os.seq + s.head * os.head;
     for (int64_t c = 0; c < d; ++c) {
       const double got = o[static_cast<size_t>(base + c)];
       if (std::isnan(got)) ++result.nan_count;
@@ -132,7 +139,9 @@ AttentionCheck check_attention(const HostAttention& host, const std::vector<doub
                                        s.head, s.row, c, got, ref[c]);
     }
     if (!lse.empty()) {
-      const double got = lse[static_cast<size_t>((s.batch * p.heads + s.head) * p.seq_q + s.row)];
+      const int64_t index = p.packed() ? s.head * p.total_q() + q_token0 + s.row
+                                       : (s.batch * p.heads + s.head) * p.seq_q + s.row;
+      const double got = lse[static_cast<size_t>(index)];
       if (std::isnan(got)) {
         result.lse_bad = true;
       } else if (std::isinf(ref_lse)) {

@@ -17,7 +17,8 @@ namespace kjit::attention {
 // The matmul checker's dtype for an attention dtype (bf16 or f16).
 matmul::DType host_dtype(const Problem& problem);
 
-// Q, K, V packed BSHD ([batch, seq, heads, D]), values rounded to the dtype.
+// Q, K, V packed BSHD ([batch, seq, heads, D]; [tokens, heads, D] for a packed
+// variable-length problem), values rounded to the dtype.
 struct HostAttention {
   Problem problem;
   matmul::HostTensor q, k, v;
@@ -51,7 +52,8 @@ struct AttentionCheck {
 };
 
 // Compares O (downloaded, as doubles, laid out by `o_strides`, resolved) and LSE
-// (f32 [batch, heads, seq_q]; empty: not checked) with the reference on `samples`.
+// (f32 [batch, heads, seq_q], or [heads, total_q] packed; empty: not checked) with
+// the reference on `samples`.
 AttentionCheck check_attention(const HostAttention& host, const std::vector<double>& o,
                                const Strides& o_strides, const std::vector<float>& lse,
                                const std::vector<Sample>& samples);

@@ -29,7 +29,8 @@
 //
 // Q, K, V and O take any strides for batch, sequence and head (BSHD and BHSD both
 // work); the head dimension is contiguous. Grouped-query attention: Q head h reads
-// K/V head h / kv_group.
+// K/V head h / kv_group. Packed variable-length batches: each batch's sequences
+// start at its cumulative offsets (cu_seqlens_q / _k) in [tokens, heads, D] tensors.
 #pragma once
 
 #include "kjit/mma.cuh"
@@ -44,17 +45,23 @@ struct AttentionArgs {
   const void* k;  // [batch, seq_k, kv_heads, D]
   const void* v;  // [batch, seq_k, kv_heads, D]
   void* o;        // [batch, seq_q, heads, D], Q's dtype
-  float* lse;     // [batch, heads, seq_q], natural log; may be null
+  float* lse;     // [batch, heads, seq_q] ([heads, total_q] packed), natural log; may be null
+  // Packed variable-length batches (null: every sequence has seq_q / seq_k): batch b's
+  // queries are tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of Q and O, its keys
+  // [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of K and V; batch strides are then 0.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
   long long q_batch, q_seq, q_head;
   long long k_batch, k_seq, k_head;
   long long v_batch, v_seq, v_head;
   long long o_batch, o_seq, o_head;
-  int seq_q, seq_k;
+  int seq_q, seq_k;     // the (longest) sequence lengths
   int heads, kv_group;  // kv_group = heads / kv_heads
   float scale;          // softmax scale (usually 1 / sqrt(D))
   float scale_log2;     // scale · log2(e): exp(scale·x) = exp2(scale_log2·x)
   int window_left;      // keys before the diagonal a query sees; -1: all
   int window_right;     // keys after the diagonal; 0: causal, -1: all
+  int total_q;          // packed: all query tokens (LSE's row length); else seq_q
 };
 
 namespace attention {
@@ -70,11 +77,37 @@ __device__ __forceinline__ float minus_infinity() {
   return __int_as_float(0xff800000u);
 }
 
-// Whether a query sees `key` (stage 4): inside the sequence and the window around
-// `diagonal`, the query's row + S_k - S_q (bottom-right aligned).
-__device__ __forceinline__ bool key_visible(const AttentionArgs& args, int key, int diagonal) {
+// One block's sequence: its lengths, where its tokens start in the (packed) tensors,
+// and where its head's LSE row starts.
+struct BlockSequence {
+  int seq_q, seq_k;
+  long long q_start, k_start;  // first token (0 unless packed)
+  long long lse_start;         // LSE index of query 0
+};
+__device__ __forceinline__ BlockSequence block_sequence(const AttentionArgs& args, int batch,
+                                                        int head) {
+  BlockSequence sequence;
+  if (args.cu_seqlens_q != nullptr) {
+    sequence.q_start = args.cu_seqlens_q[batch];
+    sequence.k_start = args.cu_seqlens_k[batch];
+    sequence.seq_q = args.cu_seqlens_q[batch + 1] - static_cast<int>(sequence.q_start);
+    sequence.seq_k = args.cu_seqlens_k[batch + 1] - static_cast<int>(sequence.k_start);
+    sequence.lse_start = static_cast<long long>(head) * args.total_q + sequence.q_start;
+  } else {
+    sequence.q_start = sequence.k_start = 0;
+    sequence.seq_q = args.seq_q;
+    sequence.seq_k = args.seq_k;
+    sequence.lse_start = (static_cast<long long>(batch) * args.heads + head) * args.seq_q;
+  }
+  return sequence;
+}
+
+// Whether a query sees `key` (stage 4): inside the sequence (seq_k keys) and the
+// window around `diagonal`, the query's row + S_k - S_q (bottom-right aligned).
+__device__ __forceinline__ bool key_visible(const AttentionArgs& args, int seq_k, int key,
+                                            int diagonal) {
   const int rel = key - diagonal;  // 0 on the diagonal
-  return key < args.seq_k && (args.window_right < 0 || rel <= args.window_right) &&
+  return key < seq_k && (args.window_right < 0 || rel <= args.window_right) &&
          (args.window_left < 0 || rel >= -args.window_left);
 }
 
@@ -139,16 +172,22 @@ struct FlashForward {
     const bool longest_first = args.window_left < 0 && args.window_right >= 0;
     const int tile_index = longest_first ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int row0 = tile_index * BM;  // first query row of this block
+    const BlockSequence sequence = block_sequence(args, batch, head);
+    const int seq_q = sequence.seq_q, seq_k = sequence.seq_k;
+    if (row0 >= seq_q) return;  // a shorter sequence of a packed batch: nothing here
 
-    const T* q = static_cast<const T*>(args.q) + batch * args.q_batch + head * args.q_head;
-    const T* k = static_cast<const T*>(args.k) + batch * args.k_batch + kv_head * args.k_head;
-    const T* v = static_cast<const T*>(args.v) + batch * args.v_batch + kv_head * args.v_head;
+    const T* q = static_cast<const T*>(args.q) + batch * args.q_batch +
+                 sequence.q_start * args.q_seq + head * args.q_head;
+    const T* k = static_cast<const T*>(args.k) + batch * args.k_batch +
+                 sequence.k_start * args.k_seq + kv_head * args.k_head;
+    const T* v = static_cast<const T*>(args.v) + batch * args.v_batch +
+                 sequence.k_start * args.v_seq + kv_head * args.v_head;
 
     // ---- which key tiles this block can see (stage 4, tile level) ----
     // Query i sees key j when j - i - offset is in [-window_left, window_right].
-    const int offset = args.seq_k - args.seq_q;
-    const int last_row = min(row0 + BM, args.seq_q) - 1;
-    int key_end = args.seq_k;  // one past the last key any row of the block sees
+    const int offset = seq_k - seq_q;
+    const int last_row = min(row0 + BM, seq_q) - 1;
+    int key_end = seq_k;  // one past the last key any row of the block sees
     if (args.window_right >= 0) key_end = min(key_end, last_row + offset + args.window_right + 1);
     int key_begin = 0;
     if (args.window_left >= 0) key_begin = max(0, row0 + offset - args.window_left);
@@ -158,17 +197,15 @@ struct FlashForward {
     // ---- stage 2: Q once, then the first K/V tiles ----
     // Commit groups, in order: Q, then K and V of each tile as two groups, so the
     // scores of a tile start as soon as its K has landed while V still streams.
-    load_tile<BM>(q_tile, q + row0 * args.q_seq, args.q_seq, args.seq_q - row0);
+    load_tile<BM>(q_tile, q + row0 * args.q_seq, args.q_seq, seq_q - row0);
     mma::cp_async_commit();
     auto load_k = [&](int tile, int stage) {
       const int key0 = tile * BN;
-      load_tile<BN>(k_tiles + stage * kKvElems, k + key0 * args.k_seq, args.k_seq,
-                    args.seq_k - key0);
+      load_tile<BN>(k_tiles + stage * kKvElems, k + key0 * args.k_seq, args.k_seq, seq_k - key0);
     };
     auto load_v = [&](int tile, int stage) {
       const int key0 = tile * BN;
-      load_tile<BN>(v_tiles + stage * kKvElems, v + key0 * args.v_seq, args.v_seq,
-                    args.seq_k - key0);
+      load_tile<BN>(v_tiles + stage * kKvElems, v + key0 * args.v_seq, args.v_seq, seq_k - key0);
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -247,7 +284,7 @@ struct FlashForward {
 
       // ---- stage 4: masks, only where the tile crosses a boundary ----
       const int warp_first = row0 + warp * kWarpRows, warp_last = warp_first + kWarpRows - 1;
-      const bool crosses_end = key0 + BN > args.seq_k;
+      const bool crosses_end = key0 + BN > seq_k;
       const bool crosses_right =
           args.window_right >= 0 && key0 + BN - 1 > warp_first + offset + args.window_right;
       const bool crosses_left =
@@ -260,7 +297,8 @@ struct FlashForward {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int key = key0 + n * 8 + 2 * t + (e % 2);
-              if (!key_visible(args, key, my_row(m, e / 2) + offset)) s[m][n][e] = minus_infinity();
+              if (!key_visible(args, seq_k, key, my_row(m, e / 2) + offset))
+                s[m][n][e] = minus_infinity();
             }
           }
         }
@@ -340,7 +378,8 @@ struct FlashForward {
     mma::cp_async_wait<0>();
 
     // ---- stage 7: O / l, and the log-sum-exp ----
-    T* o = static_cast<T*>(args.o) + batch * args.o_batch + head * args.o_head;
+    T* o = static_cast<T*>(args.o) + batch * args.o_batch + sequence.q_start * args.o_seq +
+           head * args.o_head;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -349,7 +388,7 @@ struct FlashForward {
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int row = my_row(m, h);
-        if (row >= args.seq_q) continue;
+        if (row >= seq_q) continue;
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // every key masked: O = 0
         T* out = o + row * args.o_seq;
 #pragma unroll
@@ -358,7 +397,7 @@ struct FlashForward {
               pack2<T>(o_acc[m][n][2 * h] * inverse, o_acc[m][n][2 * h + 1] * inverse);
         }
         if (args.lse != nullptr && t == 0) {
-          args.lse[(static_cast<long long>(batch) * args.heads + head) * args.seq_q + row] =
+          args.lse[sequence.lse_start + row] =
               sum > 0.0f ? row_max[m][h] * args.scale + logf(sum) : minus_infinity();
         }
       }

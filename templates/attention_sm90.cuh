@@ -108,11 +108,19 @@ struct FlashForwardSm90 {
     const bool longest_first = args.window_left < 0 && args.window_right >= 0;
     const int tile_index = longest_first ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int row0 = tile_index * BM;
+    const BlockSequence sequence = block_sequence(args, batch, head);
+    const int seq_q = sequence.seq_q, seq_k = sequence.seq_k;
+    if (row0 >= seq_q) return;  // a shorter sequence of a packed batch: nothing here
+    // Copy coordinates: packed batches are one sequence of tokens (batch 0 of the
+    // tensor map) starting at their offsets.
+    const int q_token0 = static_cast<int>(sequence.q_start) + row0;
+    const int k_token0 = static_cast<int>(sequence.k_start);
+    const int map_batch = args.cu_seqlens_q != nullptr ? 0 : batch;
 
     // The key tiles any row of the block sees (attention.cuh, stage 4).
-    const int offset = args.seq_k - args.seq_q;
-    const int last_row = min(row0 + BM, args.seq_q) - 1;
-    int key_end = args.seq_k;
+    const int offset = seq_k - seq_q;
+    const int last_row = min(row0 + BM, seq_q) - 1;
+    int key_end = seq_k;
     if (args.window_right >= 0) key_end = min(key_end, last_row + offset + args.window_right + 1);
     int key_begin = 0;
     if (args.window_left >= 0) key_begin = max(0, row0 + offset - args.window_left);
@@ -142,7 +150,7 @@ struct FlashForwardSm90 {
         for (int half = 0; half < 2; ++half)
           for (int c = 0; c < kChunks; ++c)
             sm90::tma_load_4d(q_tile + c * BM * 128 + half * 64 * 128, map_q, q_full, 64 * c,
-                              row0 + 64 * half, head, batch);
+                              q_token0 + 64 * half, head, map_batch);
         for (int i = 0; i < tiles; ++i) {
           const int s = i % STAGES;
           const int key0 = (tile_begin + i) * BN;
@@ -153,13 +161,13 @@ struct FlashForwardSm90 {
           sm90::barrier_wait(k_empty + 8 * s, free_phase);
           sm90::barrier_arrive_expect_bytes(k_full + 8 * s, kKvBytes);
           for (int c = 0; c < kChunks; ++c)
-            sm90::tma_load_4d(k_stage + c * BN * 128, map_k, k_full + 8 * s, 64 * c, key0, kv_head,
-                              batch);
+            sm90::tma_load_4d(k_stage + c * BN * 128, map_k, k_full + 8 * s, 64 * c,
+                              k_token0 + key0, kv_head, map_batch);
           sm90::barrier_wait(v_empty + 8 * s, free_phase);
           sm90::barrier_arrive_expect_bytes(v_full + 8 * s, kKvBytes);
           for (int c = 0; c < kChunks; ++c)
-            sm90::tma_load_4d(v_stage + c * BN * 128, map_v, v_full + 8 * s, 64 * c, key0, kv_head,
-                              batch);
+            sm90::tma_load_4d(v_stage + c * BN * 128, map_v, v_full + 8 * s, 64 * c,
+                              k_token0 + key0, kv_head, map_batch);
         }
       }
       return;
@@ -233,7 +241,7 @@ struct FlashForwardSm90 {
     auto softmax = [&](int i) {
       const int key0 = (tile_begin + i) * BN;
       // s_acc[4j + e]: row thread_row0 + 8 (e / 2), key key0 + 8j + 2t + e % 2.
-      const bool crosses_end = key0 + BN > args.seq_k;
+      const bool crosses_end = key0 + BN > seq_k;
       const bool crosses_right =
           args.window_right >= 0 && key0 + BN - 1 > group_first + offset + args.window_right;
       const bool crosses_left =
@@ -245,7 +253,7 @@ struct FlashForwardSm90 {
           for (int e = 0; e < 4; ++e) {
             const int key = key0 + 8 * j + 2 * t + (e % 2);
             const int rel = key - (thread_row0 + 8 * (e / 2)) - offset;
-            const bool visible = key < args.seq_k &&
+            const bool visible = key < seq_k &&
                                  (args.window_right < 0 || rel <= args.window_right) &&
                                  (args.window_left < 0 || rel >= -args.window_left);
             if (!visible) s_acc[4 * j + e] = minus_infinity();
@@ -353,14 +361,15 @@ struct FlashForwardSm90 {
     }
 
     // ---- O / l and the log-sum-exp (attention.cuh, stage 7) ----
-    T* o = static_cast<T*>(args.o) + batch * args.o_batch + head * args.o_head;
+    T* o = static_cast<T*>(args.o) + batch * args.o_batch + sequence.q_start * args.o_seq +
+           head * args.o_head;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float sum = row_sum[h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const int row = thread_row0 + 8 * h;
-      if (row >= args.seq_q) continue;
+      if (row >= seq_q) continue;
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
       T* out = o + row * args.o_seq;
 #pragma unroll
@@ -368,7 +377,7 @@ struct FlashForwardSm90 {
         *reinterpret_cast<u32*>(out + 8 * j + 2 * t) =
             pack2<T>(o_acc[4 * j + 2 * h] * inverse, o_acc[4 * j + 2 * h + 1] * inverse);
       if (args.lse != nullptr && t == 0)
-        args.lse[(static_cast<long long>(batch) * args.heads + head) * args.seq_q + row] =
+        args.lse[sequence.lse_start + row] =
             sum > 0.0f ? row_max[h] * args.scale + logf(sum) : minus_infinity();
     }
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -27,6 +28,45 @@ std::string window_text(int64_t left, int64_t right) {
 
 }  // namespace
 
+void Problem::set_lengths(const std::vector<int64_t>& q, const std::vector<int64_t>& k) {
+  const std::vector<int64_t>& keys = k.empty() ? q : k;
+  if (q.empty() || keys.size() != q.size())
+    throw UserError(
+        fmt::format("packed attention needs one query and one key length per "
+                    "sequence; got {} and {}",
+                    q.size(), keys.size()));
+  auto offsets = [](const std::vector<int64_t>& lengths, const char* what) {
+    std::vector<int64_t> out = {0};
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      if (lengths[i] < 1 || lengths[i] > kMax32)
+        throw UserError(
+            fmt::format("packed attention: {} length {} of sequence {} is not in "
+                        "[1, {}]",
+                        what, lengths[i], i, kMax32));
+      out.push_back(out.back() + lengths[i]);
+    }
+    return out;
+  };
+  cu_seqlens_q = offsets(q, "query");
+  cu_seqlens_k = offsets(keys, "key");
+  batch = static_cast<int64_t>(q.size());
+  seq_q = *std::max_element(q.begin(), q.end());
+  seq_k = *std::max_element(keys.begin(), keys.end());
+}
+
+int64_t Problem::total_q() const {
+  return packed() ? cu_seqlens_q.back() : batch * seq_q;
+}
+int64_t Problem::total_k() const {
+  return packed() ? cu_seqlens_k.back() : batch * seq_k;
+}
+int64_t Problem::seq_q_of(int64_t b) const {
+  return packed() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seq_q;
+}
+int64_t Problem::seq_k_of(int64_t b) const {
+  return packed() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seq_k;
+}
+
 double Problem::softmax_scale() const {
   return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
@@ -36,11 +76,21 @@ std::string Problem::kernel_class() const {
 }
 
 std::string Problem::to_string() const {
+  std::string packed_text;
+  if (packed()) {
+    auto lengths = [](const std::vector<int64_t>& cu) {
+      std::string out;
+      for (size_t i = 1; i < cu.size(); ++i)
+        out += (i > 1 ? "+" : "") + std::to_string(cu[i] - cu[i - 1]);
+      return out;
+    };
+    packed_text = "packed=q:" + lengths(cu_seqlens_q) + "/k:" + lengths(cu_seqlens_k) + ",";
+  }
   return fmt::format(
              "batch={},heads={},kv_heads={},seq_q={},seq_k={},causal={},window={},scale={},", batch,
              heads, kv_heads, seq_q, seq_k, causal ? 1 : 0, window_text(window_left, window_right),
              softmax_scale()) +
-         kernel_class();
+         packed_text + kernel_class();
 }
 
 std::string Config::to_string() const {
@@ -123,6 +173,39 @@ void validate_problem(const Problem& p) {
       p.window_right > kMax32)
     throw UserError(fmt::format("attention window {}:{} is invalid", p.window_left, p.window_right),
                     "each side is a number of keys >= 0, or -1 for unbounded");
+  if (p.packed()) {
+    auto check_offsets = [&](const std::vector<int64_t>& cu, const char* name, int64_t longest) {
+      if (static_cast<int64_t>(cu.size()) != p.batch + 1)
+        throw UserError(fmt::format("packed attention: {} has {} offsets for {} sequences", name,
+                                    cu.size(), p.batch),
+                        "one more offset than sequences: 0, then each sequence's end");
+      if (cu.front() != 0)
+        throw UserError(fmt::format("packed attention: {}[0] is {}, not 0", name, cu.front()));
+      int64_t most = 0;
+      for (size_t i = 1; i < cu.size(); ++i) {
+        if (cu[i] < cu[i - 1])
+          throw UserError(fmt::format("packed attention: {} decreases at {} ({} after {})", name, i,
+                                      cu[i], cu[i - 1]),
+                          "offsets are cumulative sequence lengths: never decreasing");
+        most = std::max(most, cu[i] - cu[i - 1]);
+      }
+      if (cu.back() > kMax32)
+        throw UserError(
+            fmt::format("packed attention: {} tokens in all is over {}", cu.back(), kMax32));
+      if (most != longest)
+        throw UserError(fmt::format("packed attention: the longest sequence in {} has {} tokens "
+                                    "but the problem says {}",
+                                    name, most, longest),
+                        "Problem::set_lengths() sets them together");
+    };
+    if (p.cu_seqlens_k.empty())
+      throw UserError("packed attention: cu_seqlens_k is missing",
+                      "give key offsets too (the same as the queries' for self-attention)");
+    check_offsets(p.cu_seqlens_q, "cu_seqlens_q", p.seq_q);
+    check_offsets(p.cu_seqlens_k, "cu_seqlens_k", p.seq_k);
+  } else if (!p.cu_seqlens_k.empty()) {
+    throw UserError("packed attention: cu_seqlens_k given without cu_seqlens_q");
+  }
   if (!(std::isfinite(p.scale) && p.scale >= 0))
     throw UserError(fmt::format("attention scale {} is not a positive finite number", p.scale),
                     "0 means 1 / sqrt(head dim)");

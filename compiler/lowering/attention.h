@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kjit/compiler/ir/dtype.h"
 #include "kjit/compiler/kernel_source.h"
@@ -29,6 +30,22 @@ struct Problem {
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   double scale = 0;  // softmax scale; 0: 1 / sqrt(head_dim)
+  // Packed variable-length batches (FlashAttention's "varlen"): when set, sequence b
+  // is tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of Q and O ([total_q, heads, D])
+  // and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of K and V; batch is their count and
+  // seq_q / seq_k the longest. set_lengths() fills all of that in.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
+
+  bool packed() const { return !cu_seqlens_q.empty(); }
+  // Batch, offsets and the longest lengths from per-sequence lengths (one per batch;
+  // `k` empty: the same as `q`).
+  void set_lengths(const std::vector<int64_t>& q, const std::vector<int64_t>& k = {});
+  // Query (key) tokens in all: batch x seq_q (seq_k), or the packed total.
+  int64_t total_q() const;
+  int64_t total_k() const;
+  // Sequence b's lengths (seq_q / seq_k unless packed).
+  int64_t seq_q_of(int64_t b) const;
+  int64_t seq_k_of(int64_t b) const;
 
   // The right edge of the window after `causal` (0 when causal, else window_right).
   int64_t right() const { return causal ? 0 : window_right; }
@@ -36,8 +53,8 @@ struct Problem {
   // What a kernel is specialized on: "dtype=bf16,d=128".
   std::string kernel_class() const;
   // Every field, canonical, for logs and tuning keys:
-  // "batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=.."
-  // + "," + kernel_class().
+  // "batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..",
+  // then ",packed=q:1+7+300/k:1+7+300" when packed, then "," + kernel_class().
   std::string to_string() const;
 };
 
@@ -69,7 +86,9 @@ struct Config {
 
 // The problem's own constraints: sizes >= 1 (seq_q, seq_k) and within 32 bits,
 // kv_heads dividing heads, a supported head dim and dtype, windows >= -1, a positive
-// finite scale. UserError naming the value and the supported set.
+// finite scale; packed offsets starting at 0, never decreasing, one more than batch,
+// totals within 32 bits, seq_q / seq_k their longest. UserError naming the value and
+// the supported set.
 void validate_problem(const Problem& problem);
 // Plus the config's. mma.sync: warp_rows 16 or 32, bm a multiple of it in [16,
 // 128], bn in {16, 32, 64, 128}, stages 2..4. wgmma: head dim 64 or 128, bm 128, bn

@@ -86,10 +86,10 @@ class AttentionTest : public testing::GpuTest {
         cuda::DeviceBuffer::from(layout_bytes(host.k, p, p.kv_heads, p.seq_k, c.bhsd));
     cuda::DeviceBuffer v =
         cuda::DeviceBuffer::from(layout_bytes(host.v, p, p.kv_heads, p.seq_k, c.bhsd));
-    const auto o_count = static_cast<size_t>(p.batch * p.heads * p.seq_q * p.head_dim);
+    const auto o_count = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
     cuda::DeviceBuffer o(o_count * 2);
     o.fill_bytes(0xFF);
-    cuda::DeviceBuffer lse(static_cast<size_t>(p.batch * p.heads * p.seq_q) * 4);
+    cuda::DeviceBuffer lse(static_cast<size_t>(p.total_q() * p.heads) * 4);
     lse.fill_bytes(0xFF);
     Tensors t{.q = q.get(), .k = k.get(), .v = v.get(), .o = o.get(), .lse = lse.get()};
     t.q_strides = t.o_strides = strides_of(p, p.heads, p.seq_q, c.bhsd);
@@ -240,6 +240,27 @@ TEST_F(AttentionTest, RisingMaxRescales) {
   }
 }
 
+// Packed variable-length batches: lengths {1, 7, 300, 2049}, the same or other key
+// lengths, GQA, causal and windows, each head dim, on every engine.
+TEST_F(AttentionTest, PackedVariableLengths) {
+  for (const int d : {64, 96, 128, 256}) {
+    for (const bool causal : {false, true}) {
+      Problem p = shape(1, 1, d, 4);
+      p.kv_heads = 2;
+      p.causal = causal;
+      p.set_lengths({1, 7, 300, 2049});
+      run_engines({p});
+      p.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
+      run_engines({p});
+    }
+  }
+  Problem window = shape(1, 1, 128, 2);
+  window.set_lengths({300, 1, 2049, 64}, {2049, 300, 7, 64});
+  window.window_left = 64;
+  window.window_right = 0;
+  run_engines({window});
+}
+
 TEST_F(AttentionTest, EveryConfigOfTheSpace) {
   for (const int d : {64, 96, 128, 256}) {
     for (const bool causal : {false, true}) {
@@ -262,6 +283,13 @@ TEST_F(AttentionTest, BadTensorsAreUserErrors) {
   EXPECT_THROW(attention.launch(odd_stride, nullptr), UserError);
   Tensors missing{.q = base, .k = 0, .v = base, .o = base};
   EXPECT_THROW(attention.launch(missing, nullptr), UserError);
+  // A packed problem's tensors have no batch stride.
+  Problem packed = p;
+  packed.set_lengths({16, 48});
+  Attention packed_attention(runtime(), packed);
+  Tensors batched{.q = base, .k = base, .v = base, .o = base};
+  batched.q_strides.batch = 64 * 64;
+  EXPECT_THROW(packed_attention.launch(batched, nullptr), UserError);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // kjit emit|compile|run|bench attention --seq-q S [--seq-k S] [--batch B] [--heads H]
 //   [--kv-heads G] [--head-dim 64|96|128|256] [--dtype bf16|f16] [--causal]
 //   [--window L:R] [--scale X] [--config bm=..,bn=..,stages=..]
+//   [--seqlens-q 1,7,300 [--seqlens-k ...]]   (a packed batch instead of --batch/--seq-q)
 //
 //   emit     the generated CUDA source (the online softmax written out in comments)
 //   compile  NVRTC for --arch (no GPU needed): registers, shared memory, spills
@@ -9,6 +10,7 @@
 //            the pairs the masks leave); peers: tools/device/peers/attention_torch.py
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <random>
@@ -48,8 +50,33 @@ std::pair<int64_t, int64_t> parse_window(const std::string& text) {
   return {side(text.substr(0, colon)), side(text.substr(colon + 1))};
 }
 
+// "1,7,300" -> {1, 7, 300}
+std::vector<int64_t> parse_lengths(const std::string& text, const char* option) {
+  std::vector<int64_t> lengths;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1)
+      throw UserError(
+          std::string(option) + " '" + text + "': '" + item + "' is not a sequence length >= 1",
+          "write the lengths separated by commas, e.g. 1,7,300,2049");
+    lengths.push_back(v);
+    start = comma + 1;
+  }
+  return lengths;
+}
+
 Problem problem_from(const KernelCommandOptions& o) {
-  if (o.seq_q < 1) throw UserError("attention needs --seq-q", "e.g. --seq-q 2048");
+  const bool packed = !o.seqlens_q.empty();
+  if (!packed && !o.seqlens_k.empty())
+    throw UserError("--seqlens-k needs --seqlens-q", "give the query lengths too");
+  if (packed && (o.given.count("--seq-q") || o.given.count("--seq-k") || o.given.count("--batch")))
+    throw UserError("--seqlens-q replaces --batch, --seq-q and --seq-k",
+                    "a packed batch has one length per sequence");
+  if (!packed && o.seq_q < 1) throw UserError("attention needs --seq-q", "e.g. --seq-q 2048");
   Problem p;
   p.batch = o.batch;
   p.heads = o.heads > 0 ? o.heads : 1;
@@ -75,6 +102,10 @@ Problem problem_from(const KernelCommandOptions& o) {
                       "give one of them (causal is --window inf:0)");
   }
   p.scale = o.scale;
+  if (packed)
+    p.set_lengths(
+        parse_lengths(o.seqlens_q, "--seqlens-q"),
+        o.seqlens_k.empty() ? std::vector<int64_t>{} : parse_lengths(o.seqlens_k, "--seqlens-k"));
   validate_problem(p);
   return p;
 }
@@ -167,10 +198,10 @@ void attention_command(const KernelCommandOptions& o) {
   d.q = cuda::DeviceBuffer::from(d.host.q.bytes());
   d.k = cuda::DeviceBuffer::from(d.host.k.bytes());
   d.v = cuda::DeviceBuffer::from(d.host.v.bytes());
-  const auto o_count = static_cast<size_t>(p.batch * p.seq_q * p.heads * p.head_dim);
+  const auto o_count = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
   d.o = cuda::DeviceBuffer(o_count * 2);
   d.o.fill_bytes(0xFF);
-  d.lse = cuda::DeviceBuffer(static_cast<size_t>(p.batch * p.heads * p.seq_q) * 4);
+  d.lse = cuda::DeviceBuffer(static_cast<size_t>(p.total_q() * p.heads) * 4);
   d.tensors = {.q = d.q.get(), .k = d.k.get(), .v = d.v.get(), .o = d.o.get(), .lse = d.lse.get()};
   cuda::Stream stream;
   attention.launch(d.tensors, stream.get());

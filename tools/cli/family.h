@@ -35,6 +35,7 @@ struct KernelCommandOptions {
   bool causal = false;
   std::string window;
   double scale = 0;
+  std::string seqlens_q, seqlens_k;  // packed variable-length batches: "1,7,300,2049"
   std::vector<std::string> inputs;   // run: name=path.npy
   std::vector<std::string> outputs;  // run: name=path.npy
   int repeats = 0;                   // bench: timed runs (0: the default)

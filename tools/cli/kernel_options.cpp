@@ -46,6 +46,8 @@ const std::vector<OptionUse>& option_uses() {
       {"--causal", {"attention"}, {}},
       {"--window", {"attention"}, {}},
       {"--scale", {"attention"}, {}},
+      {"--seqlens-q", {"attention"}, {}},
+      {"--seqlens-k", {"attention"}, {}},
       {"--input", {"elementwise"}, {Verb::Run}},
       {"--output", {"elementwise"}, {Verb::Run}},
       {"--repeats", {"elementwise", "matmul", "attention"}, {Verb::Bench}},
@@ -180,6 +182,13 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
         "--window");
   noted(cmd->add_option("--scale", o.scale, "Attention: softmax scale (default 1/sqrt(head dim))"),
         "--scale");
+  noted(cmd->add_option("--seqlens-q", o.seqlens_q,
+                        "Attention: a packed batch of sequences of these query lengths, e.g. "
+                        "1,7,300,2049 (instead of --batch and --seq-q)"),
+        "--seqlens-q");
+  noted(cmd->add_option("--seqlens-k", o.seqlens_k,
+                        "Attention: their key lengths (default: --seqlens-q)"),
+        "--seqlens-k");
   noted(cmd->add_option("--layout", o.layout, "Matmul operand layout: nn, nt, tn, tt"), "--layout");
   noted(cmd->add_option("--epilogue", o.epilogue, "Matmul epilogue: elementwise IR over acc, ..."),
         "--epilogue");

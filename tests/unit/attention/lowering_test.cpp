@@ -79,6 +79,37 @@ TEST(AttentionProblem, BadInputIsAUserErrorNamingTheValueAndTheSupportedSet) {
   EXPECT_CONTAINS(user_error(p), "65535");
 }
 
+TEST(AttentionProblem, PackedLengthsAreCheckedAndNamed) {
+  Problem p = base();
+  p.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
+  EXPECT_EQ(p.batch, 4);
+  EXPECT_EQ(p.seq_q, 2049);
+  EXPECT_EQ(p.seq_k, 1000);
+  EXPECT_EQ(p.total_q(), 2357);
+  EXPECT_EQ(p.total_k(), 1029);
+  EXPECT_EQ(p.seq_k_of(2), 1000);
+  EXPECT_EQ(user_error(p), "accepted");
+  EXPECT_CONTAINS(p.to_string(), "packed=q:1+7+300+2049/k:5+7+1000+17");
+  // Bad offsets: decreasing, not starting at 0, the wrong count, keys missing.
+  Problem bad = p;
+  bad.cu_seqlens_q[2] = 0;
+  EXPECT_CONTAINS(user_error(bad), "decreases at 2");
+  bad = p;
+  bad.cu_seqlens_k[0] = 3;
+  EXPECT_CONTAINS(user_error(bad), "cu_seqlens_k[0] is 3");
+  bad = p;
+  bad.cu_seqlens_q.pop_back();
+  EXPECT_CONTAINS(user_error(bad), "4 offsets for 4 sequences");
+  bad = p;
+  bad.cu_seqlens_k.clear();
+  EXPECT_CONTAINS(user_error(bad), "cu_seqlens_k is missing");
+  bad = p;
+  bad.seq_q = 100;
+  EXPECT_CONTAINS(user_error(bad), "longest sequence in cu_seqlens_q has 2049");
+  EXPECT_THROW(p.set_lengths({1, 0}), UserError);
+  EXPECT_THROW(p.set_lengths({1, 2}, {3}), UserError);
+}
+
 TEST(AttentionConfig, ParsesChecksAndPrints) {
   const Config c = Config::parse("bm=128, bn=32, stages=3");
   EXPECT_EQ(c.to_string(), "bm=128,bn=32,stages=3,warp_rows=16");
