@@ -500,16 +500,25 @@ void Store::quarantine(const std::string& why) {
     std::string aside = file_ + ".corrupt-" + timestamp_now();
     for (int n = 2; path_exists(aside); ++n)
       aside = fmt::format("{}.corrupt-{}-{}", file_, timestamp_now(), n);
+    // The WAL belongs to the damaged file: it must never be replayed into the fresh
+    // one, so it moves with it (the aside copy stays complete). It moves first,
+    // while the damaged file still holds the path: once that is gone, another
+    // process may create the fresh file and its own -wal and -shm at once, and
+    // moving those would pull them from under its open connection (SQLite then
+    // fails with I/O errors, and that process loses its cache).
+    std::vector<const char*> moved;
+    for (const char* suffix : {"-wal", "-shm"}) {
+      const std::string from = file_ + suffix;
+      if (path_exists(from) && ::rename(from.c_str(), (aside + suffix).c_str()) == 0)
+        moved.push_back(suffix);
+    }
     if (::rename(file_.c_str(), aside.c_str()) == 0) {
-      // The WAL belongs to the damaged file: it must never be replayed into the
-      // fresh one. It moves with it, so the aside copy stays complete.
-      for (const char* suffix : {"-wal", "-shm"}) {
-        std::string from = file_ + suffix;
-        if (path_exists(from)) ::rename(from.c_str(), (aside + suffix).c_str());
-      }
       warn(fmt::format("{}; moved it aside to {} and started a fresh cache", why, aside));
     } else {
-      warn(fmt::format("{}; could not move it aside: {}", why, std::strerror(errno)));
+      const int error = errno;
+      for (const char* suffix : moved)  // the damaged file stays: so does its WAL
+        ::rename((aside + suffix).c_str(), (file_ + suffix).c_str());
+      warn(fmt::format("{}; could not move it aside: {}", why, std::strerror(error)));
     }
   }
   if (lock_fd >= 0) {
