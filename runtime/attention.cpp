@@ -6,6 +6,7 @@
 #include <array>
 
 #include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/tuning.h"
 #include "kjit/support/error.h"
 #include "kjit/tuner/attention_space.h"
 
@@ -129,34 +130,12 @@ void check_fits_device(const Problem& p, const Config& config,
                                 device.max_threads_per_block));
 }
 
-double forward_flops(const Problem& p) {
-  const int64_t left = p.window_left, right = p.right();
-  double pairs = 0;
-  for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b) {
-    const int64_t seq_q = p.seq_q_of(b), seq_k = p.seq_k_of(b);
-    if (left < 0 && right < 0) {
-      pairs += static_cast<double>(seq_q) * static_cast<double>(seq_k);
-    } else if (left < 0 && right == 0 && seq_q == seq_k) {
-      pairs += 0.5 * static_cast<double>(seq_q) * static_cast<double>(seq_k);  // causal: half
-    } else {
-      // Row i sees keys [i + offset - left, i + offset + right] within [0, S_k).
-      const int64_t offset = seq_k - seq_q;
-      for (int64_t i = 0; i < seq_q; ++i) {
-        const int64_t lo = left < 0 ? 0 : std::max<int64_t>(0, i + offset - left);
-        const int64_t hi = right < 0 ? seq_k - 1 : std::min(seq_k - 1, i + offset + right);
-        if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
-      }
-    }
-  }
-  const double batches = p.packed() ? 1.0 : static_cast<double>(p.batch);
-  return 4.0 * batches * static_cast<double>(p.heads) * pairs * p.head_dim;
-}
-
 Attention::Attention(Runtime& runtime, Problem problem)
     : runtime_(&runtime), problem_(std::move(problem)) {
   validate_problem(problem_);
-  config_ = tuner::attention_default(problem_, runtime.device());
-  config_source_ = "model";
+  const tuner::Choice choice = choose_config(runtime, tuner::AttentionTuning(problem_));
+  config_ = Config::parse(choice.config);
+  config_source_ = tuner::to_string(choice.source);
   load();
 }
 

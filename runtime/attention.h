@@ -50,16 +50,10 @@ Tensors resolve(const Problem& problem, Tensors tensors);
 void check_fits_device(const Problem& problem, const Config& config,
                        const cuda::DeviceProperties& device);
 
-// FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
-// sequence (the two matmuls; the softmax is not counted), as FlashAttention counts
-// them: all S_q · S_k pairs, half of them for causal with S_q = S_k, and the pairs
-// the masks leave otherwise.
-double forward_flops(const Problem& problem);
-
 class Attention {
  public:
-  // The config comes from the tuner (attention_default: the space's choice
-  // before measuring, against the device's SM count). Compiles now.
+  // The config comes from the tuner (the store's tuning for this problem on this
+  // GPU model, else the nearest tuned problem, else the model). Compiles now.
   Attention(Runtime& runtime, Problem problem);
   // A fixed config: what tests and the benchmark pin. Validates, checks the
   // device and compiles now.
@@ -72,7 +66,7 @@ class Attention {
   const Config& config() const { return config_; }
   const KernelSource& source() const { return source_; }
   const cuda::KernelStats& stats() const { return kernel_->stats(); }
-  // Where the config came from ("model" for the tuner's default, "given").
+  // Where the config came from ("store", "nearest", "model"; "given" for a fixed one).
   const std::string& config_source() const { return config_source_; }
   // Where the binary came from: "compiled" (NVRTC), "store", "memory".
   std::string kernel_origin() const;

@@ -12,6 +12,8 @@
 #include <random>
 
 #include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/runtime/attention.h"
+#include "kjit/runtime/attention_check.h"
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/elementwise.h"
@@ -21,6 +23,7 @@
 #include "kjit/support/error.h"
 #include "kjit/support/log.h"
 #include "kjit/support/options.h"
+#include "kjit/tuner/attention_space.h"
 #include "kjit/tuner/elementwise_space.h"
 #include "kjit/tuner/matmul_space.h"
 #include "kjit/tuner/worker.h"
@@ -156,6 +159,99 @@ class MatmulHarness : public tuner::Harness {
   std::vector<matmul::Tensors> sets_;
   cuda::DeviceBuffer c_;
   size_t out_bytes_ = 0;
+};
+
+// ---- attention ---------------------------------------------------------------
+
+class AttentionTrial : public tuner::Trial {
+ public:
+  AttentionTrial(Runtime& runtime, const attention::Problem& problem,
+                 const attention::Config& config, const std::vector<attention::Tensors>* sets)
+      : attention_(runtime, problem, config), sets_(sets) {}
+  void launch(CUstream stream, int set) override {
+    attention_.launch((*sets_)[static_cast<size_t>(set)], stream);
+  }
+  tuner::KernelResources resources() const override {
+    tuner::KernelResources r;
+    r.threads = attention_.source().block_threads;
+    r.registers = attention_.stats().registers;
+    r.shared_bytes = attention_.source().dynamic_shared_bytes + attention_.stats().shared_bytes;
+    r.estimated = false;
+    return r;
+  }
+
+ private:
+  attention::Attention attention_;
+  const std::vector<attention::Tensors>* sets_;
+};
+
+// Random Q, K, V (packed BSHD, or packed tokens), O and LSE as scratch; the check
+// compares O and the LSE on sampled rows with the fp64 reference.
+class AttentionHarness : public tuner::Harness {
+ public:
+  AttentionHarness(Runtime& runtime, const tuner::AttentionTuning& problem)
+      : runtime_(runtime), problem_(problem) {
+    const attention::Problem& p = problem_.problem();
+    const uint64_t seed = fresh_seed();
+    host_ = attention::make_host_attention(p, seed);
+    samples_ = attention::samples_to_check(p, seed);
+    const std::vector<unsigned char> q = host_.q.bytes(), k = host_.k.bytes(), v = host_.v.bytes();
+    const int sets = input_sets_for(static_cast<double>(q.size() + k.size() + v.size()),
+                                    runtime.device().l2_bytes);
+    auto upload = [this](const std::vector<unsigned char>& bytes) {
+      buffers_.emplace_back(std::max<size_t>(bytes.size(), 16));
+      buffers_.back().upload(bytes.data(), bytes.size());
+      return buffers_.back().get();
+    };
+    o_count_ = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
+    o_ = cuda::DeviceBuffer(o_count_ * 2);
+    lse_ = cuda::DeviceBuffer(static_cast<size_t>(p.total_q() * p.heads) * 4);
+    for (int s = 0; s < sets; ++s) {
+      attention::Tensors t;
+      t.q = upload(q);
+      t.k = upload(k);
+      t.v = upload(v);
+      t.o = o_.get();
+      t.lse = lse_.get();
+      sets_.push_back(t);
+    }
+  }
+
+  const tuner::TuningProblem& problem() const override { return problem_; }
+  int input_sets() const override { return static_cast<int>(sets_.size()); }
+  std::unique_ptr<tuner::Trial> prepare(const std::string& config) override {
+    return std::make_unique<AttentionTrial>(runtime_, problem_.problem(),
+                                            attention::Config::parse(config), &sets_);
+  }
+  void poison(CUstream stream) override {
+    KJIT_CU(cuMemsetD8Async, o_.get(), 0xFF, o_.bytes(), stream);
+    KJIT_CU(cuMemsetD8Async, lse_.get(), 0xFF, lse_.bytes(), stream);
+  }
+  tuner::CheckOutcome check() override {
+    const attention::Problem& p = problem_.problem();
+    const std::vector<double> o =
+        matmul::to_doubles(attention::host_dtype(p), o_.to_host<unsigned char>(), o_count_);
+    const attention::AttentionCheck c = attention::check_attention(
+        host_, o, attention::resolve(p, sets_[0]).o_strides, lse_.to_host<float>(), samples_);
+    tuner::CheckOutcome out;
+    out.tolerance = attention::check_tolerance(p);
+    // NaN, or a wrong LSE, fails whatever the error of O.
+    out.relative_l2 =
+        c.ok(out.tolerance) ? c.relative_l2 : std::max(c.relative_l2, 2 * out.tolerance + 1);
+    out.checked = c.rows * p.head_dim;
+    if (!c.ok(out.tolerance)) out.detail = c.describe();
+    return out;
+  }
+
+ private:
+  Runtime& runtime_;
+  const tuner::AttentionTuning& problem_;
+  attention::HostAttention host_;
+  std::vector<attention::Sample> samples_;
+  std::vector<cuda::DeviceBuffer> buffers_;
+  std::vector<attention::Tensors> sets_;
+  cuda::DeviceBuffer o_, lse_;
+  size_t o_count_ = 0;
 };
 
 // ---- elementwise -------------------------------------------------------------
@@ -327,6 +423,8 @@ std::unique_ptr<tuner::Harness> make_harness(Runtime& runtime,
     return std::make_unique<MatmulHarness>(runtime, *m);
   if (auto* e = dynamic_cast<const tuner::ElementwiseTuning*>(&problem))
     return std::make_unique<ElementwiseHarness>(runtime, *e);
+  if (auto* a = dynamic_cast<const tuner::AttentionTuning*>(&problem))
+    return std::make_unique<AttentionHarness>(runtime, *a);
   throw UserError("no measuring harness for the " + problem.family() + " family");
 }
 

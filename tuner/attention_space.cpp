@@ -2,7 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <regex>
 #include <utility>
+
+#include "kjit/support/error.h"
 
 namespace kjit::tuner {
 
@@ -27,6 +33,9 @@ bool fits_registers(const attention::Problem& p, const attention::Config& c) {
 // 40 and 232 per thread); a consumer holds O (head_dim / 2), S (bn / 2) and P as
 // 16-bit pairs (bn / 4), plus ~40 more.
 constexpr int kWgmmaRegisterLimit = 232;
+// What the launch asks for (384 threads share the register file: 65536 / 384,
+// rounded down to ptxas' granule); setmaxnreg then moves them.
+constexpr int kWgmmaLaunchRegisters = 168;
 constexpr int kWgmmaOverheadRegisters = 40;
 int wgmma_registers(const attention::Problem& p, const attention::Config& c) {
   return p.head_dim / 2 + c.bn / 2 + c.bn / 4 + kWgmmaOverheadRegisters;
@@ -100,47 +109,337 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
   return space;
 }
 
+namespace {
+
+constexpr double kLaunchSeconds = 2.5e-6;
+// Per query tile, not overlapped with its own main loop: Q's load and the first
+// scores before the pipeline runs, and the write-out.
+constexpr double kTileFillSeconds = 1.5e-6;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+const char* mask_kind(const attention::Problem& p) {
+  if (p.window_left >= 0) return "window";
+  if (p.right() >= 0) return "causal";
+  return "none";
+}
+
+// The fraction of the tensor cores' peak a config reaches, before any trial: the
+// H200's measurements (docs/perf/2026-11-30-h200-attention.md) over its wgmma peak.
+// wgmma: 128 keys per tile, three buffers and ping-pong each add (0.66 for all three);
+// mma.sync: ~0.2 of the wgmma peak on sm_90 (its own peak is half that), 32 rows per
+// warp and wider tiles help; on other GPUs mma.sync is the peak's engine.
+double efficiency_prior(const attention::Problem& p, const attention::Config& c,
+                        const cuda::DeviceProperties& device) {
+  if (c.wgmma)
+    return 0.5 * (c.bn >= 128 ? 1.15 : 1.0) * (c.stages >= 3 ? 1.1 : 0.85) *
+           (c.pingpong ? 1.05 : 1.0) * (p.head_dim >= 128 ? 1.0 : 0.75);
+  const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
+  return (hopper ? 0.2 : 0.5) * (c.warp_rows == 32 ? 1.2 : 1.0) *
+         (c.bn >= 128  ? 1.04
+          : c.bn >= 64 ? 1.0
+                       : 0.95) *
+         (c.bm >= 128 ? 1.05 : 1.0) * (c.stages >= 3 ? 0.99 : 1.0);
+}
+
+std::string efficiency_key(const attention::Problem& p, const attention::Config& c) {
+  return c.wgmma ? fmt::format("attention:wgmma:d{}:bn{}:s{}:pp{}", p.head_dim, c.bn, c.stages,
+                               c.pingpong ? 1 : 0)
+                 : fmt::format("attention:sync:d{}:{}x{}:w{}:s{}", p.head_dim, c.bm, c.bn,
+                               c.warp_rows, c.stages);
+}
+
+std::string window_side(int64_t v) {
+  return v < 0 ? std::string("inf") : std::to_string(v);
+}
+
+}  // namespace
+
+AttentionTuning::AttentionTuning(attention::Problem problem) : problem_(std::move(problem)) {}
+
+std::string AttentionTuning::problem_class() const {
+  return problem_.kernel_class() + ",mask=" + mask_kind(problem_) +
+         (problem_.packed() ? ",packed" : "");
+}
+
+std::vector<double> AttentionTuning::sizes() const {
+  return {static_cast<double>(problem_.batch), static_cast<double>(problem_.heads),
+          static_cast<double>(problem_.seq_q), static_cast<double>(problem_.seq_k)};
+}
+
+nlohmann::json AttentionTuning::spec() const {
+  const attention::Problem& p = problem_;
+  nlohmann::json out = {{"family", "attention"},
+                        {"heads", p.heads},
+                        {"kv_heads", p.kv_heads},
+                        {"head_dim", p.head_dim},
+                        {"dtype", p.dtype == ir::DType::F16 ? "f16" : "bf16"},
+                        {"causal", p.causal}};
+  if (p.packed()) {
+    std::vector<int64_t> q, k;
+    for (size_t i = 1; i < p.cu_seqlens_q.size(); ++i) {
+      q.push_back(p.cu_seqlens_q[i] - p.cu_seqlens_q[i - 1]);
+      k.push_back(p.cu_seqlens_k[i] - p.cu_seqlens_k[i - 1]);
+    }
+    out["seqlens_q"] = q;
+    out["seqlens_k"] = k;
+  } else {
+    out["batch"] = p.batch;
+    out["seq_q"] = p.seq_q;
+    out["seq_k"] = p.seq_k;
+  }
+  if (p.window_left >= 0 || p.window_right >= 0)
+    out["window"] = window_side(p.window_left) + ":" + window_side(p.window_right);
+  if (p.scale > 0) out["scale"] = p.scale;
+  return out;
+}
+
+Space AttentionTuning::space(const cuda::DeviceProperties& device) const {
+  Space space;
+  std::vector<std::string> pruned;
+  for (const attention::Config& c : attention_space(problem_, device, &pruned))
+    space.candidates.push_back(c.to_string());
+  for (const std::string& line : pruned) {
+    const size_t colon = line.find(": ");
+    space.pruned.push_back({line.substr(0, colon), line.substr(colon + 2)});
+  }
+  return space;
+}
+
+std::string AttentionTuning::canonical(const std::string& text) const {
+  const attention::Config c = attention::Config::parse(text);
+  attention::validate(problem_, c);
+  return c.to_string();
+}
+
+std::vector<KernelSource> AttentionTuning::sources(const std::string& text) const {
+  return {attention::lower(problem_, attention::Config::parse(text))};
+}
+
+Work AttentionTuning::work() const {
+  const attention::Problem& p = problem_;
+  Work w;
+  w.flops = attention::forward_flops(p);
+  const double element = 2;
+  w.bytes = element * p.head_dim *
+                (2.0 * static_cast<double>(p.total_q()) * p.heads +
+                 2.0 * static_cast<double>(p.total_k()) * p.kv_heads) +
+            4.0 * static_cast<double>(p.total_q()) * p.heads;  // + LSE
+  return w;
+}
+
+Prediction AttentionTuning::predict(const std::string& text, const cuda::DeviceProperties& device,
+                                    const Efficiencies& efficiencies,
+                                    const KernelResources* resources) const {
+  return predict(attention::Config::parse(text), device, efficiencies, resources);
+}
+
+Prediction AttentionTuning::predict(const attention::Config& c,
+                                    const cuda::DeviceProperties& device,
+                                    const Efficiencies& efficiencies,
+                                    const KernelResources* resources) const {
+  const attention::Problem& p = problem_;
+  const DeviceRates rates = rates_of(device);
+  Prediction out;
+  out.work = work();
+  if (resources && resources->threads > 0) {
+    out.resources = *resources;
+  } else {
+    out.resources.threads = c.threads();
+    out.resources.registers = c.wgmma
+                                  ? kWgmmaLaunchRegisters
+                                  : std::min(255, accumulator_registers(p, c) + kOverheadRegisters);
+    out.resources.shared_bytes = attention::shared_bytes(p, c);
+    out.resources.estimated = true;
+  }
+  out.occupancy = occupancy(out.resources, device);
+  const int resident = std::max(out.occupancy.blocks_per_sm, 1);
+  const int64_t sms = std::max(device.sm_count, 1);
+
+  // Work units: query tiles of every (sequence, head).
+  int64_t tiles = 0;
+  for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b) tiles += ceil_div(p.seq_q_of(b), c.bm);
+  tiles *= p.heads * (p.packed() ? 1 : p.batch);
+  out.waves = waves_of(tiles, sms * resident);
+
+  out.efficiency_key = efficiency_key(p, c);
+  out.group = fmt::format("{}:{}x{}", c.wgmma ? "wgmma" : "sync", c.bm, c.bn);
+  out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
+  out.efficiency = efficiencies.get(out.efficiency_key, efficiency_prior(p, c, device));
+  const double sm_rate = rates.tensor_flops_per_sm_clock * rates.sm_clock_hz * out.efficiency;
+  const double tile_seconds =
+      out.work.flops / static_cast<double>(std::max<int64_t>(tiles, 1)) / sm_rate;
+  const int64_t tiles_per_sm = ceil_div(tiles, sms);
+  const double compute = static_cast<double>(tiles_per_sm) * tile_seconds;
+  const double serial = static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
+
+  // Memory: Q, K, V, O and the LSE once from DRAM; K and V once per query tile
+  // through L2 (the keys each tile sees: the FLOPs say how many).
+  const double kv_reads = out.work.flops / (4.0 * p.head_dim) / c.bm * 2.0 * p.head_dim * 2.0;
+  const double memory =
+      std::max(out.work.bytes / rates.dram_bytes_per_s, kv_reads / rates.l2_bytes_per_s);
+
+  out.compute_ms = (compute + serial) * 1e3;
+  out.memory_ms = memory * 1e3;
+  out.overhead_ms = kLaunchSeconds * 1e3;
+  out.ms = std::max(out.compute_ms, out.memory_ms) + out.overhead_ms;
+  out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
+              : out.compute_ms >= out.memory_ms                         ? "compute"
+                                                                        : "memory";
+  if (c.wgmma)
+    out.notes.push_back(
+        fmt::format("TMA + wgmma: {} query tiles of {} rows, {} keys per tile, "
+                    "{} buffers{}",
+                    tiles, c.bm, c.bn, c.stages, c.pingpong ? ", consumers in ping-pong" : ""));
+  else
+    out.notes.push_back(
+        fmt::format("mma.sync: {} query tiles of {} rows ({} warps of {}), {} "
+                    "keys per tile",
+                    tiles, c.bm, c.warps(), c.warp_rows, c.bn));
+  return out;
+}
+
 attention::Config attention_default(const attention::Problem& problem,
                                     const cuda::DeviceProperties& device) {
-  // Measured on the H200 (docs/perf/2026-11-30-h200-attention.md): 32 rows per
-  // warp wins where its accumulators fit without spilling (each K/V fragment read
-  // from shared memory then feeds two mma), else 16 rows and the widest key tile.
-  attention::Config c;
-  c.stages = 2;
-  // On sm_90 the TMA + wgmma engine: 2-2.7x the mma.sync engine's best at head dims
-  // 64 and 128, fastest with 128 keys per tile, three buffers and the consumers
-  // taking turns (measured on the H200: docs/perf/2026-11-30-h200-attention.md);
-  // fewer keys and buffers where shared memory is short.
-  if (device.cc_major * 10 + device.cc_minor == 90 &&
-      (problem.head_dim == 64 || problem.head_dim == 128)) {
-    for (const auto& [bn, stages] : {std::pair{128, 3}, std::pair{64, 3}, std::pair{64, 2}}) {
-      attention::Config w;
-      w.wgmma = true;
-      w.pingpong = true;
-      w.bm = 128;
-      w.bn = bn;
-      w.stages = stages;
-      if (attention::shared_bytes(problem, w) <= device.shared_per_block_optin &&
-          wgmma_registers(problem, w) <= kWgmmaRegisterLimit)
-        return w;
+  const AttentionTuning tuning(problem);
+  const Efficiencies priors;  // nothing measured: the priors
+  std::optional<attention::Config> best;
+  double best_ms = 0;
+  for (const attention::Config& c : attention_space(problem, device)) {
+    const double ms = tuning.predict(c, device, priors, nullptr).ms;
+    if (!best || ms < best_ms * (1 - 1e-9)) {  // ties keep the space's order
+      best = c;
+      best_ms = ms;
     }
   }
-  const int64_t blocks_of_128 = (problem.seq_q + 127) / 128 * problem.heads * problem.batch;
-  c.bm = blocks_of_128 >= device.sm_count ? 128 : 64;
-  // (warp_rows, bn) in order of preference; the first that fits is taken.
-  const std::pair<int, int> preference[] = {{32, 64}, {32, 32}, {16, 128}, {16, 64}, {16, 32}};
-  for (const auto& [warp_rows, bn] : preference) {
-    attention::Config candidate = c;
-    candidate.warp_rows = warp_rows;
-    candidate.bn = bn;
-    if (fits_registers(problem, candidate) &&
-        attention::shared_bytes(problem, candidate) <= device.shared_per_block_optin)
-      return candidate;
+  if (!best)
+    throw UserError(
+        fmt::format("no attention config fits {} for {}", device.name, problem.to_string()));
+  return *best;
+}
+
+std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec) {
+  static const char* kKeys[] = {"family", "batch",     "heads",    "kv_heads", "seq_q",
+                                "seq_k",  "head_dim",  "dtype",    "causal",   "window",
+                                "scale",  "seqlens_q", "seqlens_k"};
+  for (const auto& [key, value] : spec.items())
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+      throw UserError("attention spec: unknown field '" + key + "'",
+                      "the fields are batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, "
+                      "causal, window, scale, seqlens_q, seqlens_k");
+  auto integer = [&](const char* key, int64_t fallback) -> int64_t {
+    if (!spec.contains(key)) {
+      if (fallback > 0) return fallback;
+      throw UserError(fmt::format("attention spec: '{}' is missing", key),
+                      "give seq_q (or seqlens_q), and optionally batch, heads, ...");
+    }
+    const nlohmann::json& v = spec.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+      throw UserError(
+          fmt::format("attention spec: '{}' must be a positive integer, got {}", key, v.dump()));
+    return v.get<int64_t>();
+  };
+  auto lengths = [&](const char* key) {
+    const nlohmann::json& v = spec.at(key);
+    std::vector<int64_t> out;
+    if (v.is_array())
+      for (const nlohmann::json& item : v)
+        if (item.is_number_integer()) out.push_back(item.get<int64_t>());
+    if (!v.is_array() || out.size() != v.size() || out.empty())
+      throw UserError(
+          fmt::format("attention spec: '{}' must be a list of lengths, got {}", key, v.dump()));
+    return out;
+  };
+  attention::Problem p;
+  p.heads = integer("heads", 1);
+  p.kv_heads = integer("kv_heads", p.heads);
+  p.head_dim = static_cast<int>(integer("head_dim", 128));
+  const std::string dtype = spec.value("dtype", std::string("bf16"));
+  if (dtype != "bf16" && dtype != "f16")
+    throw UserError("attention spec: dtype '" + dtype + "' is not supported", "bf16 or f16");
+  p.dtype = dtype == "f16" ? ir::DType::F16 : ir::DType::BF16;
+  if (spec.contains("causal")) {
+    if (!spec.at("causal").is_boolean())
+      throw UserError("attention spec: 'causal' must be true or false");
+    p.causal = spec.at("causal").get<bool>();
   }
-  c.bm = 64;
-  c.bn = 32;
-  c.warp_rows = 16;
-  return c;
+  if (spec.contains("window")) {
+    const std::string w = spec.at("window").is_string() ? spec.at("window").get<std::string>() : "";
+    const size_t colon = w.find(':');
+    auto side = [&](const std::string& text) -> int64_t {
+      if (text == "inf") return -1;
+      char* end = nullptr;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || v < 0)
+        throw UserError("attention spec: 'window' must be \"L:R\" (counts or inf), got " +
+                        spec.at("window").dump());
+      return v;
+    };
+    if (colon == std::string::npos)
+      throw UserError("attention spec: 'window' must be \"L:R\", got " + spec.at("window").dump());
+    p.window_left = side(w.substr(0, colon));
+    p.window_right = side(w.substr(colon + 1));
+  }
+  if (spec.contains("scale")) {
+    if (!spec.at("scale").is_number()) throw UserError("attention spec: 'scale' must be a number");
+    p.scale = spec.at("scale").get<double>();
+  }
+  if (spec.contains("seqlens_q")) {
+    if (spec.contains("batch") || spec.contains("seq_q") || spec.contains("seq_k"))
+      throw UserError("attention spec: seqlens_q replaces batch, seq_q and seq_k");
+    p.set_lengths(lengths("seqlens_q"),
+                  spec.contains("seqlens_k") ? lengths("seqlens_k") : std::vector<int64_t>{});
+  } else {
+    p.batch = integer("batch", 1);
+    p.seq_q = integer("seq_q", 0);
+    p.seq_k = integer("seq_k", p.seq_q);
+  }
+  attention::validate_problem(p);
+  return std::make_unique<AttentionTuning>(std::move(p));
+}
+
+std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& signature) {
+  // batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..,
+  // [packed=q:a+b/k:c+d,]dtype=bf16|f16,d=..
+  static const std::regex form(
+      R"(^batch=(\d+),heads=(\d+),kv_heads=(\d+),seq_q=(\d+),seq_k=(\d+),causal=([01]),)"
+      R"(window=(inf|\d+):(inf|\d+),scale=([^,]+),(packed=q:([\d+]+)/k:([\d+]+),)?)"
+      R"(dtype=(bf16|f16),d=(\d+)$)");
+  std::smatch m;
+  if (!std::regex_match(signature, m, form)) return nullptr;
+  try {
+    attention::Problem p;
+    p.batch = std::stoll(m[1]);
+    p.heads = std::stoll(m[2]);
+    p.kv_heads = std::stoll(m[3]);
+    p.seq_q = std::stoll(m[4]);
+    p.seq_k = std::stoll(m[5]);
+    p.causal = m[6] == "1";
+    p.window_left = m[7] == "inf" ? -1 : std::stoll(m[7]);
+    p.window_right = m[8] == "inf" ? -1 : std::stoll(m[8]);
+    p.scale = std::stod(m[9]);
+    if (m[10].matched) {
+      auto split = [](const std::string& text) {
+        std::vector<int64_t> out;
+        size_t start = 0;
+        while (start < text.size()) {
+          const size_t plus = std::min(text.find('+', start), text.size());
+          out.push_back(std::stoll(text.substr(start, plus - start)));
+          start = plus + 1;
+        }
+        return out;
+      };
+      p.set_lengths(split(m[11]), split(m[12]));
+    }
+    p.dtype = m[13] == "f16" ? ir::DType::F16 : ir::DType::BF16;
+    p.head_dim = std::stoi(m[14]);
+    attention::validate_problem(p);
+    return std::make_unique<AttentionTuning>(std::move(p));
+  } catch (const std::exception&) {
+    return nullptr;
+  }
 }
 
 }  // namespace kjit::tuner

@@ -5,11 +5,13 @@
 //   attention::Config c = attention_default(problem, device);
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kjit/compiler/lowering/attention.h"
 #include "kjit/runtime/cuda/device.h"
+#include "kjit/tuner/family.h"
 
 namespace kjit::tuner {
 
@@ -18,18 +20,60 @@ namespace kjit::tuner {
 // (opt-in limit), or whose per-thread state (per 16 rows of a warp: the O
 // accumulators, head_dim / 2 floats, plus the scores, bn / 2) leaves too few of the
 // 255 registers (those spill); then the TMA + wgmma engine (sm_90, head dims 64
-// and 128): bm 128 x bn in {64, 128} x stages in {2, 3} x pingpong off and on. `pruned`, when given, gets
-// one line per config left out and why.
+// and 128): bm 128 x bn in {64, 128} x stages in {2, 3} x pingpong off and on. `pruned`, when
+// given, gets one line per config left out and why.
 std::vector<attention::Config> attention_space(const attention::Problem& problem,
                                                const cuda::DeviceProperties& device,
                                                std::vector<std::string>* pruned = nullptr);
 
-// Before measuring: on sm_90 at head dims 64 and 128 the wgmma engine (128 keys
-// per tile, three buffers, ping-pong; less where shared memory is short); else the mma.sync engine with 32 rows per warp with 64 (else 32) keys
-// per tile where that fits the registers, else 16 rows per warp and the widest tile that fits (128,
-// 64, 32 keys); two stages; 128 query rows per block when that still gives every
-// SM a block (else 64: short sequences would leave SMs idle).
+// Before measuring: the model's best config of the space (AttentionTuning::predict
+// with its prior efficiencies, measured on the H200: on sm_90 at head dims 64 and 128
+// the wgmma engine with 128 keys per tile, three buffers and ping-pong; elsewhere
+// mma.sync with 32 rows per warp where the registers allow, the widest key tile
+// that fits, and 64-row blocks when 128-row ones would leave SMs idle).
 attention::Config attention_default(const attention::Problem& problem,
                                     const cuda::DeviceProperties& device);
+
+// The attention family as the tuner sees it (tuner/family.h): the problem, its space,
+// and the model: waves of query tiles over the SMs (resident blocks from shared
+// memory, registers and threads), each tile's multiply-adds at the tensor cores'
+// rate times an efficiency per engine and config (priors from the H200's
+// measurements, refit from trials), K and V re-read per query tile through L2.
+class AttentionTuning : public TuningProblem {
+ public:
+  explicit AttentionTuning(attention::Problem problem);
+
+  const attention::Problem& problem() const { return problem_; }
+
+  std::string family() const override { return "attention"; }
+  std::string signature() const override { return problem_.to_string(); }
+  // The kernel class and the kind of mask ("dtype=bf16,d=128,mask=causal").
+  std::string problem_class() const override;
+  // batch, heads, seq_q, seq_k
+  std::vector<double> sizes() const override;
+  nlohmann::json spec() const override;
+  Space space(const cuda::DeviceProperties& device) const override;
+  Prediction predict(const std::string& config, const cuda::DeviceProperties& device,
+                     const Efficiencies& efficiencies,
+                     const KernelResources* resources = nullptr) const override;
+  std::string canonical(const std::string& config) const override;
+  std::vector<KernelSource> sources(const std::string& config) const override;
+  Work work() const override;
+
+  Prediction predict(const attention::Config& config, const cuda::DeviceProperties& device,
+                     const Efficiencies& efficiencies, const KernelResources* resources) const;
+
+ private:
+  attention::Problem problem_;
+};
+
+// The problem an attention spec describes: {"family": "attention", "batch", "heads",
+// "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "window": "L:R",
+// "scale", "seqlens_q": [...], "seqlens_k": [...]} (batch 1, heads 1, kv_heads =
+// heads, seq_k = seq_q, head_dim 128, bf16; packed when seqlens_q is given).
+// UserError naming the field otherwise.
+std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec);
+// From a signature (Problem::to_string()); nullptr if it is not one.
+std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& signature);
 
 }  // namespace kjit::tuner

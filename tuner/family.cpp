@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kjit/support/error.h"
+#include "kjit/tuner/attention_space.h"
 #include "kjit/tuner/elementwise_space.h"
 #include "kjit/tuner/matmul_space.h"
 
@@ -11,7 +12,7 @@ namespace kjit::tuner {
 std::string throughput(const TuningProblem& problem, double ms) {
   if (!(ms > 0)) return "";
   const Work w = problem.work();
-  if (problem.family() == "matmul")
+  if (problem.family() == "matmul" || problem.family() == "attention")
     return fmt::format("{:.1f} TFLOP/s", w.flops / (ms * 1e-3) / 1e12);
   if (w.bytes > 0) return fmt::format("{:.0f} GB/s", w.bytes / (ms * 1e-3) / 1e9);
   return "";
@@ -24,15 +25,19 @@ std::unique_ptr<TuningProblem> make_problem(const nlohmann::json& spec) {
         "...}; got " +
         spec.dump());
   if (!spec.contains("family") || !spec.at("family").is_string())
-    throw UserError("a problem spec needs \"family\": \"matmul\" or \"elementwise\"");
+    throw UserError(
+        "a problem spec needs \"family\": \"matmul\", \"elementwise\" or \"attention\"");
   const std::string family = spec.at("family").get<std::string>();
   if (family == "matmul") return matmul_from_spec(spec);
   if (family == "elementwise") return elementwise_from_spec(spec);
-  throw UserError("unknown kernel family '" + family + "'", "the families are matmul, elementwise");
+  if (family == "attention") return attention_from_spec(spec);
+  throw UserError("unknown kernel family '" + family + "'",
+                  "the families are matmul, elementwise, attention");
 }
 
 std::unique_ptr<TuningProblem> problem_from_signature(const std::string& signature) {
   if (std::unique_ptr<TuningProblem> p = matmul_from_signature(signature)) return p;
+  if (std::unique_ptr<TuningProblem> p = attention_from_signature(signature)) return p;
   return elementwise_from_signature(signature);
 }
 

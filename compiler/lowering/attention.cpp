@@ -248,6 +248,29 @@ void validate(const Problem& p, const Config& c) {
     throw UserError(fmt::format("attention config stages={} is not in [2, 4]", c.stages));
 }
 
+double forward_flops(const Problem& p) {
+  const int64_t left = p.window_left, right = p.right();
+  double pairs = 0;
+  for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b) {
+    const int64_t seq_q = p.seq_q_of(b), seq_k = p.seq_k_of(b);
+    if (left < 0 && right < 0) {
+      pairs += static_cast<double>(seq_q) * static_cast<double>(seq_k);
+    } else if (left < 0 && right == 0 && seq_q == seq_k) {
+      pairs += 0.5 * static_cast<double>(seq_q) * static_cast<double>(seq_k);  // causal: half
+    } else {
+      // Row i sees keys [i + offset - left, i + offset + right] within [0, S_k).
+      const int64_t offset = seq_k - seq_q;
+      for (int64_t i = 0; i < seq_q; ++i) {
+        const int64_t lo = left < 0 ? 0 : std::max<int64_t>(0, i + offset - left);
+        const int64_t hi = right < 0 ? seq_k - 1 : std::min(seq_k - 1, i + offset + right);
+        if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
+      }
+    }
+  }
+  const double batches = p.packed() ? 1.0 : static_cast<double>(p.batch);
+  return 4.0 * batches * static_cast<double>(p.heads) * pairs * p.head_dim;
+}
+
 int shared_bytes(const Problem& p, const Config& c) {
   if (c.wgmma)  // alignment slack, Q, K and V per stage, mbarriers (attention_sm90.cuh)
     return 1024 + c.bm * p.head_dim * 2 + c.stages * 2 * c.bn * p.head_dim * 2 +

@@ -95,6 +95,12 @@ void validate_problem(const Problem& problem);
 // 64 or 128, stages 2..4.
 void validate(const Problem& problem, const Config& config);
 
+// FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
+// sequence (the two matmuls; the softmax is not counted), as FlashAttention counts
+// them: all S_q · S_k pairs, half of them for causal with S_q = S_k, and the pairs
+// the masks leave otherwise.
+double forward_flops(const Problem& problem);
+
 // Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles (mma.sync:
 // rows padded by 16 bytes; wgmma: swizzled rows, 1 KiB of alignment slack and the
 // mbarriers).

@@ -25,6 +25,7 @@
 #include "kjit/tuner/timer.h"
 #include "tools/cli/command.h"
 #include "tools/cli/family.h"
+#include "tools/cli/kernel_options.h"
 
 namespace kjit::cli {
 
@@ -128,11 +129,20 @@ void attention_command(const KernelCommandOptions& o) {
   } else {
     target = command_target(o.arch, o.gpu);
   }
-  const Config config =
-      o.config.empty() ? tuner::attention_default(p, target.device) : Config::parse(o.config);
-  const std::string config_source = o.config.empty()
-                                        ? "model: the tuner's default for " + target.device.name
-                                        : "given (--config)";
+  // The config: given, or the tuner's choice (the store's tuning for this GPU model,
+  // the nearest tuned problem, or the model).
+  std::unique_ptr<tuner::Chooser> planning;
+  if (!runtime) planning = make_chooser(target);
+  tuner::Chooser& chooser = runtime ? runtime->chooser() : *planning;
+  Config config;
+  std::string config_source = "given (--config)";
+  if (o.config.empty()) {
+    const tuner::Choice choice = chooser.choose(tuner::AttentionTuning(p));
+    config = Config::parse(choice.config);
+    config_source = std::string(tuner::to_string(choice.source)) + ": " + choice.detail;
+  } else {
+    config = Config::parse(o.config);
+  }
   validate(p, config);
   check_fits_device(p, config, target.device);
   const KernelSource source = lower(p, config);
@@ -252,6 +262,10 @@ void attention_command(const KernelCommandOptions& o) {
 }
 
 }  // namespace
+
+nlohmann::json attention_spec(const KernelCommandOptions& options) {
+  return tuner::AttentionTuning(problem_from(options)).spec();
+}
 
 KJIT_REGISTER_FAMILY("attention", attention_command);
 

@@ -228,12 +228,7 @@ void run_kernel_command(const KernelCommandOptions& given) {
 }
 
 nlohmann::json problem_spec(const KernelCommandOptions& o) {
-  if (o.file.empty() && o.what == "attention")
-    throw UserError(
-        std::string("kjit ") + to_string(o.verb) +
-            " attention: the attention family is not in the tuner's measured families yet",
-        "its config is the tuner's default for the device (kjit emit attention shows it); "
-        "kjit bench attention --config ... measures another");
+  if (o.file.empty() && o.what == "attention") return attention_spec(o);
   if (o.file.empty() && o.what == "matmul") {
     if (o.m < 1 || o.n < 1 || o.k < 1)
       throw UserError("a matmul needs its sizes", "give --m, --n and --k");

@@ -19,6 +19,9 @@ void run_kernel_command(const KernelCommandOptions& options);
 // and the verb (an option that does not apply is a UserError).
 KernelCommandOptions resolved(const KernelCommandOptions& options);
 
+// The tuning spec of an attention command's problem (tools/cli/attention.cpp).
+nlohmann::json attention_spec(const KernelCommandOptions& options);
+
 // The tuner's description of the problem the options name (tuner::make_problem):
 // matmul (--m, --n, --k required) or an elementwise expression (sizes from --n,
 // --m, --k: 2^20, 1024 and 1 by default, as for the other verbs).

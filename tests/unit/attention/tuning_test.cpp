@@ -1,0 +1,114 @@
+// The attention family in the tuner: its spec and signature rebuild the same
+// problem (what workload files, the store and measuring child processes rely on),
+// bad specs are user errors, the space matches attention_space, and the model
+// ranks the configs measured fastest on the H200 first.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "kjit/cache/store.h"
+#include "kjit/runtime/cuda/device.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/attention_space.h"
+#include "kjit/tuner/choose.h"
+#include "kjit/tuner/family.h"
+
+namespace kjit::tuner {
+namespace {
+
+attention::Problem benchmark_shape(bool causal) {
+  attention::Problem p;
+  p.batch = 8;
+  p.heads = 16;
+  p.kv_heads = 16;
+  p.seq_q = p.seq_k = 2048;
+  p.head_dim = 128;
+  p.causal = causal;
+  return p;
+}
+
+TEST(AttentionTuning, SpecAndSignatureRebuildTheProblem) {
+  std::vector<attention::Problem> problems = {benchmark_shape(false), benchmark_shape(true)};
+  attention::Problem gqa = benchmark_shape(false);
+  gqa.heads = 32;
+  gqa.kv_heads = 8;
+  gqa.seq_k = 1000;
+  gqa.window_left = 256;
+  gqa.window_right = 0;
+  gqa.dtype = ir::DType::F16;
+  gqa.head_dim = 64;
+  gqa.scale = 0.25;
+  problems.push_back(gqa);
+  attention::Problem packed = benchmark_shape(true);
+  packed.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
+  problems.push_back(packed);
+  for (const attention::Problem& p : problems) {
+    const AttentionTuning tuning(p);
+    SCOPED_TRACE(tuning.signature());
+    EXPECT_EQ(tuning.family(), "attention");
+    const std::unique_ptr<TuningProblem> from_spec = make_problem(tuning.spec());
+    EXPECT_EQ(from_spec->signature(), tuning.signature());
+    const std::unique_ptr<TuningProblem> from_signature =
+        problem_from_signature(tuning.signature());
+    ASSERT_NE(from_signature, nullptr);
+    EXPECT_EQ(from_signature->signature(), tuning.signature());
+    EXPECT_EQ(from_signature->problem_class(), tuning.problem_class());
+  }
+  EXPECT_NE(AttentionTuning(benchmark_shape(true)).problem_class(),
+            AttentionTuning(benchmark_shape(false)).problem_class());
+  EXPECT_EQ(problem_from_signature("m=1,n=2"), nullptr);
+}
+
+TEST(AttentionTuning, BadSpecsAreUserErrors) {
+  using nlohmann::json;
+  EXPECT_THROW(make_problem(json{{"family", "attention"}}), UserError);  // no seq_q
+  EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"rows", 1}}), UserError);
+  EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"head_dim", 80}}),
+               UserError);
+  EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"window", "x"}}),
+               UserError);
+  EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seqlens_q", json::array({1, 0})}}),
+               UserError);
+  EXPECT_THROW(
+      make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"heads", 6}, {"kv_heads", 4}}),
+      UserError);
+  EXPECT_NO_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"window", "8:inf"}}));
+}
+
+TEST(AttentionTuning, TheModelRanksTheMeasuredBestFirst) {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  for (const bool causal : {false, true}) {
+    const AttentionTuning tuning(benchmark_shape(causal));
+    const Space space = tuning.space(h200);
+    EXPECT_EQ(space.candidates.size(), attention_space(tuning.problem(), h200).size());
+    for (const Pruned& p : space.pruned) EXPECT_FALSE(p.reason.empty()) << p.config;
+    // The H200's fastest config of docs/perf/2026-11-30-h200-attention.md.
+    const Efficiencies priors;
+    std::string best;
+    double best_ms = 0;
+    for (const std::string& c : space.candidates) {
+      const Prediction prediction = tuning.predict(c, h200, priors);
+      EXPECT_GT(prediction.ms, 0) << c;
+      if (best.empty() || prediction.ms < best_ms) {
+        best = c;
+        best_ms = prediction.ms;
+      }
+    }
+    EXPECT_EQ(best, "mma=wgmma,bm=128,bn=128,stages=3,pingpong=1");
+    EXPECT_EQ(attention_default(tuning.problem(), h200).to_string(), best);
+    // The chooser with nothing tuned takes the model's choice.
+    Chooser chooser(std::shared_ptr<cache::Store>(cache::Store::disabled("a test")),
+                    "NVIDIA H200 cc9.0 132SM", h200);
+    EXPECT_EQ(chooser.choose(tuning).config, best);
+    EXPECT_EQ(chooser.choose(tuning).source, Choice::Source::Model);
+  }
+  // Without sm_90: mma.sync.
+  const AttentionTuning a100(benchmark_shape(false));
+  EXPECT_EQ(attention_default(a100.problem(), cuda::planning_device("a100")).wgmma, false);
+}
+
+}  // namespace
+}  // namespace kjit::tuner
