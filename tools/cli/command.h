@@ -112,6 +112,14 @@ inline constexpr int64_t kMaxSourceBytes = int64_t{16} << 20;
 // its size when it is above kMaxSourceBytes.
 std::string read_source_file(const std::string& path);
 
+// Prints a generated kernel for `kjit emit`: `plan` first (comment lines saying how
+// this problem runs on the target GPU: tiles, waves, roofline; may be empty), the
+// source, then with `templates` every kjit template it includes, transitively, each
+// under a header line, in include order.
+void print_emitted(const std::string& source, const std::string& plan, bool templates);
+// The comment lines of a plan: "// on NVIDIA H200 (132 SMs): 2048 thread blocks, ...".
+std::string plan_comment(const std::string& gpu, const tuner::Prediction& prediction);
+
 // Prints JSON, two-space indented, to stdout; bytes that are not UTF-8 become
 // U+FFFD.
 void print_json(const nlohmann::json& value);

@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <functional>
 #include <iostream>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -102,6 +105,58 @@ Target command_target(const std::string& arch, const std::string& gpu) {
 std::unique_ptr<tuner::Chooser> make_chooser(const Target& target) {
   return std::make_unique<tuner::Chooser>(cache::Store::open_default(), target.gpu_model,
                                           target.device);
+}
+
+namespace {
+
+// The kjit templates `text` includes ("#include \"kjit/x.cuh\""), in order.
+std::vector<std::string> included_templates(const std::string& text) {
+  std::vector<std::string> names;
+  size_t at = 0;
+  while ((at = text.find("#include \"kjit/", at)) != std::string::npos) {
+    const size_t start = at + std::string("#include \"").size();
+    const size_t end = text.find('"', start);
+    if (end == std::string::npos) break;
+    names.push_back(text.substr(start, end - start));
+    at = end;
+  }
+  return names;
+}
+
+}  // namespace
+
+void print_emitted(const std::string& source, const std::string& plan, bool templates) {
+  std::cout << plan << source;
+  if (!templates) return;
+  std::map<std::string, std::string> available;
+  for (const TemplateHeader& t : embedded_templates()) available[t.name] = t.content;
+  // Depth first, each template once, a template before the ones that include it.
+  std::set<std::string> printed;
+  std::function<void(const std::string&)> visit = [&](const std::string& name) {
+    if (!printed.insert(name).second) return;
+    const auto found = available.find(name);
+    if (found == available.end()) return;
+    for (const std::string& inner : included_templates(found->second)) visit(inner);
+    std::cout << "\n// ==== " << name << " (an embedded kjit template: templates/"
+              << name.substr(name.find('/') + 1) << ") ====\n"
+              << found->second;
+  };
+  for (const std::string& name : included_templates(source)) visit(name);
+}
+
+std::string plan_comment(const std::string& gpu, const tuner::Prediction& p) {
+  std::string s = fmt::format(
+      "// on {}: {} thread blocks, {} resident per SM (limited by {}) -> {:.2f} waves -> {}, the "
+      "last {:.0f}% full\n",
+      gpu, p.waves.units, p.occupancy.blocks_per_sm, p.occupancy.limiter,
+      p.waves.slots > 0 ? static_cast<double>(p.waves.units) / static_cast<double>(p.waves.slots)
+                        : 0.0,
+      p.waves.waves, 100.0 * p.waves.last_fill);
+  s += fmt::format(
+      "// roofline: {:.3g} GFLOP over {:.4g} MB = {:.0f} FLOP/B -> {}-bound; the model "
+      "predicts {:.4f} ms (kjit explain says why)\n",
+      p.work.flops / 1e9, p.work.bytes / 1e6, p.work.intensity(), p.bound, p.ms);
+  return s;
 }
 
 std::vector<cuda::SourceHeader> template_headers() {

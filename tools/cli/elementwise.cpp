@@ -173,7 +173,7 @@ void emit(const KernelCommandOptions& o) {
                        {"dynamic_shared_bytes", source.dynamic_shared_bytes},
                        {"source", source.source}});
   }
-  std::cout << source.source;
+  print_emitted(source.source, "", o.templates);
 }
 
 void compile(const KernelCommandOptions& o) {

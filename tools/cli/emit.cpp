@@ -13,6 +13,9 @@ void add_emit_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "emit", "Print the generated CUDA source for an expression or a kernel family");
   add_kernel_options(cmd, *options);
+  cmd->add_flag("--templates", options->templates,
+                "Also print every kjit template the source includes (what NVRTC compiles with "
+                "it), so the whole kernel can be read without the repository");
   cmd->callback([options] { run_kernel_command(*options); });
 }
 }  // namespace

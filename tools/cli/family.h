@@ -23,7 +23,8 @@ struct KernelCommandOptions {
   std::string arch;    // empty: the GPU's, else sm_90
   std::string gpu;     // plan for this GPU instead (h200, h100, a100): no GPU needed
   bool json = false;
-  bool ptx = false;  // compile: print PTX
+  bool ptx = false;        // compile: print PTX
+  bool templates = false;  // emit: also print the templates the source includes
   // Sizes. Elementwise: --n is the element count. Matmul: M, N, K, batch.
   int64_t m = 0, n = 0, k = 0, batch = 1;
   std::string layout = "nn";  // matmul: op(A) op(B), n = row-major as given, t = transposed

@@ -139,7 +139,10 @@ void matmul_command(const KernelCommandOptions& o) {
                   {"dynamic_shared_bytes", source.dynamic_shared_bytes},
                   {"source", source.source}});
     } else {
-      std::cout << source.source;
+      const tuner::Prediction plan =
+          tuner::MatmulTuning(p, o.epilogue)
+              .predict(s.config, chooser.device(), chooser.efficiencies(), nullptr);
+      print_emitted(source.source, plan_comment(chooser.device().name, plan), o.templates);
     }
     return;
   }
