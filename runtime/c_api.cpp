@@ -13,6 +13,7 @@
 #include "kjit/compiler/ir/parser.h"
 #include "kjit/compiler/kernel_source.h"
 #include "kjit/compiler/lowering/matmul_epilogue.h"
+#include "kjit/runtime/attention.h"
 #include "kjit/runtime/compile.h"
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/cuda/memory.h"
@@ -21,6 +22,7 @@
 #include "kjit/runtime/runtime.h"
 #include "kjit/support/error.h"
 #include "kjit/support/log.h"
+#include "kjit/tuner/attention_space.h"
 #include "kjit/tuner/elementwise_space.h"
 #include "kjit/tuner/matmul_space.h"
 
@@ -38,6 +40,10 @@ struct kjit_elementwise {
 };
 struct kjit_matmul {
   std::unique_ptr<kjit::matmul::Matmul> matmul;
+};
+
+struct kjit_attention {
+  std::unique_ptr<kjit::attention::Attention> attention;
 };
 
 namespace {
@@ -145,6 +151,38 @@ kjit::KernelSource planned_source(const char* expression, kjit_dtype dtype, int6
       kjit::cache::gpu_model(device.name, device.cc_major, device.cc_minor, device.sm_count),
       device);
   return problem.sources(chooser.choose(problem).config).front();
+}
+
+kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
+  if (c == nullptr) throw kjit::UserError("the attention problem is NULL");
+  kjit::attention::Problem p;
+  p.heads = c->heads > 0 ? c->heads : 1;
+  p.kv_heads = c->kv_heads > 0 ? c->kv_heads : p.heads;
+  p.head_dim = c->head_dim;
+  if (c->dtype != KJIT_BF16 && c->dtype != KJIT_F16)
+    throw kjit::UserError("attention dtype must be KJIT_BF16 or KJIT_F16");
+  p.dtype = c->dtype == KJIT_F16 ? kjit::ir::DType::F16 : kjit::ir::DType::BF16;
+  p.causal = c->causal != 0;
+  if (c->windowed) {
+    p.window_left = c->window_left;
+    p.window_right = c->window_right;
+  }
+  p.scale = c->scale;
+  if (c->seqlens_q != nullptr) {
+    if (c->sequences < 1)
+      throw kjit::UserError("attention: seqlens_q is given but sequences is " +
+                            std::to_string(c->sequences));
+    const std::vector<int64_t> q(c->seqlens_q, c->seqlens_q + c->sequences);
+    const std::vector<int64_t> k =
+        c->seqlens_k ? std::vector<int64_t>(c->seqlens_k, c->seqlens_k + c->sequences) : q;
+    p.set_lengths(q, k);
+  } else {
+    p.batch = c->batch > 0 ? c->batch : 1;
+    p.seq_q = c->seq_q;
+    p.seq_k = c->seq_k > 0 ? c->seq_k : c->seq_q;
+  }
+  kjit::attention::validate_problem(p);
+  return p;
 }
 
 kjit::cuda::DeviceProperties device_for(const char* gpu) {
@@ -329,6 +367,59 @@ kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args
       throw kjit::UserError("kjit_matmul_launch: extra_count > 0 but extras is NULL");
     for (int i = 0; i < args->extra_count; ++i) t.extras.push_back({args->extras[i], 0, 0});
     matmul->matmul->launch(t, static_cast<CUstream>(stream));
+  });
+}
+
+kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_problem* problem,
+                                  kjit_attention** out) {
+  return guarded([&] {
+    if (runtime == nullptr || out == nullptr)
+      throw kjit::UserError("kjit_attention_create: runtime and out are required");
+    const kjit::attention::Problem p = attention_problem(problem);
+    auto handle = std::make_unique<kjit_attention>();
+    handle->attention = std::make_unique<kjit::attention::Attention>(*runtime->runtime, p);
+    *out = handle.release();
+  });
+}
+
+void kjit_attention_destroy(kjit_attention* attention) {
+  delete attention;
+}
+
+kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attention_args* args,
+                                  void* stream) {
+  return guarded([&] {
+    if (attention == nullptr || args == nullptr)
+      throw kjit::UserError("kjit_attention_launch: attention and args are required");
+    auto strides = [](const kjit_attention_strides& s) {
+      return kjit::attention::Strides{s.batch, s.seq, s.head};
+    };
+    kjit::attention::Tensors t;
+    t.q = args->q;
+    t.k = args->k;
+    t.v = args->v;
+    t.o = args->o;
+    t.lse = args->lse;
+    t.q_strides = strides(args->q_strides);
+    t.k_strides = strides(args->k_strides);
+    t.v_strides = strides(args->v_strides);
+    t.o_strides = strides(args->o_strides);
+    attention->attention->launch(t, static_cast<CUstream>(stream));
+  });
+}
+
+kjit_status kjit_attention_emit(const kjit_attention_problem* problem, const char* gpu,
+                                char** source) {
+  return guarded([&] {
+    if (source == nullptr) throw kjit::UserError("kjit_attention_emit: source is NULL");
+    *source = nullptr;
+    const kjit::attention::Problem p = attention_problem(problem);
+    const kjit::attention::Config config = kjit::tuner::attention_default(p, device_for(gpu));
+    const std::string text = kjit::attention::lower(p, config).source;
+    char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+    if (copy == nullptr) throw kjit::UserError("out of memory");
+    std::memcpy(copy, text.c_str(), text.size() + 1);
+    *source = copy;
   });
 }
 

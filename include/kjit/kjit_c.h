@@ -1,4 +1,4 @@
-/* kjit's C API: fused elementwise chains and tensor-core matmuls, compiled at run
+/* kjit's C API: fused elementwise chains, tensor-core matmuls and flash attention, compiled at run
  * time, tuned per GPU, cached in the user's store; launched on the caller's
  * buffers and stream. Link with kjit::kjit_c (CMake) or `pkg-config kjit_c`.
  *
@@ -116,6 +116,39 @@ const char* kjit_matmul_operand_name(const kjit_matmul* matmul, int index);
 const char* kjit_matmul_operand_kind(const kjit_matmul* matmul, int index);
 kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args, void* stream);
 
+/* ---- attention, forward: O = softmax(scale * Q K^T + mask) V and the log-sum-exp ---- */
+typedef struct kjit_attention_problem {
+  int64_t batch, heads, kv_heads; /* 0 means 1, 1, heads; kv_heads divides heads (GQA) */
+  int64_t seq_q, seq_k;           /* seq_k 0 means seq_q */
+  int head_dim;                   /* 64, 96, 128 or 256 */
+  kjit_dtype dtype;               /* KJIT_BF16 or KJIT_F16 */
+  int causal;                     /* nonzero: causal, bottom-right aligned when seq_q != seq_k */
+  int windowed;                   /* nonzero: a sliding window of these keys around the diagonal */
+  int64_t window_left, window_right; /* (when windowed) each >= 0, or -1 for unbounded */
+  double scale;                      /* 0 means 1 / sqrt(head_dim) */
+  /* Packed variable-length batches: `sequences` query and key lengths (seqlens_k NULL:
+   * the same); then batch, seq_q and seq_k are ignored and Q, K, V, O are
+   * [tokens, heads, head_dim]. */
+  const int64_t* seqlens_q;
+  const int64_t* seqlens_k;
+  int sequences;
+} kjit_attention_problem;
+typedef struct kjit_attention_strides {
+  int64_t batch, seq, head; /* in elements; 0: packed BSHD ([batch, seq, heads, head_dim]) */
+} kjit_attention_strides;
+typedef struct kjit_attention_args {
+  uint64_t q, k, v, o; /* 16-byte aligned; the head dim contiguous */
+  uint64_t lse;        /* f32 [batch, heads, seq_q] ([heads, tokens] packed); 0: not written */
+  kjit_attention_strides q_strides, k_strides, v_strides, o_strides;
+} kjit_attention_args;
+typedef struct kjit_attention kjit_attention;
+/* The config comes from the tuner (the store's tuning, else the model); compiles now. */
+kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_problem* problem,
+                                  kjit_attention** out);
+void kjit_attention_destroy(kjit_attention* attention);
+kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attention_args* args,
+                                  void* stream);
+
 /* ---- device memory, for programs without a CUDA setup of their own ---- */
 /* Buffers on the runtime's device. Uploads and downloads are synchronous and
  * ordered after work launched on the default stream (stream NULL). */
@@ -127,6 +160,10 @@ kjit_status kjit_buffer_upload(kjit_buffer* buffer, const void* host, size_t byt
 kjit_status kjit_buffer_download(const kjit_buffer* buffer, void* host, size_t bytes);
 
 /* ---- without a GPU ---- */
+/* The CUDA source of the attention kernel kjit would run for `problem` on `gpu`
+ * ("h200", "h100", "a100"; NULL: GPU 0, else an H200). Free it with kjit_free. */
+kjit_status kjit_attention_emit(const kjit_attention_problem* problem, const char* gpu,
+                                char** source);
 /* The CUDA source kjit generates for an expression over `n` elements (a 1-D
  * problem; fresh 16-byte-aligned buffers), with the tuner's config for `gpu`
  * ("h200", "h100", "a100"; NULL: GPU 0, else an H200). *source: kjit_free() it. */

@@ -56,6 +56,48 @@ int main(void) {
   CHECK(kjit_matmul_operand_name(NULL, 0) == NULL);
   CHECK(kjit_matmul_operand_kind(NULL, 0) == NULL);
 
+  /* Attention: the kernel for a problem, without a GPU; bad problems are user errors. */
+  kjit_attention_problem attention;
+  memset(&attention, 0, sizeof attention);
+  attention.batch = 2;
+  attention.heads = 8;
+  attention.kv_heads = 2;
+  attention.seq_q = 1000;
+  attention.head_dim = 128;
+  attention.dtype = KJIT_BF16;
+  attention.causal = 1;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
+  CHECK(source != NULL && strstr(source, "FlashForwardSm90") != NULL);
+  kjit_free(source);
+  CHECK(kjit_attention_emit(&attention, "a100", &source) == KJIT_OK);
+  CHECK(source != NULL && strstr(source, "FlashForward<") != NULL);
+  kjit_free(source);
+  int64_t lengths[3] = {1, 7, 300};
+  attention.seqlens_q = lengths;
+  attention.sequences = 3;
+  attention.windowed = 1;
+  attention.window_left = 64;
+  attention.window_right = 0;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+  attention.head_dim = 80;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "head dim 80") != NULL);
+  CHECK(source == NULL);
+  attention.head_dim = 64;
+  attention.kv_heads = 3;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "does not divide") != NULL);
+  attention.kv_heads = 2;
+  lengths[1] = 0;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(kjit_attention_emit(NULL, "h200", &source) == KJIT_ERROR_USER);
+  kjit_attention* attention_kernel = NULL;
+  CHECK(kjit_attention_create(NULL, &attention, &attention_kernel) == KJIT_ERROR_USER);
+  CHECK(attention_kernel == NULL);
+  CHECK(kjit_attention_launch(NULL, NULL, NULL) == KJIT_ERROR_USER);
+  kjit_attention_destroy(NULL);
+
   /* The log callback receives the enabled topics' lines; "none" silences them. */
   kjit_set_log_callback(count_lines, &lines);
   kjit_set_log_topics("config");
