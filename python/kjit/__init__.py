@@ -73,6 +73,26 @@ class _MatmulArgs(ctypes.Structure):
                 ("extra_count", ctypes.c_int)]
 
 
+class _AttentionProblem(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
+                ("seq_q", ctypes.c_int64), ("seq_k", ctypes.c_int64), ("head_dim", ctypes.c_int),
+                ("dtype", ctypes.c_int), ("causal", ctypes.c_int), ("windowed", ctypes.c_int),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
+                ("scale", ctypes.c_double), ("seqlens_q", ctypes.POINTER(ctypes.c_int64)),
+                ("seqlens_k", ctypes.POINTER(ctypes.c_int64)), ("sequences", ctypes.c_int)]
+
+
+class _AttentionStrides(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_int64), ("seq", ctypes.c_int64), ("head", ctypes.c_int64)]
+
+
+class _AttentionArgs(ctypes.Structure):
+    _fields_ = [("q", ctypes.c_uint64), ("k", ctypes.c_uint64), ("v", ctypes.c_uint64),
+                ("o", ctypes.c_uint64), ("lse", ctypes.c_uint64),
+                ("q_strides", _AttentionStrides), ("k_strides", _AttentionStrides),
+                ("v_strides", _AttentionStrides), ("o_strides", _AttentionStrides)]
+
+
 _UNIT_STRIDE = (ctypes.c_int64 * 1)(1)
 
 
@@ -105,6 +125,12 @@ _mm_destroy = _declare("kjit_matmul_destroy", None, _P)
 _mm_operands = _declare("kjit_matmul_operands", ctypes.c_int, _P)
 _mm_operand_name = _declare("kjit_matmul_operand_name", ctypes.c_char_p, _P, ctypes.c_int)
 _mm_launch = _declare("kjit_matmul_launch", ctypes.c_int, _P, ctypes.POINTER(_MatmulArgs), _P)
+_at_create = _declare("kjit_attention_create", ctypes.c_int, _P, ctypes.POINTER(_AttentionProblem),
+                      ctypes.POINTER(_P))
+_at_destroy = _declare("kjit_attention_destroy", None, _P)
+_at_launch = _declare("kjit_attention_launch", ctypes.c_int, _P, ctypes.POINTER(_AttentionArgs), _P)
+_at_emit = _declare("kjit_attention_emit", ctypes.c_int, ctypes.POINTER(_AttentionProblem),
+                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p))
 _emit = _declare("kjit_emit", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
                  ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p))
 _compile = _declare("kjit_compile", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
@@ -171,6 +197,38 @@ def compile(expression, dtype="f32", n=1 << 20, arch="sm_90"):  # noqa: A001 (kj
     _check(_compile(expression.encode(), _dtype_code(dtype), n, arch.encode(),
                     ctypes.byref(registers), ctypes.byref(spills)))
     return {"registers": registers.value, "spill_bytes": spills.value}
+
+
+def _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window,
+                       scale):
+    problem = _AttentionProblem()
+    problem.batch, problem.heads = batch, heads
+    problem.kv_heads = kv_heads or heads
+    problem.seq_q, problem.seq_k = seq_q, seq_k or seq_q
+    problem.head_dim, problem.dtype = head_dim, _dtype_code(dtype)
+    problem.causal = 1 if causal else 0
+    if window is not None:
+        left, right = window
+        problem.windowed = 1
+        problem.window_left = -1 if left is None else left
+        problem.window_right = -1 if right is None else right
+    problem.scale = scale or 0.0
+    return problem
+
+
+def emit_attention(seq_q, heads=1, head_dim=128, batch=1, kv_heads=None, seq_k=None,
+                   dtype="bf16", causal=False, window=None, scale=None, gpu=None):
+    """The CUDA C of the flash-attention kernel kjit runs for this problem on `gpu`
+    ("h200", "h100", "a100"; None: GPU 0, else an H200). `window`: (left, right) keys
+    around the diagonal, None for unbounded. No GPU needed."""
+    problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
+                                 window, scale)
+    source = ctypes.c_void_p()
+    _check(_at_emit(ctypes.byref(problem), gpu.encode() if gpu else None, ctypes.byref(source)))
+    try:
+        return ctypes.string_at(source).decode()
+    finally:
+        _free(source)
 
 
 # ---- on the GPU, with PyTorch -------------------------------------------------------
@@ -474,6 +532,78 @@ class Matmul:
 
 
 _matmul_cache = {}
+
+
+class Attention:
+    """Flash attention, forward, for one problem: O = softmax(scale * Q K^T + mask) V and
+    the log-sum-exp of every row (float32 [batch, heads, seq_q])."""
+
+    def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
+                 causal=False, window=None, scale=None, device=None):
+        self.device = _device_index(device)
+        problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
+                                     window, scale)
+        handle = ctypes.c_void_p()
+        _check(_at_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
+        self._handle = handle
+        self.shape = (batch, heads, seq_q, head_dim)
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            _at_destroy(handle)
+
+    def __call__(self, q, k, v, layout="bshd", out=None, lse=None):
+        """q [batch, seq_q, heads, D], k and v [batch, seq_k, kv_heads, D] (layout "bhsd":
+        heads before the sequence, as SDPA takes them), any strides with the head dim
+        contiguous. Returns (o, lse), o shaped and laid out like q."""
+        torch = _torch()
+        batch, heads, seq_q, _ = self.shape
+        if not (q.is_cuda and k.is_cuda and v.is_cuda):
+            raise UserError("kjit.attention runs on CUDA tensors", 1)
+        o = out if out is not None else torch.empty_like(q)
+        lse = lse if lse is not None else torch.empty((batch, heads, seq_q), dtype=torch.float32,
+                                                      device=q.device)
+        axes = (0, 1, 2) if layout == "bshd" else (0, 2, 1)  # batch, seq, head
+
+        def strides(t):
+            if t.stride(-1) != 1:
+                raise UserError("kjit.attention needs the head dim contiguous (stride 1)", 1)
+            return _AttentionStrides(*(t.stride(axis) for axis in axes))
+
+        args = _AttentionArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                              lse.data_ptr(), strides(q), strides(k), strides(v), strides(o))
+        _check(_at_launch(self._handle, ctypes.byref(args), _raw_stream(q)))
+        return o, lse
+
+
+_attention_cache = {}
+
+
+def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd"):
+    """Flash attention (forward) of bfloat16/float16 q, k, v: layout "bshd" ([batch, seq,
+    heads, D], the default) or "bhsd" ([batch, heads, seq, D], as SDPA); fewer K/V heads
+    than query heads is grouped-query attention. `window`: (left, right) keys around the
+    diagonal (None: unbounded). Returns (o, lse)."""
+    if layout not in ("bshd", "bhsd"):
+        raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise UserError("q, k and v are 4-D: [batch, seq, heads, D] (or bhsd)", 1)
+    seq_axis, head_axis = (1, 2) if layout == "bshd" else (2, 1)
+    batch, seq_q, heads, head_dim = q.shape[0], q.shape[seq_axis], q.shape[head_axis], q.shape[3]
+    seq_k, kv_heads = k.shape[seq_axis], k.shape[head_axis]
+    if v.shape != k.shape:
+        raise UserError(f"v has shape {tuple(v.shape)} but k {tuple(k.shape)}", 1)
+    dtype = {2: "bf16", 1: "f16"}.get(_code_of(q))
+    if dtype is None or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise UserError("kjit.attention takes bfloat16 or float16 q, k and v of one dtype", 1)
+    key = (batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale,
+           q.get_device())
+    kernel = _attention_cache.get(key)
+    if kernel is None:
+        kernel = _attention_cache[key] = Attention(batch, heads, seq_q, head_dim, kv_heads, seq_k,
+                                                   dtype, causal, window, scale, q.get_device())
+    return kernel(q, k, v, layout)
 
 
 def matmul(a, b, epilogue=None, out_dtype=None, **operands):

@@ -80,8 +80,16 @@ else:
 lines = []
 kjit.set_log("config", lines.append)  # the log goes to the callback, not stderr
 kjit.emit("y = x * 3")
+attention_source = kjit.emit_attention(2048, heads=16, head_dim=128, causal=True, gpu="h200")
+assert "FlashForwardSm90" in attention_source, attention_source[:200]
+try:
+    kjit.emit_attention(64, head_dim=80)
+    raise SystemExit("head dim 80 was accepted")
+except kjit.UserError as e:
+    assert "head dim 80" in str(e), e
 kjit.set_log("", None)
 assert lines and lines[0].startswith("kjit[config]: elementwise"), lines
-print("python: import, emit, compile, errors and the log callback ok (" + kjit.__file__ + ")")
+print("python: import, emit, emit_attention, compile, errors and the log callback ok (" +
+      kjit.__file__ + ")")
 PY
 echo "install test passed"
