@@ -2,7 +2,7 @@
 # install_test.sh BUILD_DIR — kjit as a user gets it: `cmake --install` into a
 # temporary prefix, then from that prefix only
 #   1. examples/ built as a project of its own (find_package(kjit)): the C++
-#      elementwise and matmul examples and the C example, run (without a GPU they
+#      elementwise, matmul and attention examples and the C example, run (without a GPU they
 #      must say "no GPU: ..." and exit 1: checked, and the GPU part skipped);
 #   2. a C program built with pkg-config (kjit_c.pc) and a C++ one (kjit.pc);
 #   3. the Python package (PYTHONPATH=<prefix>/lib/kjit/python): import, version,
@@ -50,7 +50,7 @@ step "examples/ as a separate project against the installed package"
 cmake -S "$source_dir/examples" -B "$work/examples" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   >"$work/examples-configure.log" || { cat "$work/examples-configure.log"; exit 1; }
 cmake --build "$work/examples" >"$work/examples-build.log" || { cat "$work/examples-build.log"; exit 1; }
-for example in kjit_example_elementwise kjit_example_matmul kjit_example_c; do
+for example in kjit_example_elementwise kjit_example_matmul kjit_example_attention kjit_example_c; do
   run_example "$work/examples/$example"
 done
 
