@@ -1,0 +1,351 @@
+// kjit lesson NAME [--dry-run] [--gpu h200] [--out DIR] [--plot] — an idea of the
+// lecture measured on this GPU with kjit's own kernels: each lesson is a list of
+// problems (family specs, as workload files hold them) and configs; it prints a
+// table, writes NAME.csv and NAME.json under --out, and with --plot draws them
+// (tools/lessons/plot.py, matplotlib).
+//
+//   kjit lesson --list
+//   kjit lesson fusion             # measure (needs a GPU)
+//   kjit lesson waves --dry-run    # the kernels and the model's predictions only
+//
+// Without a GPU a lesson says so and shows its dry run (exit 0).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "kjit/runtime/tuning.h"
+#include "kjit/support/error.h"
+#include "kjit/tuner/family.h"
+#include "kjit/tuner/measure.h"
+#include "tools/cli/command.h"
+
+namespace kjit::cli {
+
+namespace {
+
+// One point of a lesson: a problem (a family spec), a config ("" = the tuner's
+// choice), the series it belongs to and its x value.
+struct Point {
+  std::string series;
+  double x = 0;
+  nlohmann::json spec;
+  std::string config;
+};
+
+struct Lesson {
+  const char* name;
+  const char* claim;     // the idea, one line
+  const char* x_label;   // what x is
+  const char* y_metric;  // "ms", "GB/s" or "TFLOP/s"
+  std::vector<Point> (*points)();
+  const char* missing = nullptr;  // set when it cannot run yet, and why
+};
+
+nlohmann::json elementwise(const std::string& expr, const std::string& dtype, int64_t n) {
+  return {{"family", "elementwise"}, {"expr", expr}, {"dtype", dtype}, {"sizes", {{"n", n}}}};
+}
+nlohmann::json matmul(int64_t m, int64_t n, int64_t k, const std::string& dtype = "bf16") {
+  return {{"family", "matmul"}, {"m", m}, {"n", n}, {"k", k}, {"dtype", dtype}};
+}
+
+// A chain of `ops` multiply-adds on x: fused, one kernel reads x and writes y once.
+std::string chain(int ops) {
+  std::string e = "x";
+  for (int i = 0; i < ops; ++i) e = fmt::format("({} * 1.0001 + 0.5)", e);
+  return "y = " + e;
+}
+
+std::vector<Point> fusion_points() {
+  std::vector<Point> out;
+  const int64_t n = int64_t{1} << 26;
+  for (int ops : {1, 2, 4, 8, 16}) {
+    out.push_back({"fused (one kernel)", double(ops), elementwise(chain(ops), "f32", n), ""});
+    // Unfused: `ops` kernels of one op each; the lesson sums them (same x).
+    for (int i = 0; i < ops; ++i)
+      out.push_back({"one kernel per op", double(ops), elementwise(chain(1), "f32", n), ""});
+  }
+  return out;
+}
+
+std::vector<Point> vectorization_points() {
+  std::vector<Point> out;
+  const int64_t n = int64_t{1} << 28;
+  for (int vec : {1, 2, 4}) {  // f32: 4, 8, 16 bytes per access
+    out.push_back(
+        {"f32 copy", double(4 * vec), elementwise("y = x", "f32", n), fmt::format("vec={}", vec)});
+  }
+  for (int vec : {1, 2, 4, 8}) {  // bf16: 2 .. 16 bytes per access
+    out.push_back({"bf16 copy", double(2 * vec), elementwise("y = x", "bf16", n),
+                   fmt::format("vec={}", vec)});
+  }
+  return out;
+}
+
+std::vector<Point> waves_points() {
+  std::vector<Point> out;
+  for (int64_t n = 4096; n <= 4352; n += 32) {
+    out.push_back({"fixed 128x256 tiles", double(n), matmul(4096, n, 4096),
+                   "mma=wgmma,bm=128,bn=256,bk=64,stages=4"});
+    out.push_back({"the tuner's choice", double(n), matmul(4096, n, 4096), ""});
+  }
+  return out;
+}
+
+std::vector<Point> tiling_points() {
+  // Block tiles of the mma.sync engine, by area (bm x bn).
+  const std::pair<int, const char*> tiles[] = {
+      {64 * 64, "mma=sync,bm=64,bn=64,bk=32,warps=4,wm=2,stages=3"},
+      {128 * 128, "mma=sync,bm=128,bn=128,bk=32,warps=8,wm=2,stages=3"},
+      {128 * 256, "mma=sync,bm=128,bn=256,bk=32,warps=8,wm=2,stages=3"}};
+  std::vector<Point> out;
+  for (const auto& [area, config] : tiles)
+    out.push_back({"mma.sync block tiles", double(area), matmul(4096, 4096, 4096), config});
+  return out;
+}
+
+std::vector<Point> low_precision_points() {
+  return {{"f32 (CUDA cores, exact)", 32, matmul(4096, 4096, 4096, "f32"), ""},
+          {"tf32 (tensor cores)", 19, matmul(4096, 4096, 4096, "tf32"), ""},
+          {"bf16 (tensor cores)", 16, matmul(4096, 4096, 4096, "bf16"), ""}};
+}
+
+std::vector<Point> padding_points() {
+  return {{"N = 50257 (rows of 100514 bytes)", 50257, matmul(2048, 50257, 768), ""},
+          {"N = 50304 (a multiple of 64)", 50304, matmul(2048, 50304, 768), ""}};
+}
+
+std::vector<Point> online_softmax_points() {
+  std::vector<Point> out;
+  for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) {
+    nlohmann::json spec = {{"family", "attention"},
+                           {"batch", std::max<int64_t>(1, 16384 / s)},
+                           {"heads", 16},
+                           {"seq_q", s},
+                           {"head_dim", 128}};
+    out.push_back({"flash attention (S x S never stored)", double(s), spec, ""});
+  }
+  return out;
+}
+
+const std::vector<Lesson>& lessons() {
+  static const std::vector<Lesson> all = {
+      {"fusion", "a chain fused into one kernel moves its bytes once: time stays flat as ops grow",
+       "ops in the chain", "ms", fusion_points},
+      {"coalescing",
+       "a warp's 32 loads of adjacent addresses are one transaction; strided ones are 32", "stride",
+       "GB/s", nullptr, "needs strided elementwise inputs in the lesson runner"},
+      {"vectorization",
+       "wider accesses (up to 16 bytes) reach the copy bandwidth with fewer instructions",
+       "bytes per access", "GB/s", vectorization_points},
+      {"roofline", "every kernel sits under min(peak FLOP/s, bandwidth x intensity)", "FLOP/B",
+       "TFLOP/s", nullptr, "gathers the other lessons' points: run them first"},
+      {"tiling",
+       "bigger tiles re-read A and B less: less traffic per FLOP, until registers run out",
+       "tile area (bm x bn)", "TFLOP/s", tiling_points},
+      {"low-precision",
+       "16-bit inputs with fp32 accumulation run on the tensor cores at many times the f32 rate",
+       "mantissa+1 bits", "TFLOP/s", low_precision_points},
+      {"padding",
+       "rows that are not whole 16-byte chunks cost a copy or narrow loads; padding N costs "
+       "nothing",
+       "N", "TFLOP/s", padding_points},
+      {"waves",
+       "tiles / (SMs x resident blocks) rounds up: a shape just past a whole wave pays for one "
+       "more",
+       "N", "TFLOP/s", waves_points},
+      {"online-softmax", "flash attention never stores the S x S scores: memory stays linear in S",
+       "sequence length", "TFLOP/s", online_softmax_points},
+      {"recompute", "the backward pass recomputes P from the log-sum-exp instead of storing it",
+       "sequence length", "ms", nullptr, "needs the attention backward pass (not built yet)"},
+  };
+  return all;
+}
+
+const Lesson& find_lesson(const std::string& name) {
+  std::string names;
+  for (const Lesson& l : lessons()) {
+    if (name == l.name) return l;
+    names += (names.empty() ? "" : ", ") + std::string(l.name);
+  }
+  throw UserError("no lesson named '" + name + "'", "the lessons are " + names);
+}
+
+struct Row {
+  Point point;
+  std::string family, signature, config, config_source;
+  double predicted_ms = 0, measured_ms = 0;
+  double flops = 0, bytes = 0;
+  std::string error;
+};
+
+double metric(const Lesson& lesson, const Row& row, double ms) {
+  if (!(ms > 0)) return 0;
+  if (std::string(lesson.y_metric) == "GB/s") return row.bytes / (ms * 1e-3) / 1e9;
+  if (std::string(lesson.y_metric) == "TFLOP/s") return row.flops / (ms * 1e-3) / 1e12;
+  return ms;
+}
+
+struct LessonOptions {
+  std::string name;
+  bool list = false, dry_run = false, plot = false;
+  std::string gpu, out = "lessons";
+};
+
+void lesson_command(const LessonOptions& o) {
+  if (o.list || o.name.empty()) {
+    for (const Lesson& l : lessons())
+      std::cout << fmt::format("{:<15} {}{}\n", l.name, l.claim,
+                               l.missing ? std::string(" [not yet: ") + l.missing + "]" : "");
+    if (o.name.empty() && !o.list)
+      std::cout << "\nkjit lesson NAME runs one (--dry-run: without measuring)\n";
+    return;
+  }
+  const Lesson& lesson = find_lesson(o.name);
+  if (lesson.missing)
+    throw UserError(fmt::format("lesson {} cannot run yet: {}", lesson.name, lesson.missing));
+  std::string why;
+  const bool measure = !o.dry_run && gpu_available(&why);
+  if (!o.dry_run && !measure)
+    std::cout << "kjit lesson " << lesson.name << " needs a GPU to measure (" << why
+              << "); the dry run follows: the kernels and the model's predictions\n\n";
+  const Target target = command_target("", measure ? "" : (o.gpu.empty() ? "h200" : o.gpu));
+  std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<tuner::Chooser> planning;
+  if (measure) {
+    runtime = std::make_unique<Runtime>();
+  } else {
+    planning = make_chooser(target);
+  }
+  tuner::Chooser& chooser = runtime ? runtime->chooser() : *planning;
+
+  std::vector<Row> rows;
+  for (const Point& point : lesson.points()) {
+    Row row;
+    row.point = point;
+    const std::unique_ptr<tuner::TuningProblem> problem = tuner::make_problem(point.spec);
+    row.family = problem->family();
+    row.signature = problem->signature();
+    if (point.config.empty()) {
+      const tuner::Choice choice = chooser.choose(*problem);
+      row.config = choice.config;
+      row.config_source = tuner::to_string(choice.source);
+    } else {
+      row.config = problem->canonical(point.config);
+      row.config_source = "given";
+    }
+    const tuner::Prediction p =
+        problem->predict(row.config, chooser.device(), chooser.efficiencies());
+    row.predicted_ms = p.ms;
+    row.flops = p.work.flops;
+    row.bytes = p.work.bytes;
+    if (measure) {
+      std::unique_ptr<tuner::Harness> harness = make_harness(*runtime, *problem);
+      const std::vector<tuner::Measured> m =
+          tuner::measure(*harness, {row.config}, runtime->device(), tuner::TimerOptions{});
+      if (m.empty() || !m[0].ok()) {
+        row.error = m.empty() ? "not measured" : m[0].error;
+      } else {
+        row.measured_ms = m[0].summary.median_ms;
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+
+  // Points of one series at one x add up (the unfused chain's kernels).
+  struct Total {
+    std::string series;
+    double x = 0, predicted_ms = 0, measured_ms = 0, flops = 0, bytes = 0;
+    std::string configs;
+  };
+  std::vector<Total> totals;
+  for (const Row& r : rows) {
+    auto it = std::find_if(totals.begin(), totals.end(), [&](const Total& t) {
+      return t.series == r.point.series && t.x == r.point.x;
+    });
+    if (it == totals.end()) {
+      totals.push_back({r.point.series, r.point.x, 0, 0, 0, 0, r.config});
+      it = totals.end() - 1;
+    } else if (it->configs != r.config) {
+      it->configs += " + " + r.config;
+    }
+    it->predicted_ms += r.predicted_ms;
+    it->measured_ms += r.measured_ms;
+    it->flops += r.flops;
+    it->bytes += r.bytes;
+  }
+
+  std::filesystem::create_directories(o.out);
+  const std::string base = (std::filesystem::path(o.out) / lesson.name).string();
+  std::ofstream csv(base + ".csv");
+  csv << "series,x,predicted_ms,measured_ms,predicted_" << lesson.y_metric << ",measured_"
+      << lesson.y_metric << ",config\n";
+  nlohmann::json json = {{"lesson", lesson.name},
+                         {"claim", lesson.claim},
+                         {"x", lesson.x_label},
+                         {"metric", lesson.y_metric},
+                         {"gpu", chooser.device().name},
+                         {"measured", measure},
+                         {"points", nlohmann::json::array()}};
+  std::cout << fmt::format("lesson {}: {}\n{} ({})\n\n", lesson.name, lesson.claim,
+                           target.describe(), measure ? "measured" : "the model's predictions");
+  const std::string unit = lesson.y_metric;
+  std::cout << fmt::format("{:<40} {:>18} {:>20}{}  {}\n", "series", lesson.x_label,
+                           "predicted " + unit,
+                           measure ? fmt::format(" {:>20}", "measured " + unit) : "", "config");
+  for (const Total& t : totals) {
+    Row as_row;
+    as_row.flops = t.flops;
+    as_row.bytes = t.bytes;
+    const double predicted = metric(lesson, as_row, t.predicted_ms);
+    const double measured = metric(lesson, as_row, t.measured_ms);
+    std::cout << fmt::format("{:<40} {:>18g} {:>20.4g}{}  {}\n", t.series, t.x, predicted,
+                             measure ? fmt::format(" {:>20.4g}", measured) : "", t.configs);
+    csv << fmt::format("\"{}\",{},{},{},{},{},\"{}\"\n", t.series, t.x, t.predicted_ms,
+                       t.measured_ms, predicted, measured, t.configs);
+    json["points"].push_back({{"series", t.series},
+                              {"x", t.x},
+                              {"predicted_ms", t.predicted_ms},
+                              {"measured_ms", t.measured_ms},
+                              {"config", t.configs}});
+  }
+  for (const Row& r : rows)
+    if (!r.error.empty()) std::cout << "failed: " << r.point.series << ": " << r.error << "\n";
+  std::ofstream(base + ".json") << json.dump(2) << "\n";
+  std::cout << fmt::format("\nwrote {}.csv and {}.json\n", base, base);
+  if (o.plot) {
+    const std::string command =
+        fmt::format("python3 tools/lessons/plot.py '{}.csv' --title '{}' --x '{}' --y '{}'", base,
+                    lesson.name, lesson.x_label, lesson.y_metric);
+    if (std::system((command + " 2>/dev/null").c_str()) != 0)
+      std::cout << "plotting needs Python with matplotlib (pip install matplotlib); then: "
+                << command << "\n";
+  }
+}
+
+void add_lesson_command(CLI::App& app) {
+  auto options = std::make_shared<LessonOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "lesson",
+      "Measure an idea of the lecture (fusion, waves, ...) on this GPU with kjit's "
+      "kernels: a table, CSV and JSON, and a plot");
+  cmd->add_option("NAME", options->name, "The lesson (kjit lesson --list shows them)");
+  cmd->add_flag("--list", options->list, "List the lessons and what each shows");
+  cmd->add_flag("--dry-run", options->dry_run,
+                "Do not measure: the kernels each point runs and the model's predictions");
+  cmd->add_option("--gpu", options->gpu, "Plan for this GPU in a dry run (h200, h100, a100)")
+      ->check(CLI::IsMember({"h200", "h100", "a100"}));
+  cmd->add_option("--out", options->out, "Where NAME.csv and NAME.json go (default lessons/)");
+  cmd->add_flag("--plot", options->plot, "Draw NAME.png with tools/lessons/plot.py (matplotlib)");
+  cmd->callback([options] { lesson_command(*options); });
+}
+
+}  // namespace
+
+KJIT_REGISTER_COMMAND(75, add_lesson_command);
+
+}  // namespace kjit::cli
