@@ -13,15 +13,20 @@
 //                     descriptors (Q and K rows are K-major: the head dim is contiguous)
 //      masks, online softmax: as in attention.cuh, on the accumulator layout (warp w
 //                     of the group holds rows 16w + lane/4 and + 8; a row's scores sit
-//                     in the 4 lanes of a quad)
+//                     in the 4 lanes of a quad), except that a row's running max moves
+//                     only when a tile's max exceeds it by 2^8: O and l are rescaled
+//                     rarely, and the result is the same
 //      O += P V       wgmma m64nDk16 with A = P from registers: the accumulator layout
 //                     of S, rounded to 16 bits, is exactly wgmma's register A fragment,
 //                     so P never touches shared memory. V is read MN-major (the head
 //                     dim, wgmma's N, is contiguous): wgmma's transpose flag.
 //   each consumer pipelines across tiles: the scores of tile i and P V of tile i - 1
-//   are issued together, and the softmax of tile i runs while P V computes; the two
-//   consumers also work independently, so one's softmax overlaps the other's
-//   tensor-core work.
+//   are issued together, and the softmax of tile i runs while P V computes; with
+//   PINGPONG the two consumers also take turns issuing, so one's softmax fills the
+//   other's tensor-core time.
+//
+// Packed variable-length batches (cu_seqlens) read each sequence at its token
+// offset in the same tensor maps; a block past its sequence's end returns at once.
 //
 // Shared memory, 1024-byte aligned: Q as D/64 column chunks of [BM rows][64], then
 // per stage K and V as D/64 chunks of [BN rows][64]: every row 128 bytes in the
