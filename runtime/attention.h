@@ -40,9 +40,10 @@ struct Tensors {
   Strides q_strides, k_strides, v_strides, o_strides;
 };
 
-// `tensors` with packed defaults filled in. UserError when a pointer is missing,
-// a pointer or stride breaks 16-byte alignment (the kernel loads 16-byte chunks),
-// a stride is negative, or a packed problem's tensors have a batch stride.
+// `tensors` with packed defaults filled in, for a validated `problem` (Attention
+// validates its problem once, when it is made; each launch only checks tensors). UserError when a
+// pointer is missing, a pointer or stride breaks 16-byte alignment (the kernel loads 16-byte
+// chunks), a stride is negative, or a packed problem's tensors have a batch stride.
 Tensors resolve(const Problem& problem, Tensors tensors);
 
 // UserError, with required vs limit, when the config does not fit the device

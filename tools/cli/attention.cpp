@@ -165,37 +165,8 @@ void attention_command(const KernelCommandOptions& o) {
     return;
   }
   if (o.verb == Verb::Compile) {
-    const std::string arch = o.arch.empty() ? target.device.arch() : o.arch;
-    cuda::validate_arch(arch);
-    StoreCompile program = compile_with_store(source, arch, o.ptx);
-    if (o.json) {
-      nlohmann::json out = {{"family", "attention"},
-                            {"kernel", source.name},
-                            {"problem", source.problem},
-                            {"config", config.to_string()},
-                            {"config_source", config_source},
-                            {"arch", target_arch(source, arch)},
-                            {"nvrtc_version", cuda::nvrtc_version()},
-                            {"cache", program.cache},
-                            {"compile_ms", program.ms},
-                            {"cubin_bytes", program.cubin.size()},
-                            {"dynamic_shared_bytes", source.dynamic_shared_bytes},
-                            {"kernels", nlohmann::json::array()}};
-      for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
-      if (o.ptx) out["ptx"] = program.ptx;
-      return print_json(out);
-    }
-    if (o.ptx) {
-      std::cout << program.ptx;
-      return;
-    }
-    std::cout << fmt::format(
-        "attention {}\nconfig {} ({})\n{} for {} in {:.0f} ms; {} B dynamic "
-        "shared memory\n",
-        p.to_string(), config.to_string(), config_source,
-        program.cache == "hit" ? "loaded from the store" : "compiled", target_arch(source, arch),
-        program.ms, source.dynamic_shared_bytes);
-    print_stats_table(program.kernels);
+    report_family_compile("attention", p.to_string(), source, config.to_string(), config_source,
+                          o.arch.empty() ? target.device.arch() : o.arch, o.json, o.ptx);
     return;
   }
   if (o.verb != Verb::Run && o.verb != Verb::Bench)

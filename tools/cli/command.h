@@ -112,6 +112,15 @@ inline constexpr int64_t kMaxSourceBytes = int64_t{16} << 20;
 // its size when it is above kMaxSourceBytes.
 std::string read_source_file(const std::string& path);
 
+// `kjit compile` of a family's kernel (matmul, attention): NVRTC for `arch` through
+// the store, then the report — JSON (family, kernel, problem, config and where it
+// came from, arch, NVRTC, cache, timings, ptxas' stats, PTX with `ptx`), the PTX
+// alone with `ptx`, or text ("<family> <problem>\nconfig ..." and the stats table).
+void report_family_compile(const std::string& family, const std::string& problem,
+                           const KernelSource& source, const std::string& config,
+                           const std::string& config_source, const std::string& arch, bool json,
+                           bool ptx);
+
 // Prints a generated kernel for `kjit emit`: `plan` first (comment lines saying how
 // this problem runs on the target GPU: tiles, waves, roofline; may be empty), the
 // source, then with `templates` every kjit template it includes, transitively, each

@@ -125,6 +125,42 @@ std::vector<std::string> included_templates(const std::string& text) {
 
 }  // namespace
 
+void report_family_compile(const std::string& family, const std::string& problem,
+                           const KernelSource& source, const std::string& config,
+                           const std::string& config_source, const std::string& arch, bool json,
+                           bool ptx) {
+  cuda::validate_arch(arch);
+  StoreCompile program = compile_with_store(source, arch, ptx);
+  if (json) {
+    nlohmann::json out = {{"family", family},
+                          {"kernel", source.name},
+                          {"problem", source.problem},
+                          {"config", config},
+                          {"config_source", config_source},
+                          {"arch", target_arch(source, arch)},
+                          {"nvrtc_version", cuda::nvrtc_version()},
+                          {"cache", program.cache},
+                          {"compile_ms", program.ms},
+                          {"cubin_bytes", program.cubin.size()},
+                          {"dynamic_shared_bytes", source.dynamic_shared_bytes},
+                          {"kernels", nlohmann::json::array()}};
+    for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
+    if (ptx) out["ptx"] = program.ptx;
+    return print_json(out);
+  }
+  if (ptx) {
+    std::cout << program.ptx;
+    return;
+  }
+  std::cout << fmt::format(
+      "{} {}\nconfig {} ({})\n{} for {} in {:.0f} ms; {} B dynamic shared "
+      "memory\n",
+      family, problem, config, config_source,
+      program.cache == "hit" ? "loaded from the store" : "compiled", target_arch(source, arch),
+      program.ms, source.dynamic_shared_bytes);
+  print_stats_table(program.kernels);
+}
+
 void print_emitted(const std::string& source, const std::string& plan, bool templates) {
   std::cout << plan << source;
   if (!templates) return;
