@@ -31,7 +31,81 @@ struct DeviceArgs {
 static_assert(sizeof(DeviceArgs) == 7 * 8 + 12 * 8 + 10 * 4,
               "DeviceArgs must mirror kjit::AttentionArgs");
 
+// Byte-for-byte mirror of kjit::AttentionBackwardArgs (templates/attention_backward.cuh).
+struct BackwardDeviceArgs {
+  DeviceArgs forward;
+  CUdeviceptr d_o, dq, dk, dv;
+  CUdeviceptr delta, lse_log2;
+  long long do_batch, do_seq, do_head;
+  long long dq_batch, dq_seq, dq_head;
+  long long dk_batch, dk_seq, dk_head;
+  long long dv_batch, dv_seq, dv_head;
+};
+static_assert(sizeof(BackwardDeviceArgs) == sizeof(DeviceArgs) + 6 * 8 + 12 * 8,
+              "BackwardDeviceArgs must mirror kjit::AttentionBackwardArgs");
+
 constexpr double kLog2e = 1.4426950408889634;
+
+// The kernel arguments every attention kernel shares, for resolved strides.
+DeviceArgs forward_args(const Problem& p, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v,
+                        CUdeviceptr o, CUdeviceptr lse, const Strides& qs, const Strides& ks,
+                        const Strides& vs, const Strides& os, const cuda::DeviceBuffer& offsets) {
+  DeviceArgs args{};
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.o = o;
+  args.lse = lse;
+  args.q_batch = qs.batch;
+  args.q_seq = qs.seq;
+  args.q_head = qs.head;
+  args.k_batch = ks.batch;
+  args.k_seq = ks.seq;
+  args.k_head = ks.head;
+  args.v_batch = vs.batch;
+  args.v_seq = vs.seq;
+  args.v_head = vs.head;
+  args.o_batch = os.batch;
+  args.o_seq = os.seq;
+  args.o_head = os.head;
+  args.seq_q = static_cast<int>(p.seq_q);
+  args.seq_k = static_cast<int>(p.seq_k);
+  args.heads = static_cast<int>(p.heads);
+  args.kv_group = static_cast<int>(p.heads / p.kv_heads);
+  const double scale = p.softmax_scale();
+  args.scale = static_cast<float>(scale);
+  args.scale_log2 = static_cast<float>(scale * kLog2e);
+  args.window_left = static_cast<int>(p.window_left);
+  args.window_right = static_cast<int>(p.right());
+  args.total_q = static_cast<int>(p.total_q());
+  if (p.packed()) {
+    args.cu_seqlens_q = offsets.get();
+    args.cu_seqlens_k = offsets.get() + p.cu_seqlens_q.size() * sizeof(int32_t);
+  }
+  return args;
+}
+
+// The offsets of a packed problem, as the kernels read them (int32): cu_seqlens_q
+// then cu_seqlens_k.
+cuda::DeviceBuffer upload_offsets(const Problem& p) {
+  if (!p.packed()) return {};
+  std::vector<int32_t> offsets;
+  for (const int64_t o : p.cu_seqlens_q) offsets.push_back(static_cast<int32_t>(o));
+  for (const int64_t o : p.cu_seqlens_k) offsets.push_back(static_cast<int32_t>(o));
+  return cuda::DeviceBuffer::from(offsets);
+}
+
+void check_registers(const Config& config, const CompiledKernel& kernel,
+                     const cuda::DeviceProperties& device) {
+  const int64_t registers =
+      static_cast<int64_t>(kernel.stats().registers) * kernel.source().block_threads;
+  if (device.registers_per_block > 0 && registers > device.registers_per_block)
+    throw UserError(fmt::format("attention config {} needs {} registers per block in {}; {} "
+                                "allows {}",
+                                config.to_string(), registers, kernel.source().name, device.name,
+                                device.registers_per_block),
+                    "use a smaller bm");
+}
 
 // A 4-D tensor map (head dim, sequence, head, batch) of Q, K or V for the copy
 // engine (the wgmma kernel): boxes of 64 head-dim elements (128 bytes, the swizzle
@@ -57,49 +131,86 @@ CUtensorMap sequence_map(ir::DType dtype, CUdeviceptr base, int64_t head_dim, in
 
 }  // namespace
 
-Tensors resolve(const Problem& p, Tensors t) {
+namespace {
+
+// Fills packed-BSHD defaults into `s` and checks it (16-byte rows, no batch stride
+// for packed problems).
+void resolve_strides(const Problem& p, const char* name, Strides& s, int64_t heads, int64_t seq) {
   const int64_t d = p.head_dim;
-  auto fill = [&](const char* name, Strides& s, int64_t heads, int64_t seq) {
-    if (s.batch < 0 || s.seq < 0 || s.head < 0)
-      throw UserError(fmt::format("attention {} has a negative stride (batch {}, seq {}, head {})",
-                                  name, s.batch, s.seq, s.head),
-                      "strides are in elements, >= 0 (0: packed BSHD)");
-    if (s.head == 0) s.head = d;
-    if (s.seq == 0) s.seq = heads * d;
-    if (p.packed()) {
-      if (s.batch != 0)
-        throw UserError(fmt::format("attention {} has a batch stride ({}) but the problem is "
-                                    "packed",
-                                    name, s.batch),
-                        "packed sequences are [tokens, heads, D]: their offsets say where "
-                        "each starts");
-    } else if (s.batch == 0) {
-      s.batch = seq * s.seq;
-    }
-    // The kernel reads and writes rows of D contiguous elements in 16-byte chunks.
-    for (const int64_t stride : {s.batch, s.seq, s.head}) {
-      if (stride % 8 != 0)
-        throw UserError(fmt::format("attention {} stride {} is not a multiple of 8 elements "
-                                    "(16 bytes)",
-                                    name, stride),
-                        "pad the tensor's rows to 8 elements, or make it contiguous");
-    }
-  };
-  fill("Q", t.q_strides, p.heads, p.seq_q);
-  fill("K", t.k_strides, p.kv_heads, p.seq_k);
-  fill("V", t.v_strides, p.kv_heads, p.seq_k);
-  fill("O", t.o_strides, p.heads, p.seq_q);
+  if (s.batch < 0 || s.seq < 0 || s.head < 0)
+    throw UserError(fmt::format("attention {} has a negative stride (batch {}, seq {}, head {})",
+                                name, s.batch, s.seq, s.head),
+                    "strides are in elements, >= 0 (0: packed BSHD)");
+  if (s.head == 0) s.head = d;
+  if (s.seq == 0) s.seq = heads * d;
+  if (p.packed()) {
+    if (s.batch != 0)
+      throw UserError(fmt::format("attention {} has a batch stride ({}) but the problem is "
+                                  "packed",
+                                  name, s.batch),
+                      "packed sequences are [tokens, heads, D]: their offsets say where "
+                      "each starts");
+  } else if (s.batch == 0) {
+    s.batch = seq * s.seq;
+  }
+  // The kernel reads and writes rows of D contiguous elements in 16-byte chunks.
+  for (const int64_t stride : {s.batch, s.seq, s.head}) {
+    if (stride % 8 != 0)
+      throw UserError(fmt::format("attention {} stride {} is not a multiple of 8 elements "
+                                  "(16 bytes)",
+                                  name, stride),
+                      "pad the tensor's rows to 8 elements, or make it contiguous");
+  }
+}
+
+void check_pointer(const char* name, CUdeviceptr pointer) {
+  if (pointer == 0) throw UserError(fmt::format("attention needs a device pointer for {}", name));
+  if (pointer % 16 != 0)
+    throw UserError(fmt::format("attention {} pointer 0x{:x} is not 16-byte aligned", name,
+                                static_cast<unsigned long long>(pointer)),
+                    "the kernel loads 16-byte chunks; allocations from cuMemAlloc are aligned");
+}
+
+}  // namespace
+
+Tensors resolve(const Problem& p, Tensors t) {
+  resolve_strides(p, "Q", t.q_strides, p.heads, p.seq_q);
+  resolve_strides(p, "K", t.k_strides, p.kv_heads, p.seq_k);
+  resolve_strides(p, "V", t.v_strides, p.kv_heads, p.seq_k);
+  resolve_strides(p, "O", t.o_strides, p.heads, p.seq_q);
+  check_pointer("Q", t.q);
+  check_pointer("K", t.k);
+  check_pointer("V", t.v);
+  check_pointer("O", t.o);
+  if (t.lse % 4 != 0)
+    throw UserError(fmt::format("attention LSE pointer 0x{:x} is not 4-byte aligned",
+                                static_cast<unsigned long long>(t.lse)));
+  return t;
+}
+
+BackwardTensors resolve(const Problem& p, BackwardTensors t) {
   const struct {
     const char* name;
     CUdeviceptr pointer;
-  } pointers[] = {{"Q", t.q}, {"K", t.k}, {"V", t.v}, {"O", t.o}};
-  for (const auto& [name, pointer] : pointers) {
-    if (pointer == 0) throw UserError(fmt::format("attention needs a device pointer for {}", name));
-    if (pointer % 16 != 0)
-      throw UserError(fmt::format("attention {} pointer 0x{:x} is not 16-byte aligned", name,
-                                  static_cast<unsigned long long>(pointer)),
-                      "the kernel loads 16-byte chunks; allocations from cuMemAlloc are aligned");
+    Strides* strides;
+    int64_t heads, seq;
+  } tensors[] = {
+      {"Q", t.q, &t.q_strides, p.heads, p.seq_q},
+      {"K", t.k, &t.k_strides, p.kv_heads, p.seq_k},
+      {"V", t.v, &t.v_strides, p.kv_heads, p.seq_k},
+      {"O", t.o, &t.o_strides, p.heads, p.seq_q},
+      {"dO", t.d_o, &t.do_strides, p.heads, p.seq_q},
+      {"dQ", t.dq, &t.dq_strides, p.heads, p.seq_q},
+      {"dK", t.dk, &t.dk_strides, p.kv_heads, p.seq_k},
+      {"dV", t.dv, &t.dv_strides, p.kv_heads, p.seq_k},
+  };
+  for (const auto& tensor : tensors) {
+    resolve_strides(p, tensor.name, *tensor.strides, tensor.heads, tensor.seq);
+    check_pointer(tensor.name, tensor.pointer);
   }
+  if (t.lse == 0)
+    throw UserError("attention backward needs the forward pass's LSE",
+                    "pass the lse the forward launch wrote (f32, [batch, heads, seq_q])");
   if (t.lse % 4 != 0)
     throw UserError(fmt::format("attention LSE pointer 0x{:x} is not 4-byte aligned",
                                 static_cast<unsigned long long>(t.lse)));
@@ -129,8 +240,17 @@ void check_fits_device(const Problem& p, const Config& config,
                                 device.max_threads_per_block));
 }
 
+namespace {
+
+Problem with_pass(Problem problem, bool backward) {
+  problem.backward = backward;
+  return problem;
+}
+
+}  // namespace
+
 Attention::Attention(Runtime& runtime, Problem problem)
-    : runtime_(&runtime), problem_(std::move(problem)) {
+    : runtime_(&runtime), problem_(with_pass(std::move(problem), false)) {
   validate_problem(problem_);
   const tuner::Choice choice = choose_config(runtime, tuner::AttentionTuning(problem_));
   config_ = Config::parse(choice.config);
@@ -139,28 +259,20 @@ Attention::Attention(Runtime& runtime, Problem problem)
 }
 
 Attention::Attention(Runtime& runtime, Problem problem, Config config)
-    : runtime_(&runtime), problem_(std::move(problem)), config_(config), config_source_("given") {
+    : runtime_(&runtime),
+      problem_(with_pass(std::move(problem), false)),
+      config_(config),
+      config_source_("given") {
   validate(problem_, config_);
   load();
 }
 
 void Attention::load() {
   check_fits_device(problem_, config_, runtime_->device());
-  if (problem_.packed()) {  // the offsets, as the kernel reads them (int32)
-    std::vector<int32_t> offsets;
-    for (const int64_t o : problem_.cu_seqlens_q) offsets.push_back(static_cast<int32_t>(o));
-    for (const int64_t o : problem_.cu_seqlens_k) offsets.push_back(static_cast<int32_t>(o));
-    offsets_ = cuda::DeviceBuffer::from(offsets);
-  }
+  offsets_ = upload_offsets(problem_);
   source_ = lower(problem_, config_);
   kernel_ = runtime_->compile(source_);
-  const cuda::DeviceProperties& device = runtime_->device();
-  const int64_t registers = static_cast<int64_t>(kernel_->stats().registers) * config_.threads();
-  if (device.registers_per_block > 0 && registers > device.registers_per_block)
-    throw UserError(
-        fmt::format("attention config {} needs {} registers per block; {} allows {}",
-                    config_.to_string(), registers, device.name, device.registers_per_block),
-        "use a smaller bm");
+  check_registers(config_, *kernel_, runtime_->device());
 }
 
 std::string Attention::kernel_origin() const {
@@ -170,38 +282,8 @@ std::string Attention::kernel_origin() const {
 void Attention::launch(const Tensors& given, CUstream stream) {
   const Tensors t = resolve(problem_, given);
   const Problem& p = problem_;
-  DeviceArgs args{};
-  args.q = t.q;
-  args.k = t.k;
-  args.v = t.v;
-  args.o = t.o;
-  args.lse = t.lse;
-  args.q_batch = t.q_strides.batch;
-  args.q_seq = t.q_strides.seq;
-  args.q_head = t.q_strides.head;
-  args.k_batch = t.k_strides.batch;
-  args.k_seq = t.k_strides.seq;
-  args.k_head = t.k_strides.head;
-  args.v_batch = t.v_strides.batch;
-  args.v_seq = t.v_strides.seq;
-  args.v_head = t.v_strides.head;
-  args.o_batch = t.o_strides.batch;
-  args.o_seq = t.o_strides.seq;
-  args.o_head = t.o_strides.head;
-  args.seq_q = static_cast<int>(p.seq_q);
-  args.seq_k = static_cast<int>(p.seq_k);
-  args.heads = static_cast<int>(p.heads);
-  args.kv_group = static_cast<int>(p.heads / p.kv_heads);
-  const double scale = p.softmax_scale();
-  args.scale = static_cast<float>(scale);
-  args.scale_log2 = static_cast<float>(scale * kLog2e);
-  args.window_left = static_cast<int>(p.window_left);
-  args.window_right = static_cast<int>(p.right());
-  args.total_q = static_cast<int>(p.total_q());
-  if (p.packed()) {
-    args.cu_seqlens_q = offsets_.get();
-    args.cu_seqlens_k = offsets_.get() + p.cu_seqlens_q.size() * sizeof(int32_t);
-  }
+  DeviceArgs args = forward_args(p, t.q, t.k, t.v, t.o, t.lse, t.q_strides, t.k_strides,
+                                 t.v_strides, t.o_strides, offsets_);
   const auto tiles = static_cast<unsigned>((p.seq_q + config_.bm - 1) / config_.bm);
   const std::array<unsigned, 3> grid = {tiles, static_cast<unsigned>(p.heads),
                                         static_cast<unsigned>(p.batch)};
@@ -229,6 +311,98 @@ void Attention::launch(const Tensors& given, CUstream stream) {
                                    v_strides, config_.bn);
   void* params[] = {&args, &map_q, &map_k, &map_v};
   kernel_->launch(grid, params, stream);
+}
+
+AttentionBackward::AttentionBackward(Runtime& runtime, Problem problem)
+    : runtime_(&runtime), problem_(with_pass(std::move(problem), true)) {
+  validate_problem(problem_);
+  const tuner::Choice choice = choose_config(runtime, tuner::AttentionTuning(problem_));
+  config_ = Config::parse(choice.config);
+  config_source_ = tuner::to_string(choice.source);
+  load();
+}
+
+AttentionBackward::AttentionBackward(Runtime& runtime, Problem problem, Config config)
+    : runtime_(&runtime),
+      problem_(with_pass(std::move(problem), true)),
+      config_(config),
+      config_source_("given") {
+  validate(problem_, config_);
+  load();
+}
+
+void AttentionBackward::load() {
+  check_fits_device(problem_, config_, runtime_->device());
+  offsets_ = upload_offsets(problem_);
+  workspace_ = cuda::DeviceBuffer(static_cast<size_t>(backward_workspace_rows(problem_)) * 8);
+  for (BackwardKernel& k : lower_backward(problem_, config_)) {
+    std::shared_ptr<const CompiledKernel> kernel = runtime_->compile(k.source);
+    check_registers(config_, *kernel, runtime_->device());
+    kernels_.emplace_back(k.role, std::move(kernel));
+  }
+}
+
+std::vector<KernelSource> AttentionBackward::sources() const {
+  std::vector<KernelSource> out;
+  for (const auto& [role, kernel] : kernels_) out.push_back(kernel->source());
+  return out;
+}
+
+const CompiledKernel& AttentionBackward::kernel(const std::string& role) const {
+  for (const auto& [name, kernel] : kernels_)
+    if (name == role) return *kernel;
+  throw UserError("attention backward has no kernel '" + role + "'", "the roles are prep, kv, q");
+}
+
+std::string AttentionBackward::kernel_origin() const {
+  std::string out;
+  for (const auto& [role, kernel] : kernels_) {
+    const std::string origin = to_string(kernel->origin());
+    if (out.find(origin) == std::string::npos) out += (out.empty() ? "" : "+") + origin;
+  }
+  return out;
+}
+
+void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
+  const BackwardTensors t = resolve(problem_, given);
+  const Problem& p = problem_;
+  BackwardDeviceArgs args{};
+  args.forward = forward_args(p, t.q, t.k, t.v, t.o, t.lse, t.q_strides, t.k_strides, t.v_strides,
+                              t.o_strides, offsets_);
+  args.d_o = t.d_o;
+  args.dq = t.dq;
+  args.dk = t.dk;
+  args.dv = t.dv;
+  args.delta = workspace_.get();
+  args.lse_log2 = workspace_.get() + static_cast<size_t>(backward_workspace_rows(p)) * 4;
+  args.do_batch = t.do_strides.batch;
+  args.do_seq = t.do_strides.seq;
+  args.do_head = t.do_strides.head;
+  args.dq_batch = t.dq_strides.batch;
+  args.dq_seq = t.dq_strides.seq;
+  args.dq_head = t.dq_strides.head;
+  args.dk_batch = t.dk_strides.batch;
+  args.dk_seq = t.dk_strides.seq;
+  args.dk_head = t.dk_strides.head;
+  args.dv_batch = t.dv_strides.batch;
+  args.dv_seq = t.dv_strides.seq;
+  args.dv_head = t.dv_strides.head;
+  const auto tiles = [](int64_t n, int64_t tile) {
+    return static_cast<unsigned>((n + tile - 1) / tile);
+  };
+  const auto heads = static_cast<unsigned>(p.heads), kv_heads = static_cast<unsigned>(p.kv_heads),
+             batch = static_cast<unsigned>(p.batch);
+  void* params[] = {&args};
+  for (const auto& [role, kernel] : kernels_) {
+    std::array<unsigned, 3> grid{};
+    if (role == "prep")
+      grid = {tiles(p.seq_q, 64), heads, batch};
+    else if (role == "kv")
+      grid = {tiles(p.seq_k, config_.bn), kv_heads, batch};
+    else
+      grid = {tiles(p.seq_q, config_.bm), heads, batch};
+    kernel->launch(grid, params, stream);
+  }
 }
 
 }  // namespace kjit::attention

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kjit/compiler/lowering/attention.h"
 #include "kjit/runtime/cuda/device.h"
@@ -51,6 +53,19 @@ Tensors resolve(const Problem& problem, Tensors tensors);
 void check_fits_device(const Problem& problem, const Config& config,
                        const cuda::DeviceProperties& device);
 
+// The backward pass's tensors: the forward's inputs and outputs (O and its LSE as
+// the forward pass wrote them), dO, and where dQ, dK, dV go (the problem's dtype,
+// laid out like Q, K, V). Strides as in Tensors (0: packed BSHD).
+struct BackwardTensors {
+  CUdeviceptr q = 0, k = 0, v = 0, o = 0;
+  CUdeviceptr lse = 0;  // f32, required
+  CUdeviceptr d_o = 0;
+  CUdeviceptr dq = 0, dk = 0, dv = 0;
+  Strides q_strides, k_strides, v_strides, o_strides;
+  Strides do_strides, dq_strides, dk_strides, dv_strides;
+};
+BackwardTensors resolve(const Problem& problem, BackwardTensors tensors);
+
 class Attention {
  public:
   // The config comes from the tuner (the store's tuning for this problem on this
@@ -82,6 +97,45 @@ class Attention {
   KernelSource source_;
   std::shared_ptr<const CompiledKernel> kernel_;
   cuda::DeviceBuffer offsets_;  // packed problems: cu_seqlens_q then cu_seqlens_k, int32
+};
+
+// The backward pass: dQ, dK, dV from dO, recomputing P from the forward pass's
+// LSE (templates/attention_backward.cuh). Deterministic: the same bits every run.
+//
+//   attention::AttentionBackward grad(runtime, p);  // p as given to Attention
+//   grad.launch({.q = q, .k = k, .v = v, .o = o, .lse = lse, .d_o = d_o,
+//                .dq = dq, .dk = dk, .dv = dv}, stream);
+//
+// The object owns a workspace (8 bytes per query row and head); launches on one
+// object use it in stream order, so concurrent launches on different streams need
+// one object each.
+class AttentionBackward {
+ public:
+  // The config comes from the tuner for `problem` with backward = true.
+  AttentionBackward(Runtime& runtime, Problem problem);
+  AttentionBackward(Runtime& runtime, Problem problem, Config config);
+
+  void launch(const BackwardTensors& tensors, CUstream stream);
+
+  const Problem& problem() const { return problem_; }  // backward = true
+  const Config& config() const { return config_; }
+  const std::string& config_source() const { return config_source_; }
+  // The kernels in launch order (prep, kv [, kv], q).
+  std::vector<KernelSource> sources() const;
+  // The first kernel of a role ("prep", "kv", "q"): its source and ptxas statistics.
+  const CompiledKernel& kernel(const std::string& role) const;
+  std::string kernel_origin() const;
+
+ private:
+  void load();
+
+  Runtime* runtime_;
+  Problem problem_;
+  Config config_;
+  std::string config_source_;
+  std::vector<std::pair<std::string, std::shared_ptr<const CompiledKernel>>> kernels_;
+  cuda::DeviceBuffer offsets_;
+  cuda::DeviceBuffer workspace_;  // D, then LSE · log2 e
 };
 
 }  // namespace kjit::attention

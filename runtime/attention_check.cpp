@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <thread>
 
 namespace kjit::attention {
 
@@ -158,6 +159,191 @@ AttentionCheck check_attention(const HostAttention& host, const std::vector<doub
 
 double check_tolerance(const Problem&) {
   return 1e-2;
+}
+
+GradientReference reference_gradients(const HostAttention& host, const matmul::HostTensor& d_o,
+                                      int64_t batch, int64_t kv_head) {
+  const Problem& p = host.problem;
+  const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
+  const int64_t seq_q = p.seq_q_of(batch), seq_k = p.seq_k_of(batch);
+  const int64_t offset = seq_k - seq_q;
+  const int64_t left = p.window_left, right = p.right();
+  const double scale = p.softmax_scale();
+  const int64_t q_token0 = p.packed() ? p.cu_seqlens_q[batch] : batch * p.seq_q;
+  const int64_t k_token0 = p.packed() ? p.cu_seqlens_k[batch] : batch * p.seq_k;
+  auto query_row = [&](const matmul::HostTensor& t, int64_t head, int64_t i) {
+    return t.values.data() + ((q_token0 + i) * p.heads + head) * d;
+  };
+  auto key_row = [&](const matmul::HostTensor& t, int64_t j) {
+    return t.values.data() + ((k_token0 + j) * p.kv_heads + kv_head) * d;
+  };
+  GradientReference out;
+  out.batch = batch;
+  out.kv_head = kv_head;
+  out.dq.assign(static_cast<size_t>(group * seq_q * d), 0.0);
+  out.dk.assign(static_cast<size_t>(seq_k * d), 0.0);
+  out.dv.assign(static_cast<size_t>(seq_k * d), 0.0);
+
+  // Rows (head, i) split over threads; each thread sums its own dK, dV.
+  const int64_t rows = group * seq_q;
+  const auto threads =
+      static_cast<int64_t>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 32));
+  std::vector<std::vector<double>> dk_parts(static_cast<size_t>(threads)),
+      dv_parts(static_cast<size_t>(threads));
+  auto work = [&](int64_t part) {
+    std::vector<double>& dk = dk_parts[part];
+    std::vector<double>& dv = dv_parts[part];
+    dk.assign(out.dk.size(), 0.0);
+    dv.assign(out.dv.size(), 0.0);
+    std::vector<double> prob(static_cast<size_t>(seq_k)), dprob(static_cast<size_t>(seq_k));
+    std::vector<char> visible(static_cast<size_t>(seq_k));
+    for (int64_t r = part; r < rows; r += threads) {
+      const int64_t h = r / seq_q, i = r % seq_q, head = kv_head * group + h;
+      const float* q = query_row(host.q, head, i);
+      const float* g = query_row(d_o, head, i);
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < seq_k; ++j) {
+        const int64_t rel = j - i - offset;
+        visible[j] = !((right >= 0 && rel > right) || (left >= 0 && rel < -left));
+        if (!visible[j]) continue;
+        const float* k = key_row(host.k, j);
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[c];
+        prob[j] = dot * scale;
+        max = std::max(max, prob[j]);
+      }
+      if (max == -std::numeric_limits<double>::infinity()) continue;  // no key: all zero
+      double sum = 0;
+      for (int64_t j = 0; j < seq_k; ++j)
+        if (visible[j]) sum += (prob[j] = std::exp(prob[j] - max));
+      double delta = 0;  // D_i = sum_j P_ij dP_ij
+      for (int64_t j = 0; j < seq_k; ++j) {
+        if (!visible[j]) continue;
+        prob[j] /= sum;
+        const float* v = key_row(host.v, j);
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(g[c]) * v[c];
+        dprob[j] = dot;
+        delta += prob[j] * dot;
+      }
+      double* dq = out.dq.data() + r * d;  // rows of distinct threads never overlap
+      for (int64_t j = 0; j < seq_k; ++j) {
+        if (!visible[j]) continue;
+        const double ds = prob[j] * (dprob[j] - delta);
+        const float* k = key_row(host.k, j);
+        double* dk_row = dk.data() + j * d;
+        double* dv_row = dv.data() + j * d;
+        for (int64_t c = 0; c < d; ++c) {
+          dq[c] += scale * ds * k[c];
+          dk_row[c] += scale * ds * q[c];
+          dv_row[c] += prob[j] * g[c];
+        }
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(work, t);
+  for (std::thread& t : pool) t.join();
+  for (int64_t t = 0; t < threads; ++t) {
+    for (size_t e = 0; e < out.dk.size(); ++e) {
+      out.dk[e] += dk_parts[t][e];
+      out.dv[e] += dv_parts[t][e];
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> gradient_groups_to_check(const Problem& p, uint64_t seed) {
+  const int64_t group = p.heads / p.kv_heads;
+  auto cost = [&](int64_t b) {
+    return 4.0 * static_cast<double>(group) * static_cast<double>(p.seq_q_of(b)) *
+           static_cast<double>(p.seq_k_of(b)) * p.head_dim;
+  };
+  std::vector<std::pair<int64_t, int64_t>> out;
+  std::set<std::pair<int64_t, int64_t>> chosen;
+  double spent = 0;
+  auto add = [&](int64_t b, int64_t kv) {
+    if (chosen.count({b, kv}) || (!out.empty() && spent + cost(b) > 2e9)) return;
+    chosen.insert({b, kv});
+    out.push_back({b, kv});
+    spent += cost(b);
+  };
+  add(0, 0);
+  add(p.batch - 1, p.kv_heads - 1);
+  std::mt19937_64 random(seed);
+  for (int tries = 0; tries < 64; ++tries)
+    add(static_cast<int64_t>(random() % p.batch), static_cast<int64_t>(random() % p.kv_heads));
+  return out;
+}
+
+std::string BackwardCheck::describe() const {
+  std::string text = fmt::format(
+      "{} (batch, kv head) groups, relative L2 dQ {:.3g} dK {:.3g} "
+      "dV {:.3g}",
+      groups, dq_relative_l2, dk_relative_l2, dv_relative_l2);
+  if (nan_count > 0) text += fmt::format(", {} NaN", nan_count);
+  if (!first_bad.empty()) text += "; first bad: " + first_bad;
+  return text;
+}
+
+BackwardCheck check_backward(const HostAttention& host, const matmul::HostTensor& d_o,
+                             const std::vector<double>& dq, const std::vector<double>& dk,
+                             const std::vector<double>& dv, const BackwardTensors& t,
+                             const std::vector<std::pair<int64_t, int64_t>>& groups) {
+  const Problem& p = host.problem;
+  const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
+  BackwardCheck result;
+  double error2[3] = {0, 0, 0}, norm2[3] = {0, 0, 0};
+  auto compare = [&](int which, const char* name, double got, double want,
+                     const std::string& where) {
+    if (std::isnan(got)) ++result.nan_count;
+    const double diff = got - want;
+    error2[which] += diff * diff;
+    norm2[which] += want * want;
+    if (result.first_bad.empty() && !(std::abs(diff) <= 0.1 * (std::abs(want) + 0.02)))
+      result.first_bad = fmt::format("{} {}: {:.5g} vs {:.5g}", name, where, got, want);
+  };
+  for (const auto& [b, kv] : groups) {
+    const GradientReference ref = reference_gradients(host, d_o, b, kv);
+    const int64_t q_token0 = p.packed() ? p.cu_seqlens_q[b] : 0;
+    const int64_t k_token0 = p.packed() ? p.cu_seqlens_k[b] : 0;
+    for (int64_t h = 0; h < group; ++h) {
+      const int64_t head = kv * group + h;
+      for (int64_t i = 0; i < p.seq_q_of(b); ++i) {
+        const int64_t base =
+            b * t.dq_strides.batch + (q_token0 + i) * t.dq_strides.seq + head * t.dq_strides.head;
+        for (int64_t c = 0; c < d; ++c)
+          compare(0, "dQ", dq[static_cast<size_t>(base + c)],
+                  ref.dq[static_cast<size_t>((h * p.seq_q_of(b) + i) * d + c)],
+                  fmt::format("batch {} head {} row {} d {}", b, head, i, c));
+      }
+    }
+    for (int64_t j = 0; j < p.seq_k_of(b); ++j) {
+      const int64_t k_base =
+          b * t.dk_strides.batch + (k_token0 + j) * t.dk_strides.seq + kv * t.dk_strides.head;
+      const int64_t v_base =
+          b * t.dv_strides.batch + (k_token0 + j) * t.dv_strides.seq + kv * t.dv_strides.head;
+      for (int64_t c = 0; c < d; ++c) {
+        const std::string where = fmt::format("batch {} kv head {} key {} d {}", b, kv, j, c);
+        compare(1, "dK", dk[static_cast<size_t>(k_base + c)],
+                ref.dk[static_cast<size_t>(j * d + c)], where);
+        compare(2, "dV", dv[static_cast<size_t>(v_base + c)],
+                ref.dv[static_cast<size_t>(j * d + c)], where);
+      }
+    }
+    ++result.groups;
+  }
+  auto relative = [&](int which) {
+    return norm2[which] > 0 ? std::sqrt(error2[which] / norm2[which]) : std::sqrt(error2[which]);
+  };
+  result.dq_relative_l2 = relative(0);
+  result.dk_relative_l2 = relative(1);
+  result.dv_relative_l2 = relative(2);
+  return result;
+}
+
+double backward_tolerance(const Problem&) {
+  return 2e-2;
 }
 
 }  // namespace kjit::attention

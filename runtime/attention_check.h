@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kjit/compiler/lowering/attention.h"
@@ -60,5 +61,43 @@ AttentionCheck check_attention(const HostAttention& host, const std::vector<doub
 
 // The relative L2 error O may have: 1e-2 (bf16/f16 inputs, P rounded to 16 bits).
 double check_tolerance(const Problem& problem);
+
+// ---- the backward pass ----
+
+// dQ, dK and dV in fp64 for every row of one (batch, K/V head): its keys' dK and dV
+// (summed over the query heads sharing it) and dQ of those query heads' rows, from
+// the exact P, dP = dO Vᵀ and D = rowsum(P ∘ dP). `d_o` is laid out like Q.
+struct GradientReference {
+  int64_t batch = 0, kv_head = 0;
+  std::vector<double> dq;      // [group heads][seq_q][D], the group's heads in order
+  std::vector<double> dk, dv;  // [seq_k][D]
+};
+GradientReference reference_gradients(const HostAttention& host, const matmul::HostTensor& d_o,
+                                      int64_t batch, int64_t kv_head);
+
+// Which (batch, K/V head) groups to check: the first and the last, then random ones,
+// keeping the reference under ~2e9 multiply-adds (at least one group).
+std::vector<std::pair<int64_t, int64_t>> gradient_groups_to_check(const Problem& problem,
+                                                                  uint64_t seed);
+
+struct BackwardCheck {
+  double dq_relative_l2 = 0, dk_relative_l2 = 0, dv_relative_l2 = 0;
+  int64_t groups = 0, nan_count = 0;
+  std::string first_bad;  // "dK batch 0 kv head 1 key 17 d 5: 0.12 vs 0.31", or empty
+  double worst() const { return std::max({dq_relative_l2, dk_relative_l2, dv_relative_l2}); }
+  bool ok(double tolerance) const { return worst() <= tolerance && nan_count == 0; }
+  std::string describe() const;
+};
+
+// Compares dQ, dK, dV (downloaded as doubles, laid out by their resolved strides)
+// with the reference on `groups`.
+BackwardCheck check_backward(const HostAttention& host, const matmul::HostTensor& d_o,
+                             const std::vector<double>& dq, const std::vector<double>& dk,
+                             const std::vector<double>& dv, const BackwardTensors& strides,
+                             const std::vector<std::pair<int64_t, int64_t>>& groups);
+
+// The relative L2 error the gradients may have: 2e-2 (16-bit inputs; P and dS are
+// rounded to 16 bits as operands of the next product).
+double backward_tolerance(const Problem& problem);
 
 }  // namespace kjit::attention

@@ -16,6 +16,7 @@
 #include "kjit/runtime/attention_check.h"
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/cuda/memory.h"
+#include "kjit/runtime/cuda/stream.h"
 #include "kjit/runtime/elementwise.h"
 #include "kjit/runtime/matmul.h"
 #include "kjit/runtime/matmul_check.h"
@@ -254,6 +255,119 @@ class AttentionHarness : public tuner::Harness {
   size_t o_count_ = 0;
 };
 
+class AttentionBackwardTrial : public tuner::Trial {
+ public:
+  AttentionBackwardTrial(Runtime& runtime, const attention::Problem& problem,
+                         const attention::Config& config,
+                         const std::vector<attention::BackwardTensors>* sets)
+      : backward_(runtime, problem, config), sets_(sets) {}
+  void launch(CUstream stream, int set) override {
+    backward_.launch((*sets_)[static_cast<size_t>(set)], stream);
+  }
+  tuner::KernelResources resources() const override {  // the dK/dV kernel's, the longest
+    const CompiledKernel& kv = backward_.kernel("kv");
+    tuner::KernelResources r;
+    r.threads = kv.source().block_threads;
+    r.registers = kv.stats().registers;
+    r.shared_bytes = kv.source().dynamic_shared_bytes + kv.stats().shared_bytes;
+    r.estimated = false;
+    return r;
+  }
+
+ private:
+  attention::AttentionBackward backward_;
+  const std::vector<attention::BackwardTensors>* sets_;
+};
+
+// The backward pass: random Q, K, V and dO per input set, O and LSE from the forward
+// pass (the tuner's config) once per set; dQ, dK, dV as scratch, compared with the
+// fp64 gradients of a few (batch, K/V head) groups.
+class AttentionBackwardHarness : public tuner::Harness {
+ public:
+  AttentionBackwardHarness(Runtime& runtime, const tuner::AttentionTuning& problem)
+      : runtime_(runtime), problem_(problem) {
+    const attention::Problem& p = problem_.problem();
+    const uint64_t seed = fresh_seed();
+    host_ = attention::make_host_attention(p, seed);
+    d_o_ = matmul::random_tensor(attention::host_dtype(p), host_.q.size(), seed + 7);
+    groups_ = attention::gradient_groups_to_check(p, seed);
+    const std::vector<unsigned char> q = host_.q.bytes(), k = host_.k.bytes(), v = host_.v.bytes(),
+                                     g = d_o_.bytes();
+    const int sets = input_sets_for(2.0 * static_cast<double>(q.size() + k.size() + v.size()),
+                                    runtime.device().l2_bytes);
+    auto buffer = [this](size_t bytes) {
+      buffers_.emplace_back(std::max<size_t>(bytes, 16));
+      return buffers_.back().get();
+    };
+    auto upload = [&](const std::vector<unsigned char>& bytes) {
+      const CUdeviceptr at = buffer(bytes.size());
+      buffers_.back().upload(bytes.data(), bytes.size());
+      return at;
+    };
+    q_count_ = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
+    kv_count_ = static_cast<size_t>(p.total_k() * p.kv_heads * p.head_dim);
+    dq_ = cuda::DeviceBuffer(q_count_ * 2);
+    dk_ = cuda::DeviceBuffer(kv_count_ * 2);
+    dv_ = cuda::DeviceBuffer(kv_count_ * 2);
+    attention::Problem forward_problem = p;
+    forward_problem.backward = false;
+    attention::Attention forward(runtime, forward_problem);
+    cuda::Stream stream;
+    for (int s = 0; s < sets; ++s) {
+      attention::BackwardTensors t;
+      t.q = upload(q);
+      t.k = upload(k);
+      t.v = upload(v);
+      t.d_o = upload(g);
+      t.o = buffer(q_count_ * 2);
+      t.lse = buffer(static_cast<size_t>(p.total_q() * p.heads) * 4);
+      t.dq = dq_.get();
+      t.dk = dk_.get();
+      t.dv = dv_.get();
+      forward.launch({.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse}, stream.get());
+      sets_.push_back(t);
+    }
+    stream.synchronize();
+  }
+
+  const tuner::TuningProblem& problem() const override { return problem_; }
+  int input_sets() const override { return static_cast<int>(sets_.size()); }
+  std::unique_ptr<tuner::Trial> prepare(const std::string& config) override {
+    return std::make_unique<AttentionBackwardTrial>(runtime_, problem_.problem(),
+                                                    attention::Config::parse(config), &sets_);
+  }
+  void poison(CUstream stream) override {
+    for (cuda::DeviceBuffer* b : {&dq_, &dk_, &dv_})
+      KJIT_CU(cuMemsetD8Async, b->get(), 0xFF, b->bytes(), stream);
+  }
+  tuner::CheckOutcome check() override {
+    const attention::Problem& p = problem_.problem();
+    const matmul::DType dtype = attention::host_dtype(p);
+    const attention::BackwardCheck c = attention::check_backward(
+        host_, d_o_, matmul::to_doubles(dtype, dq_.to_host<unsigned char>(), q_count_),
+        matmul::to_doubles(dtype, dk_.to_host<unsigned char>(), kv_count_),
+        matmul::to_doubles(dtype, dv_.to_host<unsigned char>(), kv_count_),
+        attention::resolve(p, sets_[0]), groups_);
+    tuner::CheckOutcome out;
+    out.tolerance = attention::backward_tolerance(p);
+    out.relative_l2 = c.ok(out.tolerance) ? c.worst() : std::max(c.worst(), 2 * out.tolerance + 1);
+    out.checked = c.groups;
+    if (!c.ok(out.tolerance)) out.detail = c.describe();
+    return out;
+  }
+
+ private:
+  Runtime& runtime_;
+  const tuner::AttentionTuning& problem_;
+  attention::HostAttention host_;
+  matmul::HostTensor d_o_;
+  std::vector<std::pair<int64_t, int64_t>> groups_;
+  std::vector<cuda::DeviceBuffer> buffers_;
+  std::vector<attention::BackwardTensors> sets_;
+  cuda::DeviceBuffer dq_, dk_, dv_;
+  size_t q_count_ = 0, kv_count_ = 0;
+};
+
 // ---- elementwise -------------------------------------------------------------
 
 class ElementwiseTrial : public tuner::Trial {
@@ -424,7 +538,10 @@ std::unique_ptr<tuner::Harness> make_harness(Runtime& runtime,
   if (auto* e = dynamic_cast<const tuner::ElementwiseTuning*>(&problem))
     return std::make_unique<ElementwiseHarness>(runtime, *e);
   if (auto* a = dynamic_cast<const tuner::AttentionTuning*>(&problem))
-    return std::make_unique<AttentionHarness>(runtime, *a);
+    return a->problem().backward
+               ? std::unique_ptr<tuner::Harness>(
+                     std::make_unique<AttentionBackwardHarness>(runtime, *a))
+               : std::unique_ptr<tuner::Harness>(std::make_unique<AttentionHarness>(runtime, *a));
   throw UserError("no measuring harness for the " + problem.family() + " family");
 }
 

@@ -41,11 +41,52 @@ int wgmma_registers(const attention::Problem& p, const attention::Config& c) {
   return p.head_dim / 2 + c.bn / 2 + c.bn / 4 + kWgmmaOverheadRegisters;
 }
 
+// The backward kernels' accumulators per thread (attention_backward.cuh): the "kv"
+// kernel holds dV and dK (head_dim / 2 floats each; head dim 256 runs them one at
+// a time) and Pᵀ, dPᵀ over bm queries (bm / 2 each); the "q" kernel dQ and P, dP
+// over bn keys.
+constexpr int kBackwardOverheadRegisters = 72;
+int backward_registers(const attention::Problem& p, const attention::Config& c) {
+  const int kv = (p.head_dim > 128 ? 1 : 2) * p.head_dim / 2 + c.bm;
+  const int q = p.head_dim / 2 + c.bn;
+  return std::max(kv, q) + kBackwardOverheadRegisters;
+}
+
+// bm, bn in {32, 64, 128} x stages in {2, 3}, without what does not fit.
+std::vector<attention::Config> backward_space(const attention::Problem& problem,
+                                              const cuda::DeviceProperties& device,
+                                              std::vector<std::string>* pruned) {
+  std::vector<attention::Config> space;
+  for (int bm : {32, 64, 128}) {
+    for (int bn : {32, 64, 128}) {
+      for (int stages : {2, 3}) {
+        const attention::Config c{bm, bn, stages, 16};
+        const int shared = attention::shared_bytes(problem, c);
+        std::string why;
+        if (shared > device.shared_per_block_optin)
+          why = fmt::format("{} B of shared memory > the device's {} B", shared,
+                            device.shared_per_block_optin);
+        else if (backward_registers(problem, c) > 255)
+          why = fmt::format(
+              "head dim {}, {} queries and {} keys per tile need ~{} registers per thread "
+              "(> 255)",
+              problem.head_dim, bm, bn, backward_registers(problem, c));
+        if (why.empty())
+          space.push_back(c);
+        else if (pruned)
+          pruned->push_back(c.to_string() + ": " + why);
+      }
+    }
+  }
+  return space;
+}
+
 }  // namespace
 
 std::vector<attention::Config> attention_space(const attention::Problem& problem,
                                                const cuda::DeviceProperties& device,
                                                std::vector<std::string>* pruned) {
+  if (problem.backward) return backward_space(problem, device, pruned);
   std::vector<attention::Config> space;
   for (int bm : {64, 128}) {
     for (int bn : {32, 64, 128}) {
@@ -133,10 +174,12 @@ const char* mask_kind(const attention::Problem& p) {
 // warp and wider tiles help; on other GPUs mma.sync is the peak's engine.
 double efficiency_prior(const attention::Problem& p, const attention::Config& c,
                         const cuda::DeviceProperties& device) {
+  const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
+  if (p.backward)  // seven products for the credited five, one block per SM at most
+    return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   if (c.wgmma)
     return 0.5 * (c.bn >= 128 ? 1.15 : 1.0) * (c.stages >= 3 ? 1.1 : 0.85) *
            (c.pingpong ? 1.05 : 1.0) * (p.head_dim >= 128 ? 1.0 : 0.75);
-  const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
   return (hopper ? 0.2 : 0.5) * (c.warp_rows == 32 ? 1.2 : 1.0) *
          (c.bn >= 128  ? 1.04
           : c.bn >= 64 ? 1.0
@@ -145,6 +188,8 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
 }
 
 std::string efficiency_key(const attention::Problem& p, const attention::Config& c) {
+  if (p.backward)
+    return fmt::format("attention:backward:d{}:{}x{}:s{}", p.head_dim, c.bm, c.bn, c.stages);
   return c.wgmma ? fmt::format("attention:wgmma:d{}:bn{}:s{}:pp{}", p.head_dim, c.bn, c.stages,
                                c.pingpong ? 1 : 0)
                  : fmt::format("attention:sync:d{}:{}x{}:w{}:s{}", p.head_dim, c.bm, c.bn,
@@ -193,6 +238,7 @@ nlohmann::json AttentionTuning::spec() const {
   if (p.window_left >= 0 || p.window_right >= 0)
     out["window"] = window_side(p.window_left) + ":" + window_side(p.window_right);
   if (p.scale > 0) out["scale"] = p.scale;
+  if (p.backward) out["backward"] = true;
   return out;
 }
 
@@ -215,18 +261,25 @@ std::string AttentionTuning::canonical(const std::string& text) const {
 }
 
 std::vector<KernelSource> AttentionTuning::sources(const std::string& text) const {
-  return {attention::lower(problem_, attention::Config::parse(text))};
+  const attention::Config config = attention::Config::parse(text);
+  if (!problem_.backward) return {attention::lower(problem_, config)};
+  std::vector<KernelSource> out;
+  for (attention::BackwardKernel& k : attention::lower_backward(problem_, config))
+    out.push_back(std::move(k.source));
+  return out;
 }
 
 Work AttentionTuning::work() const {
   const attention::Problem& p = problem_;
   Work w;
-  w.flops = attention::forward_flops(p);
+  w.flops = attention::flops(p);
   const double element = 2;
+  // Forward: Q, K, V in, O out. Backward: Q, K, V, O, dO in, dQ, dK, dV out.
+  const double query_tensors = p.backward ? 4.0 : 2.0, key_tensors = p.backward ? 4.0 : 2.0;
   w.bytes = element * p.head_dim *
-                (2.0 * static_cast<double>(p.total_q()) * p.heads +
-                 2.0 * static_cast<double>(p.total_k()) * p.kv_heads) +
-            4.0 * static_cast<double>(p.total_q()) * p.heads;  // + LSE
+                (query_tensors * static_cast<double>(p.total_q()) * p.heads +
+                 key_tensors * static_cast<double>(p.total_k()) * p.kv_heads) +
+            (p.backward ? 12.0 : 4.0) * static_cast<double>(p.total_q()) * p.heads;  // LSE, D
   return w;
 }
 
@@ -247,8 +300,9 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   if (resources && resources->threads > 0) {
     out.resources = *resources;
   } else {
-    out.resources.threads = c.threads();
-    out.resources.registers = c.wgmma
+    out.resources.threads = p.backward ? c.bn / 16 * 32 : c.threads();
+    out.resources.registers = p.backward ? std::min(255, backward_registers(p, c))
+                              : c.wgmma
                                   ? kWgmmaLaunchRegisters
                                   : std::min(255, accumulator_registers(p, c) + kOverheadRegisters);
     out.resources.shared_bytes = attention::shared_bytes(p, c);
@@ -258,14 +312,25 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   const int resident = std::max(out.occupancy.blocks_per_sm, 1);
   const int64_t sms = std::max(device.sm_count, 1);
 
-  // Work units: query tiles of every (sequence, head).
+  // Work units: query tiles of every (sequence, head); backward: also key tiles of
+  // every (sequence, K/V head), the dK/dV kernel's blocks.
   int64_t tiles = 0;
   for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b) tiles += ceil_div(p.seq_q_of(b), c.bm);
   tiles *= p.heads * (p.packed() ? 1 : p.batch);
+  if (p.backward) {
+    int64_t key_tiles = 0;
+    for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b)
+      key_tiles += ceil_div(p.seq_k_of(b), c.bn);
+    tiles += key_tiles * p.kv_heads * (p.packed() ? 1 : p.batch);
+  }
   out.waves = waves_of(tiles, sms * resident);
 
   out.efficiency_key = efficiency_key(p, c);
-  out.group = fmt::format("{}:{}x{}", c.wgmma ? "wgmma" : "sync", c.bm, c.bn);
+  out.group = fmt::format("{}:{}x{}",
+                          p.backward ? "backward"
+                          : c.wgmma  ? "wgmma"
+                                     : "sync",
+                          c.bm, c.bn);
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, efficiency_prior(p, c, device));
   const double sm_rate = rates.tensor_flops_per_sm_clock * rates.sm_clock_hz * out.efficiency;
@@ -288,7 +353,12 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
               : out.compute_ms >= out.memory_ms                         ? "compute"
                                                                         : "memory";
-  if (c.wgmma)
+  if (p.backward)
+    out.notes.push_back(
+        fmt::format("backward, mma.sync: dK/dV blocks of {} keys, dQ blocks of {} queries, {} "
+                    "stages; seven products for the five credited",
+                    c.bn, c.bm, c.stages));
+  else if (c.wgmma)
     out.notes.push_back(
         fmt::format("TMA + wgmma: {} query tiles of {} rows, {} keys per tile, "
                     "{} buffers{}",
@@ -321,14 +391,14 @@ attention::Config attention_default(const attention::Problem& problem,
 }
 
 std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec) {
-  static const char* kKeys[] = {"family", "batch",     "heads",    "kv_heads", "seq_q",
-                                "seq_k",  "head_dim",  "dtype",    "causal",   "window",
-                                "scale",  "seqlens_q", "seqlens_k"};
+  static const char* kKeys[] = {"family", "batch",     "heads",     "kv_heads", "seq_q",
+                                "seq_k",  "head_dim",  "dtype",     "causal",   "window",
+                                "scale",  "seqlens_q", "seqlens_k", "backward"};
   for (const auto& [key, value] : spec.items())
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
       throw UserError("attention spec: unknown field '" + key + "'",
                       "the fields are batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, "
-                      "causal, window, scale, seqlens_q, seqlens_k");
+                      "causal, window, scale, seqlens_q, seqlens_k, backward");
   auto integer = [&](const char* key, int64_t fallback) -> int64_t {
     if (!spec.contains(key)) {
       if (fallback > 0) return fallback;
@@ -364,6 +434,11 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
     if (!spec.at("causal").is_boolean())
       throw UserError("attention spec: 'causal' must be true or false");
     p.causal = spec.at("causal").get<bool>();
+  }
+  if (spec.contains("backward")) {
+    if (!spec.at("backward").is_boolean())
+      throw UserError("attention spec: 'backward' must be true or false");
+    p.backward = spec.at("backward").get<bool>();
   }
   if (spec.contains("window")) {
     const std::string w = spec.at("window").is_string() ? spec.at("window").get<std::string>() : "";
@@ -402,11 +477,11 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
 
 std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& signature) {
   // batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..,
-  // [packed=q:a+b/k:c+d,]dtype=bf16|f16,d=..
+  // [packed=q:a+b/k:c+d,]dtype=bf16|f16,d=..[,pass=backward]
   static const std::regex form(
       R"(^batch=(\d+),heads=(\d+),kv_heads=(\d+),seq_q=(\d+),seq_k=(\d+),causal=([01]),)"
       R"(window=(inf|\d+):(inf|\d+),scale=([^,]+),(packed=q:([\d+]+)/k:([\d+]+),)?)"
-      R"(dtype=(bf16|f16),d=(\d+)$)");
+      R"(dtype=(bf16|f16),d=(\d+)(,pass=backward)?$)");
   std::smatch m;
   if (!std::regex_match(signature, m, form)) return nullptr;
   try {
@@ -435,6 +510,7 @@ std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& sig
     }
     p.dtype = m[13] == "f16" ? ir::DType::F16 : ir::DType::BF16;
     p.head_dim = std::stoi(m[14]);
+    p.backward = m[15].matched;
     attention::validate_problem(p);
     return std::make_unique<AttentionTuning>(std::move(p));
   } catch (const std::exception&) {

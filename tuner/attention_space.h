@@ -21,7 +21,9 @@ namespace kjit::tuner {
 // accumulators, head_dim / 2 floats, plus the scores, bn / 2) leaves too few of the
 // 255 registers (those spill); then the TMA + wgmma engine (sm_90, head dims 64
 // and 128): bm 128 x bn in {64, 128} x stages in {2, 3} x pingpong off and on. `pruned`, when
-// given, gets one line per config left out and why.
+// given, gets one line per config left out and why. The backward pass (problem.backward):
+// mma.sync, bm and bn in {32, 64, 128} x stages in {2, 3}, within shared memory and
+// registers (its dK/dV kernel holds both gradients of 16 keys per warp).
 std::vector<attention::Config> attention_space(const attention::Problem& problem,
                                                const cuda::DeviceProperties& device,
                                                std::vector<std::string>* pruned = nullptr);
@@ -69,7 +71,7 @@ class AttentionTuning : public TuningProblem {
 
 // The problem an attention spec describes: {"family": "attention", "batch", "heads",
 // "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "window": "L:R",
-// "scale", "seqlens_q": [...], "seqlens_k": [...]} (batch 1, heads 1, kv_heads =
+// "scale", "seqlens_q": [...], "seqlens_k": [...], "backward"} (batch 1, heads 1, kv_heads =
 // heads, seq_k = seq_q, head_dim 128, bf16; packed when seqlens_q is given).
 // UserError naming the field otherwise.
 std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec);

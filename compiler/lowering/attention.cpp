@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 #include "kjit/compiler/lowering/wgmma.h"
 #include "kjit/support/error.h"
@@ -72,7 +73,8 @@ double Problem::softmax_scale() const {
 }
 
 std::string Problem::kernel_class() const {
-  return fmt::format("dtype={},d={}", dtype_name(dtype), head_dim);
+  return fmt::format("dtype={},d={}{}", dtype_name(dtype), head_dim,
+                     backward ? ",pass=backward" : "");
 }
 
 std::string Problem::to_string() const {
@@ -213,6 +215,21 @@ void validate_problem(const Problem& p) {
 
 void validate(const Problem& p, const Config& c) {
   validate_problem(p);
+  if (p.backward) {
+    if (c.wgmma || c.pingpong)
+      throw UserError("attention backward config " + c.to_string() + " asks for mma=wgmma",
+                      "the backward pass has the mma.sync engine only: e.g. bm=64,bn=64");
+    if (c.warp_rows != 16)
+      throw UserError(fmt::format("attention backward config warp_rows={} is not 16", c.warp_rows),
+                      "each warp of the backward kernels owns 16 rows (queries or keys)");
+    for (const auto& [name, v] : {std::pair{"bm", c.bm}, std::pair{"bn", c.bn}})
+      if (v != 16 && v != 32 && v != 64 && v != 128)
+        throw UserError(
+            fmt::format("attention backward config {}={} is not 16, 32, 64 or 128", name, v));
+    if (c.stages < 2 || c.stages > 3)
+      throw UserError(fmt::format("attention backward config stages={} is not 2 or 3", c.stages));
+    return;
+  }
   if (c.wgmma) {
     if (p.head_dim != 64 && p.head_dim != 128)
       throw UserError(
@@ -271,7 +288,30 @@ double forward_flops(const Problem& p) {
   return 4.0 * batches * static_cast<double>(p.heads) * pairs * p.head_dim;
 }
 
+double flops(const Problem& p) {
+  return forward_flops(p) * (p.backward ? 2.5 : 1.0);
+}
+
+int64_t backward_workspace_rows(const Problem& p) {
+  return p.heads * p.total_q();
+}
+
+namespace {
+
+// Shared memory of the backward kernels (attention_backward.cuh's kSharedBytes).
+int backward_kv_shared_bytes(const Problem& p, const Config& c) {
+  const int pitch = p.head_dim + 8;
+  return (2 * c.bn * pitch + 2 * c.stages * c.bm * pitch) * 2 + c.stages * 2 * c.bm * 4;
+}
+int backward_q_shared_bytes(const Problem& p, const Config& c) {
+  const int pitch = p.head_dim + 8;
+  return (2 * c.bm * pitch + 2 * c.stages * c.bn * pitch) * 2;
+}
+
+}  // namespace
+
 int shared_bytes(const Problem& p, const Config& c) {
+  if (p.backward) return std::max(backward_kv_shared_bytes(p, c), backward_q_shared_bytes(p, c));
   if (c.wgmma)  // alignment slack, Q, K and V per stage, mbarriers (attention_sm90.cuh)
     return 1024 + c.bm * p.head_dim * 2 + c.stages * 2 * c.bn * p.head_dim * 2 +
            8 * (1 + 4 * c.stages);
@@ -365,6 +405,9 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
 }  // namespace
 
 KernelSource lower(const Problem& p, const Config& c) {
+  if (p.backward)
+    throw UserError(
+        "attention::lower takes a forward problem; the backward pass has lower_backward");
   validate(p, c);
   if (c.wgmma) return lower_wgmma(p, c);
   KernelSource out =
@@ -398,6 +441,130 @@ KernelSource lower(const Problem& p, const Config& c) {
   s += "}\n";
   out.source = std::move(s);
   return out;
+}
+
+std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
+  if (!p.backward)
+    throw UserError("attention::lower_backward takes a problem with backward = true");
+  validate(p, c);
+  const char* type = dtype_name(p.dtype);
+  const int d = p.head_dim;
+  auto header = [&](const KernelSource& out, const std::string& what) {
+    std::string s;
+    s += "// kjit attention, backward: " + what + "\n";
+    s += fmt::format("// generator: {} (compiler/lowering/attention.cpp)\n", kGeneratorVersion);
+    s += "// problem:   " + out.problem + " (batch, heads, sequence lengths, masks, scale and\n";
+    s += "//            strides are kernel arguments: one binary for every shape)\n";
+    s += "// config:    " + out.config + "\n";
+    return s;
+  };
+  auto skeleton = [&](const std::string& name, int threads, int shared) {
+    KernelSource out;
+    out.family = "attention";
+    out.problem = p.kernel_class();
+    out.config = c.to_string();
+    out.name = name;
+    out.block_threads = threads;
+    out.dynamic_shared_bytes = shared;
+    return out;
+  };
+  auto kernel = [&](KernelSource& out, const std::string& type_line, const std::string& grid) {
+    out.source += "#include \"kjit/attention_backward.cuh\"\n\n";
+    out.source += type_line + "\n\n";
+    out.source += "// grid: " + grid + "\n";
+    out.source +=
+        fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1)\n", out.block_threads);
+    out.source += out.name + "(kjit::AttentionBackwardArgs args) {\n";
+    out.source += "  kjit_attention_step::run(args);\n";
+    out.source += "}\n";
+  };
+  std::vector<BackwardKernel> kernels;
+
+  // 1. D and LSE · log2 e per query row.
+  {
+    KernelSource out = skeleton(fmt::format("kjit_attention_bwd_prep_{}_d{}", type, d), 256, 0);
+    out.source = header(out, "step 1 of 3, D_i = rowsum(dO * O) per query row");
+    out.source +=
+        "//\n"
+        "// The softmax's backward needs, per query row i, D_i = sum_d dO_id * O_id (equal to\n"
+        "// sum_j P_ij dP_ij: dS = P * (dP - D) then costs one subtraction per score). The\n"
+        "// log-sum-exp the forward pass saved is rescaled to log2 units here, so the next\n"
+        "// kernels recompute P_ij = 2^(s_ij * scale * log2 e - LSE_i * log2 e) with one FMA\n"
+        "// and one exp2 (a row that saw no key gets +inf: every p of it is 0).\n";
+    kernel(
+        out,
+        fmt::format("typedef kjit::attention::FlashBackwardPrep<kjit::{}, {}> kjit_attention_step;",
+                    type, d),
+        "(ceil(seq_q / 64), heads, batch), one warp per query row at a time");
+    kernels.push_back({"prep", std::move(out)});
+  }
+
+  // 2. dK and dV, per tile of keys (head dim 256: dV, then dK, in two launches).
+  const bool split = d > 128;
+  for (const int outputs : split ? std::vector<int>{1, 2} : std::vector<int>{3}) {
+    const std::string what = outputs == 3 ? "dK and dV" : outputs == 1 ? "dV" : "dK";
+    const std::string suffix = outputs == 3 ? "dkdv" : outputs == 1 ? "dv" : "dk";
+    KernelSource out = skeleton(fmt::format("kjit_attention_bwd_{}_{}_d{}_{}x{}_s{}", suffix, type,
+                                            d, c.bn, c.bm, c.stages),
+                                c.bn / 16 * 32, backward_kv_shared_bytes(p, c));
+    out.source = header(out, fmt::format("step 2 of 3, {} for {} keys per block", what, c.bn));
+    out.source += fmt::format(
+        "// path:      mma.sync m16n8k16 {} -> f32: {} warps, each owning 16 keys; query tiles\n"
+        "//            of {} rows (of every query head sharing the K/V head) stream through a\n"
+        "//            {}-stage cp.async pipeline, {} B of dynamic shared memory\n",
+        type, c.bn / 16, c.bm, c.stages, out.dynamic_shared_bytes);
+    out.source +=
+        "//\n"
+        "// Per query tile, each warp (templates/attention_backward.cuh, FlashBackwardKV):\n"
+        "//   S^T  = K Q^T                              recomputed, fp32 (never stored)\n"
+        "//   P^T  = 2^(S^T * scale * log2 e - LSE * log2 e)   exact: LSE is the final "
+        "normalizer\n";
+    if (outputs & 1)
+      out.source += "//   dV  += P^T dO                               P^T from registers\n";
+    if (outputs & 2)
+      out.source +=
+          "//   dP^T = V dO^T\n"
+          "//   dS^T = P^T * (dP^T - D)                     the softmax's Jacobian\n"
+          "//   dK  += dS^T Q                               times scale once at the end\n";
+    out.source +=
+        "// Accumulated in registers over every query tile: each key's rows are written\n"
+        "// once, by one block (no atomics: the same bits every run).\n";
+    kernel(out,
+           fmt::format("typedef kjit::attention::FlashBackwardKV<kjit::{}, {}, {}, {}, {}, {}>\n"
+                       "    kjit_attention_step;",
+                       type, d, c.bm, c.bn, c.stages, outputs),
+           fmt::format("(ceil(seq_k / {}), kv_heads, batch), one block per key tile of one K/V "
+                       "head",
+                       c.bn));
+    kernels.push_back({"kv", std::move(out)});
+  }
+
+  // 3. dQ, per tile of queries.
+  {
+    KernelSource out = skeleton(
+        fmt::format("kjit_attention_bwd_dq_{}_d{}_{}x{}_s{}", type, d, c.bm, c.bn, c.stages),
+        c.bm / 16 * 32, backward_q_shared_bytes(p, c));
+    out.source = header(out, fmt::format("step 3 of 3, dQ for {} queries per block", c.bm));
+    out.source += fmt::format(
+        "// path:      mma.sync m16n8k16 {} -> f32: {} warps of 16 query rows; tiles of {} keys\n"
+        "//            through a {}-stage cp.async pipeline, {} B of dynamic shared memory\n",
+        type, c.bm / 16, c.bn, c.stages, out.dynamic_shared_bytes);
+    out.source +=
+        "//\n"
+        "// Per key tile, each warp (templates/attention_backward.cuh, FlashBackwardQ):\n"
+        "//   S   = Q K^T,  P = 2^(S * scale * log2 e - LSE * log2 e)   recomputed\n"
+        "//   dP  = dO V^T\n"
+        "//   dS  = P * (dP - D)\n"
+        "//   dQ += dS K                                  times scale once at the end\n";
+    kernel(out,
+           fmt::format("typedef kjit::attention::FlashBackwardQ<kjit::{}, {}, {}, {}, {}, {}>\n"
+                       "    kjit_attention_step;",
+                       type, d, c.bm, c.bn, c.bm / 16, c.stages),
+           fmt::format("(ceil(seq_q / {}), heads, batch), one block per query tile of one head",
+                       c.bm));
+    kernels.push_back({"q", std::move(out)});
+  }
+  return kernels;
 }
 
 }  // namespace kjit::attention

@@ -30,6 +30,9 @@ struct Problem {
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   double scale = 0;  // softmax scale; 0: 1 / sqrt(head_dim)
+  // Which pass the kernels compute: false, O and LSE (Attention); true, dQ, dK and
+  // dV from dO, O and LSE (AttentionBackward). Part of the tuning key.
+  bool backward = false;
   // Packed variable-length batches (FlashAttention's "varlen"): when set, sequence b
   // is tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of Q and O ([total_q, heads, D])
   // and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of K and V; batch is their count and
@@ -50,7 +53,8 @@ struct Problem {
   // The right edge of the window after `causal` (0 when causal, else window_right).
   int64_t right() const { return causal ? 0 : window_right; }
   double softmax_scale() const;
-  // What a kernel is specialized on: "dtype=bf16,d=128".
+  // What a kernel is specialized on: "dtype=bf16,d=128" (",pass=backward" after it
+  // for the backward pass).
   std::string kernel_class() const;
   // Every field, canonical, for logs and tuning keys:
   // "batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..",
@@ -92,7 +96,8 @@ struct Config {
 void validate_problem(const Problem& problem);
 // Plus the config's. mma.sync: warp_rows 16 or 32, bm a multiple of it in [16,
 // 128], bn in {16, 32, 64, 128}, stages 2..4. wgmma: head dim 64 or 128, bm 128, bn
-// 64 or 128, stages 2..4.
+// 64 or 128, stages 2..4. Backward: mma.sync, warp_rows 16, bm and bn in {16, 32,
+// 64, 128}, stages 2..3.
 void validate(const Problem& problem, const Config& config);
 
 // FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
@@ -100,10 +105,14 @@ void validate(const Problem& problem, const Config& config);
 // them: all S_q · S_k pairs, half of them for causal with S_q = S_k, and the pairs
 // the masks leave otherwise.
 double forward_flops(const Problem& problem);
+// What a launch of the problem's pass is credited with: forward_flops, times 2.5
+// for the backward pass (its five products to the forward's two, as FlashAttention
+// counts it; kjit's deterministic backward does seven: see attention_backward.cuh).
+double flops(const Problem& problem);
 
 // Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles (mma.sync:
 // rows padded by 16 bytes; wgmma: swizzled rows, 1 KiB of alignment slack and the
-// mbarriers).
+// mbarriers). Backward: the most any of its kernels needs.
 int shared_bytes(const Problem& problem, const Config& config);
 
 // The forward kernel: extern "C" void name(kjit::AttentionArgs) (wgmma: then the
@@ -111,5 +120,24 @@ int shared_bytes(const Problem& problem, const Config& config);
 // (ceil(seq_q / bm), heads, batch), config.threads() threads, shared_bytes() of
 // dynamic shared memory. Byte-identical for equal inputs.
 KernelSource lower(const Problem& problem, const Config& config);
+
+// The backward pass (problem.backward), mma.sync only, in launch order:
+//   "prep": D = rowsum(dO ∘ O) and LSE · log2 e per query row; grid (ceil(seq_q / 64),
+//           heads, batch), 256 threads
+//   "kv":   dK and dV (head dim 256: "kv" computes dV and a second "kv" dK); grid
+//           (ceil(seq_k / bn), kv_heads, batch), bn / 16 warps
+//   "q":    dQ; grid (ceil(seq_q / bm), heads, batch), bm / 16 warps
+// Each takes kjit::AttentionBackwardArgs (templates/attention_backward.cuh).
+// `config`: bm queries per tile (the "kv" kernel's streamed tiles, the "q" kernel's
+// block), bn keys per tile (the "kv" kernel's block, the "q" kernel's streamed
+// tiles), stages, warp_rows 16.
+struct BackwardKernel {
+  std::string role;  // "prep", "kv" or "q"
+  KernelSource source;
+};
+std::vector<BackwardKernel> lower_backward(const Problem& problem, const Config& config);
+// Query heads' rows of f32 workspace the backward pass needs: D and LSE · log2 e,
+// each batch x heads x seq_q (heads x total_q packed). Bytes: 8 per row.
+int64_t backward_workspace_rows(const Problem& problem);
 
 }  // namespace kjit::attention

@@ -4,7 +4,8 @@
 // of a tile, S_q != S_k, causal and sliding windows (bottom-right aligned), rows
 // that see no key (O = 0, LSE = -inf), GQA / MQA, BHSD strides, f16, on every
 // engine (mma.sync with 16 and 32 rows per warp, TMA + wgmma on sm_90), and every
-// config of the tuner's space.
+// config of the tuner's space. The backward pass (dQ, dK, dV) on the same kinds of
+// cases, against the fp64 gradients, and the same bits on every run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -105,6 +106,70 @@ class AttentionTest : public testing::GpuTest {
         check_attention(host, got, resolved.o_strides, got_lse, samples_to_check(p, 99));
     EXPECT_TRUE(check.ok(check_tolerance(p)))
         << check.describe() << " (config " << attention.config().to_string() << ")";
+  }
+
+  // The forward pass with the tuner's config, then the backward pass (`config`, or
+  // the tuner's), checked against the fp64 gradients; a second backward run must
+  // give the same bits.
+  void run_backward(const Case& c, std::optional<Config> config = std::nullopt) {
+    const Problem& p = c.problem;
+    SCOPED_TRACE("backward " + name_of(c) + (config ? " config " + config->to_string() : ""));
+    Problem forward_problem = p;
+    forward_problem.backward = false;
+    Attention forward(runtime(), forward_problem);
+    AttentionBackward backward =
+        config ? AttentionBackward(runtime(), p, *config) : AttentionBackward(runtime(), p);
+    HostAttention host = make_host_attention(p, 4321, c.spread);
+    const matmul::HostTensor d_o =
+        matmul::random_tensor(host_dtype(p), host.q.size(), 8765, -1.0f, 1.0f);
+    auto upload = [&](const matmul::HostTensor& t, int64_t heads, int64_t seq) {
+      return cuda::DeviceBuffer::from(layout_bytes(t, p, heads, seq, c.bhsd));
+    };
+    cuda::DeviceBuffer q = upload(host.q, p.heads, p.seq_q),
+                       k = upload(host.k, p.kv_heads, p.seq_k),
+                       v = upload(host.v, p.kv_heads, p.seq_k), g = upload(d_o, p.heads, p.seq_q);
+    const auto q_count = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
+    const auto kv_count = static_cast<size_t>(p.total_k() * p.kv_heads * p.head_dim);
+    cuda::DeviceBuffer o(q_count * 2), lse(static_cast<size_t>(p.total_q() * p.heads) * 4);
+    cuda::DeviceBuffer dq(q_count * 2), dk(kv_count * 2), dv(kv_count * 2);
+    for (cuda::DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
+    const Strides qs = strides_of(p, p.heads, p.seq_q, c.bhsd);
+    const Strides ks = strides_of(p, p.kv_heads, p.seq_k, c.bhsd);
+    Tensors t{.q = q.get(), .k = k.get(), .v = v.get(), .o = o.get(), .lse = lse.get()};
+    t.q_strides = t.o_strides = qs;
+    t.k_strides = t.v_strides = ks;
+    BackwardTensors bt{.q = q.get(),
+                       .k = k.get(),
+                       .v = v.get(),
+                       .o = o.get(),
+                       .lse = lse.get(),
+                       .d_o = g.get(),
+                       .dq = dq.get(),
+                       .dk = dk.get(),
+                       .dv = dv.get()};
+    bt.q_strides = bt.o_strides = bt.do_strides = bt.dq_strides = qs;
+    bt.k_strides = bt.v_strides = bt.dk_strides = bt.dv_strides = ks;
+    cuda::Stream stream;
+    forward.launch(t, stream.get());
+    backward.launch(bt, stream.get());
+    stream.synchronize();
+    const std::vector<unsigned char> dq_bytes = dq.to_host<unsigned char>(),
+                                     dk_bytes = dk.to_host<unsigned char>(),
+                                     dv_bytes = dv.to_host<unsigned char>();
+    const BackwardCheck check =
+        check_backward(host, d_o, matmul::to_doubles(host_dtype(p), dq_bytes, q_count),
+                       matmul::to_doubles(host_dtype(p), dk_bytes, kv_count),
+                       matmul::to_doubles(host_dtype(p), dv_bytes, kv_count), resolve(p, bt),
+                       gradient_groups_to_check(p, 77));
+    EXPECT_TRUE(check.ok(backward_tolerance(p)))
+        << check.describe() << " (config " << backward.config().to_string() << ")";
+    // Deterministic: again, the same bits.
+    for (cuda::DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
+    backward.launch(bt, stream.get());
+    stream.synchronize();
+    EXPECT_TRUE(dq.to_host<unsigned char>() == dq_bytes &&
+                dk.to_host<unsigned char>() == dk_bytes && dv.to_host<unsigned char>() == dv_bytes)
+        << "a second backward run gave other bits";
   }
 
   // The case with the tuner's config, and again on each engine it would not pick:
@@ -290,6 +355,99 @@ TEST_F(AttentionTest, BadTensorsAreUserErrors) {
   Tensors batched{.q = base, .k = base, .v = base, .o = base};
   batched.q_strides.batch = 64 * 64;
   EXPECT_THROW(packed_attention.launch(batched, nullptr), UserError);
+}
+
+// ---- the backward pass ----
+
+TEST_F(AttentionTest, BackwardEveryHeadDimAndSequenceLength) {
+  for (const int d : {64, 96, 128, 256}) {
+    for (const int64_t s : {1, 17, 127, 128, 129, 1000, 4097}) {
+      run_backward({shape(s, s, d)});
+      Problem causal = shape(s, s, d);
+      causal.causal = true;
+      run_backward({causal});
+    }
+  }
+}
+
+TEST_F(AttentionTest, BackwardLengthsDifferAndWindows) {
+  for (const auto& [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
+           {17, 1000}, {1000, 17}, {129, 4097}, {4097, 129}, {1, 300}, {300, 1}}) {
+    for (const bool causal : {false, true}) {
+      Problem p = shape(sq, sk, 128);
+      p.causal = causal;
+      run_backward({p});
+      p.head_dim = 64;
+      run_backward({p});
+    }
+  }
+  for (const auto& [left, right] :
+       std::vector<std::pair<int64_t, int64_t>>{{100, 0}, {64, 32}, {0, 0}, {-1, 5}, {300, 300}}) {
+    for (const auto& [sq, sk] :
+         std::vector<std::pair<int64_t, int64_t>>{{1000, 1000}, {129, 700}, {700, 129}}) {
+      Problem p = shape(sq, sk, 128);
+      p.window_left = left;
+      p.window_right = right;
+      run_backward({p});
+    }
+  }
+}
+
+TEST_F(AttentionTest, BackwardGroupedStridesF16AndPacked) {
+  Problem gqa = shape(513, 513, 128, 8, 2);
+  gqa.kv_heads = 2;
+  run_backward({gqa});
+  gqa.causal = true;
+  run_backward({gqa});
+  Problem mqa = shape(300, 1100, 64, 4, 3);
+  mqa.kv_heads = 1;
+  run_backward({mqa});
+  Problem bhsd = shape(777, 777, 128, 3, 2);
+  bhsd.causal = true;
+  run_backward({bhsd, std::nullopt, true});
+  Problem f16 = shape(1000, 1000, 64, 2, 2);
+  f16.dtype = ir::DType::F16;
+  run_backward({f16});
+  f16.head_dim = 256;
+  run_backward({f16, std::nullopt, true});
+  Problem peaky = shape(1000, 1000, 128);
+  run_backward({peaky, std::nullopt, false, 4.0f});
+  for (const int d : {64, 96, 128, 256}) {
+    Problem p = shape(1, 1, d, 4);
+    p.kv_heads = 2;
+    p.causal = true;
+    p.set_lengths({1, 7, 300, 2049});
+    run_backward({p});
+    p.causal = false;
+    p.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
+    run_backward({p});
+  }
+}
+
+TEST_F(AttentionTest, BackwardEveryConfigOfTheSpace) {
+  for (const int d : {64, 96, 128, 256}) {
+    for (const bool causal : {false, true}) {
+      Problem p = shape(301, 517, d, 2, 2);
+      p.causal = causal;
+      p.backward = true;
+      for (const Config& c : tuner::attention_space(p, device())) run_backward({p}, c);
+    }
+  }
+}
+
+TEST_F(AttentionTest, BackwardBadTensorsAreUserErrors) {
+  Problem p = shape(64, 64, 64);
+  AttentionBackward backward(runtime(), p);
+  cuda::DeviceBuffer buffer(64 * 2 * 64 * 2 + 64);
+  const CUdeviceptr base = buffer.get();
+  BackwardTensors no_lse{
+      .q = base, .k = base, .v = base, .o = base, .d_o = base, .dq = base, .dk = base, .dv = base};
+  EXPECT_THROW(backward.launch(no_lse, nullptr), UserError);
+  BackwardTensors misaligned = no_lse;
+  misaligned.lse = base;
+  misaligned.dk = base + 2;
+  EXPECT_THROW(backward.launch(misaligned, nullptr), UserError);
+  EXPECT_THROW(AttentionBackward(runtime(), p, Config::parse("mma=wgmma")), UserError);
 }
 
 }  // namespace

@@ -180,6 +180,40 @@ print("python per-call pieces (us): " + ", ".join(f"{k} {v:.2f}" for k, v in pie
 # ---- 3. torch.compile: no graph break ----------------------------------------------
 
 
+# Attention (forward) against SDPA: BSHD and BHSD, causal, GQA, a sliding window.
+for label, b, h, g, s, d, causal, window, layout in (
+        ("bshd 2x8x1000 d128", 2, 8, 8, 1000, 128, False, None, "bshd"),
+        ("bhsd causal GQA 8/2 d64", 2, 8, 2, 777, 64, True, None, "bhsd"),
+        ("bshd window 64:0 d128", 1, 4, 4, 513, 128, False, (64, 0), "bshd")):
+    shape_q = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+    shape_k = (b, s, g, d) if layout == "bshd" else (b, g, s, d)
+    q = torch.randn(shape_q, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(shape_k, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(shape_k, device=dev, dtype=torch.bfloat16)
+    o, lse = kjit.attention(q, k, v, causal=causal, window=window, layout=layout)
+    qs, ks, vs = ((t.transpose(1, 2) if layout == "bshd" else t).float() for t in (q, k, v))
+    ks = ks.repeat_interleave(h // g, dim=1)
+    vs = vs.repeat_interleave(h // g, dim=1)
+    scores = qs @ ks.transpose(-1, -2) / d ** 0.5
+    if causal or window:
+        left, right = window if window else (None, 0)
+        i = torch.arange(s, device=dev)[:, None]
+        j = torch.arange(s, device=dev)[None, :]
+        visible = torch.ones(s, s, dtype=torch.bool, device=dev)
+        if right is not None:
+            visible &= j - i <= right
+        if left is not None:
+            visible &= j - i >= -left
+        scores = scores.masked_fill(~visible, float("-inf"))
+    want = torch.softmax(scores, dim=-1) @ vs
+    want_lse = torch.logsumexp(scores, dim=-1)
+    got = o.transpose(1, 2) if layout == "bshd" else o
+    err = max_relative(got, want)
+    lse_err = (lse.float() - want_lse).abs().max().item()
+    check(f"attention {label}", err < 2e-2 and lse_err < 1e-2,
+          f"max rel error {err:.2e}, LSE max error {lse_err:.2e}")
+
+
 def block(x, g, w, bias):
     h = torch.ops.kjit.elementwise("y = x * sigmoid(x) * g", "", [x, g])
     return torch.ops.kjit.matmul(h, w, "gelu(acc + bias)", "bias", [bias]) * 2

@@ -2,12 +2,14 @@
 //   [--kv-heads G] [--head-dim 64|96|128|256] [--dtype bf16|f16] [--causal]
 //   [--window L:R] [--scale X] [--config bm=..,bn=..,stages=..]
 //   [--seqlens-q 1,7,300 [--seqlens-k ...]]   (a packed batch instead of --batch/--seq-q)
+//   [--backward]   (the backward pass: dQ, dK, dV; its kernels and its config)
 //
 //   emit     the generated CUDA source (the online softmax written out in comments)
 //   compile  NVRTC for --arch (no GPU needed): registers, shared memory, spills
 //   run      random Q, K, V on the GPU, O and LSE checked against the fp64 reference
 //   bench    the median time of many runs and TFLOP/s (4 · B · H · S_q · S_k · D over
-//            the pairs the masks leave); peers: tools/device/peers/attention_torch.py
+//            the pairs the masks leave; 2.5 times that for --backward); peers:
+//            tools/device/peers/attention_torch.py
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -103,6 +105,7 @@ Problem problem_from(const KernelCommandOptions& o) {
                       "give one of them (causal is --window inf:0)");
   }
   p.scale = o.scale;
+  p.backward = o.backward;
   if (packed)
     p.set_lengths(
         parse_lengths(o.seqlens_q, "--seqlens-q"),
@@ -116,6 +119,93 @@ struct DeviceTensors {
   cuda::DeviceBuffer q, k, v, o, lse;
   Tensors tensors;
 };
+
+// run / bench --backward: the forward pass (the tuner's config) writes O and LSE
+// for random Q, K, V; then the backward pass, dQ, dK, dV checked against the fp64
+// gradients of a few (batch, K/V head) groups, and timed.
+void backward_command(const KernelCommandOptions& o, Runtime& runtime, const Problem& p,
+                      const Config& config, const std::string& config_source) {
+  Problem forward_problem = p;
+  forward_problem.backward = false;
+  Attention forward(runtime, forward_problem);
+  AttentionBackward backward(runtime, p, config);
+  const uint64_t seed = std::random_device{}();
+  const HostAttention host = make_host_attention(p, seed);
+  const matmul::HostTensor d_o = matmul::random_tensor(host_dtype(p), host.q.size(), seed + 7);
+  cuda::DeviceBuffer q = cuda::DeviceBuffer::from(host.q.bytes()),
+                     k = cuda::DeviceBuffer::from(host.k.bytes()),
+                     v = cuda::DeviceBuffer::from(host.v.bytes()),
+                     g = cuda::DeviceBuffer::from(d_o.bytes());
+  const auto q_count = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
+  const auto kv_count = static_cast<size_t>(p.total_k() * p.kv_heads * p.head_dim);
+  cuda::DeviceBuffer out(q_count * 2), lse(static_cast<size_t>(p.total_q() * p.heads) * 4);
+  cuda::DeviceBuffer dq(q_count * 2), dk(kv_count * 2), dv(kv_count * 2);
+  for (cuda::DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
+  const BackwardTensors t{.q = q.get(),
+                          .k = k.get(),
+                          .v = v.get(),
+                          .o = out.get(),
+                          .lse = lse.get(),
+                          .d_o = g.get(),
+                          .dq = dq.get(),
+                          .dk = dk.get(),
+                          .dv = dv.get()};
+  cuda::Stream stream;
+  forward.launch({.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse}, stream.get());
+  backward.launch(t, stream.get());
+  stream.synchronize();
+  const BackwardCheck check = check_backward(
+      host, d_o, matmul::to_doubles(host_dtype(p), dq.to_host<unsigned char>(), q_count),
+      matmul::to_doubles(host_dtype(p), dk.to_host<unsigned char>(), kv_count),
+      matmul::to_doubles(host_dtype(p), dv.to_host<unsigned char>(), kv_count), resolve(p, t),
+      gradient_groups_to_check(p, seed));
+  const bool ok = check.ok(backward_tolerance(p));
+  if (!ok) exit_code = 1;
+  double median_ms = 0;
+  int repeats = 0;
+  if (o.verb == Verb::Bench) {
+    repeats = o.repeats > 0 ? o.repeats : 30;
+    tuner::Timer timer(stream.get(), runtime.device().l2_bytes);
+    median_ms = timer.time([&](int) { backward.launch(t, stream.get()); }, repeats).median_ms;
+  }
+  const double credited = flops(p);
+  const double tflops = median_ms > 0 ? credited / (median_ms * 1e-3) / 1e12 : 0;
+  std::string names;
+  int registers = 0;
+  for (const KernelSource& s : backward.sources()) names += (names.empty() ? "" : ",") + s.name;
+  for (const char* role : {"kv", "q"})
+    registers = std::max(registers, backward.kernel(role).stats().registers);
+  if (o.json) {
+    nlohmann::json json = {{"family", "attention"},
+                           {"direction", "backward"},
+                           {"problem", p.to_string()},
+                           {"config", config.to_string()},
+                           {"config_source", config_source},
+                           {"kernel", names},
+                           {"registers", registers},
+                           {"dq_relative_l2", check.dq_relative_l2},
+                           {"dk_relative_l2", check.dk_relative_l2},
+                           {"dv_relative_l2", check.dv_relative_l2},
+                           {"checked_groups", check.groups},
+                           {"pass", ok}};
+    if (o.verb == Verb::Bench) {
+      json["median_ms"] = median_ms;
+      json["flops"] = credited;
+      json["tflops"] = tflops;
+      json["repeats"] = repeats;
+    }
+    return print_json(json);
+  }
+  std::cout << fmt::format(
+      "attention backward {}\nconfig {} (at most {} registers; {})\ncheck: {} -> {}\n",
+      p.to_string(), config.to_string(), registers, config_source, check.describe(),
+      ok ? "PASS" : "FAIL");
+  if (o.verb == Verb::Bench)
+    std::cout << fmt::format(
+        "kjit: median {:.4f} ms over {} runs: {:.1f} TFLOP/s (credited 2.5x "
+        "the forward's FLOPs)\n",
+        median_ms, repeats, tflops);
+}
 
 void attention_command(const KernelCommandOptions& o) {
   const bool on_gpu = o.verb == Verb::Run || o.verb == Verb::Bench;
@@ -145,32 +235,47 @@ void attention_command(const KernelCommandOptions& o) {
   }
   validate(p, config);
   check_fits_device(p, config, target.device);
-  const KernelSource source = lower(p, config);
+  // The forward pass is one kernel; the backward pass three (four at head dim 256),
+  // printed and compiled in launch order.
+  const std::vector<KernelSource> sources = tuner::AttentionTuning(p).sources(config.to_string());
 
   if (o.verb == Verb::Emit) {
+    std::string text, names;
+    int block_threads = 0, shared = 0;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (sources.size() > 1)
+        text += fmt::format("{}// ==== kernel {} of {}: {} ====\n", i > 0 ? "\n" : "", i + 1,
+                            sources.size(), sources[i].name);
+      text += sources[i].source;
+      names += (names.empty() ? "" : ",") + sources[i].name;
+      block_threads = std::max(block_threads, sources[i].block_threads);
+      shared = std::max(shared, sources[i].dynamic_shared_bytes);
+    }
     if (o.json) {
       print_json({{"family", "attention"},
-                  {"problem", source.problem},
+                  {"problem", sources.front().problem},
                   {"config", config.to_string()},
                   {"config_source", config_source},
-                  {"kernel", source.name},
-                  {"block_threads", source.block_threads},
-                  {"dynamic_shared_bytes", source.dynamic_shared_bytes},
-                  {"source", source.source}});
+                  {"kernel", names},
+                  {"block_threads", block_threads},
+                  {"dynamic_shared_bytes", shared},
+                  {"source", text}});
     } else {
       const tuner::Prediction plan = tuner::AttentionTuning(p).predict(
           config, chooser.device(), chooser.efficiencies(), nullptr);
-      print_emitted(source.source, plan_comment(chooser.device().name, plan), o.templates);
+      print_emitted(text, plan_comment(chooser.device().name, plan), o.templates);
     }
     return;
   }
   if (o.verb == Verb::Compile) {
-    report_family_compile("attention", p.to_string(), source, config.to_string(), config_source,
+    report_family_compile("attention", p.to_string(), sources, config.to_string(), config_source,
                           o.arch.empty() ? target.device.arch() : o.arch, o.json, o.ptx);
     return;
   }
   if (o.verb != Verb::Run && o.verb != Verb::Bench)
     throw UserError(std::string("kjit ") + to_string(o.verb) + " attention is not supported");
+  if (p.backward) return backward_command(o, *runtime, p, config, config_source);
+  const KernelSource& source = sources.front();
 
   // run / bench: random Q, K, V (packed BSHD), O poisoned so that a row never
   // written fails the check.

@@ -116,8 +116,11 @@ std::string read_source_file(const std::string& path);
 // the store, then the report — JSON (family, kernel, problem, config and where it
 // came from, arch, NVRTC, cache, timings, ptxas' stats, PTX with `ptx`), the PTX
 // alone with `ptx`, or text ("<family> <problem>\nconfig ..." and the stats table).
+// Several sources (the attention backward's steps): one report over all of them
+// (kernel names joined by ",", times and sizes summed, the largest shared memory,
+// every kernel's stats; cache "hit" only when every one was).
 void report_family_compile(const std::string& family, const std::string& problem,
-                           const KernelSource& source, const std::string& config,
+                           const std::vector<KernelSource>& sources, const std::string& config,
                            const std::string& config_source, const std::string& arch, bool json,
                            bool ptx);
 

@@ -126,39 +126,58 @@ std::vector<std::string> included_templates(const std::string& text) {
 }  // namespace
 
 void report_family_compile(const std::string& family, const std::string& problem,
-                           const KernelSource& source, const std::string& config,
+                           const std::vector<KernelSource>& sources, const std::string& config,
                            const std::string& config_source, const std::string& arch, bool json,
                            bool ptx) {
   cuda::validate_arch(arch);
-  StoreCompile program = compile_with_store(source, arch, ptx);
+  std::vector<StoreCompile> programs;
+  std::string names, ptx_text, cache = "hit";
+  double ms = 0;
+  size_t cubin_bytes = 0;
+  int shared = 0;
+  for (const KernelSource& source : sources) {
+    programs.push_back(compile_with_store(source, arch, ptx));
+    const StoreCompile& program = programs.back();
+    names += (names.empty() ? "" : ",") + source.name;
+    ptx_text += program.ptx;
+    if (program.cache != "hit") cache = program.cache;
+    ms += program.ms;
+    cubin_bytes += program.cubin.size();
+    shared = std::max(shared, source.dynamic_shared_bytes);
+  }
   if (json) {
     nlohmann::json out = {{"family", family},
-                          {"kernel", source.name},
-                          {"problem", source.problem},
+                          {"kernel", names},
+                          {"problem", sources.front().problem},
                           {"config", config},
                           {"config_source", config_source},
-                          {"arch", target_arch(source, arch)},
+                          {"arch", target_arch(sources.front(), arch)},
                           {"nvrtc_version", cuda::nvrtc_version()},
-                          {"cache", program.cache},
-                          {"compile_ms", program.ms},
-                          {"cubin_bytes", program.cubin.size()},
-                          {"dynamic_shared_bytes", source.dynamic_shared_bytes},
+                          {"cache", cache},
+                          {"compile_ms", ms},
+                          {"cubin_bytes", cubin_bytes},
+                          {"dynamic_shared_bytes", shared},
                           {"kernels", nlohmann::json::array()}};
-    for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
-    if (ptx) out["ptx"] = program.ptx;
+    for (const StoreCompile& program : programs)
+      for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
+    if (ptx) out["ptx"] = ptx_text;
     return print_json(out);
   }
   if (ptx) {
-    std::cout << program.ptx;
+    std::cout << ptx_text;
     return;
   }
-  std::cout << fmt::format(
-      "{} {}\nconfig {} ({})\n{} for {} in {:.0f} ms; {} B dynamic shared "
-      "memory\n",
-      family, problem, config, config_source,
-      program.cache == "hit" ? "loaded from the store" : "compiled", target_arch(source, arch),
-      program.ms, source.dynamic_shared_bytes);
-  print_stats_table(program.kernels);
+  std::cout << fmt::format("{} {}\nconfig {} ({})\n", family, problem, config, config_source);
+  for (size_t i = 0; i < sources.size(); ++i)
+    std::cout << fmt::format("{}{} for {} in {:.0f} ms; {} B dynamic shared memory\n",
+                             sources.size() > 1 ? sources[i].name + ": " : "",
+                             programs[i].cache == "hit" ? "loaded from the store" : "compiled",
+                             target_arch(sources[i], arch), programs[i].ms,
+                             sources[i].dynamic_shared_bytes);
+  std::vector<cuda::KernelStats> stats;
+  for (const StoreCompile& program : programs)
+    stats.insert(stats.end(), program.kernels.begin(), program.kernels.end());
+  print_stats_table(stats);
 }
 
 void print_emitted(const std::string& source, const std::string& plan, bool templates) {

@@ -44,6 +44,7 @@ const std::vector<OptionUse>& option_uses() {
       {"--seq-k", {"attention"}, {}},
       {"--head-dim", {"attention"}, {}},
       {"--causal", {"attention"}, {}},
+      {"--backward", {"attention"}, {}},
       {"--window", {"attention"}, {}},
       {"--scale", {"attention"}, {}},
       {"--seqlens-q", {"attention"}, {}},
@@ -176,6 +177,10 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
   noted(cmd->add_flag("--causal", o.causal,
                       "Attention: causal mask (bottom-right aligned when seq-q != seq-k)"),
         "--causal");
+  noted(cmd->add_flag("--backward", o.backward,
+                      "Attention: the backward pass, dQ, dK and dV from dO (recomputing P from "
+                      "the forward's log-sum-exp)"),
+        "--backward");
   noted(cmd->add_option("--window", o.window,
                         "Attention: sliding window L:R, keys before and after the diagonal a "
                         "query sees (a side may be 'inf'), e.g. 256:0"),

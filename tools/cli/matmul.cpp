@@ -147,7 +147,7 @@ void matmul_command(const KernelCommandOptions& o) {
     return;
   }
   if (o.verb == Verb::Compile) {
-    report_family_compile("matmul", p.to_string(), source, s.config.to_string(), s.config_source,
+    report_family_compile("matmul", p.to_string(), {source}, s.config.to_string(), s.config_source,
                           o.arch.empty() ? target.device.arch() : o.arch, o.json, o.ptx);
     return;
   }

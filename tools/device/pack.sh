@@ -8,10 +8,11 @@ build=${1:-build/release}
 dest=${2:-.device-build}
 rm -rf "$dest"
 mkdir -p "$dest"
-(cd "$build" && find . -type f \( -perm -u+x -o -name 'libbenchmark*' \) ! -path '*/CMakeFiles/*' \
-  ! -name '*.cmake' -print0) | while IFS= read -r -d '' f; do
+# Links too (libkjit_c.so -> .so.0 -> .so.0.1.0: what loaders and scripts name).
+(cd "$build" && find . \( -type f -o -type l \) \( -perm -u+x -o -name 'lib*.so*' \) \
+  ! -path '*/CMakeFiles/*' ! -name '*.cmake' -print0) | while IFS= read -r -d '' f; do
   mkdir -p "$dest/$(dirname "$f")"
-  cp -p "$build/$f" "$dest/$f"
+  cp -P -p "$build/$f" "$dest/$f"
 done
 
 # libkjit_c (the C API, the Python package's library) links the shared SQLite and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # python_check.sh PACK — on a GPU machine: the embedding interfaces end to end.
-# PACK holds a build's kjit, examples/kjit_example_{elementwise,matmul,c},
+# PACK holds a build's kjit, examples/kjit_example_{elementwise,matmul,c,attention},
 # tools/bench/runtime_bench (+ libbenchmark) and runtime/libkjit_c.so (see
 # tools/device/pack.sh). Runs the three examples, the C++ launch benchmarks, then
 # tests/python/torch_check.py (correctness against torch eager, host overhead per
@@ -28,7 +28,7 @@ if ldd "$pack/runtime/libkjit_c.so" | grep -q "not found"; then
 fi
 
 export LD_LIBRARY_PATH=$pack/runtime${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # the C example's libkjit_c.so.0
-for example in elementwise matmul c; do
+for example in elementwise matmul c attention; do
   run "example_$example" "$pack/examples/kjit_example_$example"
 done
 run runtime_bench "$pack/tools/bench/runtime_bench" --benchmark_filter='Launch' \

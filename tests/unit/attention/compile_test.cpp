@@ -94,6 +94,58 @@ TEST(AttentionCompile, EveryConfigOfTheSpaceCompilesWithoutSpills) {
   }
 }
 
+// The backward pass: every config of its space, every head dim, each of its kernels
+// without spills, on mma.sync.
+TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  struct Job {
+    std::string label;
+    KernelSource source;
+  };
+  std::vector<Job> jobs;
+  for (int d : {64, 96, 128, 256}) {
+    Problem p;
+    p.seq_q = p.seq_k = 4096;
+    p.head_dim = d;
+    p.backward = true;
+    for (const Config& c : tuner::attention_space(p, h200)) {
+      for (BackwardKernel& k : lower_backward(p, c))
+        jobs.push_back({fmt::format("d={} {} {}", d, c.to_string(), k.role), std::move(k.source)});
+    }
+  }
+  std::vector<cuda::CompiledProgram> programs(jobs.size());
+  std::vector<std::string> failures(jobs.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < jobs.size(); i = next++) {
+        try {
+          programs[i] = compile_for_arch(jobs[i].source, "sm_90");
+        } catch (const std::exception& e) {
+          failures[i] = e.what();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SCOPED_TRACE(jobs[i].label);
+    ASSERT_EQ(failures[i], "");
+    ASSERT_EQ(programs[i].kernels.size(), 1u);
+    const cuda::KernelStats& k = programs[i].kernels[0];
+    EXPECT_EQ(k.name, jobs[i].source.name);
+    EXPECT_EQ(k.spill_store_bytes, 0);
+    EXPECT_EQ(k.spill_load_bytes, 0);
+    EXPECT_EQ(k.stack_bytes, 0);
+    EXPECT_LE(k.registers * jobs[i].source.block_threads, 65536);
+    std::printf("  %-44s %3d regs, %6d B smem\n", jobs[i].label.c_str(), k.registers,
+                jobs[i].source.dynamic_shared_bytes);
+    if (jobs[i].source.name.find("prep") == std::string::npos) {
+      EXPECT_NE(programs[i].ptx.find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
+    }
+  }
+}
+
 // An older GPU takes the same kernel (mma.sync is sm_80).
 TEST(AttentionCompile, CompilesForAmpere) {
   Problem p;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Attention forward: kjit against PyTorch SDPA (flash and cuDNN backends), same GPU, same run.
+"""Attention forward or backward: kjit against PyTorch SDPA (flash and cuDNN backends), same GPU, same run.
 
     python3 tools/device/peers/attention_torch.py --kjit build/release/kjit [--out FILE.json]
-        [--quick] [--sweep NAME,...|all] [--configs 'C1;C2'] [--only NAME,...]
+        [--quick] [--sweep NAME,...|all] [--configs 'C1;C2'] [--only NAME,...] [--backward]
 
 Shapes are the attention issue's: 16k tokens per batch, hidden 2048 (heads = 2048 / D),
 S in {512, 2k, 8k}, D in {64, 128}, causal and not; GQA with 32 query heads and 8
@@ -13,6 +13,11 @@ triton.testing.do_bench (L2 cleared between runs, median), their outputs checked
 against each other. TFLOP/s count 4 * B * H * S_q * S_k * D, halved for causal,
 for every implementation. --sweep also measures every config of kjit's space
 on the named shapes (the best is reported beside the default).
+
+--backward times the backward pass instead: kjit's dQ, dK, dV (`kjit bench attention
+--backward`, checked against fp64 gradients first) against each SDPA backend's
+backward (torch.autograd.grad of its output, graph retained, so only the backward
+kernels run), credited 2.5x the forward's FLOPs as FlashAttention counts them.
 """
 import argparse
 import json
@@ -51,7 +56,7 @@ def median_ms(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
-def kjit_bench(kjit, shape, config=None):
+def kjit_bench(kjit, shape, config=None, backward=False):
     cmd = [kjit, "bench", "attention", "--json", "--batch", str(shape["batch"]), "--heads",
            str(shape["heads"]), "--kv-heads", str(shape["kv_heads"]), "--seq-q", str(shape["seq"]),
            "--head-dim", str(shape["d"]), "--repeats", "30"]
@@ -59,10 +64,12 @@ def kjit_bench(kjit, shape, config=None):
         cmd.append("--causal")
     if config:
         cmd += ["--config", config]
+    if backward:
+        cmd.append("--backward")
     try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:  # a hung kernel costs this config, not the run
-        return dict(error="timed out after 60 s", config=config)
+        return dict(error="timed out after 120 s", config=config)
     if run.returncode == 2:  # a config outside the space for this shape (usage error)
         return None
     try:
@@ -73,12 +80,14 @@ def kjit_bench(kjit, shape, config=None):
     return result
 
 
-def peers(shape):
+def peers(shape, backward=False):
     b, h, g, s, d = shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"], shape["d"]
     torch.manual_seed(0)
-    q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, g, s, d, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(b, g, s, d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+    k = torch.randn(b, g, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+    v = torch.randn(b, g, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+    d_o = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+    credited = flops(shape) * (2.5 if backward else 1.0)
     out = {}
     reference = None
     for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
@@ -89,17 +98,23 @@ def peers(shape):
                                                       enable_gqa=g != h)
         try:
             o = call()
+            timed = call
+            result = o
+            if backward:
+                def timed(o=o):
+                    return torch.autograd.grad(o, (q, k, v), d_o, retain_graph=True)
+                result = timed()[0]  # dQ
             torch.cuda.synchronize()
         except Exception as error:  # a backend that does not take this shape
             out[name] = dict(status=f"unsupported: {str(error).splitlines()[0][:160]}")
             continue
         agree = None
         if reference is None:
-            reference = o.float()
+            reference = result.float()
         else:
-            agree = ((o.float() - reference).norm() / reference.norm()).item()
-        ms = median_ms(call)
-        out[name] = dict(status="ok", median_ms=ms, tflops=flops(shape) / ms / 1e9,
+            agree = ((result.float() - reference).norm() / reference.norm()).item()
+        ms = median_ms(timed)
+        out[name] = dict(status="ok", median_ms=ms, tflops=credited / ms / 1e9,
                          rel_l2_vs_first_peer=agree)
     return out
 
@@ -107,6 +122,8 @@ def peers(shape):
 SPACE = [f"bm={bm},bn={bn},stages={st},warp_rows={wr}" for bm in (64, 128)
          for bn in (32, 64, 128) for st in (2, 3) for wr in (16, 32)] + \
         [f"mma=wgmma,bn={bn},stages={st}" for bn in (64, 128) for st in (2, 3)]
+BACKWARD_SPACE = [f"bm={bm},bn={bn},stages={st}" for bm in (32, 64, 128) for bn in (32, 64, 128)
+                  for st in (2, 3)]
 
 
 def main():
@@ -116,25 +133,30 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sweep", default="", help="shape names (or 'all') to sweep kjit's space on")
     parser.add_argument("--only", default=None)
+    parser.add_argument("--backward", action="store_true",
+                        help="time the backward pass (dQ, dK, dV) instead of the forward")
     parser.add_argument("--configs", default=None,
                         help="';'-separated kjit configs to sweep instead of the whole space")
     args = parser.parse_args()
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"{'backward' if args.backward else 'forward'}", flush=True)
     rows = []
     for shape in shapes(args.quick):
         if args.only and shape["name"] not in args.only.split(","):
             continue
-        row = dict(shape=shape, flops=flops(shape))
-        row["kjit"] = kjit_bench(args.kjit, shape)
+        row = dict(shape=shape, flops=flops(shape) * (2.5 if args.backward else 1.0),
+                   direction="backward" if args.backward else "forward")
+        row["kjit"] = kjit_bench(args.kjit, shape, backward=args.backward)
         row["sweep"] = {}
         if args.sweep == "all" or shape["name"] in args.sweep.split(","):
             sweep = {}
-            for config in (args.configs.split(";") if args.configs else SPACE):
-                result = kjit_bench(args.kjit, shape, config)
+            space = BACKWARD_SPACE if args.backward else SPACE
+            for config in (args.configs.split(";") if args.configs else space):
+                result = kjit_bench(args.kjit, shape, config, backward=args.backward)
                 if result is not None:
                     sweep[config] = result
             row["sweep"] = sweep
-        row["peers"] = peers(shape)
+        row["peers"] = peers(shape, args.backward)
         rows.append(row)
         k = row["kjit"]
         best = ""
