@@ -392,8 +392,32 @@ void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
   };
   const auto heads = static_cast<unsigned>(p.heads), kv_heads = static_cast<unsigned>(p.kv_heads),
              batch = static_cast<unsigned>(p.batch);
+  // The wgmma kernels read Q, K, V and dO through tensor maps: boxes of `q_rows` query
+  // and `k_rows` key positions (packed problems: one sequence of all the tokens).
+  const int64_t map_batch = p.packed() ? 1 : p.batch;
+  const int64_t q_tokens = p.packed() ? p.total_q() : p.seq_q;
+  const int64_t k_tokens = p.packed() ? p.total_k() : p.seq_k;
+  auto map_of = [&](CUdeviceptr pointer, Strides strides, int64_t map_heads, int64_t tokens,
+                    int rows) {
+    if (p.packed()) strides.batch = tokens * strides.seq;  // unused, but must be valid
+    return sequence_map(p.dtype, pointer, p.head_dim, tokens, map_heads, map_batch, strides, rows);
+  };
   void* params[] = {&args};
   for (const auto& [role, kernel] : kernels_) {
+    if (config_.wgmma && role != "prep") {
+      const bool kv = role == "kv";
+      const int q_rows = kv ? config_.bm : 64, k_rows = kv ? 64 : config_.bn;
+      CUtensorMap map_q = map_of(t.q, t.q_strides, p.heads, q_tokens, q_rows);
+      CUtensorMap map_k = map_of(t.k, t.k_strides, p.kv_heads, k_tokens, k_rows);
+      CUtensorMap map_v = map_of(t.v, t.v_strides, p.kv_heads, k_tokens, k_rows);
+      CUtensorMap map_do = map_of(t.d_o, t.do_strides, p.heads, q_tokens, q_rows);
+      void* wgmma_params[] = {&args, &map_q, &map_k, &map_v, &map_do};
+      const std::array<unsigned, 3> grid =
+          kv ? std::array<unsigned, 3>{tiles(p.seq_k, 128), kv_heads, batch}
+             : std::array<unsigned, 3>{tiles(p.seq_q, 128), heads, batch};
+      kernel->launch(grid, wgmma_params, stream);
+      continue;
+    }
     std::array<unsigned, 3> grid{};
     if (role == "prep")
       grid = {tiles(p.seq_q, 64), heads, batch};

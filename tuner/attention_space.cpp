@@ -52,6 +52,17 @@ int backward_registers(const attention::Problem& p, const attention::Config& c) 
   return std::max(kv, q) + kBackwardOverheadRegisters;
 }
 
+// wgmma: a consumer of the dK/dV kernel holds dK and dV (head_dim / 2 floats each)
+// and at most Pᵀ as 16-bit pairs (bm / 4) with dPᵀ (bm / 2); one of the dQ kernel dQ
+// (head_dim / 2), S and dP (bn / 2 each).
+constexpr int kWgmmaBackwardRegisterLimit = 232;
+constexpr int kWgmmaBackwardOverheadRegisters = 24;
+int backward_wgmma_registers(const attention::Problem& p, const attention::Config& c) {
+  const int kv = p.head_dim + 3 * c.bm / 4;
+  const int q = p.head_dim / 2 + c.bn;
+  return std::max(kv, q) + kWgmmaBackwardOverheadRegisters;
+}
+
 // bm, bn in {32, 64, 128} x stages in {2, 3}, without what does not fit.
 std::vector<attention::Config> backward_space(const attention::Problem& problem,
                                               const cuda::DeviceProperties& device,
@@ -71,6 +82,35 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
               "head dim {}, {} queries and {} keys per tile need ~{} registers per thread "
               "(> 255)",
               problem.head_dim, bm, bn, backward_registers(problem, c));
+        if (why.empty())
+          space.push_back(c);
+        else if (pruned)
+          pruned->push_back(c.to_string() + ": " + why);
+      }
+    }
+  }
+  // TMA + wgmma (sm_90, head dims 64 and 128): 128 keys (dK/dV) or queries (dQ) per
+  // block; bm queries, bn keys per streamed tile.
+  for (int bm : {64, 128}) {
+    for (int bn : {64, 128}) {
+      for (int stages : {2, 3}) {
+        attention::Config c{bm, bn, stages, 16};
+        c.wgmma = true;
+        std::string why;
+        if (device.cc_major * 10 + device.cc_minor != 90)
+          why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
+        else if (problem.head_dim != 64 && problem.head_dim != 128)
+          why =
+              fmt::format("the wgmma engine takes head dims 64 and 128, not {}", problem.head_dim);
+        else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin)
+          why = fmt::format("{} B of shared memory > the device's {} B",
+                            attention::shared_bytes(problem, c), device.shared_per_block_optin);
+        else if (backward_wgmma_registers(problem, c) > kWgmmaBackwardRegisterLimit)
+          why = fmt::format(
+              "head dim {}, {} queries and {} keys per tile need ~{} registers per thread "
+              "(> {} for 384 threads)",
+              problem.head_dim, bm, bn, backward_wgmma_registers(problem, c),
+              kWgmmaBackwardRegisterLimit);
         if (why.empty())
           space.push_back(c);
         else if (pruned)
@@ -175,7 +215,9 @@ const char* mask_kind(const attention::Problem& p) {
 double efficiency_prior(const attention::Problem& p, const attention::Config& c,
                         const cuda::DeviceProperties& device) {
   const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
-  if (p.backward)  // seven products for the credited five, one block per SM at most
+  if (p.backward && c.wgmma)  // seven products for the credited five
+    return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.05 : 1.0);
+  if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   if (c.wgmma)
     return 0.5 * (c.bn >= 128 ? 1.15 : 1.0) * (c.stages >= 3 ? 1.1 : 0.85) *
@@ -189,7 +231,8 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
 
 std::string efficiency_key(const attention::Problem& p, const attention::Config& c) {
   if (p.backward)
-    return fmt::format("attention:backward:d{}:{}x{}:s{}", p.head_dim, c.bm, c.bn, c.stages);
+    return fmt::format("attention:backward:{}:d{}:{}x{}:s{}", c.wgmma ? "wgmma" : "sync",
+                       p.head_dim, c.bm, c.bn, c.stages);
   return c.wgmma ? fmt::format("attention:wgmma:d{}:bn{}:s{}:pp{}", p.head_dim, c.bn, c.stages,
                                c.pingpong ? 1 : 0)
                  : fmt::format("attention:sync:d{}:{}x{}:w{}:s{}", p.head_dim, c.bm, c.bn,
@@ -314,13 +357,17 @@ Prediction AttentionTuning::predict(const attention::Config& c,
 
   // Work units: query tiles of every (sequence, head); backward: also key tiles of
   // every (sequence, K/V head), the dK/dV kernel's blocks.
+  // (The wgmma backward kernels' blocks are 128 rows; bm and bn are their streamed tiles.)
+  const int query_block = p.backward && c.wgmma ? 128 : c.bm;
+  const int key_block = p.backward && c.wgmma ? 128 : c.bn;
   int64_t tiles = 0;
-  for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b) tiles += ceil_div(p.seq_q_of(b), c.bm);
+  for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b)
+    tiles += ceil_div(p.seq_q_of(b), query_block);
   tiles *= p.heads * (p.packed() ? 1 : p.batch);
   if (p.backward) {
     int64_t key_tiles = 0;
     for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b)
-      key_tiles += ceil_div(p.seq_k_of(b), c.bn);
+      key_tiles += ceil_div(p.seq_k_of(b), key_block);
     tiles += key_tiles * p.kv_heads * (p.packed() ? 1 : p.batch);
   }
   out.waves = waves_of(tiles, sms * resident);
@@ -353,7 +400,13 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
               : out.compute_ms >= out.memory_ms                         ? "compute"
                                                                         : "memory";
-  if (p.backward)
+  if (p.backward && c.wgmma)
+    out.notes.push_back(fmt::format(
+        "backward, TMA + wgmma: dK/dV blocks of 128 keys streaming {} queries per tile, dQ "
+        "blocks of 128 queries streaming {} keys, {} stages; seven products for the five "
+        "credited",
+        c.bm, c.bn, c.stages));
+  else if (p.backward)
     out.notes.push_back(
         fmt::format("backward, mma.sync: dK/dV blocks of {} keys, dQ blocks of {} queries, {} "
                     "stages; seven products for the five credited",

@@ -216,9 +216,23 @@ void validate_problem(const Problem& p) {
 void validate(const Problem& p, const Config& c) {
   validate_problem(p);
   if (p.backward) {
-    if (c.wgmma || c.pingpong)
-      throw UserError("attention backward config " + c.to_string() + " asks for mma=wgmma",
-                      "the backward pass has the mma.sync engine only: e.g. bm=64,bn=64");
+    if (c.pingpong)
+      throw UserError("attention backward config " + c.to_string() + " asks for pingpong",
+                      "the backward kernels have no ping-pong schedule");
+    if (c.wgmma) {
+      if (p.head_dim != 64 && p.head_dim != 128)
+        throw UserError(
+            fmt::format("attention backward config mma=wgmma does not take head dim {}",
+                        p.head_dim),
+            "the wgmma engine takes head dims 64 and 128; mma=sync takes 64, 96, 128 and 256");
+      for (const auto& [name, v] : {std::pair{"bm", c.bm}, std::pair{"bn", c.bn}})
+        if (v != 64 && v != 128)
+          throw UserError(
+              fmt::format("attention backward config mma=wgmma,{}={} is not 64 or 128", name, v));
+      if (c.stages < 2 || c.stages > 3)
+        throw UserError(fmt::format("attention backward config stages={} is not 2 or 3", c.stages));
+      return;
+    }
     if (c.warp_rows != 16)
       throw UserError(fmt::format("attention backward config warp_rows={} is not 16", c.warp_rows),
                       "each warp of the backward kernels owns 16 rows (queries or keys)");
@@ -298,12 +312,19 @@ int64_t backward_workspace_rows(const Problem& p) {
 
 namespace {
 
-// Shared memory of the backward kernels (attention_backward.cuh's kSharedBytes).
+// Shared memory of the backward kernels (attention_backward.cuh's and
+// attention_backward_sm90.cuh's kSharedBytes).
 int backward_kv_shared_bytes(const Problem& p, const Config& c) {
+  const int d = p.head_dim;
+  if (c.wgmma)
+    return 1024 + 2 * 128 * d * 2 + c.stages * (2 * c.bm * d * 2 + 2 * c.bm * 4) +
+           8 * (1 + 2 * c.stages);
   const int pitch = p.head_dim + 8;
   return (2 * c.bn * pitch + 2 * c.stages * c.bm * pitch) * 2 + c.stages * 2 * c.bm * 4;
 }
 int backward_q_shared_bytes(const Problem& p, const Config& c) {
+  const int d = p.head_dim;
+  if (c.wgmma) return 1024 + 2 * 128 * d * 2 + c.stages * 2 * c.bn * d * 2 + 8 * (1 + 2 * c.stages);
   const int pitch = p.head_dim + 8;
   return (2 * c.bm * pitch + 2 * c.stages * c.bn * pitch) * 2;
 }
@@ -497,6 +518,83 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
                     type, d),
         "(ceil(seq_q / 64), heads, batch), one warp per query row at a time");
     kernels.push_back({"prep", std::move(out)});
+  }
+
+  if (c.wgmma) {  // 2 and 3 on TMA + wgmma (templates/attention_backward_sm90.cuh)
+    auto wgmma_kernel = [&](const std::string& role, int stream_rows) {
+      const bool kv = role == "kv";
+      KernelSource out =
+          skeleton(fmt::format("kjit_attention_bwd_{}_{}_d{}_wgmma_{}_s{}", kv ? "dkdv" : "dq",
+                               type, d, stream_rows, c.stages),
+                   384, kv ? backward_kv_shared_bytes(p, c) : backward_q_shared_bytes(p, c));
+      out.arch_specific = true;
+      out.source = header(out, kv ? "step 2 of 3, dK and dV for 128 keys per block"
+                                  : "step 3 of 3, dQ for 128 queries per block");
+      out.source += fmt::format(
+          "// path:      TMA + wgmma {} -> f32 (sm_90a): 2 consumer warpgroups of 64 {} + 1\n"
+          "//            producer; tiles of {} {} through {} TMA buffers, {} B of dynamic shared\n"
+          "//            memory\n",
+          type, kv ? "keys" : "queries", stream_rows, kv ? "queries" : "keys", c.stages,
+          out.dynamic_shared_bytes);
+      out.source += "//\n";
+      if (kv)
+        out.source +=
+            "// Per query tile, each consumer (templates/attention_backward_sm90.cuh):\n"
+            "//   S^T  = K Q^T,  dP^T = V dO^T           wgmma, operands in shared memory\n"
+            "//   P^T  = 2^(S^T * scale * log2 e - LSE * log2 e)   recomputed, never stored\n"
+            "//   dV  += P^T dO                          P^T from registers\n"
+            "//   dS^T = P^T * (dP^T - D)\n"
+            "//   dK  += dS^T Q                          times scale once at the end\n";
+      else
+        out.source +=
+            "// Per key tile, each consumer (templates/attention_backward_sm90.cuh):\n"
+            "//   S   = Q K^T,  dP = dO V^T              wgmma, operands in shared memory\n"
+            "//   P   = 2^(S * scale * log2 e - LSE * log2 e)\n"
+            "//   dS  = P * (dP - D)\n"
+            "//   dQ += dS K                             dS from registers; times scale at the "
+            "end\n";
+      out.source += "#include \"kjit/attention_backward_sm90.cuh\"\n\n";
+      out.source += fmt::format(
+          "// {0}(64 x {1}) = A(64 x 16) B^T(16 x {1}) per k step, both K-major in shared "
+          "memory.\n",
+          kv ? "S^T, dP^T" : "S, dP", stream_rows);
+      WgmmaInstruction scores;
+      scores.name = "kjit_wgmma_scores";
+      scores.n = stream_rows;
+      scores.type = type;
+      scores.accumulate_argument = true;
+      out.source += wgmma_struct(scores);
+      out.source += fmt::format(
+          "// {0}(64 x {1}) += {2}(64 x 16, registers) {3}(16 x {1}); {3} MN-major (transposed).\n",
+          kv ? "dV, dK" : "dQ", d, kv ? "P^T, dS^T" : "dS", kv ? "dO, Q" : "K");
+      WgmmaInstruction gradient;
+      gradient.name = "kjit_wgmma_gradient";
+      gradient.n = d;
+      gradient.type = type;
+      gradient.a_in_registers = true;
+      gradient.transpose_b = 1;
+      out.source += wgmma_struct(gradient);
+      out.source += fmt::format(
+          "typedef kjit::attention::{}<kjit::{}, {}, {}, {}, kjit_wgmma_scores,\n"
+          "                                          kjit_wgmma_gradient>\n"
+          "    kjit_attention_step;\n\n",
+          kv ? "FlashBackwardKVSm90" : "FlashBackwardQSm90", type, d, stream_rows, c.stages);
+      out.source +=
+          kv ? "// grid: (ceil(seq_k / 128), kv_heads, batch); tensor maps of Q, K, V and dO\n"
+             : "// grid: (ceil(seq_q / 128), heads, batch); tensor maps of Q, K, V and dO\n";
+      out.source += "extern \"C\" __global__ void __launch_bounds__(384, 1)\n";
+      out.source += out.name + "(kjit::AttentionBackwardArgs args,\n";
+      out.source += "    const __grid_constant__ kjit::TensorMap map_q,\n";
+      out.source += "    const __grid_constant__ kjit::TensorMap map_k,\n";
+      out.source += "    const __grid_constant__ kjit::TensorMap map_v,\n";
+      out.source += "    const __grid_constant__ kjit::TensorMap map_do) {\n";
+      out.source += "  kjit_attention_step::run(args, map_q, map_k, map_v, map_do);\n";
+      out.source += "}\n";
+      kernels.push_back({role, std::move(out)});
+    };
+    wgmma_kernel("kv", c.bm);
+    wgmma_kernel("q", c.bn);
+    return kernels;
   }
 
   // 2. dK and dV, per tile of keys (head dim 256: dV, then dK, in two launches).

@@ -95,7 +95,7 @@ TEST(AttentionCompile, EveryConfigOfTheSpaceCompilesWithoutSpills) {
 }
 
 // The backward pass: every config of its space, every head dim, each of its kernels
-// without spills, on mma.sync.
+// without spills, on mma.sync or (sm_90) wgmma.
 TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
   const cuda::DeviceProperties h200 = cuda::planning_device("h200");
   struct Job {
@@ -121,7 +121,7 @@ TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
     pool.emplace_back([&] {
       for (size_t i = next++; i < jobs.size(); i = next++) {
         try {
-          programs[i] = compile_for_arch(jobs[i].source, "sm_90");
+          programs[i] = compile_for_arch(jobs[i].source, target_arch(jobs[i].source, "sm_90"));
         } catch (const std::exception& e) {
           failures[i] = e.what();
         }
@@ -140,7 +140,13 @@ TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
     EXPECT_LE(k.registers * jobs[i].source.block_threads, 65536);
     std::printf("  %-44s %3d regs, %6d B smem\n", jobs[i].label.c_str(), k.registers,
                 jobs[i].source.dynamic_shared_bytes);
-    if (jobs[i].source.name.find("prep") == std::string::npos) {
+    if (jobs[i].source.name.find("prep") != std::string::npos) continue;
+    if (jobs[i].source.arch_specific) {  // every product on wgmma, nothing serialized
+      EXPECT_NE(programs[i].ptx.find("wgmma.mma_async.sync.aligned"), std::string::npos);
+      EXPECT_NE(programs[i].ptx.find("cp.async.bulk.tensor.4d"), std::string::npos);
+      EXPECT_EQ(programs[i].log.find("serialized"), std::string::npos) << programs[i].log;
+      EXPECT_EQ(programs[i].log.find("is injected"), std::string::npos) << programs[i].log;
+    } else {
       EXPECT_NE(programs[i].ptx.find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
     }
   }

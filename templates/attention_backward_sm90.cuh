@@ -1,0 +1,512 @@
+// kjit/attention_backward_sm90.cuh — flash attention, backward, on Hopper's engines:
+// the same three steps as kjit/attention_backward.cuh (read that one first: the
+// algebra, the prep kernel and the reasons for two gradient kernels without atomics
+// are there), with the copy engine (TMA) bringing the tiles and wgmma running every
+// product. Each kernel is laid out like kjit/attention_sm90.cuh's forward pass:
+//
+//   warpgroup 0 (producer):  thread 0 issues the copies, Q/dO (or K/V) of the block
+//      once, then the streamed tiles into STAGES buffers, each refilled once both
+//      consumers have released it (mbarriers full / empty per stage); in the dK/dV
+//      kernel warps 1..3 copy each tile's LSE·log2 e and D beside it
+//   warpgroups 1, 2 (consumers): 64 rows of the block each (keys for dK/dV, queries
+//      for dQ), wgmma m64nNk16 with operands from shared memory through descriptors,
+//      or A from registers when it is P or dS (the accumulator layout of the
+//      product that made them, rounded to 16 bits, is wgmma's A fragment)
+//
+// dK/dV kernel, per query tile of BQ rows, for a consumer's 64 keys:
+//   Sᵀ  = K Qᵀ        m64nBQ, K and Q K-major (the head dim is contiguous)
+//   dPᵀ = V dOᵀ       m64nBQ, issued right behind Sᵀ
+//   Pᵀ  = 2^(Sᵀ·scale·log2 e − LSE·log2 e), masked, to 16 bits
+//   dV += Pᵀ dO       m64nD, Pᵀ from registers, dO MN-major (wgmma's transpose flag)
+//   dSᵀ = Pᵀ ∘ (dPᵀ − D), to 16 bits
+//   dK += dSᵀ Q       m64nD, dSᵀ from registers, Q MN-major
+// dQ kernel, per key tile of BKT keys, for a consumer's 64 queries:
+//   S = Q Kᵀ, dP = dO Vᵀ (m64nBKT), P, dS = P ∘ (dP − D), dQ += dS K (m64nD, K MN-major)
+//
+// Shared memory is 1024-byte aligned; every tile is D/64 column chunks of [rows][64]
+// elements, 128 bytes per row in the 128-byte-swizzle layout TMA writes and wgmma
+// reads. Packed variable-length batches read each sequence at its token offset;
+// rows of a neighbouring sequence that a box brings along are masked (P = 0).
+#pragma once
+
+#include "kjit/attention_backward.cuh"
+#include "kjit/sm90.cuh"
+
+namespace kjit {
+namespace attention {
+
+// 2^x on the special-function unit, subnormal results flushed to zero.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The two 16-bit values of a fragment register as floats (low half first).
+template <typename T>
+__device__ __forceinline__ void unpack2(u32 pair, float& a, float& b) {
+  T lo, hi;
+  lo.bits = static_cast<u16>(pair & 0xffffu);
+  hi.bits = static_cast<u16>(pair >> 16);
+  a = to_f32(lo);
+  b = to_f32(hi);
+}
+
+// Keeps the compiler from reusing fragment registers an issued wgmma still reads.
+template <int N>
+__device__ __forceinline__ void fence_fragments(u32 (&f)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(f[i][r])::"memory");
+}
+
+// Accumulators acc[4j + e] (16-bit pairs 8kk .. 8kk + 7 per k16 step) -> the A
+// fragments of the next product (see attention_sm90.cuh, rescale_and_keep_p).
+template <typename T, int N>
+__device__ __forceinline__ void to_fragments(const float (&acc)[N / 2], u32 (&f)[N / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) f[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+}
+
+// ---- dK and dV: 128 keys of one K/V head per block -----------------------------
+// grid (ceil(seq_k / 128), kv_heads, batch), 384 threads. BQ: query rows per tile;
+// WgmmaS: m64nBQk16, descriptors, accumulate flag; WgmmaKV: m64nDk16, A in
+// registers, B transposed.
+template <typename T, int D, int BQ, int STAGES, typename WgmmaS, typename WgmmaKV>
+struct FlashBackwardKVSm90 {
+  static constexpr int BK = 128;  // two consumer warpgroups of 64 keys
+  static constexpr int kThreads = 384;
+  static constexpr int kChunks = D / 64;
+  static constexpr int kKvBytes = BK * D * 2;    // K (or V) of the block
+  static constexpr int kTileBytes = BQ * D * 2;  // one Q (or dO) tile
+  // Per stage: Q, dO, then LSE·log2 e and D of its BQ queries.
+  static constexpr int kStageBytes = 2 * kTileBytes + 2 * BQ * 4;
+  // mbarriers: kv_full, then full and empty per stage.
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES);
+  static constexpr int kSharedBytes = 1024 + 2 * kKvBytes + STAGES * kStageBytes + kBarrierBytes;
+  static constexpr int kLoaders = 96;  // producer warps 1..3 copy LSE and D
+  static_assert(D == 64 || D == 128, "whole 128-byte chunks of the head dim");
+  static_assert(BQ % 16 == 0 && BQ <= 256, "wgmma N");
+
+  __device__ static void run(const AttentionBackwardArgs& args, const TensorMap& map_q,
+                             const TensorMap& map_k, const TensorMap& map_v,
+                             const TensorMap& map_do) {
+    const AttentionArgs& f = args.forward;
+    extern __shared__ __align__(1024) unsigned char kjit_attention_shared[];
+    const u32 base = mma::shared_address(kjit_attention_shared);
+    const u32 k_tile = (base + 1023) & ~1023u;
+    unsigned char* aligned = kjit_attention_shared + (k_tile - base);  // its generic address
+    const u32 v_tile = k_tile + kKvBytes;
+    const u32 stages = v_tile + kKvBytes;
+    const u32 kv_full = stages + STAGES * kStageBytes;
+    const u32 full = kv_full + 8, empty = full + 8 * STAGES;
+    auto stage_floats = [&](int s) {  // LSE·log2 e, then D, of stage s
+      return reinterpret_cast<float*>(aligned + 2 * kKvBytes + s * kStageBytes + 2 * kTileBytes);
+    };
+
+    const int kv_head = blockIdx.y, batch = blockIdx.z;
+    const int first_head = kv_head * f.kv_group;
+    const BlockSequence sequence = block_sequence(f, batch, first_head);
+    const int seq_q = sequence.seq_q, seq_k = sequence.seq_k;
+    const int key0 = blockIdx.x * BK;
+    if (key0 >= seq_k) return;  // a shorter sequence of a packed batch
+    const int q_token0 = static_cast<int>(sequence.q_start);
+    const int k_token0 = static_cast<int>(sequence.k_start);
+    const int map_batch = f.cu_seqlens_q != nullptr ? 0 : batch;
+
+    // The query tiles that see any key of this block (attention_backward.cuh).
+    const int offset = seq_k - seq_q;
+    const int last_key = min(key0 + BK, seq_k) - 1;
+    int query_begin = 0, query_end = seq_q;
+    if (f.window_right >= 0) query_begin = max(0, key0 - offset - f.window_right);
+    if (f.window_left >= 0) query_end = min(seq_q, last_key - offset + f.window_left + 1);
+    const int tile_begin = query_begin / BQ;
+    const int tiles = query_end > query_begin ? (query_end + BQ - 1) / BQ - tile_begin : 0;
+    const int items = tiles * f.kv_group;  // (query head, query tile), head-major
+    auto item_head = [&](int item) { return first_head + item / tiles; };
+    auto item_row0 = [&](int item) { return (tile_begin + item % tiles) * BQ; };
+
+    if (threadIdx.x == 0) {
+      sm90::barrier_init(kv_full, 1);
+      for (int s = 0; s < STAGES; ++s) {
+        sm90::barrier_init(full + 8 * s, 1 + kLoaders);  // TMA's arrive + the loaders'
+        sm90::barrier_init(empty + 8 * s, 8);            // one per consumer warp
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer
+    if (group < 0) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+      if (threadIdx.x == 0) {
+        // K and V of the block: per 64-key half and column chunk, one box.
+        sm90::barrier_arrive_expect_bytes(kv_full, 2 * kKvBytes);
+        for (int half = 0; half < 2; ++half)
+          for (int c = 0; c < kChunks; ++c) {
+            const u32 at = c * BK * 128 + half * 64 * 128;
+            sm90::tma_load_4d(k_tile + at, map_k, kv_full, 64 * c, k_token0 + key0 + 64 * half,
+                              kv_head, map_batch);
+            sm90::tma_load_4d(v_tile + at, map_v, kv_full, 64 * c, k_token0 + key0 + 64 * half,
+                              kv_head, map_batch);
+          }
+        for (int item = 0; item < items; ++item) {
+          const int s = item % STAGES;
+          sm90::barrier_wait(empty + 8 * s, ((item / STAGES) & 1) ^ 1);
+          sm90::barrier_arrive_expect_bytes(full + 8 * s, 2 * kTileBytes);
+          const u32 q_stage = stages + s * kStageBytes, do_stage = q_stage + kTileBytes;
+          const int row = q_token0 + item_row0(item), head = item_head(item);
+          for (int c = 0; c < kChunks; ++c) {
+            sm90::tma_load_4d(q_stage + c * BQ * 128, map_q, full + 8 * s, 64 * c, row, head,
+                              map_batch);
+            sm90::tma_load_4d(do_stage + c * BQ * 128, map_do, full + 8 * s, 64 * c, row, head,
+                              map_batch);
+          }
+        }
+      } else if (threadIdx.x >= 32) {
+        // LSE·log2 e and D of each tile's queries; rows past the sequence get +inf
+        // and 0, so their P (and dS) is 0 whatever the copy brought.
+        for (int item = 0; item < items; ++item) {
+          const int s = item % STAGES;
+          sm90::barrier_wait(empty + 8 * s, ((item / STAGES) & 1) ^ 1);
+          const int q0 = item_row0(item);
+          const long long lse0 = lse_row(f, sequence.lse_start, item_head(item) - first_head) + q0;
+          float* lse_log2 = stage_floats(s);
+          for (int i = static_cast<int>(threadIdx.x) - 32; i < BQ; i += kLoaders) {
+            const bool inside = q0 + i < seq_q;
+            lse_log2[i] = inside ? args.lse_log2[lse0 + i] : plus_infinity();
+            lse_log2[BQ + i] = inside ? args.delta[lse0 + i] : 0.0f;
+          }
+          sm90::barrier_arrive(full + 8 * s);
+        }
+      }
+      return;
+    }
+
+    // ---- a consumer warpgroup: 64 keys ----
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int warp_key0 = key0 + group * 64 + warp * 16;  // this thread: + g and + g + 8
+    float dv_acc[D / 2], dk_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
+
+    sm90::barrier_wait(kv_full, 0);
+    for (int item = 0; item < items; ++item) {
+      const int s = item % STAGES;
+      const u32 q_stage = stages + s * kStageBytes, do_stage = q_stage + kTileBytes;
+      const float* lse_log2 = stage_floats(s);
+      const float* delta = lse_log2 + BQ;
+      const int q0 = item_row0(item);
+      sm90::barrier_wait(full + 8 * s, (item / STAGES) & 1);
+
+      // Sᵀ = K Qᵀ.
+      float s_acc[BQ / 2];
+      sm90::fence_accumulators(s_acc);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const u32 chunk = kk / 4, step = (kk % 4) * 32;
+        WgmmaS::run(s_acc,
+                    sm90::descriptor(k_tile + chunk * BK * 128 + group * 64 * 128 + step, 16, 1024),
+                    sm90::descriptor(q_stage + chunk * BQ * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      sm90::wgmma_commit();
+
+      // Pᵀ: s_acc[4j + e] is key warp_key0 + g + 8 (e / 2), query q0 + 8j + 2t + e % 2.
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(s_acc);
+      const bool crosses_right =
+          f.window_right >= 0 && warp_key0 + 15 - q0 - offset > f.window_right;
+      const bool crosses_left =
+          f.window_left >= 0 && warp_key0 - (q0 + BQ - 1) - offset < -f.window_left;
+#pragma unroll
+      for (int j = 0; j < BQ / 8; ++j) {
+        const float2 l = *reinterpret_cast<const float2*>(lse_log2 + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float p = exp2_approx(fmaf(s_acc[4 * j + e], f.scale_log2, -(e % 2 == 0 ? l.x : l.y)));
+          if (crosses_right || crosses_left) {
+            const int key = warp_key0 + g + 8 * (e / 2), query = q0 + 8 * j + 2 * t + (e % 2);
+            if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
+          }
+          s_acc[4 * j + e] = p;
+        }
+      }
+      u32 p_frag[BQ / 16][4];
+      to_fragments<T, BQ>(s_acc, p_frag);
+
+      // dPᵀ = V dOᵀ, then dV += Pᵀ dO (Pᵀ from registers; dO MN-major: a k16 step is
+      // 16 query rows, 2048 bytes, column chunks BQ * 128 bytes apart): two groups.
+      float dp_acc[BQ / 2];
+      sm90::fence_accumulators(dp_acc);
+      sm90::fence_accumulators(dv_acc);
+      fence_fragments(p_frag);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const u32 chunk = kk / 4, step = (kk % 4) * 32;
+        WgmmaS::run(dp_acc,
+                    sm90::descriptor(v_tile + chunk * BK * 128 + group * 64 * 128 + step, 16, 1024),
+                    sm90::descriptor(do_stage + chunk * BQ * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      sm90::wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk)
+        WgmmaKV::run(dv_acc, p_frag[kk], sm90::descriptor(do_stage + kk * 2048, BQ * 128, 1024));
+      sm90::wgmma_commit();
+
+      // dSᵀ = Pᵀ ∘ (dPᵀ − D), P as rounded for dV.
+      sm90::wgmma_wait<1>();  // dPᵀ (older than dV) is done; dV may still run
+      sm90::fence_accumulators(dp_acc);
+      fence_fragments(p_frag);
+#pragma unroll
+      for (int j = 0; j < BQ / 8; ++j) {
+        const float2 d = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
+        float p0, p1, p2, p3;
+        unpack2<T>(p_frag[j / 2][2 * (j % 2)], p0, p1);
+        unpack2<T>(p_frag[j / 2][2 * (j % 2) + 1], p2, p3);
+        dp_acc[4 * j + 0] = p0 * (dp_acc[4 * j + 0] - d.x);
+        dp_acc[4 * j + 1] = p1 * (dp_acc[4 * j + 1] - d.y);
+        dp_acc[4 * j + 2] = p2 * (dp_acc[4 * j + 2] - d.x);
+        dp_acc[4 * j + 3] = p3 * (dp_acc[4 * j + 3] - d.y);
+      }
+      u32 ds_frag[BQ / 16][4];
+      to_fragments<T, BQ>(dp_acc, ds_frag);
+
+      // dK += dSᵀ Q (scaled once at the end).
+      sm90::fence_accumulators(dk_acc);
+      fence_fragments(ds_frag);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk)
+        WgmmaKV::run(dk_acc, ds_frag[kk], sm90::descriptor(q_stage + kk * 2048, BQ * 128, 1024));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dv_acc);
+      sm90::fence_accumulators(dk_acc);
+      fence_fragments(p_frag);
+      fence_fragments(ds_frag);
+      if (lane == 0) sm90::barrier_arrive(empty + 8 * s);  // this warp is done with the stage
+    }
+
+    // dK and dV of this thread's keys (rows past the sequence are not written; keys no
+    // query sees get 0).
+    const long long key_start = sequence.k_start;
+    T* dv = static_cast<T*>(args.dv) + batch * args.dv_batch + key_start * args.dv_seq +
+            kv_head * args.dv_head;
+    T* dk = static_cast<T*>(args.dk) + batch * args.dk_batch + key_start * args.dk_seq +
+            kv_head * args.dk_head;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = warp_key0 + g + 8 * h;
+      if (key >= seq_k) continue;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        *reinterpret_cast<u32*>(dv + key * args.dv_seq + 8 * j + 2 * t) =
+            pack2<T>(dv_acc[4 * j + 2 * h], dv_acc[4 * j + 2 * h + 1]);
+        *reinterpret_cast<u32*>(dk + key * args.dk_seq + 8 * j + 2 * t) =
+            pack2<T>(dk_acc[4 * j + 2 * h] * f.scale, dk_acc[4 * j + 2 * h + 1] * f.scale);
+      }
+    }
+  }
+};
+
+// ---- dQ: 128 queries of one head per block --------------------------------------
+// grid (ceil(seq_q / 128), heads, batch), 384 threads. BKT: keys per tile; WgmmaS:
+// m64nBKTk16 (descriptors, accumulate flag); WgmmaQ: m64nDk16, A in registers, B
+// transposed.
+template <typename T, int D, int BKT, int STAGES, typename WgmmaS, typename WgmmaQ>
+struct FlashBackwardQSm90 {
+  static constexpr int BM = 128;  // two consumer warpgroups of 64 queries
+  static constexpr int kThreads = 384;
+  static constexpr int kChunks = D / 64;
+  static constexpr int kRowsBytes = BM * D * 2;   // Q (or dO) of the block
+  static constexpr int kTileBytes = BKT * D * 2;  // one K (or V) tile
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES);  // q_full, full and empty per stage
+  static constexpr int kSharedBytes = 1024 + 2 * kRowsBytes + STAGES * kStageBytes + kBarrierBytes;
+  static_assert(D == 64 || D == 128, "whole 128-byte chunks of the head dim");
+  static_assert(BKT % 16 == 0 && BKT <= 256, "wgmma N");
+
+  __device__ static void run(const AttentionBackwardArgs& args, const TensorMap& map_q,
+                             const TensorMap& map_k, const TensorMap& map_v,
+                             const TensorMap& map_do) {
+    const AttentionArgs& f = args.forward;
+    extern __shared__ __align__(1024) unsigned char kjit_attention_shared[];
+    const u32 base = mma::shared_address(kjit_attention_shared);
+    const u32 q_tile = (base + 1023) & ~1023u;
+    const u32 do_tile = q_tile + kRowsBytes;
+    const u32 stages = do_tile + kRowsBytes;
+    const u32 q_full = stages + STAGES * kStageBytes;
+    const u32 full = q_full + 8, empty = full + 8 * STAGES;
+
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int kv_head = head / f.kv_group;
+    const bool longest_first = f.window_left < 0 && f.window_right >= 0;
+    const int row0 = (longest_first ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;
+    const BlockSequence sequence = block_sequence(f, batch, head);
+    const int seq_q = sequence.seq_q, seq_k = sequence.seq_k;
+    if (row0 >= seq_q) return;
+    const int q_token0 = static_cast<int>(sequence.q_start) + row0;
+    const int k_token0 = static_cast<int>(sequence.k_start);
+    const int map_batch = f.cu_seqlens_q != nullptr ? 0 : batch;
+
+    const int offset = seq_k - seq_q;
+    const int last_row = min(row0 + BM, seq_q) - 1;
+    int key_end = seq_k;
+    if (f.window_right >= 0) key_end = min(key_end, last_row + offset + f.window_right + 1);
+    int key_begin = 0;
+    if (f.window_left >= 0) key_begin = max(0, row0 + offset - f.window_left);
+    const int tile_begin = key_begin / BKT;
+    const int tiles = key_end > key_begin ? (key_end + BKT - 1) / BKT - tile_begin : 0;
+
+    if (threadIdx.x == 0) {
+      sm90::barrier_init(q_full, 1);
+      for (int s = 0; s < STAGES; ++s) {
+        sm90::barrier_init(full + 8 * s, 1);
+        sm90::barrier_init(empty + 8 * s, 8);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int group = static_cast<int>(threadIdx.x) / 128 - 1;
+    if (group < 0) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+      if (threadIdx.x == 0) {
+        sm90::barrier_arrive_expect_bytes(q_full, 2 * kRowsBytes);
+        for (int half = 0; half < 2; ++half)
+          for (int c = 0; c < kChunks; ++c) {
+            const u32 at = c * BM * 128 + half * 64 * 128;
+            sm90::tma_load_4d(q_tile + at, map_q, q_full, 64 * c, q_token0 + 64 * half, head,
+                              map_batch);
+            sm90::tma_load_4d(do_tile + at, map_do, q_full, 64 * c, q_token0 + 64 * half, head,
+                              map_batch);
+          }
+        for (int i = 0; i < tiles; ++i) {
+          const int s = i % STAGES;
+          const int key0 = (tile_begin + i) * BKT;
+          sm90::barrier_wait(empty + 8 * s, ((i / STAGES) & 1) ^ 1);
+          sm90::barrier_arrive_expect_bytes(full + 8 * s, kStageBytes);
+          const u32 k_stage = stages + s * kStageBytes, v_stage = k_stage + kTileBytes;
+          for (int c = 0; c < kChunks; ++c) {
+            sm90::tma_load_4d(k_stage + c * BKT * 128, map_k, full + 8 * s, 64 * c, k_token0 + key0,
+                              kv_head, map_batch);
+            sm90::tma_load_4d(v_stage + c * BKT * 128, map_v, full + 8 * s, 64 * c, k_token0 + key0,
+                              kv_head, map_batch);
+          }
+        }
+      }
+      return;
+    }
+
+    // ---- a consumer warpgroup: 64 queries ----
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int thread_row0 = row0 + group * 64 + warp * 16 + g;  // rows + 0 and + 8
+    const int warp_first = row0 + group * 64 + warp * 16, warp_last = warp_first + 15;
+    float lse_log2[2], delta[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = thread_row0 + 8 * h;
+      const bool inside = row < seq_q;
+      lse_log2[h] = inside ? args.lse_log2[sequence.lse_start + row] : plus_infinity();
+      delta[h] = inside ? args.delta[sequence.lse_start + row] : 0.0f;
+    }
+    float dq_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
+
+    sm90::barrier_wait(q_full, 0);
+    for (int i = 0; i < tiles; ++i) {
+      const int s = i % STAGES;
+      const u32 k_stage = stages + s * kStageBytes, v_stage = k_stage + kTileBytes;
+      const int key0 = (tile_begin + i) * BKT;
+      sm90::barrier_wait(full + 8 * s, (i / STAGES) & 1);
+
+      // S = Q Kᵀ and dP = dO Vᵀ.
+      float s_acc[BKT / 2], dp_acc[BKT / 2];
+      sm90::fence_accumulators(s_acc);
+      sm90::fence_accumulators(dp_acc);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const u32 chunk = kk / 4, step = (kk % 4) * 32;
+        WgmmaS::run(s_acc,
+                    sm90::descriptor(q_tile + chunk * BM * 128 + group * 64 * 128 + step, 16, 1024),
+                    sm90::descriptor(k_stage + chunk * BKT * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      sm90::wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const u32 chunk = kk / 4, step = (kk % 4) * 32;
+        WgmmaS::run(
+            dp_acc,
+            sm90::descriptor(do_tile + chunk * BM * 128 + group * 64 * 128 + step, 16, 1024),
+            sm90::descriptor(v_stage + chunk * BKT * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      sm90::wgmma_commit();
+
+      // P: s_acc[4j + e] is row thread_row0 + 8 (e / 2), key key0 + 8j + 2t + e % 2.
+      sm90::wgmma_wait<1>();
+      sm90::fence_accumulators(s_acc);
+      const bool crosses_end = key0 + BKT > seq_k;
+      const bool crosses_right =
+          f.window_right >= 0 && key0 + BKT - 1 > warp_first + offset + f.window_right;
+      const bool crosses_left = f.window_left >= 0 && key0 < warp_last + offset - f.window_left;
+#pragma unroll
+      for (int j = 0; j < BKT / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float p = exp2_approx(fmaf(s_acc[4 * j + e], f.scale_log2, -lse_log2[e / 2]));
+          if (crosses_end || crosses_right || crosses_left) {
+            const int key = key0 + 8 * j + 2 * t + (e % 2);
+            if (!key_visible(f, seq_k, key, thread_row0 + 8 * (e / 2) + offset)) p = 0.0f;
+          }
+          s_acc[4 * j + e] = p;
+        }
+      }
+      // dS = P ∘ (dP − D), then dQ += dS K (K MN-major: a k16 step is 16 keys).
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dp_acc);
+#pragma unroll
+      for (int j = 0; j < BKT / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_acc[4 * j + e] *= dp_acc[4 * j + e] - delta[e / 2];
+      u32 ds_frag[BKT / 16][4];
+      to_fragments<T, BKT>(s_acc, ds_frag);
+      sm90::fence_accumulators(dq_acc);
+      fence_fragments(ds_frag);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BKT / 16; ++kk)
+        WgmmaQ::run(dq_acc, ds_frag[kk], sm90::descriptor(k_stage + kk * 2048, BKT * 128, 1024));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dq_acc);
+      fence_fragments(ds_frag);
+      if (lane == 0) sm90::barrier_arrive(empty + 8 * s);
+    }
+
+    T* dq = static_cast<T*>(args.dq) + batch * args.dq_batch + sequence.q_start * args.dq_seq +
+            head * args.dq_head;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = thread_row0 + 8 * h;
+      if (row >= seq_q) continue;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        *reinterpret_cast<u32*>(dq + row * args.dq_seq + 8 * j + 2 * t) =
+            pack2<T>(dq_acc[4 * j + 2 * h] * f.scale, dq_acc[4 * j + 2 * h + 1] * f.scale);
+    }
+  }
+};
+
+}  // namespace attention
+}  // namespace kjit
