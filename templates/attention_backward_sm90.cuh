@@ -71,11 +71,30 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[N / 2], u32 (&f)
     for (int r = 0; r < 4; ++r) f[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
+// Ping-pong between the two consumer warpgroups: each issues its products only in
+// its turn (named barrier 1 + group) and then hands the turn over (2 - group), so
+// that while one warpgroup's products run the other computes P or dS and the two
+// do not sit idle together. Group 1 lets group 0 start; both take `rounds` turns.
+template <bool ON>
+struct Turns {
+  int group, rounds, round;
+  __device__ __forceinline__ void mine() {
+    if (!ON) return;
+    if (round == 0 && group == 1) sm90::named_barrier_arrive(1, 256);
+    sm90::named_barrier_sync(1 + group, 256);
+  }
+  __device__ __forceinline__ void yours() {
+    if (!ON) return;
+    if (!(group == 1 && round == rounds - 1)) sm90::named_barrier_arrive(2 - group, 256);
+    ++round;
+  }
+};
+
 // ---- dK and dV: 128 keys of one K/V head per block -----------------------------
 // grid (ceil(seq_k / 128), kv_heads, batch), 384 threads. BQ: query rows per tile;
 // WgmmaS: m64nBQk16, descriptors, accumulate flag; WgmmaKV: m64nDk16, A in
 // registers, B transposed.
-template <typename T, int D, int BQ, int STAGES, typename WgmmaS, typename WgmmaKV>
+template <typename T, int D, int BQ, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaKV>
 struct FlashBackwardKVSm90 {
   static constexpr int BK = 128;  // two consumer warpgroups of 64 keys
   static constexpr int kThreads = 384;
@@ -195,6 +214,7 @@ struct FlashBackwardKVSm90 {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
 
+    Turns<PINGPONG> turns{group, 3 * items, 0};  // three issue rounds per item
     sm90::barrier_wait(kv_full, 0);
     for (int item = 0; item < items; ++item) {
       const int s = item % STAGES;
@@ -207,6 +227,7 @@ struct FlashBackwardKVSm90 {
       // Sᵀ = K Qᵀ.
       float s_acc[BQ / 2];
       sm90::fence_accumulators(s_acc);
+      turns.mine();
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -216,6 +237,7 @@ struct FlashBackwardKVSm90 {
                     sm90::descriptor(q_stage + chunk * BQ * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
       }
       sm90::wgmma_commit();
+      turns.yours();
 
       // Pᵀ: s_acc[4j + e] is key warp_key0 + g + 8 (e / 2), query q0 + 8j + 2t + e % 2.
       sm90::wgmma_wait<0>();
@@ -246,6 +268,7 @@ struct FlashBackwardKVSm90 {
       sm90::fence_accumulators(dp_acc);
       sm90::fence_accumulators(dv_acc);
       fence_fragments(p_frag);
+      turns.mine();
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -259,6 +282,7 @@ struct FlashBackwardKVSm90 {
       for (int kk = 0; kk < BQ / 16; ++kk)
         WgmmaKV::run(dv_acc, p_frag[kk], sm90::descriptor(do_stage + kk * 2048, BQ * 128, 1024));
       sm90::wgmma_commit();
+      turns.yours();
 
       // dSᵀ = Pᵀ ∘ (dPᵀ − D), P as rounded for dV.
       sm90::wgmma_wait<1>();  // dPᵀ (older than dV) is done; dV may still run
@@ -281,11 +305,13 @@ struct FlashBackwardKVSm90 {
       // dK += dSᵀ Q (scaled once at the end).
       sm90::fence_accumulators(dk_acc);
       fence_fragments(ds_frag);
+      turns.mine();
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk)
         WgmmaKV::run(dk_acc, ds_frag[kk], sm90::descriptor(q_stage + kk * 2048, BQ * 128, 1024));
       sm90::wgmma_commit();
+      turns.yours();
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv_acc);
       sm90::fence_accumulators(dk_acc);
@@ -320,7 +346,7 @@ struct FlashBackwardKVSm90 {
 // grid (ceil(seq_q / 128), heads, batch), 384 threads. BKT: keys per tile; WgmmaS:
 // m64nBKTk16 (descriptors, accumulate flag); WgmmaQ: m64nDk16, A in registers, B
 // transposed.
-template <typename T, int D, int BKT, int STAGES, typename WgmmaS, typename WgmmaQ>
+template <typename T, int D, int BKT, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaQ>
 struct FlashBackwardQSm90 {
   static constexpr int BM = 128;  // two consumer warpgroups of 64 queries
   static constexpr int kThreads = 384;
@@ -423,6 +449,7 @@ struct FlashBackwardQSm90 {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
 
+    Turns<PINGPONG> turns{group, 2 * tiles, 0};  // two issue rounds per key tile
     sm90::barrier_wait(q_full, 0);
     for (int i = 0; i < tiles; ++i) {
       const int s = i % STAGES;
@@ -434,6 +461,7 @@ struct FlashBackwardQSm90 {
       float s_acc[BKT / 2], dp_acc[BKT / 2];
       sm90::fence_accumulators(s_acc);
       sm90::fence_accumulators(dp_acc);
+      turns.mine();
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -452,6 +480,7 @@ struct FlashBackwardQSm90 {
             sm90::descriptor(v_stage + chunk * BKT * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
       }
       sm90::wgmma_commit();
+      turns.yours();
 
       // P: s_acc[4j + e] is row thread_row0 + 8 (e / 2), key key0 + 8j + 2t + e % 2.
       sm90::wgmma_wait<1>();
@@ -483,11 +512,13 @@ struct FlashBackwardQSm90 {
       to_fragments<T, BKT>(s_acc, ds_frag);
       sm90::fence_accumulators(dq_acc);
       fence_fragments(ds_frag);
+      turns.mine();
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BKT / 16; ++kk)
         WgmmaQ::run(dq_acc, ds_frag[kk], sm90::descriptor(k_stage + kk * 2048, BKT * 128, 1024));
       sm90::wgmma_commit();
+      turns.yours();
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dq_acc);
       fence_fragments(ds_frag);

@@ -94,27 +94,30 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
   for (int bm : {64, 128}) {
     for (int bn : {64, 128}) {
       for (int stages : {2, 3}) {
-        attention::Config c{bm, bn, stages, 16};
-        c.wgmma = true;
-        std::string why;
-        if (device.cc_major * 10 + device.cc_minor != 90)
-          why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
-        else if (problem.head_dim != 64 && problem.head_dim != 128)
-          why =
-              fmt::format("the wgmma engine takes head dims 64 and 128, not {}", problem.head_dim);
-        else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin)
-          why = fmt::format("{} B of shared memory > the device's {} B",
-                            attention::shared_bytes(problem, c), device.shared_per_block_optin);
-        else if (backward_wgmma_registers(problem, c) > kWgmmaBackwardRegisterLimit)
-          why = fmt::format(
-              "head dim {}, {} queries and {} keys per tile need ~{} registers per thread "
-              "(> {} for 384 threads)",
-              problem.head_dim, bm, bn, backward_wgmma_registers(problem, c),
-              kWgmmaBackwardRegisterLimit);
-        if (why.empty())
-          space.push_back(c);
-        else if (pruned)
-          pruned->push_back(c.to_string() + ": " + why);
+        for (bool pingpong : {false, true}) {
+          attention::Config c{bm, bn, stages, 16};
+          c.wgmma = true;
+          c.pingpong = pingpong;
+          std::string why;
+          if (device.cc_major * 10 + device.cc_minor != 90)
+            why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
+          else if (problem.head_dim != 64 && problem.head_dim != 128)
+            why = fmt::format("the wgmma engine takes head dims 64 and 128, not {}",
+                              problem.head_dim);
+          else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin)
+            why = fmt::format("{} B of shared memory > the device's {} B",
+                              attention::shared_bytes(problem, c), device.shared_per_block_optin);
+          else if (backward_wgmma_registers(problem, c) > kWgmmaBackwardRegisterLimit)
+            why = fmt::format(
+                "head dim {}, {} queries and {} keys per tile need ~{} registers per thread "
+                "(> {} for 384 threads)",
+                problem.head_dim, bm, bn, backward_wgmma_registers(problem, c),
+                kWgmmaBackwardRegisterLimit);
+          if (why.empty())
+            space.push_back(c);
+          else if (pruned)
+            pruned->push_back(c.to_string() + ": " + why);
+        }
       }
     }
   }
@@ -216,7 +219,8 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
                         const cuda::DeviceProperties& device) {
   const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
   if (p.backward && c.wgmma)  // seven products for the credited five
-    return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.05 : 1.0);
+    return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.05 : 1.0) *
+           (c.pingpong ? 1.05 : 1.0);
   if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   if (c.wgmma)
@@ -231,8 +235,8 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
 
 std::string efficiency_key(const attention::Problem& p, const attention::Config& c) {
   if (p.backward)
-    return fmt::format("attention:backward:{}:d{}:{}x{}:s{}", c.wgmma ? "wgmma" : "sync",
-                       p.head_dim, c.bm, c.bn, c.stages);
+    return fmt::format("attention:backward:{}:d{}:{}x{}:s{}{}", c.wgmma ? "wgmma" : "sync",
+                       p.head_dim, c.bm, c.bn, c.stages, c.pingpong ? ":pp1" : "");
   return c.wgmma ? fmt::format("attention:wgmma:d{}:bn{}:s{}:pp{}", p.head_dim, c.bn, c.stages,
                                c.pingpong ? 1 : 0)
                  : fmt::format("attention:sync:d{}:{}x{}:w{}:s{}", p.head_dim, c.bm, c.bn,

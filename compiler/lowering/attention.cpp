@@ -216,9 +216,9 @@ void validate_problem(const Problem& p) {
 void validate(const Problem& p, const Config& c) {
   validate_problem(p);
   if (p.backward) {
-    if (c.pingpong)
+    if (c.pingpong && !c.wgmma)
       throw UserError("attention backward config " + c.to_string() + " asks for pingpong",
-                      "the backward kernels have no ping-pong schedule");
+                      "ping-pong applies to mma=wgmma only");
     if (c.wgmma) {
       if (p.head_dim != 64 && p.head_dim != 128)
         throw UserError(
@@ -230,7 +230,8 @@ void validate(const Problem& p, const Config& c) {
           throw UserError(
               fmt::format("attention backward config mma=wgmma,{}={} is not 64 or 128", name, v));
       if (c.stages < 2 || c.stages > 3)
-        throw UserError(fmt::format("attention backward config stages={} is not 2 or 3", c.stages));
+        throw UserError(
+            fmt::format("attention backward config mma=wgmma,stages={} is not 2 or 3", c.stages));
       return;
     }
     if (c.warp_rows != 16)
@@ -524,8 +525,8 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
     auto wgmma_kernel = [&](const std::string& role, int stream_rows) {
       const bool kv = role == "kv";
       KernelSource out =
-          skeleton(fmt::format("kjit_attention_bwd_{}_{}_d{}_wgmma_{}_s{}", kv ? "dkdv" : "dq",
-                               type, d, stream_rows, c.stages),
+          skeleton(fmt::format("kjit_attention_bwd_{}_{}_d{}_wgmma_{}_s{}{}", kv ? "dkdv" : "dq",
+                               type, d, stream_rows, c.stages, c.pingpong ? "_pingpong" : ""),
                    384, kv ? backward_kv_shared_bytes(p, c) : backward_q_shared_bytes(p, c));
       out.arch_specific = true;
       out.source = header(out, kv ? "step 2 of 3, dK and dV for 128 keys per block"
@@ -575,10 +576,11 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
       gradient.transpose_b = 1;
       out.source += wgmma_struct(gradient);
       out.source += fmt::format(
-          "typedef kjit::attention::{}<kjit::{}, {}, {}, {}, kjit_wgmma_scores,\n"
+          "typedef kjit::attention::{}<kjit::{}, {}, {}, {}, {}, kjit_wgmma_scores,\n"
           "                                          kjit_wgmma_gradient>\n"
           "    kjit_attention_step;\n\n",
-          kv ? "FlashBackwardKVSm90" : "FlashBackwardQSm90", type, d, stream_rows, c.stages);
+          kv ? "FlashBackwardKVSm90" : "FlashBackwardQSm90", type, d, stream_rows, c.stages,
+          c.pingpong ? "true" : "false");
       out.source +=
           kv ? "// grid: (ceil(seq_k / 128), kv_heads, batch); tensor maps of Q, K, V and dO\n"
              : "// grid: (ceil(seq_q / 128), heads, batch); tensor maps of Q, K, V and dO\n";

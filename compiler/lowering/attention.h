@@ -97,7 +97,8 @@ void validate_problem(const Problem& problem);
 // Plus the config's. mma.sync: warp_rows 16 or 32, bm a multiple of it in [16,
 // 128], bn in {16, 32, 64, 128}, stages 2..4. wgmma: head dim 64 or 128, bm 128, bn
 // 64 or 128, stages 2..4. Backward: mma.sync, warp_rows 16, bm and bn in {16, 32,
-// 64, 128}, stages 2..3.
+// 64, 128}, stages 2..3; or mma=wgmma (head dims 64 and 128), bm and bn in {64, 128},
+// stages 2..3, pingpong 0|1.
 void validate(const Problem& problem, const Config& config);
 
 // FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every

@@ -119,7 +119,7 @@ class AttentionTest : public testing::GpuTest {
       run_backward(c, chosen);
       const std::vector<Config> space = tuner::attention_space(p, device());
       for (const Config& other :
-           {Config::parse("bm=32,bn=32"), Config::parse("mma=wgmma,bm=64,bn=64")})
+           {Config::parse("bm=32,bn=32"), Config::parse("mma=wgmma,bm=64,bn=64,stages=2")})
         if (other.wgmma != chosen.wgmma &&
             std::find(space.begin(), space.end(), other) != space.end())
           run_backward(c, other);
@@ -459,7 +459,10 @@ TEST_F(AttentionTest, BackwardBadTensorsAreUserErrors) {
   misaligned.lse = base;
   misaligned.dk = base + 2;
   EXPECT_THROW(backward.launch(misaligned, nullptr), UserError);
-  EXPECT_THROW(AttentionBackward(runtime(), p, Config::parse("mma=wgmma")), UserError);
+  EXPECT_THROW(AttentionBackward(runtime(), p, Config::parse("mma=wgmma,stages=4")), UserError);
+  Problem d96 = p;
+  d96.head_dim = 96;
+  EXPECT_THROW(AttentionBackward(runtime(), d96, Config::parse("mma=wgmma")), UserError);
 }
 
 }  // namespace
