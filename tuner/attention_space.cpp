@@ -219,8 +219,8 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
                         const cuda::DeviceProperties& device) {
   const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
   if (p.backward && c.wgmma)  // seven products for the credited five
-    return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.05 : 1.0) *
-           (c.pingpong ? 1.05 : 1.0);
+    return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
+           (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0);
   if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   if (c.wgmma)

@@ -22,6 +22,7 @@
 #include "kjit/support/error.h"
 #include "kjit/tuner/family.h"
 #include "kjit/tuner/measure.h"
+#include "kjit/tuner/model.h"
 #include "tools/cli/command.h"
 
 namespace kjit::cli {
@@ -40,10 +41,14 @@ struct Point {
 struct Lesson {
   const char* name;
   const char* claim;     // the idea, one line
-  const char* x_label;   // what x is
+  const char* x_label;   // what x is; a point with x < 0 takes its arithmetic intensity
   const char* y_metric;  // "ms", "GB/s" or "TFLOP/s"
   std::vector<Point> (*points)();
   const char* missing = nullptr;  // set when it cannot run yet, and why
+  // An extra column computed from a point's problem (e.g. the memory a stored
+  // S x S matrix would take), and its heading; null: none.
+  double (*extra)(const nlohmann::json& spec) = nullptr;
+  const char* extra_label = nullptr;
 };
 
 nlohmann::json elementwise(const std::string& expr, const std::string& dtype, int64_t n) {
@@ -132,6 +137,52 @@ std::vector<Point> online_softmax_points() {
   return out;
 }
 
+nlohmann::json attention_spec(int64_t s, bool backward) {
+  nlohmann::json spec = {{"family", "attention"},
+                         {"batch", std::max<int64_t>(1, 16384 / s)},
+                         {"heads", 16},
+                         {"seq_q", s},
+                         {"head_dim", 128}};
+  if (backward) spec["backward"] = true;
+  return spec;
+}
+
+// The backward pass recomputes P = exp(scale · Q Kᵀ − LSE) tile by tile; storing P
+// instead would take batch x heads x S² 16-bit values. Measured: the backward pass
+// and, beside it, the forward pass — what recomputing S = Q Kᵀ costs at most (the
+// forward does that product and P V).
+std::vector<Point> recompute_points() {
+  std::vector<Point> out;
+  for (int64_t s : {512, 1024, 2048, 4096, 8192}) {
+    out.push_back({"backward, P recomputed", double(s), attention_spec(s, true), ""});
+    out.push_back({"forward (bounds the recompute)", double(s), attention_spec(s, false), ""});
+  }
+  return out;
+}
+
+// MB an S_q x S_k matrix of 16-bit values per (batch, head) would take.
+double score_matrix_mb(const nlohmann::json& spec) {
+  if (spec.value("family", "") != "attention") return 0;
+  const double batch = spec.value("batch", 1), heads = spec.value("heads", 1);
+  const double seq_q = spec.value("seq_q", 0), seq_k = spec.value("seq_k", seq_q);
+  return batch * heads * seq_q * seq_k * 2 / 1e6;
+}
+
+// Kernels of all three families at their arithmetic intensity (FLOP per byte of
+// DRAM traffic the model counts): short elementwise chains far left of the ridge,
+// matmul and attention right of it.
+std::vector<Point> roofline_points() {
+  const int64_t n = int64_t{1} << 26;
+  return {{"elementwise", -1, elementwise(chain(1), "f32", n), ""},
+          {"elementwise", -1, elementwise(chain(16), "f32", n), ""},
+          {"elementwise", -1, elementwise(chain(64), "f32", n), ""},
+          {"matmul", -1, matmul(4096, 4096, 256), ""},
+          {"matmul", -1, matmul(4096, 4096, 1024), ""},
+          {"matmul", -1, matmul(8192, 8192, 8192), ""},
+          {"attention", -1, attention_spec(512, false), ""},
+          {"attention", -1, attention_spec(8192, false), ""}};
+}
+
 const std::vector<Lesson>& lessons() {
   static const std::vector<Lesson> all = {
       {"fusion", "a chain fused into one kernel moves its bytes once: time stays flat as ops grow",
@@ -143,7 +194,7 @@ const std::vector<Lesson>& lessons() {
        "wider accesses (up to 16 bytes) reach the copy bandwidth with fewer instructions",
        "bytes per access", "GB/s", vectorization_points},
       {"roofline", "every kernel sits under min(peak FLOP/s, bandwidth x intensity)", "FLOP/B",
-       "TFLOP/s", nullptr, "gathers the other lessons' points: run them first"},
+       "TFLOP/s", roofline_points},
       {"tiling",
        "bigger tiles re-read A and B less: less traffic per FLOP, until registers run out",
        "tile area (bm x bn)", "TFLOP/s", tiling_points},
@@ -159,9 +210,10 @@ const std::vector<Lesson>& lessons() {
        "more",
        "N", "TFLOP/s", waves_points},
       {"online-softmax", "flash attention never stores the S x S scores: memory stays linear in S",
-       "sequence length", "TFLOP/s", online_softmax_points},
+       "sequence length", "TFLOP/s", online_softmax_points, nullptr, score_matrix_mb,
+       "S x S would take (MB)"},
       {"recompute", "the backward pass recomputes P from the log-sum-exp instead of storing it",
-       "sequence length", "ms", nullptr, "needs the attention backward pass (not built yet)"},
+       "sequence length", "ms", recompute_points, nullptr, score_matrix_mb, "P would take (MB)"},
   };
   return all;
 }
@@ -243,6 +295,7 @@ void lesson_command(const LessonOptions& o) {
     row.predicted_ms = p.ms;
     row.flops = p.work.flops;
     row.bytes = p.work.bytes;
+    if (row.point.x < 0) row.point.x = p.work.bytes > 0 ? p.work.flops / p.work.bytes : 0;
     if (measure) {
       std::unique_ptr<tuner::Harness> harness = make_harness(*runtime, *problem);
       const std::vector<tuner::Measured> m =
@@ -261,6 +314,7 @@ void lesson_command(const LessonOptions& o) {
     std::string series;
     double x = 0, predicted_ms = 0, measured_ms = 0, flops = 0, bytes = 0;
     std::string configs;
+    double extra = 0;
   };
   std::vector<Total> totals;
   for (const Row& r : rows) {
@@ -268,7 +322,8 @@ void lesson_command(const LessonOptions& o) {
       return t.series == r.point.series && t.x == r.point.x;
     });
     if (it == totals.end()) {
-      totals.push_back({r.point.series, r.point.x, 0, 0, 0, 0, r.config});
+      totals.push_back({r.point.series, r.point.x, 0, 0, 0, 0, r.config,
+                        lesson.extra ? lesson.extra(r.point.spec) : 0.0});
       it = totals.end() - 1;
     } else if (it->configs != r.config) {
       it->configs += " + " + r.config;
@@ -283,7 +338,7 @@ void lesson_command(const LessonOptions& o) {
   const std::string base = (std::filesystem::path(o.out) / lesson.name).string();
   std::ofstream csv(base + ".csv");
   csv << "series,x,predicted_ms,measured_ms,predicted_" << lesson.y_metric << ",measured_"
-      << lesson.y_metric << ",config\n";
+      << lesson.y_metric << ",config" << (lesson.extra ? ",extra" : "") << "\n";
   nlohmann::json json = {{"lesson", lesson.name},
                          {"claim", lesson.claim},
                          {"x", lesson.x_label},
@@ -291,27 +346,42 @@ void lesson_command(const LessonOptions& o) {
                          {"gpu", chooser.device().name},
                          {"measured", measure},
                          {"points", nlohmann::json::array()}};
-  std::cout << fmt::format("lesson {}: {}\n{} ({})\n\n", lesson.name, lesson.claim,
-                           target.describe(), measure ? "measured" : "the model's predictions");
+  std::cout << fmt::format("lesson {}: {}\n{} ({})\n", lesson.name, lesson.claim, target.describe(),
+                           measure ? "measured" : "the model's predictions");
+  {
+    const tuner::DeviceRates rates = tuner::rates_of(chooser.device());
+    const double peak =
+        rates.tensor_flops_per_sm_clock * rates.sm_clock_hz * chooser.device().sm_count;
+    std::cout << fmt::format(
+        "roofline of this GPU: {:.0f} TFLOP/s (16-bit tensor cores) and {:.2f} "
+        "TB/s of DRAM: the ridge is at {:.0f} FLOP/B\n\n",
+        peak / 1e12, rates.dram_bytes_per_s / 1e12, peak / rates.dram_bytes_per_s);
+    json["peak_tflops"] = peak / 1e12;
+    json["dram_tb_per_s"] = rates.dram_bytes_per_s / 1e12;
+  }
   const std::string unit = lesson.y_metric;
-  std::cout << fmt::format("{:<40} {:>18} {:>20}{}  {}\n", "series", lesson.x_label,
-                           "predicted " + unit,
-                           measure ? fmt::format(" {:>20}", "measured " + unit) : "", "config");
+  std::cout << fmt::format(
+      "{:<40} {:>18} {:>20}{}{}  {}\n", "series", lesson.x_label, "predicted " + unit,
+      measure ? fmt::format(" {:>20}", "measured " + unit) : "",
+      lesson.extra ? fmt::format(" {:>22}", lesson.extra_label) : "", "config");
   for (const Total& t : totals) {
     Row as_row;
     as_row.flops = t.flops;
     as_row.bytes = t.bytes;
     const double predicted = metric(lesson, as_row, t.predicted_ms);
     const double measured = metric(lesson, as_row, t.measured_ms);
-    std::cout << fmt::format("{:<40} {:>18g} {:>20.4g}{}  {}\n", t.series, t.x, predicted,
-                             measure ? fmt::format(" {:>20.4g}", measured) : "", t.configs);
-    csv << fmt::format("\"{}\",{},{},{},{},{},\"{}\"\n", t.series, t.x, t.predicted_ms,
-                       t.measured_ms, predicted, measured, t.configs);
-    json["points"].push_back({{"series", t.series},
-                              {"x", t.x},
-                              {"predicted_ms", t.predicted_ms},
-                              {"measured_ms", t.measured_ms},
-                              {"config", t.configs}});
+    std::cout << fmt::format("{:<40} {:>18.4g} {:>20.4g}{}{}  {}\n", t.series, t.x, predicted,
+                             measure ? fmt::format(" {:>20.4g}", measured) : "",
+                             lesson.extra ? fmt::format(" {:>22.4g}", t.extra) : "", t.configs);
+    csv << fmt::format("\"{}\",{},{},{},{},{},\"{}\"{}\n", t.series, t.x, t.predicted_ms,
+                       t.measured_ms, predicted, measured, t.configs,
+                       lesson.extra ? fmt::format(",{}", t.extra) : "");
+    nlohmann::json point = {
+        {"series", t.series},           {"x", t.x},         {"predicted_ms", t.predicted_ms},
+        {"measured_ms", t.measured_ms}, {"flops", t.flops}, {"bytes", t.bytes},
+        {"config", t.configs}};
+    if (lesson.extra) point[lesson.extra_label] = t.extra;
+    json["points"].push_back(point);
   }
   for (const Row& r : rows)
     if (!r.error.empty()) std::cout << "failed: " << r.point.series << ": " << r.error << "\n";
@@ -319,8 +389,12 @@ void lesson_command(const LessonOptions& o) {
   std::cout << fmt::format("\nwrote {}.csv and {}.json\n", base, base);
   if (o.plot) {
     const std::string command =
-        fmt::format("python3 tools/lessons/plot.py '{}.csv' --title '{}' --x '{}' --y '{}'", base,
-                    lesson.name, lesson.x_label, lesson.y_metric);
+        fmt::format("python3 tools/lessons/plot.py '{}.csv' --title '{}' --x '{}' --y '{}'{}", base,
+                    lesson.name, lesson.x_label, lesson.y_metric,
+                    std::string(lesson.name) == "roofline"
+                        ? fmt::format(" --log --roof {},{}", json["peak_tflops"].get<double>(),
+                                      json["dram_tb_per_s"].get<double>())
+                        : "");
     if (std::system((command + " 2>/dev/null").c_str()) != 0)
       std::cout << "plotting needs Python with matplotlib (pip install matplotlib); then: "
                 << command << "\n";

@@ -3,6 +3,7 @@
 measured values where there are any, else the model's predictions (dashed).
 
     python3 tools/lessons/plot.py lessons/waves.csv --title waves --x N --y TFLOP/s
+    python3 tools/lessons/plot.py lessons/roofline.csv --log --roof 989,4.8   # TFLOP/s, TB/s
 """
 import argparse
 import csv
@@ -16,6 +17,9 @@ def main():
     parser.add_argument("--x", default="x")
     parser.add_argument("--y", default="")
     parser.add_argument("--out", default=None, help="the image (default: the CSV's name, .png)")
+    parser.add_argument("--log", action="store_true", help="logarithmic axes")
+    parser.add_argument("--roof", default=None,
+                        help="PEAK_TFLOPS,TB_PER_S: draw the roofline min(peak, bandwidth x intensity)")
     args = parser.parse_args()
     try:
         import matplotlib
@@ -39,7 +43,19 @@ def main():
     for (name, kind), points in series.items():
         points.sort()
         axes.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                  linestyle="-" if kind == "measured" else "--", label=f"{name} ({kind})")
+                  linestyle="none" if args.roof else "-" if kind == "measured" else "--",
+                  label=f"{name} ({kind})")
+    if args.roof:
+        peak, bandwidth = (float(v) for v in args.roof.split(","))
+        xs = [p[0] for points in series.values() for p in points]
+        lo, hi = min(xs) / 2, max(xs) * 2
+        grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        axes.plot(grid, [min(peak, bandwidth * x) for x in grid], color="black", linewidth=1,
+                  label=f"roofline: {peak:.0f} TFLOP/s, {bandwidth:.2f} TB/s "
+                        f"(ridge {peak / bandwidth:.0f} FLOP/B)")
+    if args.log:
+        axes.set_xscale("log")
+        axes.set_yscale("log")
     axes.set_xlabel(args.x)
     axes.set_ylabel(args.y)
     axes.set_title(args.title)
