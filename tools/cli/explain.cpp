@@ -6,6 +6,8 @@
 // datasheet device of --gpu / --arch (an H200 by default) and says so.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <iostream>
 #include <map>
 #include <memory>
@@ -50,14 +52,20 @@ void explain_command(const ExplainCommand& c) {
   }
   // The compiled kernel's resources (ptxas), from the store or NVRTC now.
   tuner::KernelResources resources;
+  // Of several kernels (split-K's reduction, the attention backward's steps), the
+  // main one: the most shared memory (the tiled one), the first of equals.
   std::vector<KernelSource> sources = problem->sources(choice.config);
+  const KernelSource& main = *std::max_element(
+      sources.begin(), sources.end(), [](const KernelSource& a, const KernelSource& b) {
+        return a.dynamic_shared_bytes < b.dynamic_shared_bytes;
+      });
   const std::string arch = o.arch.empty() ? device.arch() : o.arch;
-  const CachedBinary binary = compile_cached(sources.front(), arch, chooser->store());
+  const CachedBinary binary = compile_cached(main, arch, chooser->store());
   for (const cuda::KernelStats& k : binary.kernels)
-    if (k.name == sources.front().name) {
-      resources.threads = sources.front().block_threads;
+    if (k.name == main.name) {
+      resources.threads = main.block_threads;
       resources.registers = k.registers;
-      resources.shared_bytes = sources.front().dynamic_shared_bytes + k.shared_bytes;
+      resources.shared_bytes = main.dynamic_shared_bytes + k.shared_bytes;
       resources.estimated = false;
     }
   const tuner::Prediction p =
