@@ -13,3 +13,10 @@ config.substitutions.append(("FileCheck", config.filecheck))
 # Generated code must not depend on the caller's environment.
 config.environment.pop("KJIT_DUMP", None)
 config.environment["KJIT_CACHE"] = "off"
+
+# tools/lessons/plot.py's tests need matplotlib.
+import subprocess
+if subprocess.run(["python3", "-c", "import matplotlib"], capture_output=True).returncode == 0:
+    config.available_features.add("matplotlib")
+config.substitutions.append(("%plot", "python3 " + os.path.join(
+    os.path.dirname(__file__), "..", "..", "tools", "lessons", "plot.py")))

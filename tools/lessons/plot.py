@@ -31,9 +31,12 @@ def main():
     series = {}
     with open(args.csv) as f:
         rows = list(csv.DictReader(f))
-    metric = next((k for k in rows[0] if k.startswith("measured_") and k != "measured_ms"), None)
+    # The lesson's metric (e.g. measured_TFLOP/s); a lesson measured in ms has only
+    # the ms columns.
+    metric = next((k for k in rows[0] if k.startswith("measured_") and k != "measured_ms"),
+                  "measured_ms")
     predicted_metric = next((k for k in rows[0] if k.startswith("predicted_") and
-                             k != "predicted_ms"), None)
+                             k != "predicted_ms"), "predicted_ms")
     for row in rows:
         measured = float(row[metric]) if metric else 0.0
         value, kind = (measured, "measured") if measured > 0 else \
