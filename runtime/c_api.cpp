@@ -45,6 +45,9 @@ struct kjit_matmul {
 struct kjit_attention {
   std::unique_ptr<kjit::attention::Attention> attention;
 };
+struct kjit_attention_backward {
+  std::unique_ptr<kjit::attention::AttentionBackward> backward;
+};
 
 namespace {
 
@@ -405,6 +408,53 @@ kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attentio
     t.v_strides = strides(args->v_strides);
     t.o_strides = strides(args->o_strides);
     attention->attention->launch(t, static_cast<CUstream>(stream));
+  });
+}
+
+kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
+                                           const kjit_attention_problem* problem,
+                                           kjit_attention_backward** out) {
+  return guarded([&] {
+    if (runtime == nullptr || out == nullptr)
+      throw kjit::UserError("kjit_attention_backward_create: runtime and out are required");
+    const kjit::attention::Problem p = attention_problem(problem);
+    auto handle = std::make_unique<kjit_attention_backward>();
+    handle->backward = std::make_unique<kjit::attention::AttentionBackward>(*runtime->runtime, p);
+    *out = handle.release();
+  });
+}
+
+void kjit_attention_backward_destroy(kjit_attention_backward* backward) {
+  delete backward;
+}
+
+kjit_status kjit_attention_backward_launch(kjit_attention_backward* backward,
+                                           const kjit_attention_backward_args* args, void* stream) {
+  return guarded([&] {
+    if (backward == nullptr || args == nullptr)
+      throw kjit::UserError("kjit_attention_backward_launch: backward and args are required");
+    auto strides = [](const kjit_attention_strides& s) {
+      return kjit::attention::Strides{s.batch, s.seq, s.head};
+    };
+    kjit::attention::BackwardTensors t;
+    t.q = args->q;
+    t.k = args->k;
+    t.v = args->v;
+    t.o = args->o;
+    t.lse = args->lse;
+    t.d_o = args->d_o;
+    t.dq = args->dq;
+    t.dk = args->dk;
+    t.dv = args->dv;
+    t.q_strides = strides(args->q_strides);
+    t.k_strides = strides(args->k_strides);
+    t.v_strides = strides(args->v_strides);
+    t.o_strides = strides(args->o_strides);
+    t.do_strides = strides(args->do_strides);
+    t.dq_strides = strides(args->dq_strides);
+    t.dk_strides = strides(args->dk_strides);
+    t.dv_strides = strides(args->dv_strides);
+    backward->backward->launch(t, static_cast<CUstream>(stream));
   });
 }
 

@@ -152,7 +152,9 @@ struct FlashBackwardKVSm90 {
       sm90::barrier_init(kv_full, 1);
       for (int s = 0; s < STAGES; ++s) {
         sm90::barrier_init(full + 8 * s, 1 + kLoaders);  // TMA's arrive + the loaders'
-        sm90::barrier_init(empty + 8 * s, 8);            // one per consumer warp
+        // Every consumer thread arrives: each reads the stage's LSE and D with its own
+        // loads, and an arrive releases only the arriving thread's reads.
+        sm90::barrier_init(empty + 8 * s, 256);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -317,7 +319,7 @@ struct FlashBackwardKVSm90 {
       sm90::fence_accumulators(dk_acc);
       fence_fragments(p_frag);
       fence_fragments(ds_frag);
-      if (lane == 0) sm90::barrier_arrive(empty + 8 * s);  // this warp is done with the stage
+      sm90::barrier_arrive(empty + 8 * s);  // this thread is done with the stage
     }
 
     // dK and dV of this thread's keys (rows past the sequence are not written; keys no

@@ -149,6 +149,26 @@ void kjit_attention_destroy(kjit_attention* attention);
 kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attention_args* args,
                                   void* stream);
 
+/* ---- attention, backward: dQ, dK, dV from dO, P recomputed from the forward's LSE ----
+ * Deterministic (the same bits every run). The handle owns a workspace: launches on one
+ * handle are ordered by their stream; use one handle per concurrent stream. */
+typedef struct kjit_attention_backward_args {
+  uint64_t q, k, v, o; /* the forward's inputs and output */
+  uint64_t lse;        /* the forward's LSE (f32), required */
+  uint64_t d_o;        /* the gradient of O */
+  uint64_t dq, dk, dv; /* outputs, the problem's dtype, laid out like q, k, v */
+  kjit_attention_strides q_strides, k_strides, v_strides, o_strides;
+  kjit_attention_strides do_strides, dq_strides, dk_strides, dv_strides;
+} kjit_attention_backward_args;
+typedef struct kjit_attention_backward kjit_attention_backward;
+/* The problem as for kjit_attention_create; the config is the tuner's for its backward pass. */
+kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
+                                           const kjit_attention_problem* problem,
+                                           kjit_attention_backward** out);
+void kjit_attention_backward_destroy(kjit_attention_backward* backward);
+kjit_status kjit_attention_backward_launch(kjit_attention_backward* backward,
+                                           const kjit_attention_backward_args* args, void* stream);
+
 /* ---- device memory, for programs without a CUDA setup of their own ---- */
 /* Buffers on the runtime's device. Uploads and downloads are synchronous and
  * ordered after work launched on the default stream (stream NULL). */

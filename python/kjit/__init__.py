@@ -21,7 +21,8 @@ import re
 import threading
 
 __all__ = ["Error", "UserError", "version", "emit", "compile", "elementwise", "matmul",
-           "Elementwise", "Matmul", "set_log"]
+           "attention", "emit_attention", "Elementwise", "Matmul", "Attention",
+           "AttentionBackward", "set_log"]
 
 
 class Error(RuntimeError):
@@ -93,6 +94,13 @@ class _AttentionArgs(ctypes.Structure):
                 ("v_strides", _AttentionStrides), ("o_strides", _AttentionStrides)]
 
 
+class _AttentionBackwardArgs(ctypes.Structure):
+    _fields_ = ([(name, ctypes.c_uint64) for name in
+                 ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv")] +
+                [(name + "_strides", _AttentionStrides) for name in
+                 ("q", "k", "v", "o", "do", "dq", "dk", "dv")])
+
+
 _UNIT_STRIDE = (ctypes.c_int64 * 1)(1)
 
 
@@ -129,6 +137,11 @@ _at_create = _declare("kjit_attention_create", ctypes.c_int, _P, ctypes.POINTER(
                       ctypes.POINTER(_P))
 _at_destroy = _declare("kjit_attention_destroy", None, _P)
 _at_launch = _declare("kjit_attention_launch", ctypes.c_int, _P, ctypes.POINTER(_AttentionArgs), _P)
+_ab_create = _declare("kjit_attention_backward_create", ctypes.c_int, _P,
+                      ctypes.POINTER(_AttentionProblem), ctypes.POINTER(_P))
+_ab_destroy = _declare("kjit_attention_backward_destroy", None, _P)
+_ab_launch = _declare("kjit_attention_backward_launch", ctypes.c_int, _P,
+                      ctypes.POINTER(_AttentionBackwardArgs), _P)
 _at_emit = _declare("kjit_attention_emit", ctypes.c_int, ctypes.POINTER(_AttentionProblem),
                     ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p))
 _emit = _declare("kjit_emit", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
@@ -577,14 +590,98 @@ class Attention:
         return o, lse
 
 
+class AttentionBackward:
+    """Flash attention, backward, for one problem: dq, dk, dv from do, recomputing P from
+    the forward's log-sum-exp (deterministic: the same bits every run)."""
+
+    def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
+                 causal=False, window=None, scale=None, device=None):
+        self.device = _device_index(device)
+        problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
+                                     window, scale)
+        handle = ctypes.c_void_p()
+        _check(_ab_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
+        self._handle = handle
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            _ab_destroy(handle)
+
+    def __call__(self, q, k, v, o, lse, d_o, layout="bshd"):
+        """The forward's q, k, v, o and lse and the gradient d_o (laid out like o).
+        Returns (dq, dk, dv), laid out like q, k, v."""
+        torch = _torch()
+        axes = (0, 1, 2) if layout == "bshd" else (0, 2, 1)  # batch, seq, head
+
+        def usable(t):  # the head dim contiguous, the other strides whole 16-byte rows
+            if t.stride(-1) != 1 or any(t.stride(axis) % 8 for axis in axes):
+                return t.contiguous()
+            return t
+
+        d_o = usable(d_o)
+        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+
+        def strides(t):
+            if t.stride(-1) != 1:
+                raise UserError("kjit attention needs the head dim contiguous (stride 1)", 1)
+            return _AttentionStrides(*(t.stride(axis) for axis in axes))
+
+        tensors = (q, k, v, o, d_o, dq, dk, dv)
+        args = _AttentionBackwardArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                      lse.data_ptr(), d_o.data_ptr(), dq.data_ptr(),
+                                      dk.data_ptr(), dv.data_ptr(), *(strides(t) for t in tensors))
+        _check(_ab_launch(self._handle, ctypes.byref(args), _raw_stream(q)))
+        return dq, dk, dv
+
+
 _attention_cache = {}
+_attention_backward_cache = {}
+
+
+def _attention_function():
+    """torch.autograd.Function over kjit's forward and backward kernels (made on first
+    use, so that importing kjit does not import torch)."""
+    global _AttentionFunction
+    if _AttentionFunction is not None:
+        return _AttentionFunction
+    torch = _torch()
+
+    class AttentionFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, key, layout):
+            o, lse = _attention_cache[key](q, k, v, layout)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.key, ctx.layout = key, layout
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        def backward(ctx, d_o, _d_lse):
+            q, k, v, o, lse = ctx.saved_tensors
+            kernel = _attention_backward_cache.get(ctx.key)
+            if kernel is None:
+                batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale, \
+                    device = ctx.key
+                kernel = _attention_backward_cache[ctx.key] = AttentionBackward(
+                    batch, heads, seq_q, head_dim, kv_heads, seq_k, dtype, causal, window, scale,
+                    device)
+            dq, dk, dv = kernel(q, k, v, o, lse, d_o, ctx.layout)
+            return dq, dk, dv, None, None
+
+    _AttentionFunction = AttentionFunction
+    return _AttentionFunction
+
+
+_AttentionFunction = None
 
 
 def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd"):
     """Flash attention (forward) of bfloat16/float16 q, k, v: layout "bshd" ([batch, seq,
     heads, D], the default) or "bhsd" ([batch, heads, seq, D], as SDPA); fewer K/V heads
     than query heads is grouped-query attention. `window`: (left, right) keys around the
-    diagonal (None: unbounded). Returns (o, lse)."""
+    diagonal (None: unbounded). Returns (o, lse). When q, k or v requires grad, o is
+    differentiable: backward runs kjit's (deterministic) backward kernels."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -603,6 +700,10 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd"):
     if kernel is None:
         kernel = _attention_cache[key] = Attention(batch, heads, seq_q, head_dim, kv_heads, seq_k,
                                                    dtype, causal, window, scale, q.get_device())
+    torch = _torch()
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # Differentiable: the backward kernels give dq, dk, dv (lse is not differentiated).
+        return _attention_function().apply(q, k, v, key, layout)
     return kernel(q, k, v, layout)
 
 

@@ -214,6 +214,44 @@ for label, b, h, g, s, d, causal, window, layout in (
           f"max rel error {err:.2e}, LSE max error {lse_err:.2e}")
 
 
+# Attention backward through torch.autograd: dq, dk, dv against autograd of an fp32
+# reference, BSHD causal GQA and BHSD with a window; twice, for the same bits.
+for label, b, h, g, s, d, causal, window, layout in (
+        ("bshd causal GQA 8/2 d128", 2, 8, 2, 1000, 128, True, None, "bshd"),
+        ("bhsd window 64:0 d64", 1, 4, 4, 513, 64, False, (64, 0), "bhsd")):
+    shape_q = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+    shape_k = (b, s, g, d) if layout == "bshd" else (b, g, s, d)
+    q = torch.randn(shape_q, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(shape_k, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(shape_k, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    d_o = torch.randn(shape_q, device=dev, dtype=torch.bfloat16)
+    o, _ = kjit.attention(q, k, v, causal=causal, window=window, layout=layout)
+    grads = torch.autograd.grad(o, (q, k, v), d_o)
+    again = torch.autograd.grad(kjit.attention(q, k, v, causal=causal, window=window,
+                                               layout=layout)[0], (q, k, v), d_o)
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    qs, ks, vs = ((t.transpose(1, 2) if layout == "bshd" else t) for t in (qf, kf, vf))
+    ks = ks.repeat_interleave(h // g, dim=1)
+    vs = vs.repeat_interleave(h // g, dim=1)
+    scores = qs @ ks.transpose(-1, -2) / d ** 0.5
+    left, right = window if window else ((None, 0) if causal else (None, None))
+    i = torch.arange(s, device=dev)[:, None]
+    j = torch.arange(s, device=dev)[None, :]
+    visible = torch.ones(s, s, dtype=torch.bool, device=dev)
+    if right is not None:
+        visible &= j - i <= right
+    if left is not None:
+        visible &= j - i >= -left
+    want_o = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ vs
+    want_o = want_o.transpose(1, 2) if layout == "bshd" else want_o
+    wants = torch.autograd.grad(want_o, (qf, kf, vf), d_o.float())
+    errors = [((got.float() - want).norm() / want.norm()).item() for got, want in zip(grads, wants)]
+    same = all(torch.equal(x, y) for x, y in zip(grads, again))
+    check(f"attention backward {label}", max(errors) < 2e-2 and same,
+          "relative L2 dq {:.2e} dk {:.2e} dv {:.2e}; second run {}".format(
+              *errors, "same bits" if same else "DIFFERENT bits"))
+
+
 def block(x, g, w, bias):
     h = torch.ops.kjit.elementwise("y = x * sigmoid(x) * g", "", [x, g])
     return torch.ops.kjit.matmul(h, w, "gelu(acc + bias)", "bias", [bias]) * 2

@@ -94,6 +94,11 @@ int main(void) {
   CHECK(kjit_attention_emit(NULL, "h200", &source) == KJIT_ERROR_USER);
   kjit_attention* attention_kernel = NULL;
   CHECK(kjit_attention_create(NULL, &attention, &attention_kernel) == KJIT_ERROR_USER);
+  kjit_attention_backward* backward_kernel = NULL;
+  CHECK(kjit_attention_backward_create(NULL, &attention, &backward_kernel) == KJIT_ERROR_USER);
+  CHECK(backward_kernel == NULL);
+  CHECK(kjit_attention_backward_launch(NULL, NULL, NULL) == KJIT_ERROR_USER);
+  kjit_attention_backward_destroy(NULL); /* like free(NULL) */
   CHECK(attention_kernel == NULL);
   CHECK(kjit_attention_launch(NULL, NULL, NULL) == KJIT_ERROR_USER);
   kjit_attention_destroy(NULL);
