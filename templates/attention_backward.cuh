@@ -70,6 +70,36 @@ __device__ __forceinline__ long long lse_row(const AttentionArgs& args, long lon
   return first_start + static_cast<long long>(heads_after_first) * row_length;
 }
 
+// Tiles [begin, begin + count) of a sequence.
+struct TileRange {
+  int begin, count;
+};
+
+// The tiles of `tile` queries in which some query sees one of the keys [key0, key0 +
+// keys) (clipped to seq_k): query i sees key j when j - i - (seq_k - seq_q) lies in
+// [-window_left, window_right].
+__device__ __forceinline__ TileRange query_tiles_seeing(const AttentionArgs& f, int seq_q,
+                                                        int seq_k, int key0, int keys, int tile) {
+  const int offset = seq_k - seq_q, last_key = min(key0 + keys, seq_k) - 1;
+  int begin = 0, end = seq_q;
+  if (f.window_right >= 0) begin = max(0, key0 - offset - f.window_right);
+  if (f.window_left >= 0) end = min(seq_q, last_key - offset + f.window_left + 1);
+  const int first = begin / tile;
+  return {first, end > begin ? (end + tile - 1) / tile - first : 0};
+}
+
+// The tiles of `tile` keys that some query of [row0, row0 + rows) (clipped to seq_q)
+// sees.
+__device__ __forceinline__ TileRange key_tiles_seen(const AttentionArgs& f, int seq_q, int seq_k,
+                                                    int row0, int rows, int tile) {
+  const int offset = seq_k - seq_q, last_row = min(row0 + rows, seq_q) - 1;
+  int end = seq_k, begin = 0;
+  if (f.window_right >= 0) end = min(end, last_row + offset + f.window_right + 1);
+  if (f.window_left >= 0) begin = max(0, row0 + offset - f.window_left);
+  const int first = begin / tile;
+  return {first, end > begin ? (end + tile - 1) / tile - first : 0};
+}
+
 // Copies `ROWS` rows of D elements (row r at base + r * row_stride) into a shared
 // tile of pitch D + 8 with cp.async; rows at or past `valid` are zero-filled.
 template <typename T, int D, int ROWS, int THREADS>
@@ -246,12 +276,8 @@ struct FlashBackwardKV {
     // ---- the query tiles that see any key of this block ----
     // Query i sees key j when j - i - offset is in [-window_left, window_right].
     const int offset = seq_k - seq_q;
-    const int last_key = min(key0 + BN, seq_k) - 1;
-    int query_begin = 0, query_end = seq_q;
-    if (f.window_right >= 0) query_begin = max(0, key0 - offset - f.window_right);
-    if (f.window_left >= 0) query_end = min(seq_q, last_key - offset + f.window_left + 1);
-    const int tile_begin = query_begin / BM;
-    const int tiles = query_end > query_begin ? (query_end + BM - 1) / BM - tile_begin : 0;
+    const TileRange range = query_tiles_seeing(f, seq_q, seq_k, key0, BN, BM);
+    const int tile_begin = range.begin, tiles = range.count;
     const int items = tiles * f.kv_group;  // (query head, query tile) pairs, head-major
 
     // ---- the pipeline: K and V once, then Q, dO, LSE and D per item ----
@@ -407,13 +433,8 @@ struct FlashBackwardQ {
 
     // The key tiles any row of the block sees (as in the forward pass).
     const int offset = seq_k - seq_q;
-    const int last_row = min(row0 + BM, seq_q) - 1;
-    int key_end = seq_k;
-    if (f.window_right >= 0) key_end = min(key_end, last_row + offset + f.window_right + 1);
-    int key_begin = 0;
-    if (f.window_left >= 0) key_begin = max(0, row0 + offset - f.window_left);
-    const int tile_begin = key_begin / BN;
-    const int tile_end = key_end > key_begin ? (key_end + BN - 1) / BN : tile_begin;
+    const TileRange range = key_tiles_seen(f, seq_q, seq_k, row0, BM, BN);
+    const int tile_begin = range.begin, tile_end = range.begin + range.count;
 
     load_rows<T, D, BM, kThreads>(q_tile, q + row0 * f.q_seq, f.q_seq, seq_q - row0);
     load_rows<T, D, BM, kThreads>(do_tile, d_o + row0 * args.do_seq, args.do_seq, seq_q - row0);

@@ -71,6 +71,30 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[N / 2], u32 (&f)
     for (int r = 0; r < 4; ++r) f[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
+// acc (64 x N) = A Bᵀ over the head dim D, both K-major in shared memory as column
+// chunks of 64 (128-byte swizzled rows): A is rows a_row0 .. a_row0 + 63 of a tile of
+// A_ROWS rows, B a tile of N rows. D / 16 wgmma k steps, the first overwriting acc.
+template <typename Wgmma, int D, int A_ROWS, int N>
+__device__ __forceinline__ void product_k_major(float (&acc)[N / 2], u32 a_tile, int a_row0,
+                                                u32 b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const u32 chunk = kk / 4, step = (kk % 4) * 32;  // a k16 step is 32 bytes of a row
+    Wgmma::run(acc, sm90::descriptor(a_tile + chunk * A_ROWS * 128 + a_row0 * 128 + step, 16, 1024),
+               sm90::descriptor(b_tile + chunk * N * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
+  }
+}
+
+// acc (64 x D) += A B: A (64 x K) from registers, B a tile of K rows read MN-major (a
+// k16 step is 16 rows, 2048 bytes; column chunks K * 128 bytes apart).
+template <typename Wgmma, int K, int N>
+__device__ __forceinline__ void product_registers_mn(float (&acc)[N / 2], u32 (&a)[K / 16][4],
+                                                     u32 b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    Wgmma::run(acc, a[kk], sm90::descriptor(b_tile + kk * 2048, K * 128, 1024));
+}
+
 // Ping-pong between the two consumer warpgroups: each issues its products only in
 // its turn (named barrier 1 + group) and then hands the turn over (2 - group), so
 // that while one warpgroup's products run the other computes P or dS and the two
@@ -138,12 +162,8 @@ struct FlashBackwardKVSm90 {
 
     // The query tiles that see any key of this block (attention_backward.cuh).
     const int offset = seq_k - seq_q;
-    const int last_key = min(key0 + BK, seq_k) - 1;
-    int query_begin = 0, query_end = seq_q;
-    if (f.window_right >= 0) query_begin = max(0, key0 - offset - f.window_right);
-    if (f.window_left >= 0) query_end = min(seq_q, last_key - offset + f.window_left + 1);
-    const int tile_begin = query_begin / BQ;
-    const int tiles = query_end > query_begin ? (query_end + BQ - 1) / BQ - tile_begin : 0;
+    const TileRange range = query_tiles_seeing(f, seq_q, seq_k, key0, BK, BQ);
+    const int tile_begin = range.begin, tiles = range.count;
     const int items = tiles * f.kv_group;  // (query head, query tile), head-major
     auto item_head = [&](int item) { return first_head + item / tiles; };
     auto item_row0 = [&](int item) { return (tile_begin + item % tiles) * BQ; };
@@ -231,13 +251,7 @@ struct FlashBackwardKVSm90 {
       sm90::fence_accumulators(s_acc);
       turns.mine();
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const u32 chunk = kk / 4, step = (kk % 4) * 32;
-        WgmmaS::run(s_acc,
-                    sm90::descriptor(k_tile + chunk * BK * 128 + group * 64 * 128 + step, 16, 1024),
-                    sm90::descriptor(q_stage + chunk * BQ * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
-      }
+      product_k_major<WgmmaS, D, BK, BQ>(s_acc, k_tile, group * 64, q_stage);
       sm90::wgmma_commit();
       turns.yours();
 
@@ -272,17 +286,9 @@ struct FlashBackwardKVSm90 {
       fence_fragments(p_frag);
       turns.mine();
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const u32 chunk = kk / 4, step = (kk % 4) * 32;
-        WgmmaS::run(dp_acc,
-                    sm90::descriptor(v_tile + chunk * BK * 128 + group * 64 * 128 + step, 16, 1024),
-                    sm90::descriptor(do_stage + chunk * BQ * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
-      }
+      product_k_major<WgmmaS, D, BK, BQ>(dp_acc, v_tile, group * 64, do_stage);
       sm90::wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk)
-        WgmmaKV::run(dv_acc, p_frag[kk], sm90::descriptor(do_stage + kk * 2048, BQ * 128, 1024));
+      product_registers_mn<WgmmaKV, BQ, D>(dv_acc, p_frag, do_stage);
       sm90::wgmma_commit();
       turns.yours();
 
@@ -309,9 +315,7 @@ struct FlashBackwardKVSm90 {
       fence_fragments(ds_frag);
       turns.mine();
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk)
-        WgmmaKV::run(dk_acc, ds_frag[kk], sm90::descriptor(q_stage + kk * 2048, BQ * 128, 1024));
+      product_registers_mn<WgmmaKV, BQ, D>(dk_acc, ds_frag, q_stage);
       sm90::wgmma_commit();
       turns.yours();
       sm90::wgmma_wait<0>();
@@ -385,13 +389,8 @@ struct FlashBackwardQSm90 {
     const int map_batch = f.cu_seqlens_q != nullptr ? 0 : batch;
 
     const int offset = seq_k - seq_q;
-    const int last_row = min(row0 + BM, seq_q) - 1;
-    int key_end = seq_k;
-    if (f.window_right >= 0) key_end = min(key_end, last_row + offset + f.window_right + 1);
-    int key_begin = 0;
-    if (f.window_left >= 0) key_begin = max(0, row0 + offset - f.window_left);
-    const int tile_begin = key_begin / BKT;
-    const int tiles = key_end > key_begin ? (key_end + BKT - 1) / BKT - tile_begin : 0;
+    const TileRange range = key_tiles_seen(f, seq_q, seq_k, row0, BM, BKT);
+    const int tile_begin = range.begin, tiles = range.count;
 
     if (threadIdx.x == 0) {
       sm90::barrier_init(q_full, 1);
@@ -465,22 +464,9 @@ struct FlashBackwardQSm90 {
       sm90::fence_accumulators(dp_acc);
       turns.mine();
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const u32 chunk = kk / 4, step = (kk % 4) * 32;
-        WgmmaS::run(s_acc,
-                    sm90::descriptor(q_tile + chunk * BM * 128 + group * 64 * 128 + step, 16, 1024),
-                    sm90::descriptor(k_stage + chunk * BKT * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
-      }
+      product_k_major<WgmmaS, D, BM, BKT>(s_acc, q_tile, group * 64, k_stage);
       sm90::wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const u32 chunk = kk / 4, step = (kk % 4) * 32;
-        WgmmaS::run(
-            dp_acc,
-            sm90::descriptor(do_tile + chunk * BM * 128 + group * 64 * 128 + step, 16, 1024),
-            sm90::descriptor(v_stage + chunk * BKT * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
-      }
+      product_k_major<WgmmaS, D, BM, BKT>(dp_acc, do_tile, group * 64, v_stage);
       sm90::wgmma_commit();
       turns.yours();
 
@@ -516,9 +502,7 @@ struct FlashBackwardQSm90 {
       fence_fragments(ds_frag);
       turns.mine();
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BKT / 16; ++kk)
-        WgmmaQ::run(dq_acc, ds_frag[kk], sm90::descriptor(k_stage + kk * 2048, BKT * 128, 1024));
+      product_registers_mn<WgmmaQ, BKT, D>(dq_acc, ds_frag, k_stage);
       sm90::wgmma_commit();
       turns.yours();
       sm90::wgmma_wait<0>();
