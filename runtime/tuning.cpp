@@ -406,13 +406,36 @@ class ElementwiseHarness : public tuner::Harness {
       host_.push_back(ir::random_input(graph, ids[i], problem_.inputs()[i].shape, seed + i));
       set_bytes += static_cast<double>(host_.back().data.size());
     }
-    const std::vector<NpyArray>& host = host_;
+    // The device bytes of each input: the values as they are, or for a strided input
+    // scattered to their strided places (the elements between them zero).
+    std::vector<std::vector<char>> device_bytes(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const TensorArg& t = problem_.inputs()[i];
+      if (t.strides.empty()) continue;
+      const size_t elem = static_cast<size_t>(ir::size_bytes(t.dtype));
+      int64_t extent = 1;  // elements the strided view spans
+      for (size_t d = 0; d < t.shape.size(); ++d) extent += (t.shape[d] - 1) * t.strides[d];
+      device_bytes[i].assign(static_cast<size_t>(extent) * elem, 0);
+      std::vector<int64_t> index(t.shape.size(), 0);
+      const int64_t count = static_cast<int64_t>(host_[i].data.size() / elem);
+      for (int64_t e = 0; e < count; ++e) {  // row-major over the logical shape
+        int64_t offset = 0;
+        for (size_t d = 0; d < index.size(); ++d) offset += index[d] * t.strides[d];
+        std::memcpy(device_bytes[i].data() + offset * elem, host_[i].data.data() + e * elem, elem);
+        for (size_t d = index.size(); d-- > 0;) {
+          if (++index[d] < t.shape[d]) break;
+          index[d] = 0;
+        }
+      }
+      set_bytes += static_cast<double>(device_bytes[i].size() - host_[i].data.size());
+    }
     const int sets = input_sets_for(set_bytes, runtime.device().l2_bytes);
     for (int s = 0; s < sets; ++s) {
       std::vector<TensorArg> args = problem_.inputs();
       for (size_t i = 0; i < ids.size(); ++i) {
-        buffers_.emplace_back(std::max<size_t>(host[i].data.size(), 16));
-        buffers_.back().upload(host[i].data.data(), host[i].data.size());
+        const std::vector<char>& bytes = device_bytes[i].empty() ? host_[i].data : device_bytes[i];
+        buffers_.emplace_back(std::max<size_t>(bytes.size(), 16));
+        buffers_.back().upload(bytes.data(), bytes.size());
         args[i].data = buffers_.back().get();
       }
       inputs_.push_back(std::move(args));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 #include <sstream>
 
@@ -94,8 +95,12 @@ double elementwise_cost(const Graph& graph) {
 }
 
 ElementwiseTuning::ElementwiseTuning(std::string expression, std::string dtype,
-                                     std::map<std::string, int64_t> sizes)
-    : expression_(std::move(expression)), dtype_(std::move(dtype)), sizes_(std::move(sizes)) {
+                                     std::map<std::string, int64_t> sizes,
+                                     std::map<std::string, std::vector<int64_t>> strides)
+    : expression_(std::move(expression)),
+      dtype_(std::move(dtype)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)) {
   ir::ParseOptions options;
   if (!dtype_.empty()) {
     std::optional<DType> d = ir::parse_dtype(dtype_);
@@ -123,9 +128,27 @@ ElementwiseTuning::ElementwiseTuning(std::string expression, std::string dtype,
     address += 256;
     return t;
   };
-  for (int id : graph.inputs())
-    inputs_.push_back(
-        tensor(graph.node(id).dtype, graph.node(id).shape, "input '" + graph.node(id).name + "'"));
+  std::map<std::string, std::vector<int64_t>> unused = strides_;
+  for (int id : graph.inputs()) {
+    const std::string& name = graph.node(id).name;
+    inputs_.push_back(tensor(graph.node(id).dtype, graph.node(id).shape, "input '" + name + "'"));
+    auto it = unused.find(name);
+    if (it == unused.end()) continue;
+    if (it->second.size() != inputs_.back().shape.size())
+      throw UserError(fmt::format("elementwise problem: input '{}' has {} dims but {} strides",
+                                  name, inputs_.back().shape.size(), it->second.size()),
+                      "one stride (in elements) per dim");
+    for (const int64_t stride : it->second)
+      if (stride < 0)
+        throw UserError(fmt::format("elementwise problem: input '{}' has a negative stride ({})",
+                                    name, stride));
+    inputs_.back().strides = it->second;
+    unused.erase(it);
+  }
+  if (!unused.empty())
+    throw UserError("elementwise problem: strides for '" + unused.begin()->first +
+                        "', which is not an input of the expression",
+                    "strides name inputs");
   for (const auto& [name, id] : graph.outputs())
     outputs_.push_back(tensor(graph.node(id).dtype, graph.output_shape(), "output '" + name + "'"));
   plan_ = ir::plan_elementwise(graph, hex64(hash64(ir::print(graph))), ElementwiseConfig(), inputs_,
@@ -144,8 +167,16 @@ void ElementwiseTuning::derive_shape() {
   shape_.cols = plan_.cols;
   shape_.aligned = plan_.problem.aligned;
   const std::vector<int> ids = plan_.problem.graph.inputs();
-  for (size_t i = 0; i < ids.size(); ++i)
-    shape_.inputs.emplace_back(plan_.problem.graph.node(ids[i]).dtype, plan_.problem.access[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const DType dtype = plan_.problem.graph.node(ids[i]).dtype;
+    shape_.inputs.emplace_back(dtype, plan_.problem.access[i]);
+    if (plan_.problem.access[i] == Access::Strided && i < plan_.strides.size()) {
+      const double element = element_bytes(dtype);
+      const double apart = static_cast<double>(std::llabs(plan_.strides[i].second)) * element;
+      const double fetched = std::min(32.0, std::max(element, apart));  // per element
+      shape_.wasted_bytes += static_cast<double>(plan_.n) * (fetched - element);
+    }
+  }
   for (const auto& [name, id] : plan_.problem.graph.outputs())
     shape_.outputs.push_back(plan_.problem.graph.node(id).dtype);
   shape_.cost = elementwise_cost(plan_.problem.graph);
@@ -165,6 +196,7 @@ nlohmann::json ElementwiseTuning::spec() const {
     throw InternalError("an elementwise problem planned by the runtime has no spec");
   nlohmann::json out = {{"family", "elementwise"}, {"expr", expression_}, {"sizes", sizes_}};
   if (!dtype_.empty()) out["dtype"] = dtype_;
+  if (!strides_.empty()) out["strides"] = strides_;
   return out;
 }
 
@@ -290,8 +322,13 @@ Prediction ElementwiseTuning::predict(const std::string& text, const cuda::Devic
   const double tail =
       c.tiles ? out.waves.utilization() : vectors / (iterations * blocks * per_block);
   const double active = std::min(1.0, static_cast<double>(blocks) / sms);
-  out.memory_ms = out.work.bytes /
+  out.memory_ms = (out.work.bytes + shape_.wasted_bytes) /
                   (rates.dram_bytes_per_s * out.efficiency * latency_cover * tail * active) * 1e3;
+  if (shape_.wasted_bytes > 0)
+    out.notes.push_back(fmt::format(
+        "strided reads fetch {:.0f} MB beyond the {:.0f} MB used (a 32-byte sector per element "
+        "when elements are 32 bytes or more apart)",
+        shape_.wasted_bytes / 1e6, out.work.bytes / 1e6));
   // 128 fp32 lanes per SM per clock.
   out.compute_ms = out.work.flops / (sms * 128.0 * rates.sm_clock_hz * tail * active) * 1e3;
   out.overhead_ms = kLaunchSeconds * 1e3;
@@ -306,11 +343,11 @@ Prediction ElementwiseTuning::predict(const std::string& text, const cuda::Devic
 }
 
 std::unique_ptr<ElementwiseTuning> elementwise_from_spec(const nlohmann::json& spec) {
-  static const char* kKeys[] = {"family", "expr", "dtype", "sizes"};
+  static const char* kKeys[] = {"family", "expr", "dtype", "sizes", "strides"};
   for (const auto& [key, value] : spec.items())
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
       throw UserError("elementwise spec: unknown field '" + key + "'",
-                      "the fields are expr, dtype, sizes");
+                      "the fields are expr, dtype, sizes, strides");
   if (!spec.contains("expr") || !spec.at("expr").is_string())
     throw UserError("elementwise spec: 'expr' (the expression, a string) is missing");
   std::string dtype;
@@ -330,7 +367,24 @@ std::unique_ptr<ElementwiseTuning> elementwise_from_spec(const nlohmann::json& s
       sizes[name] = value.get<int64_t>();
     }
   }
-  return std::make_unique<ElementwiseTuning>(spec.at("expr").get<std::string>(), dtype, sizes);
+  std::map<std::string, std::vector<int64_t>> strides;
+  if (spec.contains("strides")) {
+    if (!spec.at("strides").is_object())
+      throw UserError("elementwise spec: 'strides' must be an object such as {\"x\": [1, 4096]}");
+    for (const auto& [name, value] : spec.at("strides").items()) {
+      std::vector<int64_t> list;
+      if (value.is_array())
+        for (const nlohmann::json& item : value)
+          if (item.is_number_integer() && item.get<int64_t>() >= 0)
+            list.push_back(item.get<int64_t>());
+      if (!value.is_array() || list.size() != value.size())
+        throw UserError("elementwise spec: strides of '" + name +
+                        "' must be a list of integers >= 0, got " + value.dump());
+      strides[name] = list;
+    }
+  }
+  return std::make_unique<ElementwiseTuning>(spec.at("expr").get<std::string>(), dtype, sizes,
+                                             strides);
 }
 
 std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& signature) {

@@ -19,9 +19,11 @@ class ElementwiseTuning : public TuningProblem {
  public:
   // `expression` in the IR's text form; inputs contiguous with the declared shapes,
   // symbolic dims bound by `sizes` ({"n": 268435456}); `dtype` the default dtype of
-  // undeclared inputs ("" for f32).
-  ElementwiseTuning(std::string expression, std::string dtype,
-                    std::map<std::string, int64_t> sizes);
+  // undeclared inputs ("" for f32). `strides` (elements, one per dim) makes an input
+  // strided: read through a view whose elements are that far apart (a transposed or
+  // padded tensor, every k-th element), as the runtime reads such tensors.
+  ElementwiseTuning(std::string expression, std::string dtype, std::map<std::string, int64_t> sizes,
+                    std::map<std::string, std::vector<int64_t>> strides = {});
   // For a planned launch of an optimized graph (the runtime's path).
   explicit ElementwiseTuning(ElementwisePlan plan);
 
@@ -52,6 +54,10 @@ class ElementwiseTuning : public TuningProblem {
     std::vector<std::pair<DType, ir::Access>> inputs;
     std::vector<DType> outputs;
     double cost = 0;  // elementwise_cost()
+    // DRAM bytes fetched beyond the useful ones: strided inputs whose consecutive
+    // elements (along a row) are more than one element apart pull a 32-byte sector
+    // per element (L2 reuse across rows not counted).
+    double wasted_bytes = 0;
   };
 
  private:
@@ -61,6 +67,7 @@ class ElementwiseTuning : public TuningProblem {
 
   std::string expression_, dtype_;
   std::map<std::string, int64_t> sizes_;
+  std::map<std::string, std::vector<int64_t>> strides_;
   ElementwisePlan plan_;
   bool has_plan_ = false;  // false when rebuilt from a signature (model only)
   std::vector<TensorArg> inputs_, outputs_;

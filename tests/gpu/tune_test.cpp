@@ -13,6 +13,7 @@
 #include "kjit/runtime/tuning.h"
 #include "kjit/tuner/elementwise_space.h"
 #include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/measure.h"
 #include "kjit/tuner/tune.h"
 #include "kjit/tuner/worker.h"
 #include "tests/gpu/planted.h"
@@ -85,6 +86,43 @@ TEST_F(TunerGpu, TunedConfigsAreStoredAndChosen) {
   matmul::Matmul tuned(rt, p);
   EXPECT_EQ(tuned.config_source(), "store");
   EXPECT_EQ(tuned.config().to_string(), rt.chooser().choose(mm).config);
+}
+
+// Strided inputs through the harness (the coalescing lesson): the values are
+// scattered to their strided places, the kernel reads them through the strided
+// pattern and passes the check; every 32nd float is slower per useful byte than
+// contiguous ones, and a transposed read slower than a straight one.
+TEST_F(TunerGpu, StridedInputsAreMeasuredAndChecked) {
+  Runtime& rt = runtime();
+  auto median_ms = [&](const nlohmann::json& spec) {
+    const std::unique_ptr<tuner::TuningProblem> problem = tuner::make_problem(spec);
+    const std::string config = rt.chooser().choose(*problem).config;
+    std::unique_ptr<tuner::Harness> harness = make_harness(rt, *problem);
+    const std::vector<tuner::Measured> m =
+        tuner::measure(*harness, {config}, rt.device(), tuner::TimerOptions{});
+    EXPECT_EQ(m.size(), 1u);
+    EXPECT_TRUE(!m.empty() && m[0].ok())
+        << problem->signature() << ": " << (m.empty() ? "" : m[0].error);
+    return m.empty() ? 0.0 : m[0].summary.median_ms;
+  };
+  auto copy = [](int64_t stride) {
+    return nlohmann::json{{"family", "elementwise"},
+                          {"expr", "x:f32[n]; y = x"},
+                          {"sizes", {{"n", 1 << 22}}},
+                          {"strides", {{"x", {stride}}}}};
+  };
+  const double unit = median_ms(copy(1)), far = median_ms(copy(32));
+  EXPECT_GT(far, 2 * unit);
+  auto square = [](int64_t s0, int64_t s1) {
+    return nlohmann::json{{"family", "elementwise"},
+                          {"expr", "x:f32[m,n]; y = x * 2"},
+                          {"sizes", {{"m", 2048}, {"n", 2048}}},
+                          {"strides", {{"x", {s0, s1}}}}};
+  };
+  const double straight = median_ms(square(2048, 1)), transposed = median_ms(square(1, 2048));
+  EXPECT_GT(transposed, straight);
+  std::printf("copy: stride 1 %.4f ms, stride 32 %.4f ms; 2048^2: straight %.4f, transposed %.4f\n",
+              unit, far, straight, transposed);
 }
 
 }  // namespace

@@ -44,7 +44,6 @@ struct Lesson {
   const char* x_label;   // what x is; a point with x < 0 takes its arithmetic intensity
   const char* y_metric;  // "ms", "GB/s" or "TFLOP/s"
   std::vector<Point> (*points)();
-  const char* missing = nullptr;  // set when it cannot run yet, and why
   // An extra column computed from a point's problem (e.g. the memory a stored
   // S x S matrix would take), and its heading; null: none.
   double (*extra)(const nlohmann::json& spec) = nullptr;
@@ -74,6 +73,29 @@ std::vector<Point> fusion_points() {
     for (int i = 0; i < ops; ++i)
       out.push_back({"one kernel per op", double(ops), elementwise(chain(1), "f32", n), ""});
   }
+  return out;
+}
+
+// The same copy, y = x, reading x with unit stride, every k-th element, and as a
+// transposed matrix: the useful bytes per second fall as a warp's 32 loads spread
+// over more 32-byte sectors.
+std::vector<Point> coalescing_points() {
+  std::vector<Point> out;
+  const int64_t n = int64_t{1} << 24;
+  for (int64_t stride : {1, 2, 4, 8, 16, 32}) {
+    nlohmann::json spec = elementwise("x:f32[n]; y = x", "f32", n);
+    spec["strides"] = {{"x", {stride}}};
+    out.push_back({"1-D copy reading every k-th float", double(stride), spec, ""});
+  }
+  const int64_t side = 4096;
+  nlohmann::json transpose = {{"family", "elementwise"},
+                              {"expr", "x:f32[m,n]; y = x"},
+                              {"sizes", {{"m", side}, {"n", side}}},
+                              {"strides", {{"x", {1, side}}}}};
+  out.push_back({"4096 x 4096 transpose (x read column-wise)", double(side), transpose, ""});
+  nlohmann::json straight = transpose;
+  straight["strides"] = {{"x", {side, 1}}};
+  out.push_back({"4096 x 4096 copy, strides given (row-wise)", 1, straight, ""});
   return out;
 }
 
@@ -188,8 +210,8 @@ const std::vector<Lesson>& lessons() {
       {"fusion", "a chain fused into one kernel moves its bytes once: time stays flat as ops grow",
        "ops in the chain", "ms", fusion_points},
       {"coalescing",
-       "a warp's 32 loads of adjacent addresses are one transaction; strided ones are 32", "stride",
-       "GB/s", nullptr, "needs strided elementwise inputs in the lesson runner"},
+       "a warp's 32 loads of adjacent addresses are one transaction; strided ones are 32",
+       "stride (elements)", "GB/s", coalescing_points},
       {"vectorization",
        "wider accesses (up to 16 bytes) reach the copy bandwidth with fewer instructions",
        "bytes per access", "GB/s", vectorization_points},
@@ -210,10 +232,10 @@ const std::vector<Lesson>& lessons() {
        "more",
        "N", "TFLOP/s", waves_points},
       {"online-softmax", "flash attention never stores the S x S scores: memory stays linear in S",
-       "sequence length", "TFLOP/s", online_softmax_points, nullptr, score_matrix_mb,
+       "sequence length", "TFLOP/s", online_softmax_points, score_matrix_mb,
        "S x S would take (MB)"},
       {"recompute", "the backward pass recomputes P from the log-sum-exp instead of storing it",
-       "sequence length", "ms", recompute_points, nullptr, score_matrix_mb, "P would take (MB)"},
+       "sequence length", "ms", recompute_points, score_matrix_mb, "P would take (MB)"},
   };
   return all;
 }
@@ -250,16 +272,12 @@ struct LessonOptions {
 
 void lesson_command(const LessonOptions& o) {
   if (o.list || o.name.empty()) {
-    for (const Lesson& l : lessons())
-      std::cout << fmt::format("{:<15} {}{}\n", l.name, l.claim,
-                               l.missing ? std::string(" [not yet: ") + l.missing + "]" : "");
+    for (const Lesson& l : lessons()) std::cout << fmt::format("{:<15} {}\n", l.name, l.claim);
     if (o.name.empty() && !o.list)
       std::cout << "\nkjit lesson NAME runs one (--dry-run: without measuring)\n";
     return;
   }
   const Lesson& lesson = find_lesson(o.name);
-  if (lesson.missing)
-    throw UserError(fmt::format("lesson {} cannot run yet: {}", lesson.name, lesson.missing));
   std::string why;
   const bool measure = !o.dry_run && gpu_available(&why);
   if (!o.dry_run && !measure)

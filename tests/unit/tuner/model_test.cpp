@@ -202,6 +202,50 @@ TEST(Signature, ElementwiseRoundTripsWhatTheModelNeeds) {
   EXPECT_NEAR(t.work().bytes, 2.0 * (4096 * 1000 * 2) + 1000 * 2, 1e-9);
 }
 
+// Strided inputs (the coalescing lesson): the spec carries the strides, the kernel
+// reads the input through the strided pattern, and the model charges a 32-byte
+// sector per element once elements are 32 bytes or more apart.
+TEST(Specs, ElementwiseStridedInputs) {
+  auto copy = [](int64_t stride) {
+    nlohmann::json spec = {{"family", "elementwise"},
+                           {"expr", "x:f32[n]; y = x"},
+                           {"sizes", {{"n", 1 << 24}}},
+                           {"strides", {{"x", {stride}}}}};
+    return make_problem(spec);
+  };
+  const std::unique_ptr<TuningProblem> unit = copy(1), two = copy(2), far = copy(32);
+  EXPECT_EQ(unit->problem_class().find("strided"), std::string::npos) << unit->problem_class();
+  EXPECT_NE(far->problem_class().find("strided"), std::string::npos) << far->problem_class();
+  EXPECT_EQ(far->spec().at("strides").at("x"), nlohmann::json({32}));
+  EXPECT_EQ(make_problem(far->spec())->signature(), far->signature());
+  // The same useful bytes; the time grows with the sectors fetched (8x at 32 bytes apart).
+  EXPECT_EQ(far->work().bytes, unit->work().bytes);
+  const std::string c = best_of(*unit, h200);
+  const double t1 = unit->predict(c, h200, Efficiencies()).memory_ms;
+  const double t2 = two->predict(best_of(*two, h200), h200, Efficiencies()).memory_ms;
+  const double t32 = far->predict(best_of(*far, h200), h200, Efficiencies()).memory_ms;
+  EXPECT_GT(t2, 1.3 * t1);
+  EXPECT_GT(t32, 4.0 * t1);
+  // Bad strides name the input and what is wrong.
+  auto message = [](const nlohmann::json& spec) -> std::string {
+    try {
+      make_problem(spec);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  nlohmann::json bad = {{"family", "elementwise"}, {"expr", "y = x"}, {"sizes", {{"n", 64}}}};
+  bad["strides"] = {{"z", {1}}};
+  EXPECT_NE(message(bad).find("'z'"), std::string::npos);
+  bad["strides"] = {{"x", {1, 2}}};
+  EXPECT_NE(message(bad).find("1 dims but 2 strides"), std::string::npos);
+  bad["strides"] = {{"x", {-1}}};
+  EXPECT_NE(message(bad).find("strides of 'x'"), std::string::npos);
+  bad["strides"] = {{"x", 3}};
+  EXPECT_NE(message(bad).find("strides of 'x'"), std::string::npos);
+}
+
 TEST(Space, ElementwisePrunesWhatCannotDiffer) {
   // 1001 elements: not whole vectors, so the one-element path: no vec, no streaming stores.
   const ElementwiseTuning odd("y = exp(x)", "f32", {{"n", 1001}});
