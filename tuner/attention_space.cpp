@@ -448,25 +448,12 @@ attention::Config attention_default(const attention::Problem& problem,
 }
 
 std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec) {
-  static const char* kKeys[] = {"family", "batch",     "heads",     "kv_heads", "seq_q",
-                                "seq_k",  "head_dim",  "dtype",     "causal",   "window",
-                                "scale",  "seqlens_q", "seqlens_k", "backward"};
-  for (const auto& [key, value] : spec.items())
-    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
-      throw UserError("attention spec: unknown field '" + key + "'",
-                      "the fields are batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, "
-                      "causal, window, scale, seqlens_q, seqlens_k, backward");
-  auto integer = [&](const char* key, int64_t fallback) -> int64_t {
-    if (!spec.contains(key)) {
-      if (fallback > 0) return fallback;
-      throw UserError(fmt::format("attention spec: '{}' is missing", key),
-                      "give seq_q (or seqlens_q), and optionally batch, heads, ...");
-    }
-    const nlohmann::json& v = spec.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1)
-      throw UserError(
-          fmt::format("attention spec: '{}' must be a positive integer, got {}", key, v.dump()));
-    return v.get<int64_t>();
+  const SpecReader read(spec, "attention");
+  read.only({"batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
+             "window", "scale", "seqlens_q", "seqlens_k", "backward"});
+  auto integer = [&](const char* key, int64_t fallback) {
+    return read.positive(key, fallback,
+                         "give seq_q (or seqlens_q), and optionally batch, heads, ...");
   };
   auto lengths = [&](const char* key) {
     const nlohmann::json& v = spec.at(key);
@@ -483,7 +470,7 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
   p.heads = integer("heads", 1);
   p.kv_heads = integer("kv_heads", p.heads);
   p.head_dim = static_cast<int>(integer("head_dim", 128));
-  const std::string dtype = spec.value("dtype", std::string("bf16"));
+  const std::string dtype = read.text("dtype", "bf16");
   if (dtype != "bf16" && dtype != "f16")
     throw UserError("attention spec: dtype '" + dtype + "' is not supported", "bf16 or f16");
   p.dtype = dtype == "f16" ? ir::DType::F16 : ir::DType::BF16;

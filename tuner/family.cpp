@@ -9,6 +9,37 @@
 
 namespace kjit::tuner {
 
+void SpecReader::only(std::initializer_list<const char*> known) const {
+  for (const auto& [key, value] : spec_.items()) {
+    bool found = key == "family";
+    for (const char* k : known) found = found || key == k;
+    if (found) continue;
+    std::string fields;
+    for (const char* k : known) fields += (fields.empty() ? "" : ", ") + std::string(k);
+    throw UserError(family_ + " spec: unknown field '" + key + "'", "the fields are " + fields);
+  }
+}
+
+int64_t SpecReader::positive(const char* key, int64_t fallback, const char* hint) const {
+  if (!spec_.contains(key)) {
+    if (fallback > 0) return fallback;
+    throw UserError(fmt::format("{} spec: '{}' is missing", family_, key), hint);
+  }
+  const nlohmann::json& v = spec_.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 1)
+    throw UserError(
+        fmt::format("{} spec: '{}' must be a positive integer, got {}", family_, key, v.dump()));
+  return v.get<int64_t>();
+}
+
+std::string SpecReader::text(const char* key, const std::string& fallback) const {
+  if (!spec_.contains(key)) return fallback;
+  if (!spec_.at(key).is_string())
+    throw UserError(
+        fmt::format("{} spec: '{}' must be a string, got {}", family_, key, spec_.at(key).dump()));
+  return spec_.at(key).get<std::string>();
+}
+
 std::string throughput(const TuningProblem& problem, double ms) {
   if (!(ms > 0)) return "";
   const Work w = problem.work();

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -72,6 +73,25 @@ class TuningProblem {
 // The throughput of a launch of `problem` taking `ms`, in the family's unit:
 // "738.1 TFLOP/s" for a matmul, "4356 GB/s" for an elementwise chain; "" for none.
 std::string throughput(const TuningProblem& problem, double ms);
+
+// Reads the fields of one family's spec; every UserError names the family and
+// the field ("matmul spec: 'k' must be a positive integer, got -1").
+class SpecReader {
+ public:
+  SpecReader(const nlohmann::json& spec, std::string family)
+      : spec_(spec), family_(std::move(family)) {}
+  // UserError for a field outside `known` ("family" is always known), listing them.
+  void only(std::initializer_list<const char*> known) const;
+  // A positive integer; `fallback` when absent, or a UserError (with `hint`) when the
+  // fallback is 0.
+  int64_t positive(const char* key, int64_t fallback, const char* hint = "") const;
+  // A string; `fallback` when absent.
+  std::string text(const char* key, const std::string& fallback) const;
+
+ private:
+  const nlohmann::json& spec_;
+  std::string family_;
+};
 
 // Rebuilds a problem from its spec: {"family": "matmul", "m": .., ...}. A
 // UserError names the field that is missing or wrong.

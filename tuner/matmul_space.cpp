@@ -374,41 +374,20 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
 }
 
 std::unique_ptr<MatmulTuning> matmul_from_spec(const nlohmann::json& spec) {
-  auto size = [&](const char* key, int64_t fallback) -> int64_t {
-    if (!spec.contains(key)) {
-      if (fallback > 0) return fallback;
-      throw UserError(fmt::format("matmul spec: '{}' is missing", key),
-                      "give m, n and k (and optionally batch, layout, dtype, out, epilogue)");
-    }
-    const nlohmann::json& v = spec.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1)
-      throw UserError(
-          fmt::format("matmul spec: '{}' must be a positive integer, got {}", key, v.dump()));
-    return v.get<int64_t>();
-  };
-  auto text = [&](const char* key, const std::string& fallback) {
-    if (!spec.contains(key)) return fallback;
-    if (!spec.at(key).is_string())
-      throw UserError(
-          fmt::format("matmul spec: '{}' must be a string, got {}", key, spec.at(key).dump()));
-    return spec.at(key).get<std::string>();
-  };
-  static const char* kKeys[] = {"family", "m",     "n",   "k",        "batch",
-                                "layout", "dtype", "out", "epilogue", "align"};
-  for (const auto& [key, value] : spec.items())
-    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
-      throw UserError("matmul spec: unknown field '" + key + "'",
-                      "the fields are m, n, k, batch, layout, dtype, out, epilogue, align");
+  const SpecReader read(spec, "matmul");
+  const char* hint = "give m, n and k (and optionally batch, layout, dtype, out, epilogue)";
+  auto size = [&](const char* key, int64_t fallback) { return read.positive(key, fallback, hint); };
+  read.only({"m", "n", "k", "batch", "layout", "dtype", "out", "epilogue", "align"});
   Problem p;
   p.m = size("m", 0);
   p.n = size("n", 0);
   p.k = size("k", 0);
   p.batch = size("batch", 1);
-  matmul::set_layout(p, text("layout", "nn"));
-  p.input = matmul::parse_dtype(text("dtype", "bf16"));
-  p.output =
-      matmul::parse_dtype(text("out", p.input == DType::TF32 ? "f32" : text("dtype", "bf16")));
-  const std::string epilogue = text("epilogue", "");
+  matmul::set_layout(p, read.text("layout", "nn"));
+  p.input = matmul::parse_dtype(read.text("dtype", "bf16"));
+  p.output = matmul::parse_dtype(
+      read.text("out", p.input == DType::TF32 ? "f32" : read.text("dtype", "bf16")));
+  const std::string epilogue = read.text("epilogue", "");
   if (!epilogue.empty()) p.epilogue = matmul::epilogue_from_ir(epilogue, p.input).epilogue;
   if (spec.contains("align")) {
     const nlohmann::json& a = spec.at("align");

@@ -277,6 +277,12 @@ TEST(Specs, BadSpecsNameTheField) {
             std::string::npos);
   EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 4}, {"tile", 4}}).find("tile"),
             std::string::npos);
+  EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 4}, {"tile", 4}})
+                .find("the fields are m, n, k, batch"),
+            std::string::npos);
+  EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 4}, {"layout", 1}})
+                .find("matmul spec: 'layout' must be a string"),
+            std::string::npos);
   EXPECT_NE(message({{"family", "conv"}}).find("conv"), std::string::npos);
   EXPECT_NE(message({{"family", "elementwise"}}).find("expr"), std::string::npos);
   EXPECT_NE(
