@@ -156,6 +156,10 @@ kjit::KernelSource planned_source(const char* expression, kjit_dtype dtype, int6
   return problem.sources(chooser.choose(problem).config).front();
 }
 
+kjit::attention::Strides strides(const kjit_attention_strides& s) {
+  return kjit::attention::Strides{s.batch, s.seq, s.head};
+}
+
 kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   if (c == nullptr) throw kjit::UserError("the attention problem is NULL");
   kjit::attention::Problem p;
@@ -394,9 +398,6 @@ kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attentio
   return guarded([&] {
     if (attention == nullptr || args == nullptr)
       throw kjit::UserError("kjit_attention_launch: attention and args are required");
-    auto strides = [](const kjit_attention_strides& s) {
-      return kjit::attention::Strides{s.batch, s.seq, s.head};
-    };
     kjit::attention::Tensors t;
     t.q = args->q;
     t.k = args->k;
@@ -433,9 +434,6 @@ kjit_status kjit_attention_backward_launch(kjit_attention_backward* backward,
   return guarded([&] {
     if (backward == nullptr || args == nullptr)
       throw kjit::UserError("kjit_attention_backward_launch: backward and args are required");
-    auto strides = [](const kjit_attention_strides& s) {
-      return kjit::attention::Strides{s.batch, s.seq, s.head};
-    };
     kjit::attention::BackwardTensors t;
     t.q = args->q;
     t.k = args->k;

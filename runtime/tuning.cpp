@@ -47,29 +47,49 @@ uint64_t fresh_seed() {
   return std::random_device{}();
 }
 
-// ---- matmul ------------------------------------------------------------------
+// ---- a family's kernel as a trial ------------------------------------------------
 
-class MatmulTrial : public tuner::Trial {
+// What ptxas says of a kernel, as the model reads it.
+tuner::KernelResources resources_of(const KernelSource& source, const cuda::KernelStats& stats) {
+  tuner::KernelResources r;
+  r.threads = source.block_threads;
+  r.registers = stats.registers;
+  r.shared_bytes = source.dynamic_shared_bytes + stats.shared_bytes;
+  r.estimated = false;
+  return r;
+}
+tuner::KernelResources resources_of(const matmul::Matmul& kernel) {
+  return resources_of(kernel.source(), kernel.stats());
+}
+tuner::KernelResources resources_of(const attention::Attention& kernel) {
+  return resources_of(kernel.source(), kernel.stats());
+}
+// The backward's dK/dV kernel: the longest of its three.
+tuner::KernelResources resources_of(const attention::AttentionBackward& kernel) {
+  const CompiledKernel& kv = kernel.kernel("kv");
+  return resources_of(kv.source(), kv.stats());
+}
+
+// One config of a family's kernel class (Matmul, Attention, AttentionBackward), built
+// with that fixed config and launched on the harness's input sets.
+template <typename Kernel, typename Tensors>
+class KernelTrial : public tuner::Trial {
  public:
-  MatmulTrial(Runtime& runtime, const matmul::Problem& problem, const matmul::Config& config,
-              const std::vector<matmul::Tensors>* sets)
-      : matmul_(runtime, problem, config), sets_(sets) {}
+  template <typename Problem, typename Config>
+  KernelTrial(Runtime& runtime, const Problem& problem, const Config& config,
+              const std::vector<Tensors>* sets)
+      : kernel_(runtime, problem, config), sets_(sets) {}
   void launch(CUstream stream, int set) override {
-    matmul_.launch((*sets_)[static_cast<size_t>(set)], stream);
+    kernel_.launch((*sets_)[static_cast<size_t>(set)], stream);
   }
-  tuner::KernelResources resources() const override {
-    tuner::KernelResources r;
-    r.threads = matmul_.source().block_threads;
-    r.registers = matmul_.stats().registers;
-    r.shared_bytes = matmul_.source().dynamic_shared_bytes + matmul_.stats().shared_bytes;
-    r.estimated = false;
-    return r;
-  }
+  tuner::KernelResources resources() const override { return resources_of(kernel_); }
 
  private:
-  matmul::Matmul matmul_;
-  const std::vector<matmul::Tensors>* sets_;
+  Kernel kernel_;
+  const std::vector<Tensors>* sets_;
 };
+
+// ---- matmul ------------------------------------------------------------------
 
 class MatmulHarness : public tuner::Harness {
  public:
@@ -122,8 +142,8 @@ class MatmulHarness : public tuner::Harness {
   const tuner::TuningProblem& problem() const override { return problem_; }
   int input_sets() const override { return static_cast<int>(sets_.size()); }
   std::unique_ptr<tuner::Trial> prepare(const std::string& config) override {
-    return std::make_unique<MatmulTrial>(runtime_, problem_.problem(),
-                                         matmul::Config::parse(config), &sets_);
+    return std::make_unique<KernelTrial<matmul::Matmul, matmul::Tensors>>(
+        runtime_, problem_.problem(), matmul::Config::parse(config), &sets_);
   }
   void poison(CUstream stream) override {
     KJIT_CU(cuMemsetD8Async, c_.get(), 0xFF, c_.bytes(), stream);
@@ -164,28 +184,6 @@ class MatmulHarness : public tuner::Harness {
 
 // ---- attention ---------------------------------------------------------------
 
-class AttentionTrial : public tuner::Trial {
- public:
-  AttentionTrial(Runtime& runtime, const attention::Problem& problem,
-                 const attention::Config& config, const std::vector<attention::Tensors>* sets)
-      : attention_(runtime, problem, config), sets_(sets) {}
-  void launch(CUstream stream, int set) override {
-    attention_.launch((*sets_)[static_cast<size_t>(set)], stream);
-  }
-  tuner::KernelResources resources() const override {
-    tuner::KernelResources r;
-    r.threads = attention_.source().block_threads;
-    r.registers = attention_.stats().registers;
-    r.shared_bytes = attention_.source().dynamic_shared_bytes + attention_.stats().shared_bytes;
-    r.estimated = false;
-    return r;
-  }
-
- private:
-  attention::Attention attention_;
-  const std::vector<attention::Tensors>* sets_;
-};
-
 // Random Q, K, V (packed BSHD, or packed tokens), O and LSE as scratch; the check
 // compares O and the LSE on sampled rows with the fp64 reference.
 class AttentionHarness : public tuner::Harness {
@@ -221,8 +219,8 @@ class AttentionHarness : public tuner::Harness {
   const tuner::TuningProblem& problem() const override { return problem_; }
   int input_sets() const override { return static_cast<int>(sets_.size()); }
   std::unique_ptr<tuner::Trial> prepare(const std::string& config) override {
-    return std::make_unique<AttentionTrial>(runtime_, problem_.problem(),
-                                            attention::Config::parse(config), &sets_);
+    return std::make_unique<KernelTrial<attention::Attention, attention::Tensors>>(
+        runtime_, problem_.problem(), attention::Config::parse(config), &sets_);
   }
   void poison(CUstream stream) override {
     KJIT_CU(cuMemsetD8Async, o_.get(), 0xFF, o_.bytes(), stream);
@@ -253,30 +251,6 @@ class AttentionHarness : public tuner::Harness {
   std::vector<attention::Tensors> sets_;
   cuda::DeviceBuffer o_, lse_;
   size_t o_count_ = 0;
-};
-
-class AttentionBackwardTrial : public tuner::Trial {
- public:
-  AttentionBackwardTrial(Runtime& runtime, const attention::Problem& problem,
-                         const attention::Config& config,
-                         const std::vector<attention::BackwardTensors>* sets)
-      : backward_(runtime, problem, config), sets_(sets) {}
-  void launch(CUstream stream, int set) override {
-    backward_.launch((*sets_)[static_cast<size_t>(set)], stream);
-  }
-  tuner::KernelResources resources() const override {  // the dK/dV kernel's, the longest
-    const CompiledKernel& kv = backward_.kernel("kv");
-    tuner::KernelResources r;
-    r.threads = kv.source().block_threads;
-    r.registers = kv.stats().registers;
-    r.shared_bytes = kv.source().dynamic_shared_bytes + kv.stats().shared_bytes;
-    r.estimated = false;
-    return r;
-  }
-
- private:
-  attention::AttentionBackward backward_;
-  const std::vector<attention::BackwardTensors>* sets_;
 };
 
 // The backward pass: random Q, K, V and dO per input set, O and LSE from the forward
@@ -333,8 +307,8 @@ class AttentionBackwardHarness : public tuner::Harness {
   const tuner::TuningProblem& problem() const override { return problem_; }
   int input_sets() const override { return static_cast<int>(sets_.size()); }
   std::unique_ptr<tuner::Trial> prepare(const std::string& config) override {
-    return std::make_unique<AttentionBackwardTrial>(runtime_, problem_.problem(),
-                                                    attention::Config::parse(config), &sets_);
+    return std::make_unique<KernelTrial<attention::AttentionBackward, attention::BackwardTensors>>(
+        runtime_, problem_.problem(), attention::Config::parse(config), &sets_);
   }
   void poison(CUstream stream) override {
     for (cuda::DeviceBuffer* b : {&dq_, &dk_, &dv_})
