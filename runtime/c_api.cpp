@@ -2,6 +2,8 @@
 // and a per-thread last error; no exception crosses it.
 #include "kjit/kjit_c.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -305,6 +307,35 @@ kjit_status kjit_elementwise_launch(kjit_elementwise* kernel, const kjit_tensor*
     if (kernel == nullptr) throw kjit::UserError("kjit_elementwise_launch: kernel is NULL");
     kernel->kernel->launch(tensors(inputs, input_count, "input"),
                            tensors(outputs, output_count, "output"), static_cast<CUstream>(stream));
+  });
+}
+
+kjit_status kjit_elementwise_launch_flat(kjit_elementwise* kernel, const uint64_t* pointers,
+                                         int count, int64_t n, void* stream) {
+  return guarded([&] {
+    if (kernel == nullptr) throw kjit::UserError("kjit_elementwise_launch_flat: kernel is NULL");
+    const size_t inputs = kernel->input_dtypes.size(), outputs = kernel->output_dtypes.size();
+    if (pointers == nullptr || count < 0 || static_cast<size_t>(count) != inputs + outputs)
+      throw kjit::UserError(fmt::format(
+          "kjit_elementwise_launch_flat: {} pointers given; the kernel takes {} ({} inputs, then "
+          "{} outputs)",
+          pointers == nullptr ? 0 : count, inputs + outputs, inputs, outputs));
+    if (n < 0) throw kjit::UserError(fmt::format("kjit_elementwise_launch_flat: n = {} < 0", n));
+    // This thread's argument lists, reused: a call allocates nothing once they exist.
+    thread_local std::vector<kjit::TensorArg> in, out;
+    auto fill = [&](std::vector<kjit::TensorArg>& list, const std::vector<kjit_dtype>& dtypes,
+                    const uint64_t* first) {
+      list.resize(dtypes.size());
+      for (size_t i = 0; i < dtypes.size(); ++i) {
+        list[i].data = first[i];
+        list[i].dtype = to_ir(dtypes[i]);
+        list[i].shape.assign(1, n);
+        list[i].strides.clear();
+      }
+    };
+    fill(in, kernel->input_dtypes, pointers);
+    fill(out, kernel->output_dtypes, pointers + inputs);
+    kernel->kernel->launch(in, out, static_cast<CUstream>(stream));
   });
 }
 

@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "kjit/compiler/ir/printer.h"
 #include "kjit/compiler/ir/verifier.h"
 #include "kjit/compiler/passes/pipeline.h"
+#include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/tuning.h"
+#include "kjit/support/checked_math.h"
 #include "kjit/support/error.h"
 #include "kjit/support/hash.h"
 #include "kjit/tuner/elementwise_space.h"
@@ -16,18 +19,31 @@ namespace kjit {
 
 ElementwiseKernel::ElementwiseKernel(Runtime& runtime, const Graph& graph,
                                      std::optional<ir::ElementwiseConfig> config)
-    : runtime_(&runtime),
-      graph_(ir::optimize(graph)),
-      ir_digest_(hex64(hash64(ir::print(graph_)))),
-      config_(config.value_or(ir::ElementwiseConfig())),
-      fixed_(config.has_value()) {}
+    : ElementwiseKernel(&runtime, graph, std::move(config), true) {}
 
 ElementwiseKernel::ElementwiseKernel(const Graph& graph,
                                      std::optional<ir::ElementwiseConfig> config)
-    : graph_(ir::optimize(graph)),
+    : ElementwiseKernel(nullptr, graph, std::move(config), true) {}
+
+ElementwiseKernel::ElementwiseKernel(Runtime* runtime, const Graph& graph,
+                                     std::optional<ir::ElementwiseConfig> config, bool may_split)
+    : runtime_(runtime),
+      graph_(ir::optimize(graph)),
       ir_digest_(hex64(hash64(ir::print(graph_)))),
       config_(config.value_or(ir::ElementwiseConfig())),
-      fixed_(config.has_value()) {}
+      fixed_(config.has_value()) {
+  groups_ = may_split ? ir::fuse(graph_)
+                      : std::vector<ir::KernelGroup>{{graph_, ir::estimated_registers(graph_)}};
+  if (groups_.size() == 1) return;
+  std::set<std::string> outputs;
+  for (const auto& [name, id] : graph_.outputs()) outputs.insert(name);
+  for (const ir::KernelGroup& group : groups_) {
+    stages_.push_back(std::unique_ptr<ElementwiseKernel>(
+        new ElementwiseKernel(runtime, group.graph, config, false)));
+    for (const auto& [name, id] : group.graph.outputs())
+      if (!outputs.count(name)) temporaries_.push_back({name, group.graph.node(id).dtype});
+  }
+}
 
 ElementwisePlan ElementwiseKernel::plan(const std::vector<TensorArg>& inputs,
                                         const std::vector<TensorArg>& outputs,
@@ -86,6 +102,59 @@ std::shared_ptr<const ElementwiseKernel::Compiled> ElementwiseKernel::compiled(
   return cache_.emplace(key, std::move(result)).first->second;
 }
 
+namespace {
+
+// What a launch's plan depends on besides the graph: each tensor's dtype, shape,
+// strides, whether its pointer is null and its address modulo 16 (the alignment
+// class), and the requested alignment. Launches with equal keys plan alike.
+void launch_key(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
+                Alignment alignment, std::vector<int64_t>& key) {
+  key.clear();
+  key.push_back(static_cast<int64_t>(alignment));
+  for (const std::vector<TensorArg>* list : {&inputs, &outputs}) {
+    key.push_back(static_cast<int64_t>(list->size()));
+    for (const TensorArg& t : *list) {
+      key.push_back(static_cast<int64_t>(t.dtype));
+      key.push_back(t.data == 0 ? -1 : static_cast<int64_t>(t.data % 16));
+      key.push_back(static_cast<int64_t>(t.shape.size()));
+      key.insert(key.end(), t.shape.begin(), t.shape.end());
+      key.push_back(static_cast<int64_t>(t.strides.size()));
+      key.insert(key.end(), t.strides.begin(), t.strides.end());
+    }
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const ElementwiseKernel::Prepared> ElementwiseKernel::prepare(
+    const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
+    Alignment alignment, std::vector<int64_t> key, bool* compiled_now) {
+  const ElementwisePlan p = plan(inputs, outputs, alignment);
+  auto out = std::make_shared<Prepared>();
+  out->key = std::move(key);
+  out->config = config_for(p);
+  out->kernel = compiled(p, out->config, compiled_now);
+  const int V = ir::effective_vector_width(p.problem, out->config);
+  // grid=waves: every SM gets per_sm blocks (auto: 2048 vectors in flight, at most
+  // the resident limit), fewer when there is less work; grid=tiles: one block per tile.
+  out->blocks = static_cast<unsigned>(ir::grid_blocks(
+      out->config, p.n / V, runtime_->device().sm_count, out->kernel->blocks_per_sm));
+  out->n = p.n;
+  out->cols = p.cols;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (p.problem.access[i] != ir::Access::Strided) continue;
+    out->strides.push_back(p.strides[i].first);
+    out->strides.push_back(p.strides[i].second);
+  }
+  out->config_source = "given";
+  if (!fixed_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = chosen_.find(fmt::format("{} n={} cols={}", p.problem.text(), p.n, p.cols));
+    if (it != chosen_.end()) out->config_source = it->second.source;
+  }
+  return out;
+}
+
 void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
                                const std::vector<TensorArg>& outputs, CUstream stream,
                                Alignment alignment) {
@@ -94,60 +163,156 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
         "this ElementwiseKernel was made without a Runtime; it can plan and emit "
         "source but not launch",
         "construct it as ElementwiseKernel(runtime, graph)");
-  ElementwisePlan p = plan(inputs, outputs, alignment);
-  const ir::ElementwiseConfig config = config_for(p);
-  bool compiled_now = false;
-  std::shared_ptr<const Compiled> kernel = compiled(p, config, &compiled_now);
-  const int V = ir::effective_vector_width(p.problem, config);
-  const int64_t vectors = p.n / V;
-  const KernelSource& source = kernel->kernel->source();
-  // grid=waves: every SM gets per_sm blocks (auto: 2048 vectors in flight, at most
-  // the resident limit), fewer when there is less work; grid=tiles: one block per tile.
-  const int64_t blocks =
-      ir::grid_blocks(config, vectors, runtime_->device().sm_count, kernel->blocks_per_sm);
+  if (split()) return launch_split(inputs, outputs, stream, alignment);
+  thread_local std::vector<int64_t> key;
+  launch_key(inputs, outputs, alignment, key);
+  std::shared_ptr<const Prepared> prepared;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::string config_source = "given";
-    if (!fixed_) {
-      auto it = chosen_.find(fmt::format("{} n={} cols={}", p.problem.text(), p.n, p.cols));
-      if (it != chosen_.end()) config_source = it->second.source;
+    if (prepared_ && prepared_->key == key) {
+      prepared = prepared_;
+      last_compiled_now_ = false;
     }
-    last_ = LaunchInfo{source.name,
-                       source.source,
-                       kernel->kernel->key(),
-                       config.text(),
-                       config_source,
-                       static_cast<unsigned>(blocks),
-                       source.block_threads,
-                       ir::grid_blocks_per_sm(config, kernel->blocks_per_sm),
-                       kernel->kernel->stats().registers,
-                       compiled_now,
-                       to_string(kernel->kernel->origin()),
-                       kernel->kernel->compile_ms()};
   }
-  if (p.n == 0) return;
-  std::vector<CUdeviceptr> pointers;
+  if (!prepared) {
+    bool compiled_now = false;
+    prepared = prepare(inputs, outputs, alignment, key, &compiled_now);
+    std::lock_guard<std::mutex> lock(mutex_);
+    prepared_ = prepared;
+    last_compiled_now_ = compiled_now;
+  }
+  if (prepared->n == 0) return;
+  // The kernel's parameters: input pointers, output pointers, n, cols, then
+  // {stride0, stride1} per strided input.
+  thread_local std::vector<CUdeviceptr> pointers;
+  thread_local std::vector<void*> args;
+  pointers.clear();
+  args.clear();
   for (const TensorArg& t : inputs) pointers.push_back(t.data);
   for (const TensorArg& t : outputs) pointers.push_back(t.data);
-  std::vector<void*> args;
   for (CUdeviceptr& ptr : pointers) args.push_back(&ptr);
-  long long n = p.n, cols = p.cols;
+  long long n = prepared->n, cols = prepared->cols;
   args.push_back(&n);
   args.push_back(&cols);
-  std::vector<long long> strides;
-  strides.reserve(2 * inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (p.problem.access[i] != ir::Access::Strided) continue;
-    strides.push_back(p.strides[i].first);
-    strides.push_back(p.strides[i].second);
+  for (const long long& s : prepared->strides) args.push_back(const_cast<long long*>(&s));
+  prepared->kernel->kernel->launch({prepared->blocks, 1, 1}, args.data(), stream);
+}
+
+std::vector<ElementwiseKernel::StageArguments> ElementwiseKernel::stage_arguments(
+    const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
+    const std::vector<uint64_t>& addresses) const {
+  if (addresses.size() != temporaries_.size())
+    throw InternalError("stage_arguments: one address per temporary");
+  std::map<std::string, TensorArg> named;
+  const std::vector<int> ids = graph_.inputs();
+  for (size_t i = 0; i < ids.size() && i < inputs.size(); ++i)
+    named[graph_.node(ids[i]).name] = inputs[i];
+  for (size_t k = 0; k < graph_.outputs().size() && k < outputs.size(); ++k)
+    named[graph_.outputs()[k].first] = outputs[k];
+  const std::vector<int64_t> shape = outputs.empty() ? std::vector<int64_t>{} : outputs[0].shape;
+  for (size_t t = 0; t < temporaries_.size(); ++t)
+    named[temporaries_[t].name] = TensorArg{addresses[t], temporaries_[t].dtype, shape, {}};
+  std::vector<StageArguments> out;
+  for (const auto& stage : stages_) {
+    StageArguments a;
+    for (int id : stage->graph().inputs())
+      a.inputs.push_back(named.at(stage->graph().node(id).name));
+    for (const auto& [name, id] : stage->graph().outputs()) a.outputs.push_back(named.at(name));
+    out.push_back(std::move(a));
   }
-  for (long long& s : strides) args.push_back(&s);
-  kernel->kernel->launch({static_cast<unsigned>(blocks), 1, 1}, args.data(), stream);
+  return out;
+}
+
+void ElementwiseKernel::launch_split(const std::vector<TensorArg>& inputs,
+                                     const std::vector<TensorArg>& outputs, CUstream stream,
+                                     Alignment alignment) {
+  // The caller's tensors are checked against the whole chain first, so an error
+  // names what the caller passed, not a stage's temporaries.
+  const ElementwisePlan whole = plan(inputs, outputs, alignment);
+  std::vector<cuda::StreamBuffer> buffers;
+  std::vector<uint64_t> addresses;
+  for (const Temporary& t : temporaries_) {
+    const int64_t bytes = checked_size({std::max<int64_t>(whole.n, 1)}, ir::size_bytes(t.dtype),
+                                       "a temporary of the split chain");
+    buffers.emplace_back(static_cast<size_t>(bytes), stream);
+    addresses.push_back(buffers.back().get());
+  }
+  const std::vector<StageArguments> arguments = stage_arguments(inputs, outputs, addresses);
+  LaunchInfo info;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    stages_[i]->launch(arguments[i].inputs, arguments[i].outputs, stream, alignment);
+    const LaunchInfo stage = stages_[i]->last_launch();
+    const std::string sep = i == 0 ? "" : " + ";
+    info.kernel_name += sep + stage.kernel_name;
+    info.source += (i == 0 ? "" : "\n") + stage.source;
+    info.key += sep + stage.key;
+    info.config += (i == 0 ? "" : "; ") + stage.config;
+    info.config_source += (i == 0 ? "" : "; ") + stage.config_source;
+    info.origin += (i == 0 ? "" : ", ") + stage.origin;
+    info.grid_blocks = stage.grid_blocks;
+    info.block_threads = stage.block_threads;
+    info.blocks_per_sm = stage.blocks_per_sm;
+    info.registers = std::max(info.registers, stage.registers);
+    info.compiled_now = info.compiled_now || stage.compiled_now;
+    info.compile_ms += stage.compile_ms;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_split_ = std::move(info);
+}
+
+std::string ElementwiseKernel::split_note() const {
+  if (!split()) return "";
+  std::string s = fmt::format(
+      "// kjit split this chain into {} kernels. Fused into one, it would need ~{} registers\n"
+      "// per thread at its smallest config (every input loaded up front, every value kept\n"
+      "// until its last use), over the budget of {}; past 255 ptxas spills to local memory,\n"
+      "// which costs more than one more pass over memory. Values that cross a cut are\n"
+      "// written to temporaries with the output's shape (16-bit floats as f32, so the\n"
+      "// result is what the fused kernel computes) and read by the next kernel:\n",
+      stages_.size(), ir::estimated_registers(graph_), ir::kRegisterBudget);
+  // "a, b, c", or "x0, x1, x2, ..., x127 (128)" for long lists.
+  auto listed = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names.size() > 8 && i == 3) {
+        out += ", ...";
+        i = names.size() - 2;
+      }
+      out += (out.empty() ? "" : ", ") + names[i];
+    }
+    return names.size() > 8 ? fmt::format("{} ({})", out, names.size()) : out;
+  };
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const Graph& g = groups_[i].graph;
+    std::vector<std::string> inputs, outputs;
+    for (int id : g.inputs()) inputs.push_back(g.node(id).name);
+    for (const auto& [name, id] : g.outputs()) outputs.push_back(name);
+    const std::string reads = listed(inputs), writes = listed(outputs);
+    s += fmt::format("//   kernel {}: ~{} registers; reads {}; writes {}\n", i + 1,
+                     groups_[i].registers, reads, writes);
+  }
+  return s;
 }
 
 ElementwiseKernel::LaunchInfo ElementwiseKernel::last_launch() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return last_;
+  if (split()) return last_split_;
+  if (!prepared_) return {};
+  const Prepared& p = *prepared_;
+  const CompiledKernel& kernel = *p.kernel->kernel;
+  const KernelSource& source = kernel.source();
+  return LaunchInfo{source.name,
+                    source.source,
+                    kernel.key(),
+                    p.config.text(),
+                    p.config_source,
+                    p.blocks,
+                    source.block_threads,
+                    ir::grid_blocks_per_sm(p.config, p.kernel->blocks_per_sm),
+                    kernel.stats().registers,
+                    last_compiled_now_,
+                    to_string(kernel.origin()),
+                    kernel.compile_ms()};
 }
 
 }  // namespace kjit

@@ -14,6 +14,11 @@
 // sizes at launch (or forced). Each specialization is compiled once through the
 // Runtime (its in-process map, then the binary store, then NVRTC) and kept; the
 // generated source is available.
+//
+// A chain that would need more registers than one kernel should hold (many inputs,
+// many live values) is split into several kernels (compiler/passes/fuse.h): launch()
+// then runs them in order on the stream, passing the values that cross a cut
+// through temporaries allocated on that stream.
 #pragma once
 
 #include <cuda.h>
@@ -30,6 +35,7 @@
 #include "kjit/compiler/kernel_source.h"
 #include "kjit/compiler/lowering/elementwise.h"
 #include "kjit/compiler/lowering/elementwise_plan.h"
+#include "kjit/compiler/passes/fuse.h"
 #include "kjit/runtime/cuda/module.h"
 #include "kjit/runtime/runtime.h"
 
@@ -63,9 +69,37 @@ class ElementwiseKernel {
   // The config a launch with this plan uses: the fixed one, or the tuner's choice.
   ir::ElementwiseConfig config_for(const ElementwisePlan& plan);
 
-  // Checks, compiles on first use, and launches asynchronously on `stream`.
+  // Checks, compiles on first use, and launches asynchronously on `stream`. A launch
+  // like the one before it (same dtypes, shapes, strides and alignment class) reuses
+  // that launch's plan, config and kernel: only the pointers change.
   void launch(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
               CUstream stream = nullptr, Alignment alignment = Alignment::Auto);
+
+  // ---- a chain split into several kernels (over the register budget)
+  // The kernel groups of the graph: one, or several when it was split.
+  const std::vector<ir::KernelGroup>& groups() const { return groups_; }
+  bool split() const { return !stages_.empty(); }
+  // The kernel of group i of a split chain (an ElementwiseKernel of its own).
+  ElementwiseKernel& stage(size_t i) { return *stages_.at(i); }
+  const ElementwiseKernel& stage(size_t i) const { return *stages_.at(i); }
+  // A value crossing a cut: written by one stage, read by later ones, stored with
+  // the output's shape in `dtype`.
+  struct Temporary {
+    std::string name;
+    DType dtype = DType::F32;
+  };
+  const std::vector<Temporary>& temporaries() const { return temporaries_; }
+  // Why and how the chain was split, as comment lines ("// ..."), for the top of
+  // the emitted source; empty when it runs as one kernel.
+  std::string split_note() const;
+  // Each stage's tensors for a launch with the caller's `inputs` and `outputs`, the
+  // temporaries at `addresses` (one per temporaries() entry, in that order).
+  struct StageArguments {
+    std::vector<TensorArg> inputs, outputs;
+  };
+  std::vector<StageArguments> stage_arguments(const std::vector<TensorArg>& inputs,
+                                              const std::vector<TensorArg>& outputs,
+                                              const std::vector<uint64_t>& addresses) const;
 
   // What the last launch used: its source, grid, and whether it was a new
   // specialization for this kernel object (then `origin` says where the runtime got it).
@@ -92,6 +126,24 @@ class ElementwiseKernel {
   };
   std::shared_ptr<const Compiled> compiled(const ElementwisePlan& plan,
                                            const ir::ElementwiseConfig& config, bool* compiled_now);
+  // Everything a launch needs besides the pointers, for launches like the last one.
+  struct Prepared {
+    std::vector<int64_t> key;  // launch_key() of the launch it was made for
+    std::shared_ptr<const Compiled> kernel;
+    ir::ElementwiseConfig config;
+    std::string config_source;
+    unsigned blocks = 0;
+    long long n = 0, cols = 1;
+    std::vector<long long> strides;  // {stride0, stride1} per strided input
+  };
+  std::shared_ptr<const Prepared> prepare(const std::vector<TensorArg>& inputs,
+                                          const std::vector<TensorArg>& outputs,
+                                          Alignment alignment, std::vector<int64_t> key,
+                                          bool* compiled_now);
+  void launch_split(const std::vector<TensorArg>& inputs, const std::vector<TensorArg>& outputs,
+                    CUstream stream, Alignment alignment);
+  ElementwiseKernel(Runtime* runtime, const Graph& optimized,
+                    std::optional<ir::ElementwiseConfig> config, bool may_split);
 
   Runtime* runtime_ = nullptr;
   Graph graph_;
@@ -104,8 +156,13 @@ class ElementwiseKernel {
     ir::ElementwiseConfig config;
     std::string source;  // where it came from
   };
-  std::map<std::string, Chosen> chosen_;  // by problem text and sizes
-  LaunchInfo last_;
+  std::map<std::string, Chosen> chosen_;      // by problem text and sizes
+  std::shared_ptr<const Prepared> prepared_;  // the last launch's
+  bool last_compiled_now_ = false;
+  LaunchInfo last_split_;  // a split chain's last launch (its stages' names, the last grid)
+  std::vector<ir::KernelGroup> groups_;
+  std::vector<std::unique_ptr<ElementwiseKernel>> stages_;  // a split chain's kernels
+  std::vector<Temporary> temporaries_;
 };
 
 }  // namespace kjit

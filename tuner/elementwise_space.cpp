@@ -10,6 +10,7 @@
 
 #include "kjit/compiler/ir/parser.h"
 #include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/passes/fuse.h"
 #include "kjit/compiler/passes/pipeline.h"
 #include "kjit/support/error.h"
 #include "kjit/support/hash.h"
@@ -50,6 +51,23 @@ int aligned_vector(const ElementwiseTuning::Shape& s) {
 
 int auto_vector(const ElementwiseTuning::Shape& s) {
   return s.aligned ? aligned_vector(s) : 1;
+}
+
+// The most registers per thread the space lets a config need (estimated below):
+// past 255 ptxas spills to local memory, and the estimate is rough, so a margin.
+constexpr int kRegisterLimit = 200;
+
+// Registers per thread of a config: the base (index, row, column, addresses), each
+// input's vectors in flight (unroll of them, twice with prefetch) in 32-bit words,
+// each output's, and the chain's own values beyond its inputs.
+int config_registers(const ElementwiseTuning::Shape& s, const ElementwiseConfig& c) {
+  const int v = s.aligned ? (c.vector_width ? c.vector_width : auto_vector(s)) : 1;
+  auto words = [&](DType dtype) { return (v * element_bytes(dtype) + 3) / 4; };
+  int loaded = 0, stored = 0;
+  for (const auto& [dtype, access] : s.inputs)
+    loaded += access == Access::Scalar ? 1 : words(dtype);
+  for (DType dtype : s.outputs) stored += words(dtype);
+  return 24 + c.unroll * ((c.prefetch ? 2 : 1) * loaded + stored) + s.chain_registers;
 }
 
 std::string key_of(const ElementwiseConfig& c) {
@@ -180,6 +198,8 @@ void ElementwiseTuning::derive_shape() {
   for (const auto& [name, id] : plan_.problem.graph.outputs())
     shape_.outputs.push_back(plan_.problem.graph.node(id).dtype);
   shape_.cost = elementwise_cost(plan_.problem.graph);
+  shape_.chain_registers =
+      std::max(0, ir::estimated_registers(plan_.problem.graph) - 24 - static_cast<int>(ids.size()));
   class_text_ = plan_.problem.text();
 }
 
@@ -228,11 +248,20 @@ std::vector<KernelSource> ElementwiseTuning::sources(const std::string& text) co
 Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
   Space space;
   const int v_auto = auto_vector(shape_);
-  // vec: the automatic width (16 bytes), or half of it.
+  // vec: the automatic width (16 bytes), or half of it; for chains that hold many
+  // values (one split at the register budget, compiler/passes/fuse.h) also 2 and 1,
+  // when the wider vectors would not fit in registers even one at a time.
   const int v_half = std::max(2, aligned_vector(shape_) / 2);
+  std::vector<int> widths = {0, v_half};
+  ElementwiseConfig narrowest;
+  narrowest.unroll = 1;
+  narrowest.vector_width = v_half;
+  if (shape_.aligned && config_registers(shape_, narrowest) > kRegisterLimit)
+    for (int v : {2, 1})
+      if (v < v_half) widths.push_back(v);
   for (int block : kBlocks)
     for (int unroll : kUnrolls)
-      for (int vec : {0, v_half})
+      for (int vec : widths)
         for (int prefetch : {0, 1})
           for (int stream : {0, 1})
             for (int per_sm : kPerSm)
@@ -256,6 +285,15 @@ Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
                 }
                 if (stream && !shape_.aligned) {
                   prune("stream=1 applies to the aligned path's vector stores");
+                  continue;
+                }
+                if (const int registers = config_registers(shape_, c);
+                    registers > kRegisterLimit &&
+                    !(unroll == 1 && !prefetch && vec == (shape_.aligned ? widths.back() : 0))) {
+                  prune(fmt::format(
+                      "needs ~{} registers per thread (> {}): {} vector(s) of every input in "
+                      "flight would spill",
+                      registers, kRegisterLimit, unroll * (prefetch ? 2 : 1)));
                   continue;
                 }
                 if (device.max_threads_per_block > 0 && block > device.max_threads_per_block) {

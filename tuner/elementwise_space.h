@@ -58,6 +58,9 @@ class ElementwiseTuning : public TuningProblem {
     // elements (along a row) are more than one element apart pull a 32-byte sector
     // per element (L2 reuse across rows not counted).
     double wasted_bytes = 0;
+    // Registers the chain holds besides its loaded inputs, at its busiest point
+    // (ir::estimated_registers less the base and the inputs; 0 from a signature).
+    int chain_registers = 0;
   };
 
  private:

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <kjit/kjit_c.h>
 
@@ -56,6 +57,20 @@ int main(void) {
   }
   printf("kjit from C: max |error| %.2e\n", worst);
   status = worst < 1e-5 ? 0 : 1;
+
+  /* The same kernel through the flat entry: every tensor a contiguous vector of n
+   * elements, so only the addresses (inputs, then outputs) and n are passed. */
+  uint64_t pointers[3] = {kjit_buffer_pointer(dx), kjit_buffer_pointer(dg),
+                          kjit_buffer_pointer(dy)};
+  float* again = calloc(N, sizeof(float));
+  if (again == NULL || kjit_buffer_upload(dy, again, N * sizeof(float)) != KJIT_OK ||
+      kjit_elementwise_launch_flat(kernel, pointers, 3, n, NULL) != KJIT_OK ||
+      kjit_buffer_download(dy, again, N * sizeof(float)) != KJIT_OK) {
+    status = fail("launch_flat");
+  } else if (memcmp(again, y, N * sizeof(float)) != 0) {
+    status = fail("launch_flat gave other values");
+  }
+  free(again);
 
 done:
   kjit_buffer_destroy(dx);

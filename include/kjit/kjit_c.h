@@ -89,6 +89,12 @@ kjit_dtype kjit_elementwise_output_dtype(const kjit_elementwise* kernel, int ind
 kjit_status kjit_elementwise_launch(kjit_elementwise* kernel, const kjit_tensor* inputs,
                                     int input_count, const kjit_tensor* outputs, int output_count,
                                     void* stream);
+/* The same for the common case with less to fill in: every input and output a
+ * contiguous vector of n elements of the dtype kjit_elementwise_input_dtype /
+ * output_dtype names; `pointers` holds the inputs' then the outputs' addresses
+ * (`count` of them). The same checks, the same kernel. */
+kjit_status kjit_elementwise_launch_flat(kjit_elementwise* kernel, const uint64_t* pointers,
+                                         int count, int64_t n, void* stream);
 
 /* ---- matmul: C = epilogue(alpha * op(A) op(B) + beta * C0, extra operands) ---- */
 typedef struct kjit_matmul_problem {

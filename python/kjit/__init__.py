@@ -127,6 +127,8 @@ _ew_input_dtype = _declare("kjit_elementwise_input_dtype", ctypes.c_int, _P, cty
 _ew_output_dtype = _declare("kjit_elementwise_output_dtype", ctypes.c_int, _P, ctypes.c_int)
 _ew_launch = _declare("kjit_elementwise_launch", ctypes.c_int, _P, ctypes.POINTER(_Tensor),
                       ctypes.c_int, ctypes.POINTER(_Tensor), ctypes.c_int, _P)
+_ew_launch_flat = _declare("kjit_elementwise_launch_flat", ctypes.c_int, _P,
+                           ctypes.POINTER(ctypes.c_uint64), ctypes.c_int, ctypes.c_int64, _P)
 _mm_create = _declare("kjit_matmul_create", ctypes.c_int, _P, ctypes.POINTER(_MatmulProblem),
                       ctypes.POINTER(_P))
 _mm_destroy = _declare("kjit_matmul_destroy", None, _P)
@@ -341,7 +343,16 @@ class _Compiled:
         self.output_dtypes = [_torch_dtype(c) for c in self.output_codes]
         self.input_array = _Tensor * max(len(self.inputs), 1)
         self.output_array = _Tensor * max(len(self.outputs), 1)
+        self.pointer_array = ctypes.c_uint64 * (len(self.inputs) + len(self.outputs))
         self._scratch = threading.local()
+
+    def pointers(self):
+        """This thread's array of addresses for kjit_elementwise_launch_flat (inputs,
+        then outputs), made once."""
+        array = getattr(self._scratch, "pointers", None)
+        if array is None:
+            array = self._scratch.pointers = self.pointer_array()
+        return array
 
     def flat_arrays(self):
         """This thread's (inputs, outputs, [n]) kjit_tensor arrays for a flat launch,
@@ -443,7 +454,33 @@ class Elementwise:
         return tensors
 
     def __call__(self, *args, **kwargs):
-        tensors = self._bind(args, kwargs)
+        tensors = args if not kwargs and len(args) == len(self.inputs) else \
+            self._bind(args, kwargs)
+        # The fast path: tensors of one shape, contiguous, on this kernel's device,
+        # with dtypes seen before. Two C calls' worth of Python: the output, the
+        # addresses, kjit_elementwise_launch_flat.
+        first = tensors[0]
+        kernel = None if self._declares else self._by_dtypes.get(tuple(t.dtype for t in tensors))
+        if kernel is not None:
+            shape, device = first.shape, self.device
+            if all(t.shape == shape and t.is_cuda and t.get_device() == device and
+                   t.is_contiguous() for t in tensors):
+                outs = [first.new_empty(shape, dtype=d) for d in kernel.output_dtypes]
+                pointers = kernel.pointers()
+                i = 0
+                for t in tensors:
+                    pointers[i] = t.data_ptr()
+                    i += 1
+                for o in outs:
+                    pointers[i] = o.data_ptr()
+                    i += 1
+                _check(_ew_launch_flat(kernel.handle, pointers, i, first.numel(),
+                                       _raw_stream(first)))
+                return outs[0] if len(outs) == 1 else tuple(outs)
+        return self._call(tensors)
+
+    def _call(self, tensors):
+        """Every other call: checks, picks (and compiles) the kernel for the pattern."""
         for t in tensors:
             if not t.is_cuda:
                 raise UserError(f"kjit runs on CUDA tensors; one is on {t.device}", 1)

@@ -35,6 +35,8 @@ struct DriverApi {
   X(cuCtxSynchronize)                            \
   X(cuMemAlloc)                                  \
   X(cuMemFree)                                   \
+  X(cuMemAllocAsync)                             \
+  X(cuMemFreeAsync)                              \
   X(cuMemcpyHtoD)                                \
   X(cuMemcpyDtoH)                                \
   X(cuMemcpyDtoD)                                \
@@ -48,6 +50,7 @@ struct DriverApi {
   X(cuStreamCreate)                              \
   X(cuStreamDestroy)                             \
   X(cuStreamSynchronize)                         \
+  X(cuStreamQuery)                               \
   X(cuEventCreate)                               \
   X(cuEventDestroy)                              \
   X(cuEventRecord)                               \

@@ -22,6 +22,8 @@ class DeviceBuffer {
   CUdeviceptr get() const { return pointer_; }
   size_t bytes() const { return bytes_; }
 
+  // upload() and fill_bytes() have finished on the device when they return, so a
+  // kernel on any stream (non-blocking ones included) sees the bytes.
   void upload(const void* host, size_t bytes, size_t offset = 0);
   void download(void* host, size_t bytes, size_t offset = 0) const;
   // Fills every byte with `value` (tests poison outputs with 0xFF: NaN in every float type).
@@ -44,6 +46,26 @@ class DeviceBuffer {
   void release() noexcept;
   CUdeviceptr pointer_ = 0;
   size_t bytes_ = 0;
+};
+
+// Scratch memory ordered on a stream (cuMemAllocAsync / cuMemFreeAsync, the
+// driver's pool): usable by work enqueued on `stream` after the allocation, and
+// given back after that work, without synchronizing. Each launch gets its own, so
+// launches on different streams never share it.
+class StreamBuffer {
+ public:
+  StreamBuffer(size_t bytes, CUstream stream);
+  ~StreamBuffer();
+  StreamBuffer(StreamBuffer&& other) noexcept;
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(StreamBuffer&&) = delete;
+
+  CUdeviceptr get() const { return pointer_; }
+
+ private:
+  CUdeviceptr pointer_ = 0;
+  CUstream stream_ = nullptr;
 };
 
 }  // namespace kjit::cuda

@@ -3,7 +3,10 @@
 // scalar path), broadcasting, strided 2-D inputs, several outputs, and random
 // expressions. Outputs are poisoned (0xFF) before each launch and inputs are fresh
 // random values in each op's domain; the seed is printed on failure.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include <cmath>
 #include <cstring>
@@ -58,11 +61,13 @@ struct Case {
   Alignment alignment = Alignment::Auto;
   ir::ElementwiseConfig config;
   std::map<std::string, std::pair<double, double>> domain;  // by input name; else the op's
+  bool tuned = false;  // true: no fixed config, each launch takes the tuner's choice
 };
 
 struct Result {
   bool aligned = false;
   std::string problem;
+  size_t kernels = 1;  // more when the chain was split at the register budget
 };
 
 class ElementwiseGpu : public GpuTest {
@@ -72,7 +77,8 @@ class ElementwiseGpu : public GpuTest {
     uint64_t seed = std::random_device{}();
     SCOPED_TRACE("expression: " + c.text + "  seed: " + std::to_string(seed));
     Graph graph = ir::parse(c.text, c.parse);
-    ElementwiseKernel kernel(runtime(), graph, c.config);
+    ElementwiseKernel kernel(
+        runtime(), graph, c.tuned ? std::nullopt : std::optional<ir::ElementwiseConfig>(c.config));
     std::mt19937_64 rng(seed);
     std::vector<cuda::DeviceBuffer> buffers;
     std::vector<TensorArg> inputs, outputs;
@@ -133,6 +139,7 @@ class ElementwiseGpu : public GpuTest {
       outputs.push_back(TensorArg{buffers.back().get() + offset, d, out_shape, {}});
     }
     Result result;
+    result.kernels = kernel.split() ? kernel.groups().size() : 1;
     ElementwisePlan plan = kernel.plan(inputs, outputs, c.alignment);
     result.aligned = plan.problem.aligned;
     result.problem = plan.problem.text();
@@ -279,6 +286,59 @@ TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
       check(c);
     }
   }
+}
+
+// Chains over the register budget run as several kernels (compiler/passes/fuse.h):
+// many inputs, many live values, bf16 with outputs written by different kernels,
+// broadcasting and strided inputs, both alignment classes; each checked against
+// the fp64 reference of the whole chain.
+TEST_F(ElementwiseGpu, ChainsOverTheRegisterBudgetAreSplitAndExact) {
+  std::string many, sum;
+  for (int i = 0; i < 128; ++i) {
+    many += fmt::format("x{}:{{}}[n]; ", i);
+    sum += fmt::format("{}x{} * x{}", i ? " + " : "", i, i);
+  }
+  std::string live;
+  for (int i = 0; i < 120; ++i) live += fmt::format("a{} = sin(x * 0.{}1); ", i, i + 1);
+  live += "y = a0 * a119";
+  for (int i = 1; i < 60; ++i) live += fmt::format(" + a{} * a{}", i, 119 - i);
+  std::string rows = "x:f32[m,n]; ", chain = "x";
+  for (int i = 0; i < 120; ++i) {
+    rows += fmt::format("b{}:bf16[n]; ", i);
+    chain = fmt::format("({} * 0.99 + b{} * b{})", chain, i, i);
+  }
+  for (const char* dtype : {"f32", "bf16"}) {
+    const std::string text =
+        fmt::format(fmt::runtime(many), dtype) + "y = " + sum + "; p = x0 * x1 - x2; q = x5";
+    for (int64_t n : {int64_t{1000}, int64_t{(1 << 20) + 8}}) {
+      for (Alignment alignment : {Alignment::Auto, Alignment::Unaligned}) {
+        Case c{text, {}, {{"n", n}}, {}, 0, alignment, {}};
+        c.tuned = true;
+        EXPECT_GE(check(c).kernels, 2u) << dtype << " n=" << n;
+      }
+    }
+  }
+  Case lived{live, {}, {{"n", 99991}}, {}, 0, Alignment::Auto, {}};
+  lived.tuned = true;
+  EXPECT_GE(check(lived).kernels, 2u);
+  Case broadcast{rows + "y = " + chain + "; z = x * 2",
+                 {},
+                 {{"m", 37}, {"n", 1000}},
+                 {{"x", Layout{0, true, 3}}},
+                 0,
+                 Alignment::Auto,
+                 {}};
+  broadcast.tuned = true;
+  EXPECT_GE(check(broadcast).kernels, 2u);
+  // With a fixed config every kernel of the split chain runs it.
+  Case fixed{fmt::format(fmt::runtime(many), "f32") + "y = " + sum,
+             {},
+             {{"n", 4096}},
+             {},
+             0,
+             Alignment::Auto,
+             ir::ElementwiseConfig::parse("block=256,vec=1,unroll=1")};
+  EXPECT_GE(check(fixed).kernels, 2u);
 }
 
 TEST_F(ElementwiseGpu, StridedTwoDimensionalInputs) {

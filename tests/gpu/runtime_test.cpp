@@ -1,6 +1,7 @@
 // The runtime core on a real GPU: load, launch, copy, time, and typed errors.
 #include <gtest/gtest.h>
 
+#include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/module.h"
 #include "kjit/runtime/cuda/nvrtc.h"
@@ -102,6 +103,30 @@ TEST_F(RuntimeGpu, BufferCopiesRoundTripAndCheckBounds) {
   for (float v : buffer.to_host<float>()) EXPECT_TRUE(std::isnan(v));
   float extra[2] = {};
   EXPECT_THROW(buffer.upload(extra, sizeof extra, buffer.bytes() - 4), UserError);
+}
+
+// A fill or an upload has finished on the device when it returns, so a kernel on a
+// non-blocking stream (which does not wait for the legacy stream) sees the bytes.
+// Under compute-sanitizer racecheck an attention test read its 0xFF poison back:
+// cuMemsetD8 had returned with the fill still queued, and ran after the kernel.
+TEST_F(RuntimeGpu, FillsAndUploadsAreCompleteWhenTheyReturn) {
+  const size_t bytes = size_t{1} << 30;  // ~0.3 ms of memset, ~50 ms of upload
+  cuda::DeviceBuffer buffer(bytes);
+  for (int round = 0; round < 3; ++round) {
+    buffer.fill_bytes(static_cast<unsigned char>(round));
+    EXPECT_EQ(cuda::Driver::get().api().cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS)
+        << "the fill is still queued";
+  }
+  std::vector<unsigned char> host(bytes / 4, 7);
+  buffer.upload(host.data(), host.size());
+  EXPECT_EQ(cuda::Driver::get().api().cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS)
+      << "the upload is still queued";
+  // And what a kernel on a non-blocking stream reads is the uploaded bytes.
+  cuda::Stream stream;
+  cuda::DeviceBuffer copy(host.size());
+  KJIT_CU(cuMemcpyDtoDAsync, copy.get(), buffer.get(), host.size(), stream.get());
+  stream.synchronize();
+  EXPECT_EQ(copy.to_host<unsigned char>(), host);
 }
 
 TEST_F(RuntimeGpu, EventsMeasurePositiveTime) {

@@ -3,6 +3,8 @@
 // processes); a tuned problem is then what a fresh Runtime runs, from the store.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -111,8 +113,13 @@ TEST_F(TunerGpu, StridedInputsAreMeasuredAndChecked) {
                           {"sizes", {{"n", 1 << 22}}},
                           {"strides", {{"x", {stride}}}}};
   };
+  // Under compute-sanitizer (tools/device/sanitize.sh sets KJIT_SANITIZER) every
+  // access is instrumented and times say nothing about coalescing: values only.
+  const bool timed = std::getenv("KJIT_SANITIZER") == nullptr;
   const double unit = median_ms(copy(1)), far = median_ms(copy(32));
-  EXPECT_GT(far, 2 * unit);
+  if (timed) {
+    EXPECT_GT(far, 2 * unit);
+  }
   auto square = [](int64_t s0, int64_t s1) {
     return nlohmann::json{{"family", "elementwise"},
                           {"expr", "x:f32[m,n]; y = x * 2"},
@@ -120,7 +127,9 @@ TEST_F(TunerGpu, StridedInputsAreMeasuredAndChecked) {
                           {"strides", {{"x", {s0, s1}}}}};
   };
   const double straight = median_ms(square(2048, 1)), transposed = median_ms(square(1, 2048));
-  EXPECT_GT(transposed, straight);
+  if (timed) {
+    EXPECT_GT(transposed, straight);
+  }
   std::printf("copy: stride 1 %.4f ms, stride 32 %.4f ms; 2048^2: straight %.4f, transposed %.4f\n",
               unit, far, straight, transposed);
 }

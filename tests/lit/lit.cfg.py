@@ -20,3 +20,5 @@ if subprocess.run(["python3", "-c", "import matplotlib"], capture_output=True).r
     config.available_features.add("matplotlib")
 config.substitutions.append(("%plot", "python3 " + os.path.join(
     os.path.dirname(__file__), "..", "..", "tools", "lessons", "plot.py")))
+config.substitutions.append(("%run_all", "bash " + os.path.join(
+    os.path.dirname(__file__), "..", "..", "tools", "lessons", "run_all.sh")))

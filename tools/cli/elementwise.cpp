@@ -135,81 +135,160 @@ Setup make_setup(const KernelCommandOptions& o, int64_t default_n) {
 }
 
 // Plans with made-up 16-byte-aligned addresses: what a launch on fresh buffers picks.
-ElementwisePlan plan_without_gpu(const ElementwiseKernel& kernel, Setup& s) {
+void give_addresses(Setup& s) {
   CUdeviceptr address = 0x100000000ull;
   for (TensorArg& t : s.inputs) t.data = (address += 0x10000000ull);
   for (TensorArg& t : s.outputs) t.data = (address += 0x10000000ull);
-  return kernel.plan(s.inputs, s.outputs, s.alignment);
 }
 
-// The source a launch would compile: with --config, or the tuner's choice for the
-// GPU the command plans for (GPU 0, or the datasheet device of --gpu / --arch);
-// `config_source` says which.
-KernelSource planned_source(const KernelCommandOptions& o, Setup& s, std::string* config_source) {
-  ElementwiseKernel kernel(s.graph, s.config);
-  const ElementwisePlan plan = plan_without_gpu(kernel, s);
-  if (s.config) {
-    *config_source = "given (--config)";
-    return kernel.source(plan);
+// The kernels a launch would compile (one, or a split chain's several), each with
+// --config or the tuner's choice for the GPU the command plans for (GPU 0, or the
+// datasheet device of --gpu / --arch); `config_sources` says which, per kernel.
+struct Planned {
+  std::vector<KernelSource> sources;
+  std::vector<std::string> config_sources;
+  std::string note;  // a split chain's explanation (comment lines), else empty
+};
+
+Planned planned_sources(const KernelCommandOptions& o, Setup& s) {
+  const ElementwiseKernel kernel(s.graph, s.config);
+  give_addresses(s);
+  kernel.plan(s.inputs, s.outputs, s.alignment);  // checks the caller's tensors
+  std::vector<const ElementwiseKernel*> kernels = {&kernel};
+  std::vector<ElementwiseKernel::StageArguments> arguments = {{s.inputs, s.outputs}};
+  if (kernel.split()) {
+    kernels.clear();
+    std::vector<uint64_t> addresses;
+    CUdeviceptr address = 0x800000000ull;
+    for (size_t t = 0; t < kernel.temporaries().size(); ++t)
+      addresses.push_back(address += 0x10000000ull);
+    arguments = kernel.stage_arguments(s.inputs, s.outputs, addresses);
+    for (size_t i = 0; i < kernel.groups().size(); ++i) kernels.push_back(&kernel.stage(i));
   }
-  const tuner::Choice choice =
-      make_chooser(command_target(o.arch, o.gpu))->choose(tuner::ElementwiseTuning(plan));
-  *config_source = std::string(tuner::to_string(choice.source)) + ": " + choice.detail;
-  return kernel.source(plan, ir::ElementwiseConfig::parse(choice.config));
+  Planned out;
+  out.note = kernel.split_note();
+  std::unique_ptr<tuner::Chooser> chooser;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const ElementwisePlan plan =
+        kernels[i]->plan(arguments[i].inputs, arguments[i].outputs, s.alignment);
+    if (s.config) {
+      out.sources.push_back(kernels[i]->source(plan));
+      out.config_sources.push_back("given (--config)");
+      continue;
+    }
+    if (!chooser) chooser = make_chooser(command_target(o.arch, o.gpu));
+    const tuner::Choice choice = chooser->choose(tuner::ElementwiseTuning(plan));
+    out.sources.push_back(kernels[i]->source(plan, ir::ElementwiseConfig::parse(choice.config)));
+    out.config_sources.push_back(std::string(tuner::to_string(choice.source)) + ": " +
+                                 choice.detail);
+  }
+  return out;
 }
 
-// emit and compile --json use the same keys for every family (tools/cli/matmul.cpp).
+// A split chain's kernels as one value for --json keys shared with one kernel.
+std::string joined(const Planned& p, const std::function<std::string(size_t)>& field,
+                   const std::string& separator = " + ") {
+  std::string out;
+  for (size_t i = 0; i < p.sources.size(); ++i) out += (i ? separator : "") + field(i);
+  return out;
+}
+
+// emit and compile --json use the same keys for every family (tools/cli/matmul.cpp);
+// a split chain adds "split": one entry per kernel.
 void emit(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
-  std::string config_source;
-  const KernelSource source = planned_source(o, s, &config_source);
+  const Planned p = planned_sources(o, s);
   if (o.json) {
-    return print_json({{"family", source.family},
-                       {"problem", source.problem},
-                       {"config", source.config},
-                       {"config_source", config_source},
-                       {"kernel", source.name},
-                       {"block_threads", source.block_threads},
-                       {"dynamic_shared_bytes", source.dynamic_shared_bytes},
-                       {"source", source.source}});
+    const KernelSource& first = p.sources.front();
+    nlohmann::json out = {
+        {"family", first.family},
+        {"problem", joined(
+                        p, [&](size_t i) { return p.sources[i].problem; }, "; ")},
+        {"config", joined(
+                       p, [&](size_t i) { return p.sources[i].config; }, "; ")},
+        {"config_source", joined(
+                              p, [&](size_t i) { return p.config_sources[i]; }, "; ")},
+        {"kernel", joined(p, [&](size_t i) { return p.sources[i].name; })},
+        {"block_threads", first.block_threads},
+        {"dynamic_shared_bytes", first.dynamic_shared_bytes},
+        {"source", p.note + joined(
+                                p, [&](size_t i) { return p.sources[i].source; }, "\n")}};
+    if (p.sources.size() > 1) {
+      out["split"] = nlohmann::json::array();
+      for (size_t i = 0; i < p.sources.size(); ++i)
+        out["split"].push_back({{"kernel", p.sources[i].name},
+                                {"problem", p.sources[i].problem},
+                                {"config", p.sources[i].config},
+                                {"config_source", p.config_sources[i]},
+                                {"block_threads", p.sources[i].block_threads}});
+    }
+    return print_json(out);
   }
-  print_emitted(source.source, "", o.templates);
+  for (size_t i = 0; i < p.sources.size(); ++i) {
+    std::string header = p.note;
+    if (p.sources.size() > 1)
+      header += fmt::format("// ==== kernel {} of {} ====\n", i + 1, p.sources.size());
+    print_emitted(i == 0 ? header + p.sources[i].source
+                         : "\n" + header.substr(p.note.size()) + p.sources[i].source,
+                  "", o.templates && i + 1 == p.sources.size());
+  }
 }
 
 void compile(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
-  std::string config_source;
-  const KernelSource source = planned_source(o, s, &config_source);
+  const Planned p = planned_sources(o, s);
   const std::string arch = o.arch.empty() ? default_arch() : o.arch;
   cuda::validate_arch(arch);
-  StoreCompile program = compile_with_store(source, arch, o.ptx);
+  std::vector<StoreCompile> programs;
+  for (const KernelSource& source : p.sources)
+    programs.push_back(compile_with_store(source, arch, o.ptx));
+  auto total = [&](auto field) {
+    double sum = 0;
+    for (const StoreCompile& program : programs) sum += field(program);
+    return sum;
+  };
   if (o.json) {
-    nlohmann::json out = {{"family", source.family},
-                          {"expression", o.what},
-                          {"kernel", source.name},
-                          {"problem", source.problem},
-                          {"config", source.config},
-                          {"config_source", config_source},
-                          {"arch", arch},
-                          {"nvrtc_version", cuda::nvrtc_version()},
-                          {"cache", program.cache},
-                          {"compile_ms", program.ms},
-                          {"cubin_bytes", program.cubin.size()},
-                          {"dynamic_shared_bytes", source.dynamic_shared_bytes},
-                          {"kernels", nlohmann::json::array()}};
-    for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
-    if (o.ptx) out["ptx"] = program.ptx;
+    const KernelSource& first = p.sources.front();
+    nlohmann::json out = {
+        {"family", first.family},
+        {"expression", o.what},
+        {"kernel", joined(p, [&](size_t i) { return p.sources[i].name; })},
+        {"problem", joined(
+                        p, [&](size_t i) { return p.sources[i].problem; }, "; ")},
+        {"config", joined(
+                       p, [&](size_t i) { return p.sources[i].config; }, "; ")},
+        {"config_source", joined(
+                              p, [&](size_t i) { return p.config_sources[i]; }, "; ")},
+        {"arch", arch},
+        {"nvrtc_version", cuda::nvrtc_version()},
+        {"cache", joined(
+                      p, [&](size_t i) { return programs[i].cache; }, ", ")},
+        {"compile_ms", total([](const StoreCompile& c) { return c.ms; })},
+        {"cubin_bytes", total([](const StoreCompile& c) { return double(c.cubin.size()); })},
+        {"dynamic_shared_bytes", first.dynamic_shared_bytes},
+        {"kernels", nlohmann::json::array()}};
+    for (const StoreCompile& program : programs)
+      for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
+    if (o.ptx)
+      out["ptx"] = joined(
+          p, [&](size_t i) { return programs[i].ptx; }, "\n");
     return print_json(out);
   }
   if (o.ptx) {
-    std::cout << program.ptx;
+    for (const StoreCompile& program : programs) std::cout << program.ptx;
     return;
   }
-  std::cout << fmt::format("{}: {} for {} in {:.1f} ms, cubin {} bytes\nproblem: {}\nconfig:  {}\n",
-                           source.name,
-                           program.cache == "hit" ? "loaded from the store" : "compiled", arch,
-                           program.ms, program.cubin.size(), source.problem, source.config);
-  print_stats_table(program.kernels);
+  std::cout << p.note;
+  std::vector<cuda::KernelStats> stats;
+  for (size_t i = 0; i < programs.size(); ++i) {
+    const KernelSource& source = p.sources[i];
+    std::cout << fmt::format(
+        "{}: {} for {} in {:.1f} ms, cubin {} bytes\nproblem: {}\nconfig:  {}\n", source.name,
+        programs[i].cache == "hit" ? "loaded from the store" : "compiled", arch, programs[i].ms,
+        programs[i].cubin.size(), source.problem, source.config);
+    stats.insert(stats.end(), programs[i].kernels.begin(), programs[i].kernels.end());
+  }
+  print_stats_table(stats);
 }
 
 void run(const KernelCommandOptions& o) {

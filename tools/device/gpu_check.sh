@@ -72,12 +72,10 @@ done
 done
 
 if [[ $sanitize -eq 1 ]]; then
-  for tool in memcheck racecheck; do
-    # API errors are left out: some tests provoke them on purpose (a missing kernel,
-    # a block over the thread limit) to check that kjit reports them.
-    step "sanitize_$tool" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 1 \
-      "$build/tests/gpu/kjit_gpu_tests" --gtest_filter="${KJIT_SANITIZE_FILTER:-*}"
-  done
+  # Every GPU test under memcheck and racecheck (tools/device/sanitize.sh: sharded
+  # processes side by side; API errors and the tuner's child processes left out).
+  step sanitize bash "$(dirname "$0")/sanitize.sh" --build "$build" --out "$out/sanitize" \
+    --filter "${KJIT_SANITIZE_FILTER:-*}"
 fi
 
 if [[ $bench -eq 1 ]]; then

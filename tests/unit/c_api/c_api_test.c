@@ -52,6 +52,9 @@ int main(void) {
   CHECK(buffer == NULL && kjit_buffer_pointer(NULL) == 0);
   CHECK(kjit_buffer_upload(NULL, "x", 1) == KJIT_ERROR_USER);
   kjit_buffer_destroy(NULL);
+  uint64_t pointers[2] = {0, 0};
+  CHECK(kjit_elementwise_launch_flat(NULL, pointers, 2, 16, NULL) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "kjit_elementwise_launch_flat") != NULL);
   CHECK(kjit_matmul_operands(NULL) == 0);
   CHECK(kjit_matmul_operand_name(NULL, 0) == NULL);
   CHECK(kjit_matmul_operand_kind(NULL, 0) == NULL);

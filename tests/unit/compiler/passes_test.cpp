@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,6 +105,131 @@ TEST(Fuse, OneGroupFusedOneKernelPerOpUnfused) {
   EXPECT_EQ(stages.back().graph.outputs()[0].first, "y");
   EXPECT_EQ(stages[0].graph.inputs().size(), 1u);
   EXPECT_EQ(stages.back().graph.inputs().size(), 2u);  // two intermediates from memory
+}
+
+std::map<std::string, HostTensor> random_inputs(const Graph& graph, std::mt19937_64& rng);
+
+// "y = x0*x0 + x1*x1 + ..." over `count` inputs of `dtype`.
+std::string sum_of_squares(int count, const std::string& dtype = "f32") {
+  std::string text, sum;
+  for (int i = 0; i < count; ++i) {
+    text += fmt::format("x{}:{}[n]; ", i, dtype);
+    sum += fmt::format("{}x{} * x{}", i ? " + " : "", i, i);
+  }
+  return text + "y = " + sum;
+}
+
+// Runs a split graph's groups one after another through the interpreter, each
+// reading the caller's inputs and what earlier groups wrote.
+std::map<std::string, HostTensor> interpret_groups(const std::vector<KernelGroup>& groups,
+                                                   std::map<std::string, HostTensor> values) {
+  std::map<std::string, HostTensor> written;
+  for (const KernelGroup& group : groups) {
+    std::map<std::string, HostTensor> inputs;
+    for (int id : group.graph.inputs())
+      inputs[group.graph.node(id).name] = values.at(group.graph.node(id).name);
+    for (auto& [name, tensor] : interpret(group.graph, inputs))
+      values[name] = written[name] = tensor;
+  }
+  return written;
+}
+
+void expect_same_outputs(const Graph& graph, const std::vector<KernelGroup>& groups,
+                         double tolerance) {
+  std::mt19937_64 rng(7);
+  const std::map<std::string, HostTensor> inputs = random_inputs(graph, rng);
+  const std::map<std::string, HostTensor> want = interpret(graph, inputs);
+  const std::map<std::string, HostTensor> got = interpret_groups(groups, inputs);
+  for (const auto& [name, id] : graph.outputs()) {
+    ASSERT_TRUE(got.count(name)) << "no group writes output " << name;
+    EXPECT_LE(testing::relative_l2_error(got.at(name).data, want.at(name).data), tolerance) << name;
+  }
+}
+
+TEST(Fuse, SmallChainsAreOneGroup) {
+  for (const char* text : {"y = x * sigmoid(x) * g", "y = sin(x)^2 + cos(x)^2; z = x > 0"}) {
+    Graph g = optimize(parse(text));
+    EXPECT_LT(estimated_registers(g), kRegisterBudget) << text;
+    ASSERT_EQ(fuse(g).size(), 1u) << text;
+    EXPECT_EQ(print(fuse(g)[0].graph), print(g));
+  }
+}
+
+TEST(Fuse, ManyInputsAreSplitAtTheRegisterBudget) {
+  // 128 inputs loaded up front: ~153 registers at the smallest config.
+  Graph g = optimize(parse(sum_of_squares(128)));
+  EXPECT_GT(estimated_registers(g), kRegisterBudget);
+  const std::vector<KernelGroup> groups = fuse(g);
+  ASSERT_GE(groups.size(), 2u);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    EXPECT_LE(groups[i].registers, kRegisterBudget) << "group " << i;
+    EXPECT_EQ(groups[i].registers, estimated_registers(groups[i].graph));
+  }
+  // The partial sum crosses the cut as a temporary; the last group writes y.
+  EXPECT_EQ(groups[0].graph.outputs().size(), 1u);
+  EXPECT_EQ(groups[0].graph.outputs()[0].first.rfind("_t", 0), 0u);
+  EXPECT_EQ(groups.back().graph.outputs()[0].first, "y");
+  expect_same_outputs(g, groups, 0);  // f32: the same ops in the same order
+  // A budget nothing fits: every group is as small as the chain allows, still exact.
+  const std::vector<KernelGroup> tiny = fuse(g, 30);
+  EXPECT_GT(tiny.size(), groups.size());
+  expect_same_outputs(g, tiny, 0);
+}
+
+TEST(Fuse, ManyLiveValuesAreSplitToo) {
+  // One input, but 120 values alive at once: a_i is needed until a_(119-i) exists.
+  std::string text;
+  for (int i = 0; i < 120; ++i) text += fmt::format("a{} = sin(x * {}.5); ", i, i + 1);
+  text += "y = a0 * a119";
+  for (int i = 1; i < 60; ++i) text += fmt::format(" + a{} * a{}", i, 119 - i);
+  Graph g = optimize(parse(text));
+  EXPECT_GT(estimated_registers(g), kRegisterBudget);
+  const std::vector<KernelGroup> groups = fuse(g);
+  ASSERT_GE(groups.size(), 2u);
+  for (const KernelGroup& group : groups) EXPECT_LE(group.registers, kRegisterBudget);
+  expect_same_outputs(g, groups, 0);
+}
+
+TEST(Fuse, SixteenBitValuesCrossACutAsF32AndOutputsKeepTheirDtypes) {
+  // bf16 inputs; an output computed early (p), one late (y), one returned as is (q).
+  Graph g = optimize(parse(sum_of_squares(128, "bf16") + "; p = x0 * x1; q = x5"));
+  const std::vector<KernelGroup> groups = fuse(g);
+  ASSERT_GE(groups.size(), 2u);
+  std::map<std::string, DType> written;
+  for (const KernelGroup& group : groups)
+    for (const auto& [name, id] : group.graph.outputs()) written[name] = group.graph.node(id).dtype;
+  EXPECT_EQ(written.at("y"), DType::BF16);
+  EXPECT_EQ(written.at("p"), DType::BF16);
+  EXPECT_EQ(written.at("q"), DType::BF16);
+  for (const auto& [name, dtype] : written)
+    if (name.rfind("_t", 0) == 0) {
+      EXPECT_EQ(dtype, DType::F32) << name;
+    }
+  // The interpreter rounds every bf16 op to bf16 while the kernels keep f32 (the
+  // temporaries now too), so the two agree to bf16 precision, as the GPU tests ask.
+  expect_same_outputs(g, groups, 1e-2);
+}
+
+TEST(Fuse, EveryGroupWritesAValueOfTheFullShape) {
+  // Row vectors b_i broadcast against x only at the end: no full-shaped value before
+  // the last op, so there is nowhere to cut; the chain stays one kernel.
+  std::string rows = "x:f32[m,n]; ", sum;
+  for (int i = 0; i < 120; ++i) {
+    rows += fmt::format("b{}:f32[n]; ", i);
+    sum += fmt::format("{}b{} * b{}", i ? " + " : "", i, i);
+  }
+  Graph late = optimize(parse(rows + "y = x * (" + sum + ")"));
+  EXPECT_GT(estimated_registers(late), kRegisterBudget);
+  EXPECT_EQ(fuse(late).size(), 1u);
+  // x in the chain from the start: full-shaped partial results, so it splits.
+  std::string chain = "x";
+  for (int i = 0; i < 120; ++i) chain = fmt::format("({} + b{} * b{})", chain, i, i);
+  Graph early = optimize(parse(rows + "y = " + chain));
+  const std::vector<KernelGroup> groups = fuse(early);
+  ASSERT_GE(groups.size(), 2u);
+  for (const KernelGroup& group : groups)
+    EXPECT_EQ(group.graph.output_shape(), early.output_shape());
+  expect_same_outputs(early, groups, 0);
 }
 
 TEST(Pipeline, DumpsEachPassAndUnchanged) {
