@@ -293,11 +293,14 @@ TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
 // broadcasting and strided inputs, both alignment classes; each checked against
 // the fp64 reference of the whole chain.
 TEST_F(ElementwiseGpu, ChainsOverTheRegisterBudgetAreSplitAndExact) {
-  std::string many, sum;
-  for (int i = 0; i < 128; ++i) {
-    many += fmt::format("x{}:{{}}[n]; ", i);
-    sum += fmt::format("{}x{} * x{}", i ? " + " : "", i, i);
-  }
+  // "x0:DTYPE[n]; x1:DTYPE[n]; ..." for 128 inputs, and their sum of squares.
+  auto many = [](const std::string& dtype) {
+    std::string text;
+    for (int i = 0; i < 128; ++i) text += fmt::format("x{}:{}[n]; ", i, dtype);
+    return text;
+  };
+  std::string sum;
+  for (int i = 0; i < 128; ++i) sum += fmt::format("{}x{} * x{}", i ? " + " : "", i, i);
   std::string live;
   for (int i = 0; i < 120; ++i) live += fmt::format("a{} = sin(x * 0.{}1); ", i, i + 1);
   live += "y = a0 * a119";
@@ -308,8 +311,7 @@ TEST_F(ElementwiseGpu, ChainsOverTheRegisterBudgetAreSplitAndExact) {
     chain = fmt::format("({} * 0.99 + b{} * b{})", chain, i, i);
   }
   for (const char* dtype : {"f32", "bf16"}) {
-    const std::string text =
-        fmt::format(fmt::runtime(many), dtype) + "y = " + sum + "; p = x0 * x1 - x2; q = x5";
+    const std::string text = many(dtype) + "y = " + sum + "; p = x0 * x1 - x2; q = x5";
     for (int64_t n : {int64_t{1000}, int64_t{(1 << 20) + 8}}) {
       for (Alignment alignment : {Alignment::Auto, Alignment::Unaligned}) {
         Case c{text, {}, {{"n", n}}, {}, 0, alignment, {}};
@@ -331,7 +333,7 @@ TEST_F(ElementwiseGpu, ChainsOverTheRegisterBudgetAreSplitAndExact) {
   broadcast.tuned = true;
   EXPECT_GE(check(broadcast).kernels, 2u);
   // With a fixed config every kernel of the split chain runs it.
-  Case fixed{fmt::format(fmt::runtime(many), "f32") + "y = " + sum,
+  Case fixed{many("f32") + "y = " + sum,
              {},
              {{"n", 4096}},
              {},
