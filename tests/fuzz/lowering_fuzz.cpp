@@ -9,6 +9,7 @@
 // the rest is the text.
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "kjit/compiler/ir/parser.h"
@@ -26,7 +27,20 @@ void lower_every_group(const kjit::ir::Graph& parsed, uint8_t choice, uint8_t ac
   kjit::ir::Graph graph = kjit::ir::optimize(parsed);
   const kjit::ir::ElementwiseConfig config =
       kjit::ir::ElementwiseConfig::parse(kConfigs[choice % std::size(kConfigs)]);
-  for (const kjit::ir::KernelGroup& group : kjit::ir::fuse(graph)) {
+  // A small register budget (26..41) splits most fuzzed chains, so the split is
+  // fuzzed too: every output written by exactly one group, every group of a split
+  // chain over the full output shape, every group lowering.
+  const int budget = 26 + (access_bits & 15);
+  const std::vector<kjit::ir::KernelGroup> groups =
+      (choice & 0x40) ? kjit::ir::fuse(graph, budget) : kjit::ir::fuse(graph);
+  std::map<std::string, int> written;
+  for (const kjit::ir::KernelGroup& group : groups) {
+    for (const auto& [name, id] : group.graph.outputs()) ++written[name];
+    if (groups.size() > 1 && !(group.graph.output_shape() == graph.output_shape())) std::abort();
+  }
+  for (const auto& [name, id] : graph.outputs())
+    if (written[name] != 1) std::abort();
+  for (const kjit::ir::KernelGroup& group : groups) {
     kjit::ir::ElementwiseProblem problem;
     problem.graph = group.graph;
     problem.aligned = (choice & 0x80) != 0;
