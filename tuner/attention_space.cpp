@@ -66,7 +66,7 @@ int backward_wgmma_registers(const attention::Problem& p, const attention::Confi
 // bm, bn in {32, 64, 128} x stages in {2, 3}, without what does not fit.
 std::vector<attention::Config> backward_space(const attention::Problem& problem,
                                               const cuda::DeviceProperties& device,
-                                              std::vector<std::string>* pruned) {
+                                              std::vector<Pruned>* pruned) {
   std::vector<attention::Config> space;
   for (int bm : {32, 64, 128}) {
     for (int bn : {32, 64, 128}) {
@@ -85,7 +85,7 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
         if (why.empty())
           space.push_back(c);
         else if (pruned)
-          pruned->push_back(c.to_string() + ": " + why);
+          pruned->push_back({c.to_string(), why});
       }
     }
   }
@@ -116,7 +116,7 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
           if (why.empty())
             space.push_back(c);
           else if (pruned)
-            pruned->push_back(c.to_string() + ": " + why);
+            pruned->push_back({c.to_string(), why});
         }
       }
     }
@@ -128,7 +128,7 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
 
 std::vector<attention::Config> attention_space(const attention::Problem& problem,
                                                const cuda::DeviceProperties& device,
-                                               std::vector<std::string>* pruned) {
+                                               std::vector<Pruned>* pruned) {
   if (problem.backward) return backward_space(problem, device, pruned);
   std::vector<attention::Config> space;
   for (int bm : {64, 128}) {
@@ -139,17 +139,19 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
           const int shared = attention::shared_bytes(problem, c);
           if (shared > device.shared_per_block_optin) {
             if (pruned)
-              pruned->push_back(fmt::format("{}: {} B of shared memory > the device's {} B",
-                                            c.to_string(), shared, device.shared_per_block_optin));
+              pruned->push_back(
+                  {c.to_string(), fmt::format("{} B of shared memory > the device's {} B", shared,
+                                              device.shared_per_block_optin)});
             continue;
           }
           if (!fits_registers(problem, c)) {
             if (pruned)
-              pruned->push_back(fmt::format(
-                  "{}: head dim {}, {} keys per tile and {} rows per warp need ~{} registers "
-                  "per thread (> 255)",
-                  c.to_string(), problem.head_dim, bn, warp_rows,
-                  accumulator_registers(problem, c) + kOverheadRegisters));
+              pruned->push_back(
+                  {c.to_string(),
+                   fmt::format("head dim {}, {} keys per tile and {} rows per warp need ~{} "
+                               "registers per thread (> 255)",
+                               problem.head_dim, bn, warp_rows,
+                               accumulator_registers(problem, c) + kOverheadRegisters)});
             continue;
           }
           space.push_back(c);
@@ -185,7 +187,7 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
         if (why.empty()) {
           space.push_back(c);
         } else if (pruned) {
-          pruned->push_back(c.to_string() + ": " + why);
+          pruned->push_back({c.to_string(), why});
         }
       }
     }
@@ -291,13 +293,8 @@ nlohmann::json AttentionTuning::spec() const {
 
 Space AttentionTuning::space(const cuda::DeviceProperties& device) const {
   Space space;
-  std::vector<std::string> pruned;
-  for (const attention::Config& c : attention_space(problem_, device, &pruned))
+  for (const attention::Config& c : attention_space(problem_, device, &space.pruned))
     space.candidates.push_back(c.to_string());
-  for (const std::string& line : pruned) {
-    const size_t colon = line.find(": ");
-    space.pruned.push_back({line.substr(0, colon), line.substr(colon + 2)});
-  }
   return space;
 }
 

@@ -21,12 +21,12 @@ namespace kjit::tuner {
 // accumulators, head_dim / 2 floats, plus the scores, bn / 2) leaves too few of the
 // 255 registers (those spill); then the TMA + wgmma engine (sm_90, head dims 64
 // and 128): bm 128 x bn in {64, 128} x stages in {2, 3} x pingpong off and on. `pruned`, when
-// given, gets one line per config left out and why. The backward pass (problem.backward):
+// given, gets each config left out and why. The backward pass (problem.backward):
 // mma.sync, bm and bn in {32, 64, 128} x stages in {2, 3}, within shared memory and
 // registers (its dK/dV kernel holds both gradients of 16 keys per warp).
 std::vector<attention::Config> attention_space(const attention::Problem& problem,
                                                const cuda::DeviceProperties& device,
-                                               std::vector<std::string>* pruned = nullptr);
+                                               std::vector<Pruned>* pruned = nullptr);
 
 // Before measuring: the model's best config of the space (AttentionTuning::predict
 // with its prior efficiencies, measured on the H200: on sm_90 at head dims 64 and 128

@@ -167,7 +167,7 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
   for (int d : {64, 96, 128, 256}) {
     Problem p = base();
     p.head_dim = d;
-    std::vector<std::string> pruned;
+    std::vector<tuner::Pruned> pruned;
     const std::vector<Config> space = tuner::attention_space(p, h200, &pruned);
     EXPECT_FALSE(space.empty()) << d;
     EXPECT_EQ(space.size() + pruned.size(), 32u) << d;  // 24 mma.sync + 8 wgmma
@@ -175,7 +175,10 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
       EXPECT_EQ(user_error(p, c), "accepted");
       EXPECT_LE(shared_bytes(p, c), h200.shared_per_block_optin);
     }
-    for (const std::string& why : pruned) EXPECT_CONTAINS(why, "bm=");
+    for (const tuner::Pruned& left_out : pruned) {
+      EXPECT_CONTAINS(left_out.config, "bm=");
+      EXPECT_FALSE(left_out.reason.empty()) << left_out.config;
+    }
     const Config chosen = tuner::attention_default(p, h200);
     EXPECT_EQ(user_error(p, chosen), "accepted");
     EXPECT_NE(std::find(space.begin(), space.end(), chosen), space.end()) << chosen.to_string();
