@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <set>
 
 #include "kjit/compiler/ir/printer.h"
@@ -13,9 +15,32 @@
 #include "kjit/support/checked_math.h"
 #include "kjit/support/error.h"
 #include "kjit/support/hash.h"
+#include "kjit/support/log.h"
 #include "kjit/tuner/elementwise_space.h"
 
 namespace kjit {
+
+namespace {
+
+// The register budget a fused chain may need before it is split: ir::kRegisterBudget,
+// or KJIT_REGISTER_BUDGET (a number of registers; "off" never splits), read when a
+// kernel is made, for measuring what a split costs.
+int register_budget() {
+  const char* text = std::getenv("KJIT_REGISTER_BUDGET");
+  if (text == nullptr || *text == '\0') return ir::kRegisterBudget;
+  if (std::string(text) == "off") return std::numeric_limits<int>::max();
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 1 || value > 100000) {
+    log_warning(
+        fmt::format("KJIT_REGISTER_BUDGET='{}' is not a number of registers or 'off'; using {}",
+                    text, ir::kRegisterBudget));
+    return ir::kRegisterBudget;
+  }
+  return static_cast<int>(value);
+}
+
+}  // namespace
 
 ElementwiseKernel::ElementwiseKernel(Runtime& runtime, const Graph& graph,
                                      std::optional<ir::ElementwiseConfig> config)
@@ -32,7 +57,8 @@ ElementwiseKernel::ElementwiseKernel(Runtime* runtime, const Graph& graph,
       ir_digest_(hex64(hash64(ir::print(graph_)))),
       config_(config.value_or(ir::ElementwiseConfig())),
       fixed_(config.has_value()) {
-  groups_ = may_split ? ir::fuse(graph_)
+  budget_ = register_budget();
+  groups_ = may_split ? ir::fuse(graph_, budget_)
                       : std::vector<ir::KernelGroup>{{graph_, ir::estimated_registers(graph_)}};
   if (groups_.size() == 1) return;
   std::set<std::string> outputs;
@@ -265,11 +291,11 @@ std::string ElementwiseKernel::split_note() const {
   std::string s = fmt::format(
       "// kjit split this chain into {} kernels. Fused into one, it would need ~{} registers\n"
       "// per thread at its smallest config (every input loaded up front, every value kept\n"
-      "// until its last use), over the budget of {}; past 255 ptxas spills to local memory,\n"
-      "// which costs more than one more pass over memory. Values that cross a cut are\n"
-      "// written to temporaries with the output's shape (16-bit floats as f32, so the\n"
-      "// result is what the fused kernel computes) and read by the next kernel:\n",
-      stages_.size(), ir::estimated_registers(graph_), ir::kRegisterBudget);
+      "// until its last use), over the budget of {}: near the 255 a thread can have,\n"
+      "// past which ptxas spills to local memory. Values that cross a cut are written to\n"
+      "// temporaries with the output's shape (16-bit floats as f32, so the result is what\n"
+      "// the fused kernel computes) and read by the next kernel:\n",
+      stages_.size(), ir::estimated_registers(graph_), budget_);
   // "a, b, c", or "x0, x1, x2, ..., x127 (128)" for long lists.
   auto listed = [](const std::vector<std::string>& names) {
     std::string out;

@@ -160,6 +160,7 @@ class ElementwiseKernel {
   std::shared_ptr<const Prepared> prepared_;  // the last launch's
   bool last_compiled_now_ = false;
   LaunchInfo last_split_;  // a split chain's last launch (its stages' names, the last grid)
+  int budget_ = ir::kRegisterBudget;  // registers before a split (KJIT_REGISTER_BUDGET)
   std::vector<ir::KernelGroup> groups_;
   std::vector<std::unique_ptr<ElementwiseKernel>> stages_;  // a split chain's kernels
   std::vector<Temporary> temporaries_;

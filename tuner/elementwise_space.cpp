@@ -287,13 +287,20 @@ Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
                   prune("stream=1 applies to the aligned path's vector stores");
                   continue;
                 }
+                // A block's threads share the SM's register file: __launch_bounds__
+                // caps a thread at registers_per_block / block (64 at 1024 threads), and
+                // ptxas spills past the cap. The narrowest config of the smallest block
+                // always stays, so the space is never empty.
+                const int64_t file =
+                    device.registers_per_block > 0 ? device.registers_per_block : 65536;
+                const int limit = static_cast<int>(std::min<int64_t>(kRegisterLimit, file / block));
                 if (const int registers = config_registers(shape_, c);
-                    registers > kRegisterLimit &&
-                    !(unroll == 1 && !prefetch && vec == (shape_.aligned ? widths.back() : 0))) {
+                    registers > limit && !(block == kBlocks[0] && unroll == 1 && !prefetch &&
+                                           vec == (shape_.aligned ? widths.back() : 0))) {
                   prune(fmt::format(
-                      "needs ~{} registers per thread (> {}): {} vector(s) of every input in "
-                      "flight would spill",
-                      registers, kRegisterLimit, unroll * (prefetch ? 2 : 1)));
+                      "needs ~{} registers per thread (> {} at {} threads): {} vector(s) of "
+                      "every input in flight would spill",
+                      registers, limit, block, unroll * (prefetch ? 2 : 1)));
                   continue;
                 }
                 if (device.max_threads_per_block > 0 && block > device.max_threads_per_block) {

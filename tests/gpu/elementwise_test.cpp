@@ -9,6 +9,7 @@
 #include <optional>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -293,6 +294,12 @@ TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
 // broadcasting and strided inputs, both alignment classes; each checked against
 // the fp64 reference of the whole chain.
 TEST_F(ElementwiseGpu, ChainsOverTheRegisterBudgetAreSplitAndExact) {
+  // At a budget of 128 registers (KJIT_REGISTER_BUDGET; the default, 240, splits only
+  // chains that would spill) these chains are split into several kernels each.
+  struct ScopedBudget {
+    ScopedBudget() { setenv("KJIT_REGISTER_BUDGET", "128", 1); }
+    ~ScopedBudget() { unsetenv("KJIT_REGISTER_BUDGET"); }
+  } budget;
   // "x0:DTYPE[n]; x1:DTYPE[n]; ..." for 128 inputs, and their sum of squares.
   auto many = [](const std::string& dtype) {
     std::string text;

@@ -155,14 +155,38 @@ TEST(Fuse, SmallChainsAreOneGroup) {
   }
 }
 
+// "a_i = sin(x * c_i)" for `count` values, all alive until "y = sum a_i * a_(count-1-i)".
+std::string live_values(int count) {
+  std::string text;
+  for (int i = 0; i < count; ++i) text += fmt::format("a{} = sin(x * {}.5); ", i, i + 1);
+  text += fmt::format("y = a0 * a{}", count - 1);
+  for (int i = 1; i < count / 2; ++i) text += fmt::format(" + a{} * a{}", i, count - 1 - i);
+  return text;
+}
+
+TEST(Fuse, OnlyChainsThatWouldSpillAreSplitByDefault) {
+  // 128 inputs loaded up front: ~153 registers at the smallest config, which ptxas
+  // fits (it issues scalar loads late): one kernel.
+  Graph inputs = optimize(parse(sum_of_squares(128)));
+  EXPECT_GT(estimated_registers(inputs), 128);
+  EXPECT_LE(estimated_registers(inputs), kRegisterBudget);
+  EXPECT_EQ(fuse(inputs).size(), 1u);
+  // 300 values alive at once: ~325 (fused, ptxas spills at 255): split.
+  Graph live = optimize(parse(live_values(300)));
+  EXPECT_GT(estimated_registers(live), kRegisterBudget);
+  const std::vector<KernelGroup> groups = fuse(live);
+  ASSERT_GE(groups.size(), 2u);
+  for (const KernelGroup& group : groups) EXPECT_LE(group.registers, kRegisterBudget);
+  expect_same_outputs(live, groups, 0);
+}
+
 TEST(Fuse, ManyInputsAreSplitAtTheRegisterBudget) {
-  // 128 inputs loaded up front: ~153 registers at the smallest config.
+  // At a budget of 128, the 128-input sum (~153) is cut.
   Graph g = optimize(parse(sum_of_squares(128)));
-  EXPECT_GT(estimated_registers(g), kRegisterBudget);
-  const std::vector<KernelGroup> groups = fuse(g);
+  const std::vector<KernelGroup> groups = fuse(g, 128);
   ASSERT_GE(groups.size(), 2u);
   for (size_t i = 0; i < groups.size(); ++i) {
-    EXPECT_LE(groups[i].registers, kRegisterBudget) << "group " << i;
+    EXPECT_LE(groups[i].registers, 128) << "group " << i;
     EXPECT_EQ(groups[i].registers, estimated_registers(groups[i].graph));
   }
   // The partial sum crosses the cut as a temporary; the last group writes y.
@@ -178,22 +202,18 @@ TEST(Fuse, ManyInputsAreSplitAtTheRegisterBudget) {
 
 TEST(Fuse, ManyLiveValuesAreSplitToo) {
   // One input, but 120 values alive at once: a_i is needed until a_(119-i) exists.
-  std::string text;
-  for (int i = 0; i < 120; ++i) text += fmt::format("a{} = sin(x * {}.5); ", i, i + 1);
-  text += "y = a0 * a119";
-  for (int i = 1; i < 60; ++i) text += fmt::format(" + a{} * a{}", i, 119 - i);
-  Graph g = optimize(parse(text));
-  EXPECT_GT(estimated_registers(g), kRegisterBudget);
-  const std::vector<KernelGroup> groups = fuse(g);
+  Graph g = optimize(parse(live_values(120)));
+  EXPECT_GT(estimated_registers(g), 128);
+  const std::vector<KernelGroup> groups = fuse(g, 128);
   ASSERT_GE(groups.size(), 2u);
-  for (const KernelGroup& group : groups) EXPECT_LE(group.registers, kRegisterBudget);
+  for (const KernelGroup& group : groups) EXPECT_LE(group.registers, 128);
   expect_same_outputs(g, groups, 0);
 }
 
 TEST(Fuse, SixteenBitValuesCrossACutAsF32AndOutputsKeepTheirDtypes) {
   // bf16 inputs; an output computed early (p), one late (y), one returned as is (q).
   Graph g = optimize(parse(sum_of_squares(128, "bf16") + "; p = x0 * x1; q = x5"));
-  const std::vector<KernelGroup> groups = fuse(g);
+  const std::vector<KernelGroup> groups = fuse(g, 128);
   ASSERT_GE(groups.size(), 2u);
   std::map<std::string, DType> written;
   for (const KernelGroup& group : groups)
@@ -219,13 +239,13 @@ TEST(Fuse, EveryGroupWritesAValueOfTheFullShape) {
     sum += fmt::format("{}b{} * b{}", i ? " + " : "", i, i);
   }
   Graph late = optimize(parse(rows + "y = x * (" + sum + ")"));
-  EXPECT_GT(estimated_registers(late), kRegisterBudget);
-  EXPECT_EQ(fuse(late).size(), 1u);
+  EXPECT_GT(estimated_registers(late), 128);
+  EXPECT_EQ(fuse(late, 128).size(), 1u);
   // x in the chain from the start: full-shaped partial results, so it splits.
   std::string chain = "x";
   for (int i = 0; i < 120; ++i) chain = fmt::format("({} + b{} * b{})", chain, i, i);
   Graph early = optimize(parse(rows + "y = " + chain));
-  const std::vector<KernelGroup> groups = fuse(early);
+  const std::vector<KernelGroup> groups = fuse(early, 128);
   ASSERT_GE(groups.size(), 2u);
   for (const KernelGroup& group : groups)
     EXPECT_EQ(group.graph.output_shape(), early.output_shape());
