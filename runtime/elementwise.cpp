@@ -287,7 +287,19 @@ void ElementwiseKernel::launch_split(const std::vector<TensorArg>& inputs,
 }
 
 std::string ElementwiseKernel::split_note() const {
-  if (!split()) return "";
+  if (!split()) {
+    const int registers = ir::estimated_registers(graph_);
+    if (registers <= budget_) return "";
+    // Over the budget, but fuse() kept one kernel: say why.
+    const ir::SplitTraffic t = ir::split_traffic(graph_, ir::split(graph_, budget_));
+    if (t.temporaries == 0) return "";
+    return fmt::format(
+        "// kjit kept this chain in one kernel although it may need ~{} registers per thread\n"
+        "// (over the budget of {}; ptxas spills what does not fit to local memory): cut\n"
+        "// where the budget allows, {} bytes per element would go through temporaries,\n"
+        "// more than {} times the {} bytes the chain itself reads and writes.\n",
+        registers, budget_, t.temporaries, ir::kSplitTrafficLimit, t.own);
+  }
   std::string s = fmt::format(
       "// kjit split this chain into {} kernels. Fused into one, it would need ~{} registers\n"
       "// per thread at its smallest config (every input loaded up front, every value kept\n"

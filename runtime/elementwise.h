@@ -90,7 +90,8 @@ class ElementwiseKernel {
   };
   const std::vector<Temporary>& temporaries() const { return temporaries_; }
   // Why and how the chain was split, as comment lines ("// ..."), for the top of
-  // the emitted source; empty when it runs as one kernel.
+  // the emitted source; for a chain over the budget kept whole, why it was not;
+  // empty otherwise.
   std::string split_note() const;
   // Each stage's tensors for a launch with the caller's `inputs` and `outputs`, the
   // temporaries at `addresses` (one per temporaries() entry, in that order).

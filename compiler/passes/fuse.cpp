@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -136,7 +137,7 @@ int estimated_registers(const Graph& graph) {
   return segment_registers(graph, c, 0, static_cast<int>(c.ops.size()) - 1);
 }
 
-std::vector<KernelGroup> fuse(const Graph& graph, int register_budget) {
+std::vector<KernelGroup> split(const Graph& graph, int register_budget) {
   const Chain c = chain_of(graph);
   const int registers = c.ops.empty()
                             ? estimated_registers(graph)
@@ -205,6 +206,30 @@ std::vector<KernelGroup> fuse(const Graph& graph, int register_budget) {
     groups.push_back(KernelGroup{std::move(g), 0});
     groups.back().registers = estimated_registers(groups.back().graph);
   }
+  return groups;
+}
+
+SplitTraffic split_traffic(const Graph& graph, const std::vector<KernelGroup>& groups) {
+  SplitTraffic t;
+  for (int id : graph.inputs()) t.own += size_bytes(graph.node(id).dtype);
+  std::set<std::string> outputs;
+  for (const auto& [name, id] : graph.outputs()) {
+    t.own += size_bytes(graph.node(id).dtype);
+    outputs.insert(name);
+  }
+  if (groups.size() < 2) return t;
+  for (const KernelGroup& group : groups)
+    for (const auto& [name, id] : group.graph.outputs())
+      if (!outputs.count(name)) t.temporaries += 2 * size_bytes(group.graph.node(id).dtype);
+  return t;
+}
+
+std::vector<KernelGroup> fuse(const Graph& graph, int register_budget) {
+  std::vector<KernelGroup> groups = split(graph, register_budget);
+  if (groups.size() < 2) return groups;
+  const SplitTraffic t = split_traffic(graph, groups);
+  if (t.temporaries > kSplitTrafficLimit * t.own)
+    return {KernelGroup{graph, estimated_registers(graph)}};
   return groups;
 }
 

@@ -5,11 +5,14 @@
 // Until registers run out. The generated kernel loads every input of a thread's
 // vectors before any math (memory-level parallelism), so a chain that reads many
 // inputs, or keeps many values alive, needs a register per live value per element;
-// past 255 per thread ptxas spills to local memory. fuse() therefore estimates each group's
-// registers (at the smallest config: one element per vector, one vector per thread) and, past the
-// budget, cuts the chain into several kernels: a value needed across a cut is
-// stored to a temporary ("_t<id>", f32 for 16-bit floats so the split kernels
-// compute exactly what the fused one does) and read back by the next kernel.
+// past 255 per thread ptxas spills to local memory. split() estimates each group's
+// registers (at the smallest config: one element per vector, one vector per thread)
+// and, past the budget, cuts the chain into several kernels: a value needed across a
+// cut is stored to a temporary ("_t<id>", f32 for 16-bit floats so the split kernels
+// compute exactly what the fused one does) and read back by the next kernel. fuse()
+// takes that split only when the temporaries are cheap next to the chain's own
+// traffic (kSplitTrafficLimit); where many values are alive at the cut, a spill
+// that stays in L1/L2 costs less than sending them all through DRAM.
 //
 // unfuse() is the opposite extreme, for comparison (`kjit bench` reports both): one
 // kernel per op, each intermediate written to memory and read back by the next
@@ -49,6 +52,25 @@ int estimated_registers(const Graph& graph);
 // One group when the graph fits `register_budget`, else several, in launch order.
 // A group always writes at least one value of the graph's full output shape (the
 // kernel's iteration space), so a chain is cut only where such a value is live.
+std::vector<KernelGroup> split(const Graph& graph, int register_budget = kRegisterBudget);
+
+// What a split moves through memory per output element, in bytes: the temporaries
+// (each written once and read back) and the chain's own inputs and outputs.
+struct SplitTraffic {
+  int64_t temporaries = 0;
+  int64_t own = 0;
+};
+SplitTraffic split_traffic(const Graph& graph, const std::vector<KernelGroup>& groups);
+
+// A split costs its temporaries' traffic; a spill costs local-memory traffic that
+// mostly stays in L1 and L2. A chain over the budget is split when its temporaries
+// move at most this many times the chain's own bytes; otherwise it stays one kernel
+// and spills. Where the cut falls between many live values (300 values alive at
+// once: ~215 cross the cut, 1720 bytes per element against the chain's 8) the split
+// kernels' predicted time was 88 ms at n = 2^24 for the first of them alone.
+inline constexpr int64_t kSplitTrafficLimit = 2;
+
+// split(), when the split is worth its traffic (kSplitTrafficLimit); else one group.
 std::vector<KernelGroup> fuse(const Graph& graph, int register_budget = kRegisterBudget);
 std::vector<KernelGroup> unfuse(const Graph& graph);
 

@@ -32,7 +32,7 @@ void lower_every_group(const kjit::ir::Graph& parsed, uint8_t choice, uint8_t ac
   // chain over the full output shape, every group lowering.
   const int budget = 26 + (access_bits & 15);
   const std::vector<kjit::ir::KernelGroup> groups =
-      (choice & 0x40) ? kjit::ir::fuse(graph, budget) : kjit::ir::fuse(graph);
+      (choice & 0x40) ? kjit::ir::split(graph, budget) : kjit::ir::fuse(graph);
   std::map<std::string, int> written;
   for (const kjit::ir::KernelGroup& group : groups) {
     for (const auto& [name, id] : group.graph.outputs()) ++written[name];

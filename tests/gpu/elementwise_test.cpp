@@ -290,7 +290,7 @@ TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
 }
 
 // Chains over the register budget run as several kernels (compiler/passes/fuse.h):
-// many inputs, many live values, bf16 with outputs written by different kernels,
+// many inputs, bf16 with outputs written by different kernels,
 // broadcasting and strided inputs, both alignment classes; each checked against
 // the fp64 reference of the whole chain.
 TEST_F(ElementwiseGpu, ChainsOverTheRegisterBudgetAreSplitAndExact) {
@@ -327,9 +327,11 @@ TEST_F(ElementwiseGpu, ChainsOverTheRegisterBudgetAreSplitAndExact) {
       }
     }
   }
+  // 120 live values: over 128 too, but a cut would carry ~60 of them through memory
+  // (fuse.h, kSplitTrafficLimit), so it stays one kernel.
   Case lived{live, {}, {{"n", 99991}}, {}, 0, Alignment::Auto, {}};
   lived.tuned = true;
-  EXPECT_GE(check(lived).kernels, 2u);
+  EXPECT_EQ(check(lived).kernels, 1u);
   Case broadcast{rows + "y = " + chain + "; z = x * 2",
                  {},
                  {{"m", 37}, {"n", 1000}},

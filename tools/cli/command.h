@@ -118,11 +118,14 @@ std::string read_source_file(const std::string& path);
 // alone with `ptx`, or text ("<family> <problem>\nconfig ..." and the stats table).
 // Several sources (the attention backward's steps): one report over all of them
 // (kernel names joined by ",", times and sizes summed, the largest shared memory,
-// every kernel's stats; cache "hit" only when every one was).
+// every kernel's stats; cache "hit" only when every one was). `extra` adds JSON
+// fields (the elementwise expression); `note` comes first in the text report (why a
+// chain was split).
 void report_family_compile(const std::string& family, const std::string& problem,
                            const std::vector<KernelSource>& sources, const std::string& config,
                            const std::string& config_source, const std::string& arch, bool json,
-                           bool ptx);
+                           bool ptx, const nlohmann::json& extra = nlohmann::json::object(),
+                           const std::string& note = "");
 
 // Prints a generated kernel for `kjit emit`: `plan` first (comment lines saying how
 // this problem runs on the target GPU: tiles, waves, roofline; may be empty), the

@@ -128,7 +128,7 @@ std::vector<std::string> included_templates(const std::string& text) {
 void report_family_compile(const std::string& family, const std::string& problem,
                            const std::vector<KernelSource>& sources, const std::string& config,
                            const std::string& config_source, const std::string& arch, bool json,
-                           bool ptx) {
+                           bool ptx, const nlohmann::json& extra, const std::string& note) {
   cuda::validate_arch(arch);
   std::vector<StoreCompile> programs;
   std::string names, ptx_text, cache = "hit";
@@ -161,13 +161,15 @@ void report_family_compile(const std::string& family, const std::string& problem
     for (const StoreCompile& program : programs)
       for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
     if (ptx) out["ptx"] = ptx_text;
+    for (const auto& [key, value] : extra.items()) out[key] = value;
     return print_json(out);
   }
   if (ptx) {
     std::cout << ptx_text;
     return;
   }
-  std::cout << fmt::format("{} {}\nconfig {} ({})\n", family, problem, config, config_source);
+  std::cout << note
+            << fmt::format("{} {}\nconfig {} ({})\n", family, problem, config, config_source);
   for (size_t i = 0; i < sources.size(); ++i)
     std::cout << fmt::format("{}{} for {} in {:.0f} ms; {} B dynamic shared memory\n",
                              sources.size() > 1 ? sources[i].name + ": " : "",

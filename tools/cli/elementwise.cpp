@@ -237,58 +237,16 @@ void emit(const KernelCommandOptions& o) {
 void compile(const KernelCommandOptions& o) {
   Setup s = make_setup(o, 1 << 20);
   const Planned p = planned_sources(o, s);
-  const std::string arch = o.arch.empty() ? default_arch() : o.arch;
-  cuda::validate_arch(arch);
-  std::vector<StoreCompile> programs;
-  for (const KernelSource& source : p.sources)
-    programs.push_back(compile_with_store(source, arch, o.ptx));
-  auto total = [&](auto field) {
-    double sum = 0;
-    for (const StoreCompile& program : programs) sum += field(program);
-    return sum;
+  // The problems, less the family the report names ("elementwise ir=..." -> "ir=...").
+  auto problem = [&](size_t i) {
+    const std::string& text = p.sources[i].problem;
+    return text.rfind("elementwise ", 0) == 0 ? text.substr(12) : text;
   };
-  if (o.json) {
-    const KernelSource& first = p.sources.front();
-    nlohmann::json out = {
-        {"family", first.family},
-        {"expression", o.what},
-        {"kernel", joined(p, [&](size_t i) { return p.sources[i].name; })},
-        {"problem", joined(
-                        p, [&](size_t i) { return p.sources[i].problem; }, "; ")},
-        {"config", joined(
-                       p, [&](size_t i) { return p.sources[i].config; }, "; ")},
-        {"config_source", joined(
-                              p, [&](size_t i) { return p.config_sources[i]; }, "; ")},
-        {"arch", arch},
-        {"nvrtc_version", cuda::nvrtc_version()},
-        {"cache", joined(
-                      p, [&](size_t i) { return programs[i].cache; }, ", ")},
-        {"compile_ms", total([](const StoreCompile& c) { return c.ms; })},
-        {"cubin_bytes", total([](const StoreCompile& c) { return double(c.cubin.size()); })},
-        {"dynamic_shared_bytes", first.dynamic_shared_bytes},
-        {"kernels", nlohmann::json::array()}};
-    for (const StoreCompile& program : programs)
-      for (const cuda::KernelStats& k : program.kernels) out["kernels"].push_back(stats_json(k));
-    if (o.ptx)
-      out["ptx"] = joined(
-          p, [&](size_t i) { return programs[i].ptx; }, "\n");
-    return print_json(out);
-  }
-  if (o.ptx) {
-    for (const StoreCompile& program : programs) std::cout << program.ptx;
-    return;
-  }
-  std::cout << p.note;
-  std::vector<cuda::KernelStats> stats;
-  for (size_t i = 0; i < programs.size(); ++i) {
-    const KernelSource& source = p.sources[i];
-    std::cout << fmt::format(
-        "{}: {} for {} in {:.1f} ms, cubin {} bytes\nproblem: {}\nconfig:  {}\n", source.name,
-        programs[i].cache == "hit" ? "loaded from the store" : "compiled", arch, programs[i].ms,
-        programs[i].cubin.size(), source.problem, source.config);
-    stats.insert(stats.end(), programs[i].kernels.begin(), programs[i].kernels.end());
-  }
-  print_stats_table(stats);
+  auto config = [&](size_t i) { return p.sources[i].config; };
+  auto config_source = [&](size_t i) { return p.config_sources[i]; };
+  report_family_compile("elementwise", joined(p, problem, "; "), p.sources, joined(p, config, "; "),
+                        joined(p, config_source, "; "), o.arch.empty() ? default_arch() : o.arch,
+                        o.json, o.ptx, {{"expression", o.what}}, p.note);
 }
 
 void run(const KernelCommandOptions& o) {

@@ -164,18 +164,28 @@ std::string live_values(int count) {
   return text;
 }
 
-TEST(Fuse, OnlyChainsThatWouldSpillAreSplitByDefault) {
+TEST(Fuse, SplitsOnlyOverTheBudgetAndWhereTheTemporariesAreCheap) {
   // 128 inputs loaded up front: ~153 registers at the smallest config, which ptxas
-  // fits (it issues scalar loads late): one kernel.
+  // fits (it issues scalar loads late): one kernel at the default budget.
   Graph inputs = optimize(parse(sum_of_squares(128)));
   EXPECT_GT(estimated_registers(inputs), 128);
   EXPECT_LE(estimated_registers(inputs), kRegisterBudget);
   EXPECT_EQ(fuse(inputs).size(), 1u);
-  // 300 values alive at once: ~325 (fused, ptxas spills at 255): split.
+  // At 128 it is split: one partial sum crosses the cut (8 bytes per element against
+  // the 516 the chain moves).
+  const std::vector<KernelGroup> cut = fuse(inputs, 128);
+  ASSERT_EQ(cut.size(), 2u);
+  EXPECT_EQ(split_traffic(inputs, cut).temporaries, 8);
+  EXPECT_EQ(split_traffic(inputs, cut).own, 128 * 4 + 4);
+  // 300 values alive at once: ~325 registers, but any cut carries ~200 of them
+  // through memory, far more than the 8 bytes the chain moves: one kernel (ptxas
+  // spills), though split() can cut it, exactly.
   Graph live = optimize(parse(live_values(300)));
   EXPECT_GT(estimated_registers(live), kRegisterBudget);
-  const std::vector<KernelGroup> groups = fuse(live);
+  EXPECT_EQ(fuse(live).size(), 1u);
+  const std::vector<KernelGroup> groups = split(live);
   ASSERT_GE(groups.size(), 2u);
+  EXPECT_GT(split_traffic(live, groups).temporaries, kSplitTrafficLimit * 8);
   for (const KernelGroup& group : groups) EXPECT_LE(group.registers, kRegisterBudget);
   expect_same_outputs(live, groups, 0);
 }
@@ -183,7 +193,7 @@ TEST(Fuse, OnlyChainsThatWouldSpillAreSplitByDefault) {
 TEST(Fuse, ManyInputsAreSplitAtTheRegisterBudget) {
   // At a budget of 128, the 128-input sum (~153) is cut.
   Graph g = optimize(parse(sum_of_squares(128)));
-  const std::vector<KernelGroup> groups = fuse(g, 128);
+  const std::vector<KernelGroup> groups = split(g, 128);
   ASSERT_GE(groups.size(), 2u);
   for (size_t i = 0; i < groups.size(); ++i) {
     EXPECT_LE(groups[i].registers, 128) << "group " << i;
@@ -195,7 +205,7 @@ TEST(Fuse, ManyInputsAreSplitAtTheRegisterBudget) {
   EXPECT_EQ(groups.back().graph.outputs()[0].first, "y");
   expect_same_outputs(g, groups, 0);  // f32: the same ops in the same order
   // A budget nothing fits: every group is as small as the chain allows, still exact.
-  const std::vector<KernelGroup> tiny = fuse(g, 30);
+  const std::vector<KernelGroup> tiny = split(g, 30);
   EXPECT_GT(tiny.size(), groups.size());
   expect_same_outputs(g, tiny, 0);
 }
@@ -204,7 +214,7 @@ TEST(Fuse, ManyLiveValuesAreSplitToo) {
   // One input, but 120 values alive at once: a_i is needed until a_(119-i) exists.
   Graph g = optimize(parse(live_values(120)));
   EXPECT_GT(estimated_registers(g), 128);
-  const std::vector<KernelGroup> groups = fuse(g, 128);
+  const std::vector<KernelGroup> groups = split(g, 128);
   ASSERT_GE(groups.size(), 2u);
   for (const KernelGroup& group : groups) EXPECT_LE(group.registers, 128);
   expect_same_outputs(g, groups, 0);
@@ -213,7 +223,7 @@ TEST(Fuse, ManyLiveValuesAreSplitToo) {
 TEST(Fuse, SixteenBitValuesCrossACutAsF32AndOutputsKeepTheirDtypes) {
   // bf16 inputs; an output computed early (p), one late (y), one returned as is (q).
   Graph g = optimize(parse(sum_of_squares(128, "bf16") + "; p = x0 * x1; q = x5"));
-  const std::vector<KernelGroup> groups = fuse(g, 128);
+  const std::vector<KernelGroup> groups = split(g, 128);
   ASSERT_GE(groups.size(), 2u);
   std::map<std::string, DType> written;
   for (const KernelGroup& group : groups)
@@ -240,12 +250,12 @@ TEST(Fuse, EveryGroupWritesAValueOfTheFullShape) {
   }
   Graph late = optimize(parse(rows + "y = x * (" + sum + ")"));
   EXPECT_GT(estimated_registers(late), 128);
-  EXPECT_EQ(fuse(late, 128).size(), 1u);
+  EXPECT_EQ(split(late, 128).size(), 1u);
   // x in the chain from the start: full-shaped partial results, so it splits.
   std::string chain = "x";
   for (int i = 0; i < 120; ++i) chain = fmt::format("({} + b{} * b{})", chain, i, i);
   Graph early = optimize(parse(rows + "y = " + chain));
-  const std::vector<KernelGroup> groups = fuse(early, 128);
+  const std::vector<KernelGroup> groups = split(early, 128);
   ASSERT_GE(groups.size(), 2u);
   for (const KernelGroup& group : groups)
     EXPECT_EQ(group.graph.output_shape(), early.output_shape());
