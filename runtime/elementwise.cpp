@@ -87,20 +87,23 @@ KernelSource ElementwiseKernel::source(const ElementwisePlan& plan,
 }
 
 ir::ElementwiseConfig ElementwiseKernel::config_for(const ElementwisePlan& plan) {
-  if (fixed_) return config_;
+  return chosen_for(plan).config;
+}
+
+ElementwiseKernel::Chosen ElementwiseKernel::chosen_for(const ElementwisePlan& plan) {
+  if (fixed_ || !runtime_) return Chosen{config_, "given"};
   const std::string key = fmt::format("{} n={} cols={}", plan.problem.text(), plan.n, plan.cols);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = chosen_.find(key);
-    if (it != chosen_.end()) return it->second.config;
+    if (it != chosen_.end()) return it->second;
   }
-  if (!runtime_) return config_;
   const tuner::Choice choice = choose_config(*runtime_, tuner::ElementwiseTuning(plan));
   std::lock_guard<std::mutex> lock(mutex_);
   return chosen_
       .emplace(key,
                Chosen{ir::ElementwiseConfig::parse(choice.config), tuner::to_string(choice.source)})
-      .first->second.config;
+      .first->second;
 }
 
 std::shared_ptr<const ElementwiseKernel::Compiled> ElementwiseKernel::compiled(
@@ -158,7 +161,9 @@ std::shared_ptr<const ElementwiseKernel::Prepared> ElementwiseKernel::prepare(
   const ElementwisePlan p = plan(inputs, outputs, alignment);
   auto out = std::make_shared<Prepared>();
   out->key = std::move(key);
-  out->config = config_for(p);
+  const Chosen chosen = chosen_for(p);
+  out->config = chosen.config;
+  out->config_source = chosen.source;
   out->kernel = compiled(p, out->config, compiled_now);
   const int V = ir::effective_vector_width(p.problem, out->config);
   // grid=waves: every SM gets per_sm blocks (auto: 2048 vectors in flight, at most
@@ -171,12 +176,6 @@ std::shared_ptr<const ElementwiseKernel::Prepared> ElementwiseKernel::prepare(
     if (p.problem.access[i] != ir::Access::Strided) continue;
     out->strides.push_back(p.strides[i].first);
     out->strides.push_back(p.strides[i].second);
-  }
-  out->config_source = "given";
-  if (!fixed_) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = chosen_.find(fmt::format("{} n={} cols={}", p.problem.text(), p.n, p.cols));
-    if (it != chosen_.end()) out->config_source = it->second.source;
   }
   return out;
 }

@@ -157,7 +157,9 @@ class ElementwiseKernel {
     ir::ElementwiseConfig config;
     std::string source;  // where it came from
   };
-  std::map<std::string, Chosen> chosen_;      // by problem text and sizes
+  std::map<std::string, Chosen> chosen_;  // by problem text and sizes
+  // The config for a plan and where it came from ("given" for a fixed config).
+  Chosen chosen_for(const ElementwisePlan& plan);
   std::shared_ptr<const Prepared> prepared_;  // the last launch's
   bool last_compiled_now_ = false;
   LaunchInfo last_split_;  // a split chain's last launch (its stages' names, the last grid)
