@@ -187,6 +187,7 @@ struct Matmul::Variant {
   KernelSource source;
   cuda::KernelStats stats;
   std::shared_ptr<const CompiledKernel> main, reduce, pad, stage;  // hold the modules
+  int resident = 1;  // blocks of `main` per SM (the persistent schedule's grid)
 };
 
 Matmul::Matmul(Runtime& runtime, Problem problem)
@@ -222,6 +223,9 @@ void Matmul::load(Variant& v) {
                                 static_cast<int64_t>(v.stats.registers) * threads, device.name,
                                 device.registers_per_block),
                     "use fewer warps or a smaller warp tile");
+  if (v.config.persistent)
+    v.resident = std::max(1, v.main->function().max_active_blocks_per_sm(
+                                 threads, static_cast<size_t>(v.source.dynamic_shared_bytes)));
   if (v.config.splitk > 1) v.reduce = runtime_->compile(lower_reduce(v.problem));
   if (pads_operands(v.problem, v.config)) v.pad = runtime_->compile(lower_pad(v.problem.input));
   if (v.problem.input == DType::TF32) v.stage = runtime_->compile(lower_stage_k_major());
@@ -472,8 +476,18 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   }
 
   cuda::LaunchConfig launch;
-  launch.grid = {static_cast<unsigned>(ceil_div(p.m, config.bm) * ceil_div(p.n, config.bn)),
-                 static_cast<unsigned>(splits), static_cast<unsigned>(p.batch)};
+  const int64_t tiles = ceil_div(p.m, config.bm) * ceil_div(p.n, config.bn);
+  if (config.persistent) {
+    // As many blocks as fit on the GPU at once, each walking units (tiles of a split
+    // of a batch) blockIdx.x + i * gridDim.x.
+    const int64_t units = tiles * splits * p.batch;
+    launch.grid = {static_cast<unsigned>(std::min<int64_t>(
+                       units, static_cast<int64_t>(device.sm_count) * v->resident)),
+                   1, 1};
+  } else {
+    launch.grid = {static_cast<unsigned>(tiles), static_cast<unsigned>(splits),
+                   static_cast<unsigned>(p.batch)};
+  }
   launch.block = {static_cast<unsigned>(v->source.block_threads), 1, 1};
   launch.dynamic_shared_bytes = static_cast<unsigned>(v->source.dynamic_shared_bytes);
   launch.stream = stream;

@@ -35,9 +35,11 @@
 // The swizzle (16-byte unit u of line r lands at u ^ (r % 8)) is applied by the
 // copy engine on the way in and undone by wgmma on the way out: no bank conflicts.
 //
-// The epilogue stages the fp32 accumulators through the (then idle) stages, and
+// Two schedules. run(): one output tile per block (grid = tiles x splits x batch);
+// the epilogue stages the fp32 accumulators through the (then idle) stages, and
 // every warpgroup, the producer too, writes 16-byte chunks of C with
-// kjit::matmul::write_chunk, like the mma.sync path.
+// kjit::matmul::write_chunk, like the mma.sync path. run_persistent(): a block per
+// SM walks many tiles through one pipeline that never drains (see there).
 #pragma once
 
 #include "kjit/matmul.cuh"
@@ -73,23 +75,25 @@ struct WgmmaMatmul {
                 "wgmma reads 32-bit (tf32) operands K-major only");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "BM is 64 x consumer warpgroups");
   static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN is 64, 128, 192 or 256");
-  static_assert(BM * STAGED_STRIDE * 4 <= STAGES * STAGE_BYTES,
-                "the epilogue stages the tile through the pipeline's buffers");
 
   // Dynamic shared memory: 1 KiB of alignment slack, the stages, then 2 x STAGES
   // mbarriers (8 bytes each).
   static constexpr int SHARED_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
 
-  // The producer: one thread issues every copy of this tile's k-tiles.
+  // The producer: one thread issues every copy of this tile's k-tiles. `first` counts
+  // the k-tiles this block has loaded before (a persistent block walks several tiles
+  // through one pipeline): k-tile kt of this tile uses stage (first + kt) % STAGES,
+  // in round (first + kt) / STAGES, whose parity the barriers track.
   __device__ __forceinline__ static void produce(const TensorMap& map_a, const TensorMap& map_b,
                                                  u32 stages, u32 full, u32 empty, int m0, int n0,
-                                                 int batch, int k_begin, int k_tiles) {
+                                                 int batch, int k_begin, int k_tiles,
+                                                 int first = 0) {
     for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % STAGES;
+      const int s = (first + kt) % STAGES;
       const u32 a = stages + s * STAGE_BYTES;
       const u32 b = a + A_BYTES;
       const int k0 = k_begin + kt * BK;
-      barrier_wait(empty + 8 * s, ((kt / STAGES) & 1) ^ 1);
+      barrier_wait(empty + 8 * s, (((first + kt) / STAGES) & 1) ^ 1);
       barrier_arrive_expect_bytes(full + 8 * s, STAGE_BYTES);
       if (A_K_MAJOR) {
         tma_load(a, map_a, full + 8 * s, k0, m0, batch);  // box: BK k x BM rows
@@ -108,15 +112,18 @@ struct WgmmaMatmul {
     }
   }
 
-  // A consumer warpgroup: acc += its 64 rows of A times B over all k-tiles.
+  // A consumer warpgroup: acc += its 64 rows of A times B over all k-tiles, from
+  // stage (first + kt) % STAGES as the producer filled them. Every stage is released
+  // once the wgmma group that read it has completed, the last one too (a persistent
+  // block's producer is already filling stages for the next tile).
   __device__ __forceinline__ static void consume(float (&acc)[ACC], u32 stages, u32 full, u32 empty,
-                                                 int group, int k_tiles) {
+                                                 int group, int k_tiles, int first = 0) {
     const bool warp_leader = threadIdx.x % 32 == 0;
     for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % STAGES;
+      const int s = (first + kt) % STAGES;
       const u32 a = stages + s * STAGE_BYTES;
       const u32 b = a + A_BYTES;
-      barrier_wait(full + 8 * s, (kt / STAGES) & 1);
+      barrier_wait(full + 8 * s, ((first + kt) / STAGES) & 1);
       fence_accumulators(acc);
       wgmma_fence();
 #pragma unroll
@@ -135,10 +142,11 @@ struct WgmmaMatmul {
       fence_accumulators(acc);
       // k-tile kt - 1's group is complete: its stage may be refilled.
       wgmma_wait<1>();
-      if (kt > 0 && warp_leader) barrier_arrive(empty + 8 * ((kt - 1) % STAGES));
+      if (kt > 0 && warp_leader) barrier_arrive(empty + 8 * ((first + kt - 1) % STAGES));
     }
     wgmma_wait<0>();
     fence_accumulators(acc);
+    if (k_tiles > 0 && warp_leader) barrier_arrive(empty + 8 * ((first + k_tiles - 1) % STAGES));
   }
 
   // The tile goes out in two steps. The consumers stage their accumulators as fp32
@@ -193,6 +201,8 @@ struct WgmmaMatmul {
   template <typename Epilogue>
   __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops,
                                              const TensorMap& map_a, const TensorMap& map_b) {
+    static_assert(BM * STAGED_STRIDE * 4 <= STAGES * STAGE_BYTES,
+                  "the epilogue stages the tile through the pipeline's buffers");
     extern __shared__ __align__(1024) unsigned char kjit_wgmma_shared[];
     // The swizzle pattern repeats every 1024 bytes: stages start on such a boundary.
     const u32 base = mma::shared_address(kjit_wgmma_shared);
@@ -235,6 +245,101 @@ struct WgmmaMatmul {
     if (group >= 0) stage_accumulators(staged, acc, group);
     __syncthreads();
     write_tile<Epilogue>(args, ops, staged, tile_m, tile_n, batch, split);
+  }
+
+  // ---- the persistent schedule ---------------------------------------------------
+  // grid = one or a few blocks per SM (the runtime asks the occupancy calculator),
+  // each walking the work units blockIdx.x, + gridDim.x, ... — a unit is one output
+  // tile of one K split of one batch, numbered split-major, then batch, then in the
+  // block order of tile_of_block (so the units in flight at once share A and B tiles
+  // in L2, as the one-tile-per-block grid's blocks do). The producer thread runs
+  // ahead across tile boundaries: while the consumers finish a tile and write it
+  // out, the copy engine is already filling the stages with the next tile's
+  // k-tiles, so the next main loop starts on a full pipeline (the non-persistent
+  // grid pays that fill, and an idle write-out, once per tile). The stages are
+  // never idle, so the write-out does not stage through them: each consumer thread
+  // writes its accumulators straight from registers, two adjacent outputs per
+  // store (kjit::matmul::store_two), and goes on to the next tile's wgmma while
+  // those stores drain.
+  __device__ __forceinline__ static matmul::BlockWork unit_work(const MatmulArgs& args,
+                                                                long long unit, int tiles_m,
+                                                                int tiles_n) {
+    const long long tiles = static_cast<long long>(tiles_m) * tiles_n;
+    matmul::BlockWork w;
+    matmul::tile_of_block(static_cast<int>(unit % tiles), tiles_m, tiles_n, args.raster, w.tile_m,
+                          w.tile_n);
+    w.batch = static_cast<int>(unit / tiles % args.batch);
+    w.split = static_cast<int>(unit / tiles / args.batch);
+    w.k_begin = w.split * args.k_per_split;
+    w.k_end = min(args.k, w.k_begin + args.k_per_split);
+    return w;
+  }
+
+  // Writes a consumer's 64 x BN accumulators from registers: warp w of the group
+  // holds rows 16w + lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in
+  // acc[4j + 2 half] and acc[4j + 2 half + 1].
+  template <typename Epilogue>
+  __device__ __forceinline__ static void write_registers(const MatmulArgs& args,
+                                                         const EpilogueOperands& ops,
+                                                         const float (&acc)[ACC],
+                                                         const matmul::BlockWork& w, int group) {
+    const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int row0 = w.tile_m * BM + group * 64 + warp * 16 + lane / 4;
+    const int col0 = w.tile_n * BN + 2 * (lane % 4);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        matmul::store_two<TC, Epilogue, true>(args, ops, w.batch, w.split, row0 + 8 * half,
+                                              col0 + 8 * j, acc[4 * j + 2 * half],
+                                              acc[4 * j + 2 * half + 1]);
+  }
+
+  template <typename Epilogue>
+  __device__ __forceinline__ static void run_persistent(const MatmulArgs& args,
+                                                        const EpilogueOperands& ops,
+                                                        const TensorMap& map_a,
+                                                        const TensorMap& map_b) {
+    extern __shared__ __align__(1024) unsigned char kjit_wgmma_shared[];
+    const u32 base = mma::shared_address(kjit_wgmma_shared);
+    const u32 stages = (base + 1023) & ~1023u;
+    const u32 full = stages + STAGES * STAGE_BYTES;
+    const u32 empty = full + 8 * STAGES;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        barrier_init(full + 8 * s, 1);
+        barrier_init(empty + 8 * s, 4 * CONSUMERS);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int tiles_m = (args.m + BM - 1) / BM, tiles_n = (args.n + BN - 1) / BN;
+    const long long units = static_cast<long long>(tiles_m) * tiles_n * args.batch * args.splits;
+    const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer warpgroup
+    int first = 0;  // k-tiles through the pipeline so far (both sides count the same)
+    if (group < 0) {
+      if (threadIdx.x != 0) return;  // the producer's other warps have nothing to do
+      for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
+        const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
+        produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
+                k_tiles, first);
+        first += k_tiles;
+      }
+      return;
+    }
+    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
+      const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
+      float acc[ACC];
+#pragma unroll
+      for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+      consume(acc, stages, full, empty, group, k_tiles, first);
+      first += k_tiles;
+      write_registers<Epilogue>(args, ops, acc, w, group);
+    }
   }
 };
 

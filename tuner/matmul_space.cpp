@@ -27,6 +27,9 @@ constexpr double kLaunchSeconds = 2.5e-6;
 // Latency from a block's start to its first tensor-core instruction (the pipeline
 // fill: DRAM latency plus the first k-tiles), seconds.
 constexpr double kFillSeconds = 1.0e-6;
+// The persistent schedule: the share of a tile's write-out that its consumers still
+// spend (issuing the stores; the DRAM traffic drains under the next main loop).
+constexpr double kPersistentWriteShare = 0.5;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 
@@ -108,7 +111,9 @@ std::string matmul_efficiency_key(const Problem& p, const Config& c) {
   // the model only estimates, and fitting them with the one-pass configs of the
   // same tile dragged those down (seen on the H200: 0.72 -> 0.52).
   const std::string split = c.splitk > 1 ? ":splitk" : "";
-  if (c.wgmma) return fmt::format("matmul:wgmma{}:{}x{}:s{}{}", type, c.bm, c.bn, c.stages, split);
+  if (c.wgmma)
+    return fmt::format("matmul:wgmma{}:{}x{}:s{}{}{}", type, c.bm, c.bn, c.stages,
+                       c.persistent ? ":persistent" : "", split);
   return fmt::format("matmul:sync:{}x{}x{}:w{}x{}:s{}{}{}", c.bm, c.bn, c.bk, c.warps_m,
                      c.warps / c.warps_m, c.stages, c.narrow ? ":narrow" : "", split);
 }
@@ -235,6 +240,11 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
         return prune(fmt::format("split-K: the {} tiles already fill {:.1f} waves of {} SMs", tiles,
                                  static_cast<double>(tiles) / device.sm_count, device.sm_count));
     }
+    if (c.persistent && tiles * actual_splits(c, kernel_k(p, c)) <= device.sm_count)
+      return prune(fmt::format(
+          "schedule=persistent: the {} work units fit one wave of {} SMs, one per block "
+          "as with schedule=tile",
+          tiles * actual_splits(c, kernel_k(p, c)), device.sm_count));
     if (c.raster != 8 && ceil_div(p.m, c.bm) <= 8)
       return prune(fmt::format("raster={} orders the blocks as raster=8 with {} tile rows",
                                c.raster, ceil_div(p.m, c.bm)));
@@ -255,7 +265,11 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
   for (int bm : kTileSizes)
     for (int bn : kTileSizes)
       for (int stages : kWgmmaStages)
-        with_launch_dims(matmul::wgmma_config(bm, bn, stages, 1, p.input));
+        for (bool persistent : {false, true}) {
+          Config c = matmul::wgmma_config(bm, bn, stages, 1, p.input);
+          c.persistent = persistent;
+          with_launch_dims(c);
+        }
   if (p.input == DType::TF32) return space;  // the wgmma engine only
   for (const SyncShape& s : kSyncShapes) with_launch_dims(sync_config(s, false));
   for (const SyncShape& s : kNarrowShapes) with_launch_dims(sync_config(s, true));
@@ -318,8 +332,13 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // loop hides part of both.
   const double out_bytes = splits > 1 ? 4 : matmul::dtype_bytes(p.output);
   const double write_seconds = c.bm * c.bn * out_bytes / (rates.dram_bytes_per_s / sms);
+  // The persistent schedule fills its pipeline once: the producer loads the next
+  // tile while the consumers write this one out, and the stores drain under the
+  // next main loop.
   const double serial =
-      static_cast<double>(units_per_sm) * (kFillSeconds + write_seconds) / resident;
+      c.persistent ? kFillSeconds + static_cast<double>(units_per_sm) * kPersistentWriteShare *
+                                        write_seconds / resident
+                   : static_cast<double>(units_per_sm) * (kFillSeconds + write_seconds) / resident;
 
   // Memory: the fewest bytes from DRAM, and the tiles' re-reads of A and B through
   // L2. An SM pulls at most what its loads in flight allow (Little's law: the

@@ -87,15 +87,17 @@ std::string Problem::to_string() const {
 }
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}", bm, bn, bk,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}", bm, bn, bk,
                      warps, warps_m, stages, splitk,
                      raster != 8 ? fmt::format(",raster={}", raster) : "",
-                     wgmma ? ",mma=wgmma" : "", narrow ? ",load=narrow" : "");
+                     wgmma ? ",mma=wgmma" : "", persistent ? ",schedule=persistent" : "",
+                     narrow ? ",load=narrow" : "");
 }
 
 std::string Config::source_text() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}", bm, bn, bk, warps, warps_m,
-                     stages, wgmma ? ",mma=wgmma" : "", narrow ? ",load=narrow" : "");
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}", bm, bn, bk, warps, warps_m,
+                     stages, wgmma ? ",mma=wgmma" : "", persistent ? ",schedule=persistent" : "",
+                     narrow ? ",load=narrow" : "");
 }
 
 bool pads_operands(const Problem& p, const Config& c) {
@@ -137,7 +139,7 @@ int square_warps_m(int bm, int bn, int warps) {
 
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
-      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, load";
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -149,6 +151,14 @@ Config Config::parse(const std::string& text) {
         throw UserError("matmul config mma='" + value + "' is not sync or wgmma",
                         "mma=sync: mma.sync (sm_80 and later); mma=wgmma: TMA + wgmma (sm_90)");
       config.wgmma = value == "wgmma";
+      continue;
+    }
+    if (key == "schedule") {
+      if (value != "tile" && value != "persistent")
+        throw UserError("matmul config schedule='" + value + "' is not tile or persistent",
+                        "schedule=tile: one output tile per block; schedule=persistent: one or "
+                        "a few blocks per SM walk the tiles (mma=wgmma only)");
+      config.persistent = value == "persistent";
       continue;
     }
     if (key == "load") {
@@ -291,6 +301,10 @@ void validate(const Problem& problem, const Config& config) {
     return;
   }
   const std::string hint = "Reducing or reshaping the block tile may help; see docs/matmul.md";
+  if (config.persistent && !config.wgmma)
+    throw UserError("schedule=persistent is a schedule of the wgmma engine; config " +
+                        config.to_string() + " is an mma.sync config",
+                    "add mma=wgmma, or drop schedule=persistent");
   if (config.narrow && config.wgmma)
     throw UserError(
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "
@@ -317,7 +331,8 @@ void validate(const Problem& problem, const Config& config) {
                                        : "leave bk, warps and wm out with mma=wgmma");
     if (config.stages < 2 || config.stages > 8)
       throw UserError(fmt::format("stages={} is out of range: 2 to 8", config.stages), hint);
-    if (config.bm * (config.bn + 8) * 4 > pipeline_bytes(problem, config))
+    // The persistent schedule writes from registers; the other stages the tile.
+    if (!config.persistent && config.bm * (config.bn + 8) * 4 > pipeline_bytes(problem, config))
       throw UserError(fmt::format("mma=wgmma stages the {}x{} fp32 tile through the pipeline's "
                                   "{} bytes, which is too small",
                                   config.bm, config.bn, pipeline_bytes(problem, config)),
@@ -497,8 +512,9 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   out.problem = problem.kernel_class();
   out.config = config.source_text();
   const bool tf32 = problem.input == DType::TF32;
-  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}", matmul::to_string(problem.input),
-                         problem.layout(), config.bm, config.bn, config.bk, config.stages);
+  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.stages,
+                         config.persistent ? "_persistent" : "");
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
   out.arch_specific = true;
@@ -530,15 +546,20 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       "kjit_matmul_tile;\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       a_k_major ? "true" : "false", b_k_major ? "true" : "false");
-  s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block; the tensor\n"
-       "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n";
+  s += config.persistent
+           ? "// grid: a few blocks per SM (the occupancy calculator's count), each walking\n"
+             "// output tiles blockIdx.x, + gridDim.x, ...: the producer loads the next tile\n"
+             "// while the consumers write this one from registers. The tensor maps describe\n"
+             "// A and B for the copy engine (runtime/matmul.cpp encodes them)\n"
+           : "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block; the tensor\n"
+             "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n";
   s += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 1)\n{}(kjit::MatmulArgs args, "
       "kjit::EpilogueOperands ops,\n"
       "    const __grid_constant__ kjit::TensorMap map_a,\n"
       "    const __grid_constant__ kjit::TensorMap map_b) {{\n"
-      "  kjit_matmul_tile::run<kjit_matmul_epilogue>(args, ops, map_a, map_b);\n}}\n\n",
-      out.block_threads, out.name);
+      "  kjit_matmul_tile::{}<kjit_matmul_epilogue>(args, ops, map_a, map_b);\n}}\n\n",
+      out.block_threads, out.name, config.persistent ? "run_persistent" : "run");
   out.source = std::move(s);
   return out;
 }

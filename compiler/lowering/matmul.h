@@ -96,18 +96,21 @@ struct Config {
   // registers (NarrowLoader in templates/matmul.cuh) instead of being padded into
   // 16-byte-aligned scratch first; the alternative for misaligned problems.
   bool narrow = false;
+  // wgmma only: the persistent schedule (WgmmaMatmul::run_persistent): one or a few
+  // blocks per SM walk the output tiles, the producer loading the next tile while
+  // the consumers write the last one out from registers. false: one tile per block.
+  bool persistent = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
-  // 8, ",mma=wgmma" or ",load=narrow")
+  // 8, ",mma=wgmma", ",schedule=persistent" or ",load=narrow")
   std::string to_string() const;
   // The part of to_string() the kernel's source depends on (without splitk and
   // raster, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
-  // raster mma (sync | wgmma) load (async | narrow). When warps is given without wm, wm is
-  // chosen to make warp tiles square-ish; with mma=wgmma, bk, warps and wm follow
-  // from bm.
-  // Unknown keys and malformed values are UserErrors naming the valid keys.
+  // raster mma (sync | wgmma) schedule (tile | persistent) load (async | narrow). When warps is
+  // given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk, warps and wm
+  // follow from bm. Unknown keys and malformed values are UserErrors naming the valid keys.
   static Config parse(const std::string& text);
   int threads() const { return warps * 32; }
   bool operator==(const Config&) const = default;

@@ -583,6 +583,62 @@ TEST_F(MatmulGpu, EveryDefaultConfig) {
   run_all(EveryDefaultConfigCases());
 }
 
+// The persistent wgmma schedule (sm_90 only): blocks walk several tiles through one
+// pipeline, so every case has more work units than SMs, k-tile counts that are not
+// multiples of the stages (the barriers' parity crosses tile boundaries), and the
+// register write-out's edges: every layout, edge tiles, split-K with batches, an
+// epilogue with alpha and beta, K = 1, 16-bit and f32 outputs, the padded
+// (misaligned) path, tf32, and every tile width.
+std::vector<Case> PersistentScheduleCases() {
+  std::vector<Case> cases;
+  if (!gpu_is_sm90()) return cases;
+  for (const char* layout : {"nn", "nt", "tn", "tt"})
+    cases.push_back({.m = 1000,
+                     .n = 1000,
+                     .k = 200,
+                     .layout = layout,
+                     .config = "mma=wgmma,bm=64,bn=64,stages=3,schedule=persistent"});
+  cases.push_back({.m = 2100,
+                   .n = 2000,
+                   .k = 300,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent",
+                   .alpha = 0.5f,
+                   .beta = 1.0f});
+  cases.push_back({.m = 300,
+                   .n = 520,
+                   .k = 2048,
+                   .batch = 3,
+                   .epilogue = "relu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=3,schedule=persistent"});
+  cases.push_back({.m = 1500,
+                   .n = 1700,
+                   .k = 1,
+                   .layout = "tn",
+                   .config = "mma=wgmma,bm=192,bn=192,stages=3,schedule=persistent"});
+  cases.push_back({.m = 3000,
+                   .n = 1100,
+                   .k = 333,
+                   .input = DType::F16,
+                   .output = DType::F32,
+                   .config = "mma=wgmma,bm=256,bn=128,stages=3,schedule=persistent"});
+  cases.push_back({.m = 1001,
+                   .n = 1001,
+                   .k = 1001,
+                   .config = "mma=wgmma,bm=128,bn=128,stages=5,schedule=persistent"});
+  cases.push_back({.m = 1100,
+                   .n = 1100,
+                   .k = 100,
+                   .input = DType::TF32,
+                   .output = DType::F32,
+                   .config = "mma=wgmma,bm=64,bn=128,bk=32,stages=4,schedule=persistent"});
+  return cases;
+}
+TEST_F(MatmulGpu, PersistentSchedule) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "the persistent schedule runs on the wgmma engine (sm_90)";
+  run_all(PersistentScheduleCases());
+}
+
 // Compiles the kernels of every matmul test that is going to run, in parallel,
 // before the first one runs: NVRTC takes 10-30 s for a large tile config.
 class PrecompileMatmulKernels : public ::testing::Environment {
@@ -604,6 +660,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"SplitK", SplitKCases},
         {"StagedEpilogueStoreWidths", StagedEpilogueStoreWidthsCases},
         {"EveryDefaultConfig", EveryDefaultConfigCases},
+        {"PersistentSchedule", PersistentScheduleCases},
     };
     std::vector<std::pair<Problem, Config>> work;
     const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();

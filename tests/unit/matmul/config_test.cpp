@@ -120,6 +120,34 @@ TEST(MatmulConfig, NarrowLoads) {
       << source.source;
 }
 
+// schedule=persistent: prints and parses back, needs the wgmma engine, drops the
+// staging constraint (it writes from registers), and lowers to run_persistent.
+TEST(MatmulConfig, PersistentSchedule) {
+  const Config c = Config::parse("mma=wgmma,bm=128,bn=256,stages=2,schedule=persistent");
+  EXPECT_TRUE(c.persistent);
+  EXPECT_EQ(c.to_string(),
+            "bm=128,bn=256,bk=64,warps=12,wm=2,stages=2,splitk=1,mma=wgmma,schedule=persistent");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_FALSE(Config::parse("schedule=tile").persistent);
+  EXPECT_THROW(Config::parse("schedule=stream"), UserError);
+  const Problem p = square(4096);
+  EXPECT_NO_THROW(validate(p, c));  // 2 stages cannot stage the tile; no need to
+  Config tiled = c;
+  tiled.persistent = false;
+  EXPECT_THROW(validate(p, tiled), UserError);
+  try {
+    validate(p, Config::parse("bm=128,bn=128,bk=32,warps=8,stages=4,schedule=persistent"));
+    FAIL() << "persistent accepted with mma.sync";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("wgmma"), std::string::npos) << e.what();
+  }
+  const KernelSource source = lower(p, c);
+  EXPECT_NE(source.name.find("_persistent"), std::string::npos);
+  EXPECT_NE(source.source.find("run_persistent<kjit_matmul_epilogue>"), std::string::npos);
+  EXPECT_EQ(lower(p, Config::parse("mma=wgmma,bm=128,bn=256,stages=4")).source.find("persistent"),
+            std::string::npos);
+}
+
 TEST(MatmulConfig, DeviceLimitsStateRequiredAndLimit) {
   Problem p = square(1024);
   try {

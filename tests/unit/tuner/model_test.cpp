@@ -131,6 +131,31 @@ TEST(Space, PrunedConfigsSayWhy) {
   EXPECT_FALSE(ampere.candidates.empty());
 }
 
+// The persistent schedule is a point of the wgmma space: offered where the work
+// units outnumber the SMs, pruned with a reason where each block would get one
+// tile anyway, and predicted faster than one tile per block on a many-wave shape
+// (it fills the pipeline once, not once per tile).
+TEST(Space, PersistentScheduleIsADimension) {
+  const char* tiled = "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma";
+  const std::string persistent = std::string(tiled) + ",schedule=persistent";
+  const Space big = MatmulTuning(matmul_problem(4096, 4096, 4096)).space(h200);
+  EXPECT_NE(std::find(big.candidates.begin(), big.candidates.end(), persistent),
+            big.candidates.end());
+  const Space small = MatmulTuning(matmul_problem(1024, 1024, 4096)).space(h200);
+  bool pruned = false;
+  for (const Pruned& x : small.pruned)
+    if (x.config == persistent) {
+      pruned = true;
+      EXPECT_NE(x.reason.find("one wave"), std::string::npos) << x.reason;
+    }
+  EXPECT_TRUE(pruned);
+  const MatmulTuning t(matmul_problem(4096, 4096, 4096));
+  const Efficiencies none;
+  EXPECT_LT(t.predict(persistent, h200, none).ms, t.predict(tiled, h200, none).ms);
+  EXPECT_NE(t.predict(persistent, h200, none).efficiency_key,
+            t.predict(tiled, h200, none).efficiency_key);
+}
+
 TEST(Space, EveryCandidateIsCanonicalValidAndUnique) {
   for (const matmul::Problem& p :
        {matmul_problem(4096, 4096, 4096), matmul_problem(4097, 4097, 4097),
