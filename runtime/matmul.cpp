@@ -478,9 +478,9 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   cuda::LaunchConfig launch;
   const int64_t tiles = ceil_div(p.m, config.bm) * ceil_div(p.n, config.bn);
   if (config.persistent) {
-    // As many blocks as fit on the GPU at once, each walking units (tiles of a split
-    // of a batch) blockIdx.x + i * gridDim.x.
-    const int64_t units = tiles * splits * p.batch;
+    // As many blocks as fit on the GPU at once, each walking units (the tiles of
+    // every batch; validate() refuses split-K here) blockIdx.x + i * gridDim.x.
+    const int64_t units = tiles * p.batch;
     launch.grid = {static_cast<unsigned>(std::min<int64_t>(
                        units, static_cast<int64_t>(device.sm_count) * v->resident)),
                    1, 1};

@@ -67,6 +67,17 @@ struct WgmmaMatmul {
   static constexpr int A_BYTES = BM * 128;
   static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  // Registers per thread of the persistent schedule: the launch gives every thread
+  // the same share (65536 / THREADS, in steps of 8); the producer warpgroup keeps 40
+  // and hands the rest to the consumers, whose accumulators and write-out need them
+  // (setmaxnreg; 128 x 40 + 256 x 232 <= 65536 with two consumers). With one
+  // consumer the share is already 255.
+  static constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8 > 255
+                                              ? 255
+                                              : (65536 / THREADS) / 8 * 8;
+  static constexpr int PRODUCER_REGISTERS = 40;
+  static constexpr int CONSUMER_REGISTERS =
+      (LAUNCH_REGISTERS + 128 * (LAUNCH_REGISTERS - PRODUCER_REGISTERS) / CONSUMER_THREADS) / 8 * 8;
   static constexpr int CHUNK_BYTES = 64 * 128;  // one 64-row chunk of an MN-major operand
   static constexpr int STAGED_STRIDE = BN + 8;  // floats per staged row (bank spread)
   static constexpr int VEC = matmul::Chunk<TC>::VEC;
@@ -79,6 +90,13 @@ struct WgmmaMatmul {
   // Dynamic shared memory: 1 KiB of alignment slack, the stages, then 2 x STAGES
   // mbarriers (8 bytes each).
   static constexpr int SHARED_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+  // The persistent schedule's write-out slabs, one per consumer warp: 16 rows of one
+  // 128-byte line of outputs each (64 bf16/f16 or 32 f32 columns), rows padded by 16
+  // bytes so that the 8 rows a warp's pair stores touch fall in different banks.
+  static constexpr int SLAB_COLUMNS = 128 / static_cast<int>(sizeof(TC));
+  static constexpr int SLAB_ROW_BYTES = 128 + 16;
+  static constexpr int SLAB_BYTES = 16 * SLAB_ROW_BYTES;
+  static constexpr int PERSISTENT_SHARED_BYTES = SHARED_BYTES + 4 * CONSUMERS * SLAB_BYTES;
 
   // The producer: one thread issues every copy of this tile's k-tiles. `first` counts
   // the k-tiles this block has loaded before (a persistent block walks several tiles
@@ -259,8 +277,8 @@ struct WgmmaMatmul {
   // grid pays that fill, and an idle write-out, once per tile). The stages are
   // never idle, so the write-out does not stage through them: each consumer thread
   // writes its accumulators straight from registers, two adjacent outputs per
-  // store (kjit::matmul::store_two), and goes on to the next tile's wgmma while
-  // those stores drain.
+  // store (write_registers), and goes on to the next tile's wgmma while those
+  // stores drain.
   __device__ __forceinline__ static matmul::BlockWork unit_work(const MatmulArgs& args,
                                                                 long long unit, int tiles_m,
                                                                 int tiles_n) {
@@ -268,32 +286,92 @@ struct WgmmaMatmul {
     matmul::BlockWork w;
     matmul::tile_of_block(static_cast<int>(unit % tiles), tiles_m, tiles_n, args.raster, w.tile_m,
                           w.tile_n);
-    w.batch = static_cast<int>(unit / tiles % args.batch);
-    w.split = static_cast<int>(unit / tiles / args.batch);
-    w.k_begin = w.split * args.k_per_split;
-    w.k_end = min(args.k, w.k_begin + args.k_per_split);
+    w.batch = static_cast<int>(unit / tiles);
+    w.split = 0;
+    w.k_begin = 0;
+    w.k_end = args.k;
     return w;
   }
 
-  // Writes a consumer's 64 x BN accumulators from registers: warp w of the group
-  // holds rows 16w + lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in
-  // acc[4j + 2 half] and acc[4j + 2 half + 1].
+  // Writes a consumer warp's 16 x BN outputs. Warp w of a group holds rows 16w +
+  // lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in acc[4j + 2 half] and
+  // acc[4j + 2 half + 1]: stored straight from there, a warp instruction would
+  // write 4 bytes to each of 8 rows, and the load-store unit would spend 8 passes on
+  // it (measured on the H200: 5% slower than the one-tile-per-block grid's staged
+  // write-out). So the warp goes through its own slab of shared memory (the stages
+  // belong to the producer, already loading the next tile), one 128-byte line of
+  // columns at a time: the finished outputs (alpha, beta * C0, the epilogue), as
+  // TC, in; then rows of whole 16-byte chunks out, 8 lanes per row (a warp
+  // instruction writes 4 full lines). Only __syncwarp: no other warp reads the slab.
+  // The code is unrolled over the accumulators (their indices must be constants
+  // to stay in registers), so each step stays small.
   template <typename Epilogue>
-  __device__ __forceinline__ static void write_registers(const MatmulArgs& args,
-                                                         const EpilogueOperands& ops,
-                                                         const float (&acc)[ACC],
-                                                         const matmul::BlockWork& w, int group) {
+  __device__ __forceinline__ static void write_out(const MatmulArgs& args,
+                                                   const EpilogueOperands& ops,
+                                                   const float (&acc)[ACC],
+                                                   const matmul::BlockWork& w, int group,
+                                                   unsigned char* slab) {
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
     const int lane = static_cast<int>(threadIdx.x) % 32;
-    const int row0 = w.tile_m * BM + group * 64 + warp * 16 + lane / 4;
-    const int col0 = w.tile_n * BN + 2 * (lane % 4);
+    const int row0 = w.tile_m * BM + group * 64 + warp * 16;  // the warp's first row
+    const int col0 = w.tile_n * BN;
+    // Phase 1 coordinates: rows lane / 4 and + 8, columns 2 (lane % 4) + {0, 1}.
+    const int r1 = lane / 4, c1 = 2 * (lane % 4);
+    const bool row_ok[2] = {row0 + r1 < args.m, row0 + r1 + 8 < args.m};
+    const bool beta = args.beta != 0.0f;
+    const TC* c0_row[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
+      c0_row[half] = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0 +
+                     static_cast<long long>(row0 + r1 + 8 * half) * args.ldc0;
+    // Phase 2 coordinates: lanes 8i..8i+7 write row i (+ 4, 8, 12), chunk lane % 8.
+    const int r2 = lane / 8, chunk = lane % 8;
+    TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-        matmul::store_two<TC, Epilogue, true>(args, ops, w.batch, w.split, row0 + 8 * half,
-                                              col0 + 8 * j, acc[4 * j + 2 * half],
-                                              acc[4 * j + 2 * half + 1]);
+    for (int line = 0; line < BN / SLAB_COLUMNS; ++line) {
+      const int line_col = col0 + line * SLAB_COLUMNS;  // the line's first column
+      __syncwarp();                                     // the previous line's reads are done
+#pragma unroll
+      for (int jj = 0; jj < SLAB_COLUMNS / 8; ++jj) {
+        const int j = line * (SLAB_COLUMNS / 8) + jj;  // accumulator column group
+        const int col = line_col + 8 * jj + c1;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float v[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const bool ok = row_ok[half] && col + e < args.n;
+            const float c0v = beta && ok ? to_f32(c0_row[half][col + e]) : 0.0f;
+            v[e] = ok ? matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], c0v, args, w.batch,
+                                                     row0 + r1 + 8 * half, col + e, ops)
+                      : 0.0f;
+          }
+          matmul::Pair<TC>::store(
+              reinterpret_cast<TC*>(slab + (r1 + 8 * half) * SLAB_ROW_BYTES) + 8 * jj + c1, v[0],
+              v[1]);
+        }
+      }
+      __syncwarp();  // the line is staged
+#pragma unroll
+      for (int pass = 0; pass < 4; ++pass) {
+        const int r = r2 + 4 * pass, row = row0 + r, col = line_col + chunk * VEC;
+        if (row >= args.m || col >= args.n) continue;
+        float v[VEC];
+        matmul::Chunk<TC>::load16(
+            reinterpret_cast<const TC*>(slab + r * SLAB_ROW_BYTES) + chunk * VEC, v);
+        TC* out = c_base + static_cast<long long>(row) * args.ldc + col;
+        if (col + VEC <= args.n) {
+          matmul::store_chunk(out, v);
+        } else {
+#pragma unroll 1
+          for (int e = 0; e < args.n - col; ++e) {
+            out[e] = from_f32<TC>(v[0]);
+#pragma unroll
+            for (int q = 0; q + 1 < VEC; ++q) v[q] = v[q + 1];  // next output to the front
+          }
+        }
+      }
+    }
   }
 
   template <typename Epilogue>
@@ -320,6 +398,8 @@ struct WgmmaMatmul {
     const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer warpgroup
     int first = 0;  // k-tiles through the pipeline so far (both sides count the same)
     if (group < 0) {
+      if constexpr (CONSUMERS > 1)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
       if (threadIdx.x != 0) return;  // the producer's other warps have nothing to do
       for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
         const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
@@ -330,6 +410,11 @@ struct WgmmaMatmul {
       }
       return;
     }
+    if constexpr (CONSUMERS > 1)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS) : "memory");
+    // This warp's write-out slab, after the stages and their barriers.
+    unsigned char* slab = kjit_wgmma_shared + (stages - base) + STAGES * STAGE_BYTES +
+                          2 * STAGES * 8 + (static_cast<int>(threadIdx.x) / 32 - 4) * SLAB_BYTES;
     for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
       const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
@@ -338,7 +423,7 @@ struct WgmmaMatmul {
       for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
       consume(acc, stages, full, empty, group, k_tiles, first);
       first += k_tiles;
-      write_registers<Epilogue>(args, ops, acc, w, group);
+      write_out<Epilogue>(args, ops, acc, w, group, slab);
     }
   }
 };

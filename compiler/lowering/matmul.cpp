@@ -228,9 +228,12 @@ int pipeline_bytes(const Problem& problem, const Config& config) {
   return config.stages * (config.bm + config.bn) * config.bk * dtype_bytes(problem.input);
 }
 
-// Mirrors WgmmaMatmul::SHARED_BYTES: alignment slack, stages, 2 x stages mbarriers.
+// Mirrors WgmmaMatmul::SHARED_BYTES: alignment slack, stages, 2 x stages mbarriers;
+// and PERSISTENT_SHARED_BYTES: plus a write-out slab of 16 rows x (128 + 16) bytes
+// per consumer warp.
 int wgmma_shared_bytes(const Problem& problem, const Config& config) {
-  return 1024 + pipeline_bytes(problem, config) + 2 * config.stages * 8;
+  const int slabs = config.persistent ? config.bm / 64 * 4 * 16 * (128 + 16) : 0;
+  return 1024 + pipeline_bytes(problem, config) + 2 * config.stages * 8 + slabs;
 }
 
 // Bytes of one epilogue pass (mirrors TensorCoreMatmul::STAGED_BYTES).
@@ -305,6 +308,11 @@ void validate(const Problem& problem, const Config& config) {
     throw UserError("schedule=persistent is a schedule of the wgmma engine; config " +
                         config.to_string() + " is an mma.sync config",
                     "add mma=wgmma, or drop schedule=persistent");
+  if (config.persistent && config.splitk > 1)
+    throw UserError(fmt::format("schedule=persistent writes whole output tiles; splitk={} "
+                                "needs schedule=tile",
+                                config.splitk),
+                    "drop splitk, or drop schedule=persistent");
   if (config.narrow && config.wgmma)
     throw UserError(
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "
@@ -546,6 +554,11 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       "kjit_matmul_tile;\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       a_k_major ? "true" : "false", b_k_major ? "true" : "false");
+  s += fmt::format(
+      "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
+      "dynamic shared memory\");\n\n",
+      config.persistent ? "PERSISTENT_SHARED_BYTES" : "SHARED_BYTES", out.dynamic_shared_bytes,
+      out.dynamic_shared_bytes);
   s += config.persistent
            ? "// grid: a few blocks per SM (the occupancy calculator's count), each walking\n"
              "// output tiles blockIdx.x, + gridDim.x, ...: the producer loads the next tile\n"

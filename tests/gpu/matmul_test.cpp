@@ -586,9 +586,9 @@ TEST_F(MatmulGpu, EveryDefaultConfig) {
 // The persistent wgmma schedule (sm_90 only): blocks walk several tiles through one
 // pipeline, so every case has more work units than SMs, k-tile counts that are not
 // multiples of the stages (the barriers' parity crosses tile boundaries), and the
-// register write-out's edges: every layout, edge tiles, split-K with batches, an
-// epilogue with alpha and beta, K = 1, 16-bit and f32 outputs, the padded
-// (misaligned) path, tf32, and every tile width.
+// register write-out's two paths: every layout, edge tiles, batches, an epilogue
+// with alpha and beta, odd leading dimensions (one output per store), K = 1, 16-bit and f32
+// outputs, the padded (misaligned) path, tf32, and every tile width.
 std::vector<Case> PersistentScheduleCases() {
   std::vector<Case> cases;
   if (!gpu_is_sm90()) return cases;
@@ -608,22 +608,22 @@ std::vector<Case> PersistentScheduleCases() {
   cases.push_back({.m = 300,
                    .n = 520,
                    .k = 2048,
-                   .batch = 3,
+                   .batch = 10,
                    .epilogue = "relu(acc + bias)",
-                   .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=3,schedule=persistent"});
-  cases.push_back({.m = 1500,
+                   .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent"});
+  cases.push_back({.m = 3000,
                    .n = 1700,
                    .k = 1,
                    .layout = "tn",
                    .config = "mma=wgmma,bm=192,bn=192,stages=3,schedule=persistent"});
   cases.push_back({.m = 3000,
-                   .n = 1100,
+                   .n = 1500,
                    .k = 333,
                    .input = DType::F16,
                    .output = DType::F32,
                    .config = "mma=wgmma,bm=256,bn=128,stages=3,schedule=persistent"});
-  cases.push_back({.m = 1001,
-                   .n = 1001,
+  cases.push_back({.m = 2049,
+                   .n = 1201,
                    .k = 1001,
                    .config = "mma=wgmma,bm=128,bn=128,stages=5,schedule=persistent"});
   cases.push_back({.m = 1100,

@@ -141,6 +141,9 @@ TEST(MatmulConfig, PersistentSchedule) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("wgmma"), std::string::npos) << e.what();
   }
+  Config split = c;
+  split.splitk = 2;
+  EXPECT_THROW(validate(p, split), UserError);
   const KernelSource source = lower(p, c);
   EXPECT_NE(source.name.find("_persistent"), std::string::npos);
   EXPECT_NE(source.source.find("run_persistent<kjit_matmul_epilogue>"), std::string::npos);
