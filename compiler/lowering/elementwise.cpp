@@ -466,7 +466,21 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   bool needs_row_col = false;
   for (Access a : problem.access)
     needs_row_col = needs_row_col || a == Access::Row || a == Access::Column;
-  if (needs_row_col) s += "  const bool n_fits_32 = n <= 0xffffffffLL;\n";
+  const std::string start = "(long long)blockIdx.x * blockDim.x * U + threadIdx.x";
+  if (needs_row_col) {
+    // One division per thread, none per vector: the grid-stride step moves every
+    // vector by the same whole rows and columns.
+    s += "  // Row and column of each of this thread's U vectors, carried from one\n"
+         "  // iteration to the next without a division: a step of the grid-stride loop\n"
+         "  // moves every vector by step_rows rows and step_cols columns (a division per\n"
+         "  // vector cost ~20 instructions ahead of the broadcast operands' loads).\n";
+    s +=
+        "  const long long step_rows = step * V / cols, step_cols = step * V - step_rows * cols;\n";
+    s += "  long long row_at[U], col_at[U];\n";
+    s += "#pragma unroll\n  for (int u = 0; u < U; ++u) {\n";
+    s += "    const long long i = (" + start + " + (long long)u * blockDim.x) * V;\n";
+    s += "    row_at[u] = i / cols;\n    col_at[u] = i - row_at[u] * cols;\n  }\n";
+  }
   auto loads = [&](const std::string& indent, const std::string& base, const std::string& suffix) {
     std::string out;
     out += "#pragma unroll\n" + indent + "for (int u = 0; u < U; ++u) {\n";
@@ -474,13 +488,7 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
     out += indent + "  if (vec >= vectors) break;\n";
     out += indent + "  const long long i = vec * V;  // first element of this vector\n";
     if (needs_row_col)
-      out += indent +
-             "  // Its row and column: a 32-bit division where n fits in 32 bits (a uniform\n" +
-             indent + "  // branch; a 64-bit one costs several times the instructions).\n" +
-             indent +
-             "  const long long row = n_fits_32 ? (long long)((unsigned)i / (unsigned)cols) : i / "
-             "cols;\n" +
-             indent + "  const long long col = i - row * cols;\n";
+      out += indent + "  const long long row = row_at[u], col = col_at[u];  // of element i\n";
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Node& n = graph.node(inputs[i]);
       const char* type = storage_type(n.dtype);
@@ -513,10 +521,14 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
           break;
       }
     }
+    if (needs_row_col)
+      out += indent + "  // The same vector one grid-stride step later.\n" + indent +
+             "  col_at[u] += step_cols;\n" + indent + "  row_at[u] += step_rows;\n" + indent +
+             "  if (col_at[u] >= cols) {\n" + indent + "    col_at[u] -= cols;\n" + indent +
+             "    ++row_at[u];\n" + indent + "  }\n";
     out += indent + "}\n";
     return out;
   };
-  const std::string start = "(long long)blockIdx.x * blockDim.x * U + threadIdx.x";
   // The arrays the math reads: this iteration's loads ("vec"), or with prefetch a
   // copy of them ("now") taken before the next iteration's loads overwrite them.
   const std::string current = prefetch ? "now" : "vec";

@@ -289,6 +289,30 @@ TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
   }
 }
 
+// Row and column indices are carried from one grid-stride step to the next (one
+// division per thread): a small grid (one 64-thread block per SM) walks many steps,
+// whose column advance wraps past the row end at different points (cols 1000, 1024,
+// 8 and 1000 with a step of whole rows), with several vectors per thread, prefetch,
+// and both alignment classes.
+TEST_F(ElementwiseGpu, BroadcastAcrossManyGridStrideSteps) {
+  const char* text = "x:bf16[m,n]; r:bf16[m,1]; c:f32[n]; y = x * r + c";
+  for (const char* config :
+       {"block=64,per_sm=1,unroll=1", "block=64,per_sm=1,unroll=3", "block=64,per_sm=1,prefetch=1"})
+    for (int64_t cols : {1000, 1024, 8, 2112}) {
+      SCOPED_TRACE(std::string(config) + " cols " + std::to_string(cols));
+      Case c{text,
+             {},
+             {{"m", 3001}, {"n", cols}},
+             {},
+             0,
+             Alignment::Auto,
+             ir::ElementwiseConfig::parse(config)};
+      check(c);
+      c.alignment = Alignment::Unaligned;
+      check(c);
+    }
+}
+
 // Chains over the register budget run as several kernels (compiler/passes/fuse.h):
 // many inputs, bf16 with outputs written by different kernels,
 // broadcasting and strided inputs, both alignment classes; each checked against
