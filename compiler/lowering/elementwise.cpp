@@ -474,12 +474,20 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
          "  // iteration to the next without a division: a step of the grid-stride loop\n"
          "  // moves every vector by step_rows rows and step_cols columns (a division per\n"
          "  // vector cost ~20 instructions ahead of the broadcast operands' loads).\n";
+    s += "  // 32-bit divisions where the indices fit (a 64-bit one costs several times the\n"
+         "  // instructions); the step's only where the loop takes a second step.\n";
+    s += "  const bool fits_32 = n <= 0xffffffffLL && step * V <= 0xffffffffLL;\n";
+    s += "  long long step_rows = 0, step_cols = 0;\n";
     s +=
-        "  const long long step_rows = step * V / cols, step_cols = step * V - step_rows * cols;\n";
+        "  if (step < vectors) {\n"
+        "    step_rows = fits_32 ? (long long)((unsigned)(step * V) / (unsigned)cols) : step * V / "
+        "cols;\n"
+        "    step_cols = step * V - step_rows * cols;\n  }\n";
     s += "  long long row_at[U], col_at[U];\n";
     s += "#pragma unroll\n  for (int u = 0; u < U; ++u) {\n";
     s += "    const long long i = (" + start + " + (long long)u * blockDim.x) * V;\n";
-    s += "    row_at[u] = i / cols;\n    col_at[u] = i - row_at[u] * cols;\n  }\n";
+    s += "    row_at[u] = fits_32 ? (long long)((unsigned)i / (unsigned)cols) : i / cols;\n"
+         "    col_at[u] = i - row_at[u] * cols;\n  }\n";
   }
   auto loads = [&](const std::string& indent, const std::string& base, const std::string& suffix) {
     std::string out;
