@@ -466,29 +466,7 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   bool needs_row_col = false;
   for (Access a : problem.access)
     needs_row_col = needs_row_col || a == Access::Row || a == Access::Column;
-  const std::string start = "(long long)blockIdx.x * blockDim.x * U + threadIdx.x";
-  if (needs_row_col) {
-    // One division per thread, none per vector: the grid-stride step moves every
-    // vector by the same whole rows and columns.
-    s += "  // Row and column of each of this thread's U vectors, carried from one\n"
-         "  // iteration to the next without a division: a step of the grid-stride loop\n"
-         "  // moves every vector by step_rows rows and step_cols columns (a division per\n"
-         "  // vector cost ~20 instructions ahead of the broadcast operands' loads).\n";
-    s += "  // 32-bit divisions where the indices fit (a 64-bit one costs several times the\n"
-         "  // instructions); the step's only where the loop takes a second step.\n";
-    s += "  const bool fits_32 = n <= 0xffffffffLL && step * V <= 0xffffffffLL;\n";
-    s += "  long long step_rows = 0, step_cols = 0;\n";
-    s +=
-        "  if (step < vectors) {\n"
-        "    step_rows = fits_32 ? (long long)((unsigned)(step * V) / (unsigned)cols) : step * V / "
-        "cols;\n"
-        "    step_cols = step * V - step_rows * cols;\n  }\n";
-    s += "  long long row_at[U], col_at[U];\n";
-    s += "#pragma unroll\n  for (int u = 0; u < U; ++u) {\n";
-    s += "    const long long i = (" + start + " + (long long)u * blockDim.x) * V;\n";
-    s += "    row_at[u] = fits_32 ? (long long)((unsigned)i / (unsigned)cols) : i / cols;\n"
-         "    col_at[u] = i - row_at[u] * cols;\n  }\n";
-  }
+  if (needs_row_col) s += "  const bool n_fits_32 = n <= 0xffffffffLL;\n";
   auto loads = [&](const std::string& indent, const std::string& base, const std::string& suffix) {
     std::string out;
     out += "#pragma unroll\n" + indent + "for (int u = 0; u < U; ++u) {\n";
@@ -496,7 +474,13 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
     out += indent + "  if (vec >= vectors) break;\n";
     out += indent + "  const long long i = vec * V;  // first element of this vector\n";
     if (needs_row_col)
-      out += indent + "  const long long row = row_at[u], col = col_at[u];  // of element i\n";
+      out += indent +
+             "  // Its row and column: a 32-bit division where n fits in 32 bits (a uniform\n" +
+             indent + "  // branch; a 64-bit one costs several times the instructions).\n" +
+             indent +
+             "  const long long row = n_fits_32 ? (long long)((unsigned)i / (unsigned)cols) : i / "
+             "cols;\n" +
+             indent + "  const long long col = i - row * cols;\n";
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Node& n = graph.node(inputs[i]);
       const char* type = storage_type(n.dtype);
@@ -529,14 +513,10 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
           break;
       }
     }
-    if (needs_row_col)
-      out += indent + "  // The same vector one grid-stride step later.\n" + indent +
-             "  col_at[u] += step_cols;\n" + indent + "  row_at[u] += step_rows;\n" + indent +
-             "  if (col_at[u] >= cols) {\n" + indent + "    col_at[u] -= cols;\n" + indent +
-             "    ++row_at[u];\n" + indent + "  }\n";
     out += indent + "}\n";
     return out;
   };
+  const std::string start = "(long long)blockIdx.x * blockDim.x * U + threadIdx.x";
   // The arrays the math reads: this iteration's loads ("vec"), or with prefetch a
   // copy of them ("now") taken before the next iteration's loads overwrite them.
   const std::string current = prefetch ? "now" : "vec";

@@ -289,11 +289,12 @@ TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
   }
 }
 
-// Row and column indices are carried from one grid-stride step to the next (one
-// division per thread): a small grid (one 64-thread block per SM) walks many steps,
-// whose column advance wraps past the row end at different points (cols 1000, 1024,
-// 8 and 1000 with a step of whole rows), with several vectors per thread, prefetch,
-// and both alignment classes.
+// Broadcast operands over many grid-stride steps: a small grid (one 64-thread block
+// per SM) walks many steps, each vector's row and column found anew (cols 1000,
+// 1024, 8 and 2112, a step of whole rows), with several vectors per thread,
+// prefetch, and both alignment classes. (Carrying the row and column from step to
+// step instead of dividing per vector was tried and measured slower on the H200:
+// the 2-D chain went from 0.261 to 0.272 ms, the division ahead of the first load.)
 TEST_F(ElementwiseGpu, BroadcastAcrossManyGridStrideSteps) {
   const char* text = "x:bf16[m,n]; r:bf16[m,1]; c:f32[n]; y = x * r + c";
   for (const char* config :
