@@ -381,6 +381,18 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                     "partials summed by a second kernel",
                     splits, k_per_split, c.bk, partials / 1e6));
   }
+  if (c.wgmma && c.persistent)
+    out.notes.push_back(fmt::format(
+        "schedule=persistent: {} blocks walk the {} tiles ({:.1f} each) through one pipeline: "
+        "it fills once per block, and the next tile's loads run during this one's write-out",
+        std::min<int64_t>(tiles, sms * resident), tiles,
+        static_cast<double>(tiles) /
+            static_cast<double>(std::min<int64_t>(tiles, sms * resident))));
+  else if (c.wgmma && tiles * splits > sms)
+    out.notes.push_back(fmt::format(
+        "schedule=tile: one tile per block ({} blocks): each pays its pipeline fill and "
+        "write-out with the tensor cores idle",
+        tiles * splits));
   out.compute_ms = (compute + serial) * 1e3;
   out.memory_ms = memory * 1e3;
   out.overhead_ms = extra * 1e3;
