@@ -101,6 +101,45 @@ CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t ro
   return map;
 }
 
+// One stored matrix of a batch: rows x cols elements, `ld` apart, `stride` between
+// batches, `bytes` per element.
+struct Operand {
+  const char* name;
+  CUdeviceptr pointer;
+  int64_t rows, cols, ld, stride, bytes;
+};
+
+// Bytes from an operand's first element to one past its last, over all batches;
+// a UserError when that does not fit 64 bits.
+int64_t extent_bytes(const Operand& x, int64_t batch) {
+  int64_t last = 0, span = 0, bytes = 0;
+  const bool overflow = __builtin_mul_overflow(batch - 1, x.stride, &last) ||
+                        __builtin_mul_overflow(x.rows - 1, x.ld, &span) ||
+                        __builtin_add_overflow(last, span, &last) ||
+                        __builtin_add_overflow(last, x.cols, &last) ||
+                        __builtin_mul_overflow(last, x.bytes, &bytes) ||
+                        __builtin_add_overflow(static_cast<int64_t>(x.pointer), bytes, &span);
+  if (overflow)
+    throw UserError(fmt::format("{} spans more than 2^63 bytes: {} batches of stride {}, {} rows "
+                                "of leading dimension {} ({} B elements)",
+                                x.name, batch, x.stride, x.rows, x.ld, x.bytes),
+                    "offsets are 64-bit byte counts; check the sizes, strides and leading "
+                    "dimensions");
+  return bytes;
+}
+
+// Whether C and an input share an element. Their byte ranges must overlap; then,
+// for single matrices with the same leading dimension and element size (column
+// blocks of one buffer), only where their column ranges meet within a row.
+bool overlaps(const Operand& c, const Operand& x, int64_t batch) {
+  const int64_t c0 = static_cast<int64_t>(c.pointer), x0 = static_cast<int64_t>(x.pointer);
+  if (c0 + extent_bytes(c, batch) <= x0 || x0 + extent_bytes(x, batch) <= c0) return false;
+  if (batch > 1 || c.ld != x.ld || c.bytes != x.bytes || (c0 - x0) % c.bytes != 0) return true;
+  // C's first element sits `shift` columns into a row of x's (mod ld).
+  const int64_t shift = (((c0 - x0) / c.bytes) % c.ld + c.ld) % c.ld;
+  return shift < x.cols || shift + c.cols > c.ld;
+}
+
 }  // namespace
 
 Tensors resolve(const Problem& p, Tensors t) {
@@ -126,6 +165,26 @@ Tensors resolve(const Problem& p, Tensors t) {
                     "batched outputs must not overlap");
   if (t.a == 0 || t.b == 0 || t.c == 0)
     throw UserError("matmul needs device pointers for A, B and C");
+  for (const auto& [name, stride] :
+       {std::pair<const char*, int64_t>{"A", t.stride_a}, {"B", t.stride_b}, {"C0", t.stride_c0}})
+    if (stride < 0)
+      throw UserError(fmt::format("{}'s batch stride is {}; strides must be >= 0", name, stride),
+                      "pass 0 for packed batches");
+  // Every byte offset the kernels form must fit 64 bits, and C must not overlap A or
+  // B (other tiles still read them while C is written; C0 and epilogue operands may
+  // be C itself: each output reads its own element first).
+  const Operand a{"A", t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, dtype_bytes(p.input)};
+  const Operand b{"B", t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, dtype_bytes(p.input)};
+  const Operand c{"C", t.c, p.m, p.n, t.ldc, t.stride_c, dtype_bytes(p.output)};
+  for (const Operand* x : {&a, &b, &c}) extent_bytes(*x, p.batch);
+  for (const Operand* x : {&a, &b})
+    if (overlaps(c, *x, p.batch))
+      throw UserError(
+          fmt::format("the output C overlaps the input {} (C at 0x{:x}, {} bytes; {} at "
+                      "0x{:x}, {} bytes, same rows)",
+                      x->name, c.pointer, extent_bytes(c, p.batch), x->name, x->pointer,
+                      extent_bytes(*x, p.batch)),
+          "write C to a buffer that A and B do not use (C0 may alias C)");
   if (t.beta != 0.0f && t.c0 == 0)
     throw UserError("beta != 0 but no C0 was given", "pass C0 (it may alias C) or set beta = 0");
   if (t.extras.size() != p.epilogue.operands.size())

@@ -41,7 +41,18 @@ struct Case {
   std::string config;    // empty: the default heuristic
   float alpha = 1.0f, beta = 0.0f;
   int extra_offset = 0;  // epilogue operands start this many elements into their buffers
+  // Stored rows of A, B and C this many elements longer than the matrix's (lda =
+  // row + pad_a, ...); the gaps hold NaN and must stay untouched in C.
+  int64_t pad_a = 0, pad_b = 0, pad_c = 0;
 };
+
+// Stored (rows, cols) of A and B per batch: "t" stores the transpose.
+std::array<int64_t, 2> stored_a(const Case& c) {
+  return c.layout[0] == 't' ? std::array<int64_t, 2>{c.k, c.m} : std::array<int64_t, 2>{c.m, c.k};
+}
+std::array<int64_t, 2> stored_b(const Case& c) {
+  return c.layout[1] == 't' ? std::array<int64_t, 2>{c.n, c.k} : std::array<int64_t, 2>{c.k, c.n};
+}
 
 LoweredEpilogue epilogue_of(const Case& c) {
   return c.ir ? epilogue_from_ir(c.epilogue, c.input) : builtin_epilogue(c.epilogue, c.input);
@@ -66,7 +77,11 @@ std::pair<Problem, Config> plan(const Case& c) {
   Problem p = shape_of(c);
   if (!c.epilogue.empty()) p.epilogue = epilogue_of(c).epilogue;
   Tensors packed;
-  packed.a = packed.b = packed.c = packed.c0 = 256;
+  // Distinct, 256-byte aligned (stand-ins: only alignment is read, and C must not
+  // overlap A or B).
+  packed.a = 1ull << 36, packed.b = 2ull << 36, packed.c = 3ull << 36, packed.c0 = 4ull << 36;
+  packed.lda = stored_a(c)[1] + c.pad_a, packed.ldb = stored_b(c)[1] + c.pad_b;
+  packed.ldc = c.n + c.pad_c;
   packed.beta = c.beta;
   for (size_t i = 0; i < p.epilogue.operands.size(); ++i) packed.extras.push_back({256, 0, 0});
   p.aligned = is_aligned(p, resolve(p, packed));
@@ -131,16 +146,21 @@ class MatmulGpu : public testing::GpuTest {
     const uint64_t seed = std::random_device{}();
     HostProblem host = make_host_problem(p, seed, c.alpha, c.beta, reference);
 
-    cuda::DeviceBuffer a = upload(host.a), b = upload(host.b);
+    const auto [a_rows, a_cols] = stored_a(c);
+    const auto [b_rows, b_cols] = stored_b(c);
+    cuda::DeviceBuffer a = upload_rows(host.a, p.batch * a_rows, a_cols, a_cols + c.pad_a);
+    cuda::DeviceBuffer b = upload_rows(host.b, p.batch * b_rows, b_cols, b_cols + c.pad_b);
     cuda::DeviceBuffer c0 = c.beta != 0.0f ? upload(host.c0) : cuda::DeviceBuffer();
     const size_t out_count = static_cast<size_t>(p.batch * p.m * p.n);
-    cuda::DeviceBuffer out(out_count * dtype_bytes(p.output));
+    const int64_t ldc = p.n + c.pad_c, element = dtype_bytes(p.output);
+    cuda::DeviceBuffer out(static_cast<size_t>(p.batch * p.m * ldc * element));
     out.fill_bytes(0xFF);
     std::vector<cuda::DeviceBuffer> extras;
     Tensors t;
     t.a = a.get();
     t.b = b.get();
     t.c = out.get();
+    t.lda = a_cols + c.pad_a, t.ldb = b_cols + c.pad_b, t.ldc = ldc;
     t.c0 = c0.get();
     t.alpha = c.alpha;
     t.beta = c.beta;
@@ -163,8 +183,16 @@ class MatmulGpu : public testing::GpuTest {
     cuda::Stream stream;
     matmul.launch(t, stream.get());
     stream.synchronize();
-    std::vector<unsigned char> bytes(out.bytes());
-    out.download(bytes.data(), bytes.size());
+    std::vector<unsigned char> stored(out.bytes()), bytes(out_count * element);
+    out.download(stored.data(), stored.size());
+    int64_t gap_writes = 0;  // bytes changed between a row's end and the next row
+    for (int64_t r = 0; r < p.batch * p.m; ++r) {
+      const unsigned char* row = stored.data() + r * ldc * element;
+      std::copy(row, row + p.n * element, bytes.data() + r * p.n * element);
+      gap_writes += std::count_if(row + p.n * element, row + ldc * element,
+                                  [](unsigned char x) { return x != 0xFF; });
+    }
+    EXPECT_EQ(gap_writes, 0) << p.to_string() << ": C written past its rows (ldc " << ldc << ")";
     const std::vector<double> got = to_doubles(p.output, bytes, out_count);
     const CheckResult result = check_output(host, got, rows_to_check(p, seed));
     const double tolerance = check_tolerance(p.input);
@@ -175,6 +203,20 @@ class MatmulGpu : public testing::GpuTest {
       EXPECT_FALSE(result.has_first_bad) << p.to_string() << "\n" << result.describe();
     }
     return result.relative_l2;
+  }
+
+  // `count` rows of `cols` elements stored `ld` apart (NaN bytes in the gaps).
+  static cuda::DeviceBuffer upload_rows(const HostTensor& t, int64_t count, int64_t cols,
+                                        int64_t ld) {
+    const std::vector<unsigned char> packed = t.bytes();
+    const int64_t element = dtype_bytes(t.dtype);
+    std::vector<unsigned char> stored(static_cast<size_t>(count * ld * element), 0xFF);
+    for (int64_t r = 0; r < count; ++r)
+      std::copy(packed.begin() + r * cols * element, packed.begin() + (r + 1) * cols * element,
+                stored.begin() + r * ld * element);
+    cuda::DeviceBuffer buffer(std::max<size_t>(stored.size(), 16));
+    buffer.upload(stored.data(), stored.size());
+    return buffer;
   }
 
   // `offset_elements` of padding in front (the caller offsets the pointer).
@@ -310,6 +352,48 @@ std::vector<Case> MisalignedPaddedPathCases() {
 }
 TEST_F(MatmulGpu, MisalignedPaddedPath) {
   run_all(MisalignedPaddedPathCases());
+}
+
+// BLAS-style leading dimensions larger than the rows: sub-matrices and padded
+// buffers. C's padded rows (the 50257 vocabulary written with ldc = 50304, a 4096
+// square into rows of 4104) on the default config and on each schedule; A and B
+// with rows padded to aligned and to misaligned lengths (the latter take the
+// padded path), every layout, batched, an epilogue, split-K.
+std::vector<Case> LeadingDimensionsLargerThanRowsCases() {
+  std::vector<Case> cases = {
+      {.m = 256, .n = 50257, .k = 768, .pad_c = 47},
+      {.m = 4096, .n = 4096, .k = 4096, .pad_c = 8},
+      {.m = 129, .n = 127, .k = 129, .pad_a = 5, .pad_b = 8, .pad_c = 1},
+      {.m = 200, .n = 264, .k = 512, .pad_a = 8, .pad_b = 16, .pad_c = 8},
+      {.m = 129, .n = 65, .k = 33, .batch = 3, .layout = "tt", .pad_a = 3, .pad_b = 8, .pad_c = 7},
+      {.m = 300, .n = 200, .k = 128, .epilogue = "gelu(acc + bias)", .pad_c = 24},
+      {.m = 64,
+       .n = 128,
+       .k = 4096,
+       .config = "bm=64,bn=128,bk=32,warps=4,stages=4,splitk=4",
+       .pad_a = 8,
+       .pad_c = 3}};
+  for (const char* layout : {"nt", "tn"})
+    cases.push_back({.m = 127, .n = 129, .k = 200, .layout = layout, .pad_a = 1, .pad_b = 9});
+  if (gpu_is_sm90())
+    for (const char* schedule : {"", ",schedule=persistent"}) {
+      cases.push_back({.m = 1000,
+                       .n = 1000,
+                       .k = 256,
+                       .config = std::string("mma=wgmma,bm=128,bn=128,stages=4") + schedule,
+                       .pad_a = 16,
+                       .pad_b = 8,
+                       .pad_c = 24});
+      cases.push_back({.m = 1000,
+                       .n = 999,
+                       .k = 256,
+                       .config = std::string("mma=wgmma,bm=128,bn=256,stages=4") + schedule,
+                       .pad_c = 1});
+    }
+  return cases;
+}
+TEST_F(MatmulGpu, LeadingDimensionsLargerThanRows) {
+  run_all(LeadingDimensionsLargerThanRowsCases());
 }
 
 // The same misaligned shapes, and the edge shapes in every layout, read in place
@@ -661,6 +745,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"StagedEpilogueStoreWidths", StagedEpilogueStoreWidthsCases},
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
+        {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };
     std::vector<std::pair<Problem, Config>> work;
     const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();

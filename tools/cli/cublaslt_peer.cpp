@@ -112,8 +112,11 @@ CublasLtPeer::~CublasLtPeer() {
   // The library stays loaded: cuBLAS keeps state until process exit.
 }
 
-void CublasLtPeer::plan(const matmul::Problem& p) {
+void CublasLtPeer::plan(const matmul::Problem& p, int64_t lda, int64_t ldb, int64_t ldc) {
   release_plan();
+  // Stored row lengths (cuBLAS' column lengths) and the given leading dimensions.
+  const int64_t a_row = p.a_transposed ? p.m : p.k, b_row = p.b_transposed ? p.k : p.n;
+  lda = lda ? lda : a_row, ldb = ldb ? ldb : b_row, ldc = ldc ? ldc : p.n;
   const cudaDataType_t type = data_type(p.input);
   cublasLtMatmulDesc_t desc;
   // tf32: f32 data on the tensor cores, cuBLAS's "fast TF32" compute type.
@@ -129,20 +132,21 @@ void CublasLtPeer::plan(const matmul::Problem& p) {
   check(api_->desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second), "TRANSB");
   cublasLtMatrixLayout_t first, second, out;
   if (p.b_transposed)
-    check(api_->layout_create(&first, type, p.k, p.n, p.k), "layout B");
+    check(api_->layout_create(&first, type, p.k, p.n, ldb), "layout B");
   else
-    check(api_->layout_create(&first, type, p.n, p.k, p.n), "layout B");
+    check(api_->layout_create(&first, type, p.n, p.k, ldb), "layout B");
   first_ = first;
   if (p.a_transposed)
-    check(api_->layout_create(&second, type, p.m, p.k, p.m), "layout A");
+    check(api_->layout_create(&second, type, p.m, p.k, lda), "layout A");
   else
-    check(api_->layout_create(&second, type, p.k, p.m, p.k), "layout A");
+    check(api_->layout_create(&second, type, p.k, p.m, lda), "layout A");
   second_ = second;
-  check(api_->layout_create(&out, type, p.n, p.m, p.n), "layout C");
+  check(api_->layout_create(&out, type, p.n, p.m, ldc), "layout C");
   out_ = out;
   if (p.batch > 1) {
     const int32_t batch = static_cast<int32_t>(p.batch);
-    const int64_t strides[3] = {p.k * p.n, p.m * p.k, p.m * p.n};
+    const int64_t a_rows = p.a_transposed ? p.k : p.m, b_rows = p.b_transposed ? p.n : p.k;
+    const int64_t strides[3] = {b_rows * ldb, a_rows * lda, p.m * ldc};
     cublasLtMatrixLayout_t layouts[3] = {first, second, out};
     for (int i = 0; i < 3; ++i) {
       check(api_->layout_set(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch),

@@ -24,9 +24,10 @@ class CublasLtPeer {
   CublasLtPeer(const CublasLtPeer&) = delete;
   CublasLtPeer& operator=(const CublasLtPeer&) = delete;
 
-  // Plans C = op(A) op(B) (alpha 1, beta 0, packed tensors, strided batch) for
-  // `problem` (no epilogue; output dtype = input dtype). Throws on failure.
-  void plan(const matmul::Problem& problem);
+  // Plans C = op(A) op(B) (alpha 1, beta 0, strided batch of back-to-back
+  // matrices) for `problem` (no epilogue; output dtype = input dtype), with rows
+  // `lda`, `ldb`, `ldc` elements apart as stored (0: packed). Throws on failure.
+  void plan(const matmul::Problem& problem, int64_t lda = 0, int64_t ldb = 0, int64_t ldc = 0);
   // Asynchronous on `stream`; plan() first.
   void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUstream stream);
 

@@ -29,6 +29,8 @@ struct KernelCommandOptions {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   std::string layout = "nn";  // matmul: op(A) op(B), n = row-major as given, t = transposed
   std::string epilogue;       // matmul: elementwise IR over acc and extra operands
+  // Matmul run/bench: leading dimensions of the stored A, B, C (0: packed rows).
+  int64_t lda = 0, ldb = 0, ldc = 0;
   // Attention: heads (0: 1), K/V heads (0: heads), sequence lengths (seq_k 0:
   // seq_q), head dim, masks ("L:R", each side keys or "inf"), softmax scale (0: 1/sqrt(D)).
   int64_t heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0;

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <string>
+#include <tuple>
 
 #include "kjit/compiler/ir/parser.h"
 #include "kjit/support/error.h"
@@ -37,6 +38,9 @@ const std::vector<OptionUse>& option_uses() {
   static const std::vector<OptionUse> uses = {
       {"--epilogue", {"matmul"}, {}},
       {"--layout", {"matmul"}, {}},
+      {"--lda", {"matmul"}, {Verb::Run, Verb::Bench}},
+      {"--ldb", {"matmul"}, {Verb::Run, Verb::Bench}},
+      {"--ldc", {"matmul"}, {Verb::Run, Verb::Bench}},
       {"--batch", {"matmul", "attention"}, {}},
       {"--heads", {"attention"}, {}},
       {"--kv-heads", {"attention"}, {}},
@@ -196,6 +200,14 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                         "Attention: their key lengths (default: --seqlens-q)"),
         "--seqlens-k");
   noted(cmd->add_option("--layout", o.layout, "Matmul operand layout: nn, nt, tn, tt"), "--layout");
+  for (auto [name, value, what] :
+       {std::tuple{"--lda", &o.lda, "A"}, {"--ldb", &o.ldb, "B"}, {"--ldc", &o.ldc, "C"}})
+    noted(cmd->add_option(name, *value,
+                          fmt::format("Matmul run/bench: elements between rows of the stored {} "
+                                      "(default: its row length; larger: padded rows)",
+                                      what))
+              ->check(kAtLeastOne),
+          name);
   noted(cmd->add_option("--epilogue", o.epilogue, "Matmul epilogue: elementwise IR over acc, ..."),
         "--epilogue");
   noted(cmd->add_option("--input", o.inputs, "run: NAME=path.npy, an input's values")

@@ -1,5 +1,6 @@
 // kjit emit|compile|run|bench matmul --m M --n N --k K [--dtype bf16|f16|f32|tf32]
 //   [--layout nn|nt|tn|tt] [--batch B] [--epilogue 'gelu(acc + bias)'] [--config ...]
+//   [--lda L --ldb L --ldc L]  (run, bench: operands stored with padded rows)
 //
 //   emit     the generated CUDA source (header: problem, config, generator)
 //   compile  NVRTC for --arch (no GPU needed): registers, shared memory, spills
@@ -40,6 +41,13 @@ struct Setup {
   LoweredEpilogue epilogue;   // reference twin when an epilogue was given
 };
 
+// --lda, --ldb, --ldc (0: packed rows; resolve() checks them against the rows).
+Tensors leading_dimensions(const KernelCommandOptions& o) {
+  Tensors t;
+  t.lda = o.lda, t.ldb = o.ldb, t.ldc = o.ldc;
+  return t;
+}
+
 Problem problem_from(const KernelCommandOptions& o, LoweredEpilogue& epilogue) {
   Problem p;
   p.m = o.m;
@@ -53,8 +61,14 @@ Problem problem_from(const KernelCommandOptions& o, LoweredEpilogue& epilogue) {
     epilogue = epilogue_from_ir(o.epilogue, p.input);
     p.epilogue = epilogue.epilogue;
   }
-  // Packed tensors from the allocator: the class follows the leading dimensions.
-  if (p.m >= 1 && p.n >= 1 && p.k >= 1) p.aligned = tuner::packed_operands_aligned(p);
+  // Tensors from the allocator (pointers 256-byte aligned): the class follows the
+  // leading dimensions, packed or as given.
+  if (p.m >= 1 && p.n >= 1 && p.k >= 1) {
+    Tensors stand_in = leading_dimensions(o);
+    stand_in.a = 1ull << 36, stand_in.b = 2ull << 36, stand_in.c = 3ull << 36;
+    stand_in.extras.resize(p.epilogue.operands.size(), {4ull << 36, 0, 0});
+    p.aligned = is_aligned(p, resolve(p, stand_in));
+  }
   return p;
 }
 
@@ -89,13 +103,54 @@ cuda::DeviceBuffer upload(const HostTensor& t) {
   return buffer;
 }
 
-std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, uint64_t seed) {
+// Bytes of `count` rows of `cols` elements, `ld` apart in `stored`, packed (or the
+// reverse when `pack` is false). Gaps stay as they are.
+void copy_rows(std::vector<unsigned char>& packed, std::vector<unsigned char>& stored,
+               int64_t count, int64_t cols, int64_t ld, int64_t element, bool pack) {
+  for (int64_t r = 0; r < count; ++r) {
+    unsigned char* p = packed.data() + r * cols * element;
+    unsigned char* s = stored.data() + r * ld * element;
+    pack ? std::copy(s, s + cols * element, p) : std::copy(p, p + cols * element, s);
+  }
+}
+
+// An operand stored with `ld` elements per row (ld > cols: padded rows, filled
+// with NaN bytes the kernels must not read).
+cuda::DeviceBuffer upload_strided(const HostTensor& t, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<unsigned char> packed = t.bytes();
+  const int64_t element = dtype_bytes(t.dtype);
+  std::vector<unsigned char> stored(static_cast<size_t>(rows * ld * element), 0xFF);
+  copy_rows(packed, stored, rows, cols, ld, element, false);
+  cuda::DeviceBuffer buffer(std::max<size_t>(stored.size(), 16));
+  buffer.upload(stored.data(), stored.size());
+  return buffer;
+}
+
+// `given`'s leading dimensions and the batch strides they imply, resolved
+// (pointers are set after allocation).
+Tensors resolve_stand_in(const Problem& p, Tensors given) {
+  given.a = 1ull << 36, given.b = 2ull << 36, given.c = 3ull << 36;
+  given.extras.resize(p.epilogue.operands.size(), {4ull << 36, 0, 0});
+  Tensors t = resolve(p, given);
+  t.a = t.b = t.c = 0;
+  t.extras.clear();
+  return t;
+}
+
+std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, const KernelCommandOptions& o,
+                                                   uint64_t seed) {
   auto d = std::make_unique<DeviceProblem>();
   const Problem& p = s.problem;
   d->host = make_host_problem(p, seed, 1.0f, 0.0f, s.epilogue.reference);
-  d->a = upload(d->host.a);
-  d->b = upload(d->host.b);
-  d->c = cuda::DeviceBuffer(static_cast<size_t>(p.batch * p.m * p.n) * dtype_bytes(p.output));
+  // Batches are stored back to back, each with its rows `ld` apart.
+  d->tensors = resolve_stand_in(p, leading_dimensions(o));
+  // Stored shapes: A is M x K, B is K x N, each transposed when its layout says "t".
+  const int64_t a_rows = p.a_transposed ? p.k : p.m, a_cols = p.a_transposed ? p.m : p.k;
+  const int64_t b_rows = p.b_transposed ? p.n : p.k, b_cols = p.b_transposed ? p.k : p.n;
+  d->a = upload_strided(d->host.a, p.batch * a_rows, a_cols, d->tensors.lda);
+  d->b = upload_strided(d->host.b, p.batch * b_rows, b_cols, d->tensors.ldb);
+  d->c = cuda::DeviceBuffer(static_cast<size_t>(p.batch * p.m * d->tensors.ldc) *
+                            dtype_bytes(p.output));
   d->c.fill_bytes(0xFF);
   d->tensors.a = d->a.get();
   d->tensors.b = d->b.get();
@@ -155,17 +210,25 @@ void matmul_command(const KernelCommandOptions& o) {
   // run / bench
   Matmul matmul(*runtime, p, s.config);
   const uint64_t seed = std::random_device{}();
-  std::unique_ptr<DeviceProblem> d = make_device_problem(s, seed);
+  std::unique_ptr<DeviceProblem> d = make_device_problem(s, o, seed);
   cuda::Stream stream;
   matmul.launch(d->tensors, stream.get());
   stream.synchronize();
-  std::vector<unsigned char> bytes(d->c.bytes());
-  d->c.download(bytes.data(), bytes.size());
+  // C as stored, then its rows packed; the gaps of padded rows must be untouched.
+  std::vector<unsigned char> stored(d->c.bytes());
+  d->c.download(stored.data(), stored.size());
   const size_t count = static_cast<size_t>(p.batch * p.m * p.n);
+  const int64_t element = dtype_bytes(p.output);
+  std::vector<unsigned char> bytes(count * element);
+  copy_rows(bytes, stored, p.batch * p.m, p.n, d->tensors.ldc, element, true);
+  int64_t gap_writes = 0;
+  for (int64_t r = 0; r < p.batch * p.m; ++r)
+    for (int64_t i = p.n * element; i < d->tensors.ldc * element; ++i)
+      gap_writes += stored[r * d->tensors.ldc * element + i] != 0xFF;
   const CheckResult check =
       check_output(d->host, to_doubles(p.output, bytes, count), rows_to_check(p, seed));
   const double tolerance = check_tolerance(p.input);
-  const bool ok = check.relative_l2 <= tolerance;
+  const bool ok = check.relative_l2 <= tolerance && gap_writes == 0;
   if (!ok) exit_code = 1;
 
   double median_ms = 0, peer_ms = 0, peer_check = 0;
@@ -189,8 +252,9 @@ void matmul_command(const KernelCommandOptions& o) {
       Problem plain = p;
       plain.epilogue = Epilogue();
       plain.output = p.input == DType::TF32 ? DType::F32 : p.input;
-      peer->plan(plain);
-      cuda::DeviceBuffer c_peer(static_cast<size_t>(p.batch * p.m * p.n) * dtype_bytes(p.input));
+      peer->plan(plain, d->tensors.lda, d->tensors.ldb, d->tensors.ldc);
+      cuda::DeviceBuffer c_peer(static_cast<size_t>(p.batch * p.m * d->tensors.ldc) *
+                                dtype_bytes(p.input));
       peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get());
       stream.synchronize();
       peer_ms = time([&] { peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get()); });
@@ -198,8 +262,9 @@ void matmul_command(const KernelCommandOptions& o) {
                         ? "cuBLASLt, same problem"
                         : "cuBLASLt, matmul only (without the epilogue)";
       if (p.epilogue.function_name.empty() && p.output == plain.output) {
-        std::vector<unsigned char> peer_bytes(c_peer.bytes());
-        c_peer.download(peer_bytes.data(), peer_bytes.size());
+        std::vector<unsigned char> peer_stored(c_peer.bytes()), peer_bytes(bytes.size());
+        c_peer.download(peer_stored.data(), peer_stored.size());
+        copy_rows(peer_bytes, peer_stored, p.batch * p.m, p.n, d->tensors.ldc, element, true);
         const std::vector<double> ours = to_doubles(p.output, bytes, count);
         const std::vector<double> theirs = to_doubles(plain.output, peer_bytes, count);
         double diff = 0, norm = 0;
@@ -221,6 +286,9 @@ void matmul_command(const KernelCommandOptions& o) {
                           {"registers", matmul.stats().registers},
                           {"relative_l2", check.relative_l2},
                           {"checked", check.checked},
+                          {"leading_dimensions",
+                           {{"a", d->tensors.lda}, {"b", d->tensors.ldb}, {"c", d->tensors.ldc}}},
+                          {"writes_past_rows", gap_writes},
                           {"pass", ok}};
     if (o.verb == Verb::Bench) {
       out["median_ms"] = median_ms;
@@ -238,6 +306,9 @@ void matmul_command(const KernelCommandOptions& o) {
   std::cout << fmt::format("matmul {}\nconfig {} ({} registers; {})\ncheck: {} -> {}\n",
                            p.to_string(), s.config.to_string(), matmul.stats().registers,
                            s.config_source, check.describe(), ok ? "PASS" : "FAIL");
+  if (gap_writes > 0)
+    std::cout << fmt::format("{} bytes written past C's rows (ldc {} > n {}): FAIL\n", gap_writes,
+                             d->tensors.ldc, p.n);
   if (o.verb == Verb::Bench) {
     std::cout << fmt::format("kjit: median {:.4f} ms over {} runs: {:.1f} TFLOP/s\n", median_ms,
                              repeats, tflops);

@@ -312,12 +312,57 @@ TEST(MatmulLowering, EpiloguePassesFitTheSharedMemory) {
 TEST(MatmulAlignment, ClassFollowsPointersAndLeadingDimensions) {
   Problem p = square(4096);
   Tensors t;
-  t.a = t.b = t.c = 256;
+  t.a = 0x10000000, t.b = 0x20000000, t.c = 0x30000000;
   EXPECT_TRUE(is_aligned(p, resolve(p, t)));
   Problem q = square(4097);
   EXPECT_FALSE(is_aligned(q, resolve(q, t)));
-  t.a = 258;  // 2-byte aligned pointer
+  t.a = 0x10000002;  // 2-byte aligned pointer
   EXPECT_FALSE(is_aligned(p, resolve(p, t)));
+}
+
+// Bad strides and aliasing are user errors naming the value: a negative batch
+// stride, offsets past 64 bits, C on top of A or B. C0 may be C, and C may be a
+// column block of the buffer A is another column block of.
+TEST(MatmulTensors, StridesAndAliasingAreChecked) {
+  Problem p;
+  p.m = 64, p.n = 32, p.k = 16;
+  auto message = [&](const Problem& q, const Tensors& t) -> std::string {
+    try {
+      resolve(q, t);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Tensors t;
+  t.a = 0x10000000, t.b = 0x20000000, t.c = 0x30000000;
+  EXPECT_EQ(message(p, t), "");
+  Tensors in_place = t;
+  in_place.c0 = in_place.c;
+  in_place.beta = 1.0f;
+  EXPECT_EQ(message(p, in_place), "");
+  Tensors on_a = t;
+  on_a.c = on_a.a + 64;
+  EXPECT_NE(message(p, on_a).find("overlaps the input A"), std::string::npos) << message(p, on_a);
+  Tensors on_b = t;
+  on_b.c = on_b.b;
+  EXPECT_NE(message(p, on_b).find("overlaps the input B"), std::string::npos);
+  // A in columns 0..15 and C in columns 16..47 of one 64 x 48 bf16 buffer.
+  Tensors blocks = t;
+  blocks.lda = blocks.ldc = 48;
+  blocks.c = blocks.a + 16 * 2;
+  EXPECT_EQ(message(p, blocks), "");
+  blocks.c = blocks.a + 8 * 2;  // columns 8..39: on A's 8..15
+  EXPECT_NE(message(p, blocks).find("overlaps"), std::string::npos);
+  Problem batched = p;
+  batched.batch = 3;
+  Tensors negative = t;
+  negative.stride_a = -64 * 16;
+  EXPECT_NE(message(batched, negative).find("-1024"), std::string::npos)
+      << message(batched, negative);
+  Tensors huge = t;
+  huge.ldb = int64_t{1} << 61;
+  EXPECT_NE(message(p, huge).find("2^63"), std::string::npos) << message(p, huge);
 }
 
 TEST(MatmulCheck, ReferenceMatchesAHandComputedProduct) {
