@@ -97,6 +97,14 @@ struct WgmmaMatmul {
   static constexpr int SLAB_ROW_BYTES = 128 + 16;
   static constexpr int SLAB_BYTES = 16 * SLAB_ROW_BYTES;
   static constexpr int PERSISTENT_SHARED_BYTES = SHARED_BYTES + 4 * CONSUMERS * SLAB_BYTES;
+  // The ping-pong schedule (run_pingpong): two consumer warpgroups, each owning whole
+  // BM x BN tiles, ROWS row groups of 64 (ROWS x BN / 2 accumulators per thread);
+  // two more mbarriers (whose turn it is) before the eight warps' slabs.
+  static constexpr int ROWS = BM / 64;
+  static constexpr int PINGPONG_THREADS = 384;
+  static constexpr int PINGPONG_SHARED_BYTES = SHARED_BYTES + 2 * 8 + 8 * SLAB_BYTES;
+  static constexpr int PINGPONG_CONSUMER_REGISTERS =
+      (168 + 128 * (168 - PRODUCER_REGISTERS) / 256) / 8 * 8;  // 65536 / 384 -> 168; 232
 
   // The producer: one thread issues every copy of this tile's k-tiles. `first` counts
   // the k-tiles this block has loaded before (a persistent block walks several tiles
@@ -432,6 +440,129 @@ struct WgmmaMatmul {
         write_out<Epilogue, false>(args, ops, acc, w, group, slab);
       else
         write_out<Epilogue, true>(args, ops, acc, w, group, slab);
+    }
+  }
+
+  // ---- the ping-pong schedule ----------------------------------------------------
+  // As persistent, a block per SM walks the work units through one pipeline that
+  // never drains; but the two consumer warpgroups take turns instead of sharing each
+  // tile: warpgroup 0 computes the block's units 0, 2, 4, ..., warpgroup 1 units 1,
+  // 3, 5, ..., each a whole BM x BN tile (ROWS row groups of 64 rows). The producer
+  // loads the units' k-tiles in that order, so while one warpgroup runs its main
+  // loop the other writes its finished tile out (alpha, beta, the epilogue's math
+  // and the stores): the tensor cores do not wait for the write-out.
+  //
+  // Whose turn: a warpgroup skips the other's k-tiles in the stage ring, so it
+  // could reach a stage's barrier two phases early, and a parity wait cannot tell
+  // phase r from phase r - 2. So it starts waiting on its next unit only once the
+  // other warpgroup has seen the last k-tile of its own unit land (order[g], one
+  // arrive per unit): by then every earlier phase of every stage is complete.
+  __device__ __forceinline__ static void consume_tile(float (&acc)[ROWS][ACC], u32 stages, u32 full,
+                                                      u32 empty, int k_tiles, int first,
+                                                      u32 others_turn) {
+    const bool warp_leader = threadIdx.x % 32 == 0;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = (first + kt) % STAGES;
+      const u32 a = stages + s * STAGE_BYTES;
+      const u32 b = a + A_BYTES;
+      barrier_wait(full + 8 * s, ((first + kt) / STAGES) & 1);
+      if (kt == k_tiles - 1 && threadIdx.x % 128 == 0) barrier_arrive(others_turn);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) fence_accumulators(acc[r]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < K_STEPS; ++kk) {
+        const unsigned long long desc_b = B_K_MAJOR ? descriptor(b + kk * 32, 16, 1024)
+                                                    : descriptor(b + kk * 2048, CHUNK_BYTES, 1024);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {  // row group r: 64 K-major lines, or MN-major chunk r
+          const unsigned long long desc_a =
+              A_K_MAJOR ? descriptor(a + r * 64 * 128 + kk * 32, 16, 1024)
+                        : descriptor(a + r * CHUNK_BYTES + kk * 2048, CHUNK_BYTES, 1024);
+          Wgmma::run(acc[r], desc_a, desc_b);
+        }
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) fence_accumulators(acc[r]);
+      wgmma_wait<1>();  // k-tile kt - 1's group is complete: its stage may be refilled
+      if (kt > 0 && warp_leader) barrier_arrive(empty + 8 * ((first + kt - 1) % STAGES));
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) fence_accumulators(acc[r]);
+    if (k_tiles > 0 && warp_leader) barrier_arrive(empty + 8 * ((first + k_tiles - 1) % STAGES));
+  }
+
+  template <typename Epilogue>
+  __device__ __forceinline__ static void run_pingpong(const MatmulArgs& args,
+                                                      const EpilogueOperands& ops,
+                                                      const TensorMap& map_a,
+                                                      const TensorMap& map_b) {
+    static_assert(ROWS * ACC <= 128, "ping-pong: a warpgroup holds a whole tile, BM x BN <= 16384");
+    extern __shared__ __align__(1024) unsigned char kjit_wgmma_shared[];
+    const u32 base = mma::shared_address(kjit_wgmma_shared);
+    const u32 stages = (base + 1023) & ~1023u;
+    const u32 full = stages + STAGES * STAGE_BYTES;
+    const u32 empty = full + 8 * STAGES;
+    const u32 order = empty + 8 * STAGES;  // order[g]: warpgroup g may start its next tile
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        barrier_init(full + 8 * s, 1);
+        barrier_init(empty + 8 * s, 4);  // one warpgroup reads a stage: its 4 warps release it
+      }
+      barrier_init(order, 1);
+      barrier_init(order + 8, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int tiles_m = (args.m + BM - 1) / BM, tiles_n = (args.n + BN - 1) / BN;
+    const long long units = static_cast<long long>(tiles_m) * tiles_n * args.batch * args.splits;
+    const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer warpgroup
+    int first = 0;    // k-tiles through the pipeline so far, both warpgroups' (the ring is shared)
+    if (group < 0) {  // the producer: every unit of the block, in order, as run_persistent
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
+      if (threadIdx.x != 0) return;
+      for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
+        const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
+        produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
+                k_tiles, first);
+        first += k_tiles;
+      }
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PINGPONG_CONSUMER_REGISTERS)
+                 : "memory");
+    unsigned char* slab = kjit_wgmma_shared + (stages - base) + STAGES * STAGE_BYTES +
+                          2 * STAGES * 8 + 2 * 8 +
+                          (static_cast<int>(threadIdx.x) / 32 - 4) * SLAB_BYTES;
+    int turns = 0;  // waits on order[group] so far (their parity)
+    long long i = 0;
+    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x, ++i) {
+      const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
+      const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
+      if ((i & 1) != group) {  // the other warpgroup's tile: skip its k-tiles
+        first += k_tiles;
+        continue;
+      }
+      if (i > 0) barrier_wait(order + 8 * group, turns++ & 1);
+      float acc[ROWS][ACC];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int j = 0; j < ACC; ++j) acc[r][j] = 0.0f;
+      consume_tile(acc, stages, full, empty, k_tiles, first, order + 8 * (1 - group));
+      first += k_tiles;
+      const bool whole = (w.tile_m + 1) * BM <= args.m && (w.tile_n + 1) * BN <= args.n;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if (whole && args.beta == 0.0f)
+          write_out<Epilogue, false>(args, ops, acc[r], w, r, slab);
+        else
+          write_out<Epilogue, true>(args, ops, acc[r], w, r, slab);
+      }
     }
   }
 };

@@ -30,6 +30,9 @@ constexpr double kFillSeconds = 1.0e-6;
 // The persistent schedule: the share of a tile's write-out that its consumers still
 // spend (issuing the stores; the DRAM traffic drains under the next main loop).
 constexpr double kPersistentWriteShare = 0.5;
+// The ping-pong schedule: the share its warpgroups still spend with the tensor
+// cores idle (the other warpgroup's main loop runs during the rest).
+constexpr double kPingPongWriteShare = 0.1;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 
@@ -73,7 +76,7 @@ bool sm90(const cuda::DeviceProperties& d) {
 // addressing and the pipeline hold (fitted to ptxas' reports of the default space).
 int estimated_registers(const Problem& p, const Config& c) {
   if (p.input == DType::F32) return 64;
-  if (c.wgmma) return c.bn / 2 + 24;
+  if (c.wgmma) return (c.pingpong ? c.bm / 64 : 1) * c.bn / 2 + 24;
   const int warps_n = c.warps / c.warps_m;
   const int accumulators = (c.bm / c.warps_m) * (c.bn / warps_n) / 32;
   return std::min(255, accumulators + 64 + (c.narrow ? 24 : 0));
@@ -113,7 +116,10 @@ std::string matmul_efficiency_key(const Problem& p, const Config& c) {
   const std::string split = c.splitk > 1 ? ":splitk" : "";
   if (c.wgmma)
     return fmt::format("matmul:wgmma{}:{}x{}:s{}{}{}", type, c.bm, c.bn, c.stages,
-                       c.persistent ? ":persistent" : "", split);
+                       c.pingpong     ? ":pingpong"
+                       : c.persistent ? ":persistent"
+                                      : "",
+                       split);
   return fmt::format("matmul:sync:{}x{}x{}:w{}x{}:s{}{}{}", c.bm, c.bn, c.bk, c.warps_m,
                      c.warps / c.warps_m, c.stages, c.narrow ? ":narrow" : "", split);
 }
@@ -127,7 +133,11 @@ double matmul_efficiency_prior(const Problem& p, const Config& c) {
     // falling as the tile's area^0.45 below that (the tensor cores are fed from
     // more shared memory per FLOP, the fill and write-out weigh more); 64-wide N
     // tiles lose another 15%; 3 stages hide less latency, 2 hardly any.
-    const double area = std::min(1.0, static_cast<double>(c.bm) * c.bn / 32768.0);
+    // Ping-pong (tiles of at most 16384 outputs per warpgroup) starts as a tile of
+    // twice its area: its two warpgroups together keep as many outputs in flight
+    // (a first guess, refit from the trials like every prior).
+    const double area =
+        std::min(1.0, static_cast<double>(c.bm) * c.bn * (c.pingpong ? 2 : 1) / 32768.0);
     const double by_n = c.bn == 64 ? 0.85 : 1.0;
     const double by_stages = c.stages >= 4 ? 1.0 : c.stages == 3 ? 0.82 : 0.45;
     return 0.77 * std::pow(area, 0.45) * by_n * by_stages;
@@ -241,10 +251,11 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
                                  static_cast<double>(tiles) / device.sm_count, device.sm_count));
     }
     if (c.persistent && tiles * actual_splits(c, kernel_k(p, c)) <= device.sm_count)
-      return prune(fmt::format(
-          "schedule=persistent: the {} work units fit one wave of {} SMs, one per block "
-          "as with schedule=tile",
-          tiles * actual_splits(c, kernel_k(p, c)), device.sm_count));
+      return prune(
+          fmt::format("schedule={}: the {} work units fit one wave of {} SMs, one per block "
+                      "as with schedule=tile",
+                      c.pingpong ? "pingpong" : "persistent",
+                      tiles * actual_splits(c, kernel_k(p, c)), device.sm_count));
     if (c.raster != 8 && ceil_div(p.m, c.bm) <= 8)
       return prune(fmt::format("raster={} orders the blocks as raster=8 with {} tile rows",
                                c.raster, ceil_div(p.m, c.bm)));
@@ -265,9 +276,10 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
   for (int bm : kTileSizes)
     for (int bn : kTileSizes)
       for (int stages : kWgmmaStages)
-        for (bool persistent : {false, true}) {
-          Config c = matmul::wgmma_config(bm, bn, stages, 1, p.input);
-          c.persistent = persistent;
+        for (const char* schedule : {"tile", "persistent", "pingpong"}) {
+          const bool pingpong = schedule == std::string("pingpong");
+          Config c = matmul::wgmma_config(bm, bn, stages, 1, p.input, pingpong);
+          c.persistent = schedule != std::string("tile");
           with_launch_dims(c);
         }
   if (p.input == DType::TF32) return space;  // the wgmma engine only
@@ -335,9 +347,10 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // The persistent schedule fills its pipeline once: the producer loads the next
   // tile while the consumers write this one out, and the stores drain under the
   // next main loop.
+  const double write_share = c.pingpong ? kPingPongWriteShare : kPersistentWriteShare;
   const double serial =
-      c.persistent ? kFillSeconds + static_cast<double>(units_per_sm) * kPersistentWriteShare *
-                                        write_seconds / resident
+      c.persistent ? kFillSeconds +
+                         static_cast<double>(units_per_sm) * write_share * write_seconds / resident
                    : static_cast<double>(units_per_sm) * (kFillSeconds + write_seconds) / resident;
 
   // Memory: the fewest bytes from DRAM, and the tiles' re-reads of A and B through
@@ -381,7 +394,15 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                     "partials summed by a second kernel",
                     splits, k_per_split, c.bk, partials / 1e6));
   }
-  if (c.wgmma && c.persistent)
+  if (c.wgmma && c.pingpong)
+    out.notes.push_back(fmt::format(
+        "schedule=pingpong: {} blocks walk the {} tiles ({:.1f} each) through one pipeline, "
+        "their two consumer warpgroups taking turns: one writes a tile out while the other's "
+        "wgmma run",
+        std::min<int64_t>(tiles, sms * resident), tiles,
+        static_cast<double>(tiles) /
+            static_cast<double>(std::min<int64_t>(tiles, sms * resident))));
+  else if (c.wgmma && c.persistent)
     out.notes.push_back(fmt::format(
         "schedule=persistent: {} blocks walk the {} tiles ({:.1f} each) through one pipeline: "
         "it fills once per block, and the next tile's loads run during this one's write-out",

@@ -86,17 +86,22 @@ std::string Problem::to_string() const {
   return fmt::format("m={},n={},k={},batch={},", m, n, k, batch) + kernel_class();
 }
 
+namespace {
+const char* schedule_text(const Config& c) {
+  return c.pingpong ? ",schedule=pingpong" : c.persistent ? ",schedule=persistent" : "";
+}
+}  // namespace
+
 std::string Config::to_string() const {
   return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}", bm, bn, bk,
                      warps, warps_m, stages, splitk,
                      raster != 8 ? fmt::format(",raster={}", raster) : "",
-                     wgmma ? ",mma=wgmma" : "", persistent ? ",schedule=persistent" : "",
-                     narrow ? ",load=narrow" : "");
+                     wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "");
 }
 
 std::string Config::source_text() const {
   return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}", bm, bn, bk, warps, warps_m,
-                     stages, wgmma ? ",mma=wgmma" : "", persistent ? ",schedule=persistent" : "",
+                     stages, wgmma ? ",mma=wgmma" : "", schedule_text(*this),
                      narrow ? ",load=narrow" : "");
 }
 
@@ -104,13 +109,14 @@ bool pads_operands(const Problem& p, const Config& c) {
   return !p.aligned && p.input != DType::F32 && p.input != DType::TF32 && !c.narrow;
 }
 
-Config wgmma_config(int bm, int bn, int stages, int splitk, DType input) {
+Config wgmma_config(int bm, int bn, int stages, int splitk, DType input, bool pingpong) {
   Config config;
   config.wgmma = true;
+  config.persistent = config.pingpong = pingpong;
   config.bm = bm;
   config.bn = bn;
   config.bk = wgmma_bk(input);
-  config.warps = 4 * (bm / 64 + 1);
+  config.warps = pingpong ? 12 : 4 * (bm / 64 + 1);
   config.warps_m = bm / 64;
   config.stages = stages;
   config.splitk = splitk;
@@ -154,11 +160,14 @@ Config Config::parse(const std::string& text) {
       continue;
     }
     if (key == "schedule") {
-      if (value != "tile" && value != "persistent")
-        throw UserError("matmul config schedule='" + value + "' is not tile or persistent",
-                        "schedule=tile: one output tile per block; schedule=persistent: one or "
-                        "a few blocks per SM walk the tiles (mma=wgmma only)");
-      config.persistent = value == "persistent";
+      if (value != "tile" && value != "persistent" && value != "pingpong")
+        throw UserError(
+            "matmul config schedule='" + value + "' is not tile, persistent or pingpong",
+            "schedule=tile: one output tile per block; schedule=persistent: one or "
+            "a few blocks per SM walk the tiles; schedule=pingpong: as persistent, "
+            "two consumer warpgroups taking turns (mma=wgmma only)");
+      config.persistent = value != "tile";
+      config.pingpong = value == "pingpong";
       continue;
     }
     if (key == "load") {
@@ -200,7 +209,8 @@ Config Config::parse(const std::string& text) {
   }
   if (config.wgmma) {
     // bk, warps and wm follow from bm; given ones must agree (validate() says so).
-    const Config derived = wgmma_config(config.bm, config.bn, config.stages, config.splitk);
+    const Config derived = wgmma_config(config.bm, config.bn, config.stages, config.splitk,
+                                        DType::BF16, config.pingpong);
     if (!bk_given) config.bk = derived.bk;
     if (!warps_given) config.warps = derived.warps;
     if (!warps_m_given) config.warps_m = derived.warps_m;
@@ -232,7 +242,10 @@ int pipeline_bytes(const Problem& problem, const Config& config) {
 // and PERSISTENT_SHARED_BYTES: plus a write-out slab of 16 rows x (128 + 16) bytes
 // per consumer warp.
 int wgmma_shared_bytes(const Problem& problem, const Config& config) {
-  const int slabs = config.persistent ? config.bm / 64 * 4 * 16 * (128 + 16) : 0;
+  const int slab = 16 * (128 + 16);
+  const int slabs = config.pingpong     ? 2 * 8 + 8 * slab  // + the two turn mbarriers
+                    : config.persistent ? config.bm / 64 * 4 * slab
+                                        : 0;
   return 1024 + pipeline_bytes(problem, config) + 2 * config.stages * 8 + slabs;
 }
 
@@ -308,6 +321,11 @@ void validate(const Problem& problem, const Config& config) {
     throw UserError("schedule=persistent is a schedule of the wgmma engine; config " +
                         config.to_string() + " is an mma.sync config",
                     "add mma=wgmma, or drop schedule=persistent");
+  if (config.pingpong && config.bm * config.bn > 16384)
+    throw UserError(fmt::format("schedule=pingpong: a warpgroup holds a whole {}x{} tile, {} "
+                                "accumulators per thread; at most 128 fit (bm x bn <= 16384)",
+                                config.bm, config.bn, config.bm * config.bn / 128),
+                    "use bm=64 with bn <= 256, or bm=128 with bn <= 128");
   if (config.persistent && config.splitk > 1)
     throw UserError(fmt::format("schedule=persistent writes whole output tiles; splitk={} "
                                 "needs schedule=tile",
@@ -319,8 +337,8 @@ void validate(const Problem& problem, const Config& config) {
         "engine (TMA) needs 16-byte-aligned rows",
         "drop mma=wgmma (misaligned operands are padded for wgmma)");
   if (config.wgmma) {
-    const Config derived =
-        wgmma_config(config.bm, config.bn, config.stages, config.splitk, problem.input);
+    const Config derived = wgmma_config(config.bm, config.bn, config.stages, config.splitk,
+                                        problem.input, config.pingpong);
     if (config.bm % 64 != 0 || config.bm < 64 || config.bm > 256 || config.bn % 64 != 0 ||
         config.bn < 64 || config.bn > 256)
       throw UserError(fmt::format("mma=wgmma needs bm and bn in 64, 128, 192, 256; got bm={}, "
@@ -522,7 +540,9 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   const bool tf32 = problem.input == DType::TF32;
   out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}", matmul::to_string(problem.input),
                          problem.layout(), config.bm, config.bn, config.bk, config.stages,
-                         config.persistent ? "_persistent" : "");
+                         config.pingpong     ? "_pingpong"
+                         : config.persistent ? "_persistent"
+                                             : "");
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
   out.arch_specific = true;
@@ -536,7 +556,7 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       "// path:      TMA + wgmma m64n{}k{} {} -> f32 (sm_90a); block tile {}x{}x{}, 1 producer "
       "+ {} consumer warpgroups, {}-stage mbarrier pipeline, {} B dynamic shared memory\n",
       config.bn, tf32 ? 8 : 16, matmul::to_string(problem.input), config.bm, config.bn, config.bk,
-      config.bm / 64, config.stages, out.dynamic_shared_bytes);
+      config.pingpong ? 2 : config.bm / 64, config.stages, out.dynamic_shared_bytes);
   s += "#include \"kjit/matmul_sm90.cuh\"\n\n";
   s += epilogue_glue(problem.epilogue);
   s += wgmma_wrapper(problem, config);
@@ -557,9 +577,16 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",
-      config.persistent ? "PERSISTENT_SHARED_BYTES" : "SHARED_BYTES", out.dynamic_shared_bytes,
-      out.dynamic_shared_bytes);
-  s += config.persistent
+      config.pingpong     ? "PINGPONG_SHARED_BYTES"
+      : config.persistent ? "PERSISTENT_SHARED_BYTES"
+                          : "SHARED_BYTES",
+      out.dynamic_shared_bytes, out.dynamic_shared_bytes);
+  s += config.pingpong
+           ? "// grid: a few blocks per SM, each walking output tiles blockIdx.x, + gridDim.x,\n"
+             "// ...; its two consumer warpgroups take turns (tiles 0, 2, 4, ... and 1, 3, 5,\n"
+             "// ...): one writes a finished tile out while the other's wgmma run. The tensor\n"
+             "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n"
+       : config.persistent
            ? "// grid: a few blocks per SM (the occupancy calculator's count), each walking\n"
              "// output tiles blockIdx.x, + gridDim.x, ...: the producer loads the next tile\n"
              "// while the consumers write this one from registers. The tensor maps describe\n"
@@ -572,7 +599,10 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       "    const __grid_constant__ kjit::TensorMap map_a,\n"
       "    const __grid_constant__ kjit::TensorMap map_b) {{\n"
       "  kjit_matmul_tile::{}<kjit_matmul_epilogue>(args, ops, map_a, map_b);\n}}\n\n",
-      out.block_threads, out.name, config.persistent ? "run_persistent" : "run");
+      out.block_threads, out.name,
+      config.pingpong     ? "run_pingpong"
+      : config.persistent ? "run_persistent"
+                          : "run");
   out.source = std::move(s);
   return out;
 }

@@ -100,17 +100,22 @@ struct Config {
   // blocks per SM walk the output tiles, the producer loading the next tile while
   // the consumers write the last one out from registers. false: one tile per block.
   bool persistent = false;
+  // wgmma only, with persistent: the ping-pong schedule (WgmmaMatmul::run_pingpong):
+  // two consumer warpgroups take turns, each computing whole bm x bn tiles (bm x bn
+  // <= 16384), one's write-out under the other's main loop. warps = 12.
+  bool pingpong = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
-  // 8, ",mma=wgmma", ",schedule=persistent" or ",load=narrow")
+  // 8, ",mma=wgmma", ",schedule=persistent|pingpong" or ",load=narrow")
   std::string to_string() const;
   // The part of to_string() the kernel's source depends on (without splitk and
   // raster, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
-  // raster mma (sync | wgmma) schedule (tile | persistent) load (async | narrow). When warps is
-  // given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk, warps and wm
-  // follow from bm. Unknown keys and malformed values are UserErrors naming the valid keys.
+  // raster mma (sync | wgmma) schedule (tile | persistent | pingpong) load (async | narrow). When
+  // warps is given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk,
+  // warps and wm follow from bm. Unknown keys and malformed values are UserErrors naming the valid
+  // keys.
   static Config parse(const std::string& text);
   int threads() const { return warps * 32; }
   bool operator==(const Config&) const = default;
@@ -121,7 +126,8 @@ Config simt_config(int splitk = 1);
 
 // A wgmma config: bm x bn x bk with `stages` TMA stages; bk = wgmma_bk(input) (64
 // for 16-bit inputs, 32 for tf32), warps and wm derived.
-Config wgmma_config(int bm, int bn, int stages, int splitk = 1, DType input = DType::BF16);
+Config wgmma_config(int bm, int bn, int stages, int splitk = 1, DType input = DType::BF16,
+                    bool pingpong = false);
 // The wgmma engine's k-tile: one 128-byte swizzle line per row.
 int wgmma_bk(DType input);
 

@@ -723,6 +723,69 @@ TEST_F(MatmulGpu, PersistentSchedule) {
   run_all(PersistentScheduleCases());
 }
 
+// schedule=pingpong: every layout; blocks with one tile (the second warpgroup
+// idle), with two, and with dozens (many turns, odd and even counts: 4096 tiles of
+// 64 x 64 over the SMs); K = 1; edges; batched; an epilogue with alpha and beta;
+// f16 in, f32 out; tf32; the padded path; C rows longer than N.
+std::vector<Case> PingPongScheduleCases() {
+  std::vector<Case> cases;
+  if (!gpu_is_sm90()) return cases;
+  for (const char* layout : {"nn", "nt", "tn", "tt"})
+    cases.push_back({.m = 1000,
+                     .n = 1000,
+                     .k = 200,
+                     .layout = layout,
+                     .config = "mma=wgmma,bm=64,bn=64,stages=3,schedule=pingpong"});
+  cases.push_back({.m = 4096,
+                   .n = 4096,
+                   .k = 64,
+                   .config = "mma=wgmma,bm=64,bn=64,stages=4,schedule=pingpong"});
+  cases.push_back({.m = 2100,
+                   .n = 2000,
+                   .k = 300,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=128,stages=5,schedule=pingpong",
+                   .alpha = 0.5f,
+                   .beta = 1.0f});
+  cases.push_back({.m = 300,
+                   .n = 520,
+                   .k = 2048,
+                   .batch = 10,
+                   .epilogue = "relu(acc + bias)",
+                   .config = "mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong"});
+  cases.push_back({.m = 3000,
+                   .n = 1700,
+                   .k = 1,
+                   .layout = "tn",
+                   .config = "mma=wgmma,bm=64,bn=192,stages=3,schedule=pingpong"});
+  cases.push_back({.m = 3000,
+                   .n = 1500,
+                   .k = 333,
+                   .input = DType::F16,
+                   .output = DType::F32,
+                   .config = "mma=wgmma,bm=128,bn=128,stages=6,schedule=pingpong"});
+  cases.push_back({.m = 1100,
+                   .n = 1100,
+                   .k = 100,
+                   .input = DType::TF32,
+                   .output = DType::F32,
+                   .config = "mma=wgmma,bm=128,bn=64,bk=32,stages=4,schedule=pingpong"});
+  cases.push_back({.m = 2049,
+                   .n = 2051,
+                   .k = 1001,
+                   .config = "mma=wgmma,bm=128,bn=128,stages=6,schedule=pingpong"});
+  cases.push_back({.m = 1500,
+                   .n = 2000,
+                   .k = 256,
+                   .config = "mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong",
+                   .pad_c = 3});
+  return cases;
+}
+TEST_F(MatmulGpu, PingPongSchedule) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "the ping-pong schedule runs on the wgmma engine (sm_90)";
+  run_all(PingPongScheduleCases());
+}
+
 // Compiles the kernels of every matmul test that is going to run, in parallel,
 // before the first one runs: NVRTC takes 10-30 s for a large tile config.
 class PrecompileMatmulKernels : public ::testing::Environment {
@@ -745,6 +808,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"StagedEpilogueStoreWidths", StagedEpilogueStoreWidthsCases},
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
+        {"PingPongSchedule", PingPongScheduleCases},
         {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };
     std::vector<std::pair<Problem, Config>> work;

@@ -151,6 +151,43 @@ TEST(MatmulConfig, PersistentSchedule) {
             std::string::npos);
 }
 
+// schedule=pingpong: persistent with two consumer warpgroups taking turns; 12 warps
+// whatever bm is, tiles of at most 16384 outputs (a warpgroup holds a whole one),
+// no split-K, lowers to run_pingpong with its shared memory.
+TEST(MatmulConfig, PingPongSchedule) {
+  const Config c = Config::parse("mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong");
+  EXPECT_TRUE(c.persistent);
+  EXPECT_TRUE(c.pingpong);
+  EXPECT_EQ(c.warps, 12);
+  EXPECT_EQ(c.to_string(),
+            "bm=64,bn=256,bk=64,warps=12,wm=1,stages=4,splitk=1,mma=wgmma,schedule=pingpong");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_FALSE(Config::parse("mma=wgmma,schedule=persistent").pingpong);
+  const Problem p = square(4096);
+  EXPECT_NO_THROW(validate(p, c));
+  EXPECT_NO_THROW(validate(p, Config::parse("mma=wgmma,bm=128,bn=128,schedule=pingpong")));
+  try {
+    validate(p, Config::parse("mma=wgmma,bm=128,bn=256,schedule=pingpong"));
+    FAIL() << "a 128x256 tile per warpgroup accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("16384"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(validate(p, Config::parse("bm=64,bn=128,bk=32,warps=4,stages=4,schedule=pingpong")),
+               UserError);
+  Config split = c;
+  split.splitk = 2;
+  EXPECT_THROW(validate(p, split), UserError);
+  const KernelSource source = lower(p, c);
+  EXPECT_EQ(source.block_threads, 384);
+  EXPECT_NE(source.name.find("_pingpong"), std::string::npos);
+  EXPECT_NE(source.source.find("run_pingpong<kjit_matmul_epilogue>"), std::string::npos);
+  EXPECT_NE(
+      source.source.find("PINGPONG_SHARED_BYTES == " + std::to_string(source.dynamic_shared_bytes)),
+      std::string::npos);
+  // Stages, their barriers, two turn barriers, eight warps' slabs, alignment slack.
+  EXPECT_EQ(source.dynamic_shared_bytes, 1024 + 4 * 40960 + 2 * 4 * 8 + 16 + 8 * 16 * 144);
+}
+
 TEST(MatmulConfig, DeviceLimitsStateRequiredAndLimit) {
   Problem p = square(1024);
   try {

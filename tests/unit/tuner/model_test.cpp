@@ -156,6 +156,33 @@ TEST(Space, PersistentScheduleIsADimension) {
             t.predict(tiled, h200, none).efficiency_key);
 }
 
+// Ping-pong is the third value of the schedule dimension: offered for tiles a
+// warpgroup can hold, pruned with the reason for larger ones, learned apart.
+TEST(Space, PingPongScheduleIsADimension) {
+  const Space s = MatmulTuning(matmul_problem(4096, 4096, 4096)).space(h200);
+  const std::string pingpong =
+      "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma,schedule=pingpong";
+  EXPECT_NE(std::find(s.candidates.begin(), s.candidates.end(), pingpong), s.candidates.end());
+  bool pruned = false;
+  for (const Pruned& x : s.pruned)
+    if (x.config.find("bm=128,bn=256") != std::string::npos &&
+        x.config.find("pingpong") != std::string::npos) {
+      pruned = true;
+      EXPECT_NE(x.reason.find("16384"), std::string::npos) << x.reason;
+    }
+  EXPECT_TRUE(pruned);
+  const MatmulTuning t(matmul_problem(4096, 4096, 4096));
+  const Efficiencies none;
+  const std::string persistent =
+      "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma,schedule=persistent";
+  EXPECT_NE(t.predict(pingpong, h200, none).efficiency_key,
+            t.predict(persistent, h200, none).efficiency_key);
+  bool noted = false;
+  for (const std::string& note : t.predict(pingpong, h200, none).notes)
+    noted = noted || note.find("taking turns") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 TEST(Space, EveryCandidateIsCanonicalValidAndUnique) {
   for (const matmul::Problem& p :
        {matmul_problem(4096, 4096, 4096), matmul_problem(4097, 4097, 4097),
