@@ -133,14 +133,17 @@ double matmul_efficiency_prior(const Problem& p, const Config& c) {
     // falling as the tile's area^0.45 below that (the tensor cores are fed from
     // more shared memory per FLOP, the fill and write-out weigh more); 64-wide N
     // tiles lose another 15%; 3 stages hide less latency, 2 hardly any.
-    // Ping-pong (tiles of at most 16384 outputs per warpgroup) starts as a tile of
-    // twice its area: its two warpgroups together keep as many outputs in flight
-    // (a first guess, refit from the trials like every prior).
+    // Ping-pong (at most 16384 outputs per warpgroup) counts as a tile of twice its
+    // area (its two warpgroups keep as many outputs in flight), whose main loop ran
+    // at 0.92-0.99x the persistent 128x256's on the H200 (4096^3, 4096x11008x4096,
+    // 16384x8192x1024, 32000x4096x768; docs/matmul.md): each warpgroup reads A and
+    // B from shared memory for a tile half the size.
     const double area =
         std::min(1.0, static_cast<double>(c.bm) * c.bn * (c.pingpong ? 2 : 1) / 32768.0);
+    const double by_schedule = c.pingpong ? 0.92 : 1.0;
     const double by_n = c.bn == 64 ? 0.85 : 1.0;
     const double by_stages = c.stages >= 4 ? 1.0 : c.stages == 3 ? 0.82 : 0.45;
-    return 0.77 * std::pow(area, 0.45) * by_n * by_stages;
+    return 0.77 * std::pow(area, 0.45) * by_n * by_stages * by_schedule;
   }
   // mma.sync on the H200 (first GPU runs): 128x256 w8 ~0.45 of peak; the others
   // relative to it (docs/matmul.md, the heuristic's table).
