@@ -35,11 +35,13 @@
 // The swizzle (16-byte unit u of line r lands at u ^ (r % 8)) is applied by the
 // copy engine on the way in and undone by wgmma on the way out: no bank conflicts.
 //
-// Two schedules. run(): one output tile per block (grid = tiles x splits x batch);
+// Three schedules. run(): one output tile per block (grid = tiles x splits x batch);
 // the epilogue stages the fp32 accumulators through the (then idle) stages, and
 // every warpgroup, the producer too, writes 16-byte chunks of C with
 // kjit::matmul::write_chunk, like the mma.sync path. run_persistent(): a block per
 // SM walks many tiles through one pipeline that never drains (see there).
+// run_pingpong(): the same walk, with the two consumer warpgroups taking turns over
+// whole tiles, one writing out while the other's wgmma run.
 #pragma once
 
 #include "kjit/matmul.cuh"
@@ -283,10 +285,9 @@ struct WgmmaMatmul {
   // out, the copy engine is already filling the stages with the next tile's
   // k-tiles, so the next main loop starts on a full pipeline (the non-persistent
   // grid pays that fill, and an idle write-out, once per tile). The stages are
-  // never idle, so the write-out does not stage through them: each consumer thread
-  // writes its accumulators straight from registers, two adjacent outputs per
-  // store (write_registers), and goes on to the next tile's wgmma while those
-  // stores drain.
+  // never idle, so the write-out does not stage through them: each consumer warp
+  // goes through its own small slab of shared memory (write_out), and on to the
+  // next tile's wgmma while those stores drain.
   __device__ __forceinline__ static matmul::BlockWork unit_work(const MatmulArgs& args,
                                                                 long long unit, int tiles_m,
                                                                 int tiles_n) {
@@ -386,6 +387,23 @@ struct WgmmaMatmul {
     }
   }
 
+  // The producer thread of a persistent block: every unit blockIdx.x, + gridDim.x,
+  // ..., in order, k-tile after k-tile through the one stage ring.
+  __device__ __forceinline__ static void produce_units(const MatmulArgs& args,
+                                                       const TensorMap& map_a,
+                                                       const TensorMap& map_b, u32 stages, u32 full,
+                                                       u32 empty, int tiles_m, int tiles_n,
+                                                       long long units) {
+    int first = 0;
+    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
+      const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
+      produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
+              k_tiles, first);
+      first += k_tiles;
+    }
+  }
+
   template <typename Epilogue>
   __device__ __forceinline__ static void run_persistent(const MatmulArgs& args,
                                                         const EpilogueOperands& ops,
@@ -413,13 +431,7 @@ struct WgmmaMatmul {
       if constexpr (CONSUMERS > 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
       if (threadIdx.x != 0) return;  // the producer's other warps have nothing to do
-      for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
-        const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
-        const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
-        produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
-                k_tiles, first);
-        first += k_tiles;
-      }
+      produce_units(args, map_a, map_b, stages, full, empty, tiles_m, tiles_n, units);
       return;
     }
     if constexpr (CONSUMERS > 1)
@@ -524,13 +536,7 @@ struct WgmmaMatmul {
     if (group < 0) {  // the producer: every unit of the block, in order, as run_persistent
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
       if (threadIdx.x != 0) return;
-      for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
-        const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
-        const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
-        produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
-                k_tiles, first);
-        first += k_tiles;
-      }
+      produce_units(args, map_a, map_b, stages, full, empty, tiles_m, tiles_n, units);
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PINGPONG_CONSUMER_REGISTERS)
