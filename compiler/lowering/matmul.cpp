@@ -552,11 +552,14 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
   s += "// problem:   C[M,N] = op(A)[M,K] * op(B)[K,N] (x batch), " + out.problem + "\n";
   s += "// config:    " + out.config + "\n";
+  const std::string warpgroups =
+      config.pingpong ? "1 producer + 2 consumer warpgroups taking turns, each over whole tiles"
+                      : fmt::format("1 producer + {} consumer warpgroups", config.bm / 64);
   s += fmt::format(
-      "// path:      TMA + wgmma m64n{}k{} {} -> f32 (sm_90a); block tile {}x{}x{}, 1 producer "
-      "+ {} consumer warpgroups, {}-stage mbarrier pipeline, {} B dynamic shared memory\n",
+      "// path:      TMA + wgmma m64n{}k{} {} -> f32 (sm_90a); block tile {}x{}x{}, {}, "
+      "{}-stage mbarrier pipeline, {} B dynamic shared memory\n",
       config.bn, tf32 ? 8 : 16, matmul::to_string(problem.input), config.bm, config.bn, config.bk,
-      config.pingpong ? 2 : config.bm / 64, config.stages, out.dynamic_shared_bytes);
+      warpgroups, config.stages, out.dynamic_shared_bytes);
   s += "#include \"kjit/matmul_sm90.cuh\"\n\n";
   s += epilogue_glue(problem.epilogue);
   s += wgmma_wrapper(problem, config);
