@@ -33,6 +33,14 @@ constexpr double kPersistentWriteShare = 0.5;
 // The ping-pong schedule: the share its warpgroups still spend with the tensor
 // cores idle (the other warpgroup's main loop runs during the rest).
 constexpr double kPingPongWriteShare = 0.1;
+// Misaligned rows of C: each store instruction beyond one per 16-byte chunk costs
+// this share of the tile's write-out time (at the SM's share of DRAM bandwidth),
+// serial with the main loop. Fitted on the H200 to 2048x50257x768 (2026-12-01,
+// docs/perf/2026-12-01-h200-matmul-peers.md): the same 128x256 config wrote rows of
+// 50257 in 0.065 ms more than rows of 50304 (one tile per block); the persistent
+// schedule, whose consumer warps alone store, lost about 3.6x as much.
+constexpr double kNarrowStoreTile = 0.36;
+constexpr double kNarrowStorePersistent = 1.3;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 
@@ -96,6 +104,19 @@ int64_t actual_splits(const Config& c, int64_t k) {
 // K as the kernel sees it: padded to whole k-tiles on the padded path.
 int64_t kernel_k(const Problem& p, const Config& c) {
   return matmul::pads_operands(p, c) ? ceil_div(p.k, c.bk) * c.bk : p.k;
+}
+
+// Store instructions per 16-byte chunk of a packed C (ldc = N), averaged over its
+// rows: store_chunk writes a chunk at once where the row's chunk starts on a 16-byte
+// boundary, in pairs where it starts on a pair's, else one element at a time.
+double stores_per_chunk(const Problem& p) {
+  const int64_t bytes = matmul::dtype_bytes(p.output), per_chunk = 16 / bytes;
+  double total = 0;
+  for (int64_t row = 0; row < 16; ++row) {  // the pattern repeats every 16 rows at most
+    const int64_t offset = row * p.n * bytes % 16;
+    total += offset == 0 ? 1 : offset % (2 * bytes) == 0 ? per_chunk / 2 : per_chunk;
+  }
+  return total / 16;
 }
 
 }  // namespace
@@ -351,10 +372,23 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // tile while the consumers write this one out, and the stores drain under the
   // next main loop.
   const double write_share = c.pingpong ? kPingPongWriteShare : kPersistentWriteShare;
+  // Misaligned rows of C (outputs the kernel writes itself, not split-K partials)
+  // take more store instructions per chunk. The ping-pong schedule does not hide
+  // them (measured: 2048x50257x768 0.478 ms against 0.535 persistent, 0.433 with
+  // one tile per block): its store-bound write-out slows the other warpgroup too.
+  const double extra_stores = splits > 1 ? 0.0 : stores_per_chunk(p) - 1;
+  const double narrow_seconds =
+      extra_stores * write_seconds * (c.persistent ? kNarrowStorePersistent : kNarrowStoreTile);
   const double serial =
-      c.persistent ? kFillSeconds +
-                         static_cast<double>(units_per_sm) * write_share * write_seconds / resident
-                   : static_cast<double>(units_per_sm) * (kFillSeconds + write_seconds) / resident;
+      c.persistent ? kFillSeconds + static_cast<double>(units_per_sm) *
+                                        (write_share * write_seconds + narrow_seconds) / resident
+                   : static_cast<double>(units_per_sm) *
+                         (kFillSeconds + write_seconds + narrow_seconds) / resident;
+  if (extra_stores > 0)
+    out.notes.push_back(fmt::format(
+        "C's rows of {} elements are not all 16-byte aligned: {:.2f} store instructions "
+        "per 16-byte chunk on average (1 when aligned)",
+        p.n, extra_stores + 1));
 
   // Memory: the fewest bytes from DRAM, and the tiles' re-reads of A and B through
   // L2. An SM pulls at most what its loads in flight allow (Little's law: the
