@@ -301,22 +301,21 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
   return out;
 }
 
-std::string emit_epilogue_function(const Graph& graph, const std::string& function_name) {
-  if (graph.outputs().size() != 1)
-    throw UserError("an epilogue has one output; this graph has " +
-                    std::to_string(graph.outputs().size()));
+std::string emit_scalar_function(const Graph& graph, int output, const std::string& function_name,
+                                 const std::string& title) {
+  if (output < 0 || output >= static_cast<int>(graph.outputs().size()))
+    throw InternalError("emit_scalar_function: no output " + std::to_string(output));
   std::string parameters;
   for (int id : graph.inputs()) {
     const Node& n = graph.node(id);
-    if (!is_floating(n.dtype))
-      throw UserError("epilogue input '" + n.name + "' is " + ir::to_string(n.dtype) +
-                      "; an epilogue takes floating inputs");
-    parameters += (parameters.empty() ? "float in_" : ", float in_") + n.name;
+    parameters +=
+        fmt::format("{}{} in_{}", parameters.empty() ? "" : ", ", compute_type(n.dtype), n.name);
   }
   std::vector<std::string> results;
   std::string body = emit_chain_statements(graph, "  ", &results);
-  const Node& out = graph.node(graph.outputs()[0].second);
-  std::string result = convert(results[0], compute_type(out.dtype), "float");
+  const Node& out = graph.node(graph.outputs()[static_cast<size_t>(output)].second);
+  const std::string type = is_floating(out.dtype) ? "float" : compute_type(out.dtype);
+  std::string result = convert(results[static_cast<size_t>(output)], compute_type(out.dtype), type);
   std::string ir_text = print(graph);
   std::string comment;
   for (size_t start = 0; start < ir_text.size();) {
@@ -325,9 +324,22 @@ std::string emit_epilogue_function(const Graph& graph, const std::string& functi
     start = end + 1;
   }
   return fmt::format(
-      "// Epilogue {}, fused from the IR:\n{}__device__ __forceinline__ float {}({}) {{\n{}"
+      "// {}, fused from the IR:\n{}__device__ __forceinline__ {} {}({}) {{\n{}"
       "  return {};\n}}\n",
-      function_name, comment, function_name, parameters, body, result);
+      title, comment, type, function_name, parameters, body, result);
+}
+
+std::string emit_epilogue_function(const Graph& graph, const std::string& function_name) {
+  if (graph.outputs().size() != 1)
+    throw UserError("an epilogue has one output; this graph has " +
+                    std::to_string(graph.outputs().size()));
+  for (int id : graph.inputs()) {
+    const Node& n = graph.node(id);
+    if (!is_floating(n.dtype))
+      throw UserError("epilogue input '" + n.name + "' is " + ir::to_string(n.dtype) +
+                      "; an epilogue takes floating inputs");
+  }
+  return emit_scalar_function(graph, 0, function_name, "Epilogue " + function_name);
 }
 
 int effective_vector_width(const ElementwiseProblem& problem, const ElementwiseConfig& config) {

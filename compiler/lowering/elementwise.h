@@ -113,6 +113,17 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
 // The text is stable: the same graph gives the same function.
 std::string emit_epilogue_function(const Graph& graph, const std::string& function_name);
 
+// Output `output` of the graph as a device function over named scalar values, for
+// fusing into another kernel (an attention score or mask modifier): the parameters
+// are the inputs in declaration order, each in its compute type (float for f32, f16
+// and bf16; int for i32; bool), named in_<name>; the result is float for a floating
+// output, else the output's own compute type. `title` heads the comment above it:
+//   // <title>, fused from the IR:
+//   //   <the graph's text>
+//   __device__ __forceinline__ float NAME(float in_s, int in_q_idx) { ... }
+std::string emit_scalar_function(const Graph& graph, int output, const std::string& function_name,
+                                 const std::string& title);
+
 // The body of the chain: one `const <type> t<id> = ...;` line per op, each under a
 // comment naming the IR op; inputs are read as `in_<name>` (in their compute
 // type). Returns the lines, each prefixed with `indent`; `result_names` gets the

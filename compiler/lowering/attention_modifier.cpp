@@ -1,0 +1,224 @@
+#include "kjit/compiler/lowering/attention_modifier.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <regex>
+
+#include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/compiler/passes/derivative.h"
+#include "kjit/compiler/passes/pipeline.h"
+#include "kjit/support/error.h"
+#include "kjit/support/hash.h"
+
+namespace kjit::attention {
+
+namespace {
+
+using ir::DType;
+using ir::Graph;
+using ir::Node;
+
+// The positions every modifier may read, after `s` for score modifiers.
+const char* const kPositions[] = {"q_idx", "kv_idx", "head"};
+
+// The scores form a [heads, q, kv] grid: an operand per head is [heads, 1, 1] in
+// it, per query position [q, 1], per key position [kv], so that any of them
+// broadcast together. Users write the one dim that matters.
+ir::Shape grid_shape(ModifierOperandKind kind) {
+  const ir::Dim one = ir::Dim::of(1);
+  switch (kind) {
+    case ModifierOperandKind::PerHead:
+      return {ir::Dim::named("heads"), one, one};
+    case ModifierOperandKind::PerQuery:
+      return {ir::Dim::named("q"), one};
+    case ModifierOperandKind::PerKey:
+      return {ir::Dim::named("kv")};
+  }
+  return {};
+}
+
+// Declarations of one grid dim ("slope:f32[heads]") are taken out of the text
+// (blanked, so that error positions stay the user's) and declared before it with
+// their grid shape; the rest of the text parses as written.
+std::vector<ir::Predeclared> take_declarations(std::string& text) {
+  static const std::regex declaration(
+      R"(^\s*([A-Za-z_]\w*)\s*:\s*(\w+)\s*\[\s*(heads|q|kv)\s*\]\s*$)");
+  std::vector<ir::Predeclared> out;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find_first_of(";\n#", start);
+    if (end == std::string::npos) end = text.size();
+    std::smatch match;
+    const std::string statement = text.substr(start, end - start);
+    if (std::regex_match(statement, match, declaration)) {
+      if (const std::optional<DType> dtype = ir::parse_dtype(match[2].str())) {
+        const ModifierOperandKind kind = match[3] == "heads" ? ModifierOperandKind::PerHead
+                                         : match[3] == "q"   ? ModifierOperandKind::PerQuery
+                                                             : ModifierOperandKind::PerKey;
+        out.push_back({match[1].str(), *dtype, grid_shape(kind)});
+        std::fill(text.begin() + static_cast<std::ptrdiff_t>(start),
+                  text.begin() + static_cast<std::ptrdiff_t>(end), ' ');
+      }
+    }
+    if (end < text.size() && text[end] == '#') end = text.find('\n', end);  // a comment
+    start = end == std::string::npos ? text.size() : end + 1;
+  }
+  return out;
+}
+
+ModifierOperandKind kind_of(const Node& input, const std::string& text) {
+  for (ModifierOperandKind kind :
+       {ModifierOperandKind::PerHead, ModifierOperandKind::PerQuery, ModifierOperandKind::PerKey})
+    if (input.shape == grid_shape(kind)) return kind;
+  throw UserError(fmt::format("modifier operand '{}' of '{}' has shape {}; an attention "
+                              "modifier's operand is [heads] (per query head), [q] (per query "
+                              "position) or [kv] (per key position)",
+                              input.name, text, ir::to_string(input.shape)),
+                  "declare it, e.g. " + input.name + ":f32[heads]");
+}
+
+// The text parsed with the positions (and s) declared first, optimized; its
+// operands checked. `score`: a score modifier (reads s, gives a float).
+Graph parse_modifier(const std::string& text, bool score, std::vector<ModifierOperand>* operands) {
+  ir::ParseOptions options;
+  options.default_dtype = DType::F32;
+  options.default_shape = grid_shape(ModifierOperandKind::PerHead);
+  if (score) options.inputs.push_back({"s", DType::F32, {}});
+  for (const char* name : kPositions) options.inputs.push_back({name, DType::I32, {}});
+  std::string body = text;
+  for (ir::Predeclared& d : take_declarations(body)) options.inputs.push_back(std::move(d));
+  const char* what = score ? "score modifier" : "mask modifier";
+  const Graph graph = ir::optimize(ir::parse(body, options));
+  if (graph.outputs().size() != 1)
+    throw UserError(fmt::format("the {} '{}' computes {} values; it computes one", what, text,
+                                graph.outputs().size()),
+                    score ? "e.g. 'tanh(s / 50) * 50'" : "e.g. 'kv_idx <= q_idx'");
+  const DType result = graph.node(graph.outputs()[0].second).dtype;
+  if (score && !ir::is_floating(result))
+    throw UserError(fmt::format("the score modifier '{}' gives a {} value; it must give the "
+                                "modified score, a floating value",
+                                text, ir::to_string(result)),
+                    "for a mask, use the mask modifier");
+  const size_t declared = score ? 4 : 3;
+  const std::vector<int> inputs = graph.inputs();
+  for (size_t i = declared; i < inputs.size(); ++i) {
+    const Node& input = graph.node(inputs[i]);
+    if (!score && input.name == "s")
+      throw UserError(fmt::format("the mask modifier '{}' reads s; a mask sees positions only "
+                                  "(q_idx, kv_idx, head)",
+                                  text),
+                      "to change scores, use the score modifier");
+    if (input.dtype != DType::F32 && input.dtype != DType::F16 && input.dtype != DType::BF16 &&
+        input.dtype != DType::I32)
+      throw UserError(fmt::format("modifier operand '{}' is {}; operands are f32, f16, bf16 or "
+                                  "i32",
+                                  input.name, ir::to_string(input.dtype)),
+                      "declare it, e.g. " + input.name + ":f32[heads]");
+    operands->push_back({input.name, kind_of(input, text), input.dtype});
+  }
+  if (static_cast<int>(operands->size()) > kMaxModifierOperands)
+    throw UserError(fmt::format("the {} '{}' reads {} operands; at most {}", what, text,
+                                operands->size(), kMaxModifierOperands));
+  return graph;
+}
+
+// Output `output` of `graph` in fp64 at `point` (inputs in declaration order: s
+// for score modifiers, the positions, the operands).
+double evaluate(const Graph& graph, size_t output, bool score, const ScorePoint& point) {
+  std::vector<double> values(graph.nodes().size());
+  const std::vector<int> inputs = graph.inputs();
+  std::vector<double> input_values;
+  if (score) input_values.push_back(point.s);
+  input_values.push_back(static_cast<double>(point.q_idx));
+  input_values.push_back(static_cast<double>(point.kv_idx));
+  input_values.push_back(static_cast<double>(point.head));
+  for (double v : point.operands) input_values.push_back(v);
+  if (input_values.size() != inputs.size())
+    throw InternalError(fmt::format("modifier twin: {} input values for {} inputs",
+                                    input_values.size(), inputs.size()));
+  size_t next = 0;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& node = graph.node(static_cast<int>(i));
+    if (node.op == ir::OpCode::Input) {
+      values[i] = ir::round_to(node.dtype, input_values[next++]);
+    } else if (node.op == ir::OpCode::Const) {
+      values[i] = node.value;
+    } else {
+      double arguments[3] = {};
+      for (size_t k = 0; k < node.operands.size() && k < 3; ++k)
+        arguments[k] = values[static_cast<size_t>(node.operands[k])];
+      values[i] = ir::evaluate_node(node, arguments);
+    }
+  }
+  return values[static_cast<size_t>(graph.outputs()[output].second)];
+}
+
+Modifier make(const std::string& text, bool score) {
+  Modifier m;
+  m.text = text;
+  const Graph graph = parse_modifier(text, score, &m.operands);
+  m.canonical = ir::print(graph);
+  m.key = KeyHasher().add(score ? "score_mod" : "mask_mod").add(m.canonical).hex();
+  if (score) {
+    // One graph with the modifier and its derivative: outputs y, d_y.
+    const Graph both = ir::with_derivative(graph, "s");
+    Graph value = both, slope = both;
+    value.set_outputs({both.outputs()[0]});
+    slope.set_outputs({both.outputs()[1]});
+    value = ir::optimize(value);
+    slope = ir::optimize(slope);
+    m.source =
+        ir::emit_scalar_function(value, 0, "kjit_score_mod", "Score modifier kjit_score_mod") +
+        "\n" +
+        ir::emit_scalar_function(slope, 0, "kjit_score_mod_grad",
+                                 "Its derivative with respect to s, kjit_score_mod_grad");
+    m.reference = [value](const ScorePoint& p) { return evaluate(value, 0, true, p); };
+    m.gradient = [slope](const ScorePoint& p) { return evaluate(slope, 0, true, p); };
+  } else {
+    // The value as the IR gives it, then the bool the kernels test.
+    std::string parameters = "int in_q_idx, int in_kv_idx, int in_head", arguments;
+    for (const ModifierOperand& o : m.operands) {
+      parameters += fmt::format(", {} in_{}", ir::compute_type(o.dtype), o.name);
+      arguments += ", in_" + o.name;
+    }
+    const Graph mask = graph;
+    m.source = ir::emit_scalar_function(mask, 0, "kjit_mask_value", "Mask modifier") +
+               fmt::format(
+                   "// Whether the key is visible to the query: the mask's value is nonzero.\n"
+                   "__device__ __forceinline__ bool kjit_mask_mod({}) {{\n"
+                   "  return kjit_mask_value(in_q_idx, in_kv_idx, in_head{}) != 0;\n}}\n",
+                   parameters, arguments);
+    m.reference = [mask](const ScorePoint& p) {
+      return evaluate(mask, 0, false, p) != 0 ? 1.0 : 0.0;
+    };
+  }
+  return m;
+}
+
+}  // namespace
+
+const char* to_string(ModifierOperandKind kind) {
+  switch (kind) {
+    case ModifierOperandKind::PerHead:
+      return "per head";
+    case ModifierOperandKind::PerQuery:
+      return "per query position";
+    case ModifierOperandKind::PerKey:
+      return "per key position";
+  }
+  return "?";
+}
+
+Modifier score_mod_from_ir(const std::string& text) {
+  return make(text, true);
+}
+
+Modifier mask_mod_from_ir(const std::string& text) {
+  return make(text, false);
+}
+
+}  // namespace kjit::attention

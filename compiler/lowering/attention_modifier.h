@@ -1,0 +1,71 @@
+// Attention score and mask modifiers written in kjit's elementwise IR (what
+// FlexAttention calls score_mod and mask_mod), lowered to the device functions an
+// attention kernel calls per score, with fp64 twins for checking:
+//
+//   score_mod_from_ir("tanh(s / 50) * 50")                          soft-capping
+//   score_mod_from_ir("slope:f32[heads]; s - slope * abs(q_idx - kv_idx)")  ALiBi
+//   mask_mod_from_ir("(kv_idx <= q_idx) * (q_idx - kv_idx < 256)")  a sliding window
+//
+// Names a modifier reads: `s`, the scaled score (f32; score modifiers only),
+// `q_idx` and `kv_idx`, the query's and key's positions in their sequences, and
+// `head`, the query head (i32). Any other name is an extra operand, indexed by its
+// declared shape: [heads] per query head (the default: undeclared names are
+// f32[heads]), [q] per query position, [kv] per key position; f32, f16, bf16 or i32.
+// A mask keeps the scores where its value is nonzero (a comparison, or products of
+// comparisons for "and").
+//
+// The score modifier comes with its derivative with respect to s
+// (compiler/passes/derivative.h): the backward pass scales dS by mod'(s) before it
+// forms dQ and dK. The kernels that call these functions are the attention
+// issue's next step; this file gives them their sources, parameters and twins.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kjit/compiler/ir/dtype.h"
+
+namespace kjit::attention {
+
+enum class ModifierOperandKind { PerHead, PerQuery, PerKey };
+const char* to_string(ModifierOperandKind kind);
+
+struct ModifierOperand {
+  std::string name;
+  ModifierOperandKind kind;
+  ir::DType dtype;
+};
+
+// The positions one score is evaluated at, and the extra operands' values there
+// (in `operands` order), for the fp64 twins.
+struct ScorePoint {
+  double s = 0;  // the scaled score (score modifiers)
+  int64_t q_idx = 0, kv_idx = 0, head = 0;
+  std::vector<double> operands;
+};
+
+struct Modifier {
+  std::string text;       // as written
+  std::string canonical;  // the optimized graph's text form: equal modifiers, equal text
+  std::string key;        // a short stable hash of `canonical`, for kernel classes
+  std::vector<ModifierOperand> operands;
+  // Device functions over (s,) q_idx, kv_idx, head and the operands' values, in
+  // that order: kjit_score_mod and kjit_score_mod_grad (float), or kjit_mask_mod
+  // (bool). `source` holds all of them.
+  std::string source;
+  std::function<double(const ScorePoint&)> reference;  // the value (a mask: 1 or 0)
+  std::function<double(const ScorePoint&)> gradient;   // d value / ds (score modifiers)
+};
+
+// At most this many extra operands per modifier.
+constexpr int kMaxModifierOperands = 4;
+
+// UserErrors (naming the text and the rule) when the text does not parse, computes
+// other than one value, gives a score modifier a non-floating result, lets a mask
+// read s, or declares an operand of another shape or dtype than listed above.
+Modifier score_mod_from_ir(const std::string& text);
+Modifier mask_mod_from_ir(const std::string& text);
+
+}  // namespace kjit::attention
