@@ -3,7 +3,10 @@
 // launcher may pick and a handful of configs; lowering never fails on a parsed
 // graph, and the same inputs give byte-identical source. The same text read as
 // a matmul epilogue (`acc` predeclared) lowers to an epilogue function when it
-// has one output and floating inputs, else gives a UserError.
+// has one output and floating inputs, else gives a UserError. Every parsed graph
+// is differentiated with respect to its first floating input (the result verifies
+// and lowers), and the text read as an attention score and mask modifier lowers
+// or gives a UserError, with twins that evaluate.
 //
 // Input: byte 0 picks the config and alignment, byte 1 the access patterns;
 // the rest is the text.
@@ -13,7 +16,10 @@
 #include <string>
 
 #include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/ir/verifier.h"
+#include "kjit/compiler/lowering/attention_modifier.h"
 #include "kjit/compiler/lowering/elementwise.h"
+#include "kjit/compiler/passes/derivative.h"
 #include "kjit/compiler/passes/fuse.h"
 #include "kjit/compiler/passes/pipeline.h"
 #include "kjit/support/error.h"
@@ -77,6 +83,41 @@ void lower_as_epilogue(const std::string& text) {
   }
 }
 
+void differentiate(const kjit::ir::Graph& parsed) {
+  for (int id : parsed.inputs()) {
+    if (!kjit::ir::is_floating(parsed.node(id).dtype)) continue;
+    kjit::ir::Graph d;
+    try {
+      d = kjit::ir::with_derivative(parsed, parsed.node(id).name);
+    } catch (const kjit::UserError&) {
+      return;  // an output already named d_<output>
+    }
+    kjit::ir::verify(d);
+    if (d.outputs().size() != 2 * parsed.outputs().size()) std::abort();
+    kjit::ir::optimize(d);
+    return;
+  }
+}
+
+void lower_as_modifiers(const std::string& text) {
+  for (bool score : {true, false}) {
+    kjit::attention::Modifier m;
+    try {
+      m = score ? kjit::attention::score_mod_from_ir(text)
+                : kjit::attention::mask_mod_from_ir(text);
+    } catch (const kjit::UserError&) {
+      continue;
+    }
+    if (m.source.empty() || m.key.empty() || !m.reference || score != bool(m.gradient))
+      std::abort();
+    kjit::attention::ScorePoint point;
+    point.s = 0.75, point.q_idx = 5, point.kv_idx = 3, point.head = 1;
+    point.operands.assign(m.operands.size(), 0.5);
+    m.reference(point);
+    if (score) m.gradient(point);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -90,5 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   lower_every_group(parsed, data[0], data[1]);
   lower_as_epilogue(text);
+  differentiate(parsed);
+  lower_as_modifiers(text);
   return 0;
 }
