@@ -204,11 +204,12 @@ Graph with_derivative(const Graph& graph, const std::string& wrt) {
 
   std::vector<std::pair<std::string, int>> outputs;
   for (const auto& [name, id] : graph.outputs()) {
-    for (const auto& other : graph.outputs())
-      if (other.first == "d_" + name)
-        throw UserError("cannot name the derivative of output '" + name + "' d_" + name +
-                            ": an output has that name",
-                        "rename that output");
+    bool taken = graph.find_input("d_" + name) >= 0;  // inputs and outputs share names
+    for (const auto& other : graph.outputs()) taken = taken || other.first == "d_" + name;
+    if (taken)
+      throw UserError("cannot name the derivative of output '" + name + "' d_" + name +
+                          ": an input or output has that name",
+                      "rename it");
     outputs.emplace_back(name, id);
     const Derivative& dy = d[static_cast<size_t>(id)];
     outputs.emplace_back("d_" + name, dy ? dy->id : out.constant(0.0).id);

@@ -121,6 +121,8 @@ TEST(Derivative, BadRequestsAreUserErrors) {
   EXPECT_THROW(with_derivative(parsed("y = s * 2"), "x"), UserError);
   EXPECT_THROW(with_derivative(parsed("s:i32; y = s * 2"), "s"), UserError);
   EXPECT_THROW(with_derivative(parsed("y = s * 2; d_y = s"), "s"), UserError);
+  // An input of that name too (found by the lowering fuzzer: the graph did not verify).
+  EXPECT_THROW(with_derivative(parsed("y = s * d_y"), "s"), UserError);
 }
 
 }  // namespace
