@@ -48,6 +48,17 @@ Tensors leading_dimensions(const KernelCommandOptions& o) {
   return t;
 }
 
+// `given`'s leading dimensions and the batch strides they imply, resolved; the
+// pointers are 0 (16-byte aligned, as the allocator's are) until allocation.
+Tensors resolve_stand_in(const Problem& p, Tensors given) {
+  given.a = 1ull << 36, given.b = 2ull << 36, given.c = 3ull << 36;
+  given.extras.resize(p.epilogue.operands.size(), {4ull << 36, 0, 0});
+  Tensors t = resolve(p, given);
+  t.a = t.b = t.c = 0;
+  t.extras.clear();
+  return t;
+}
+
 Problem problem_from(const KernelCommandOptions& o, LoweredEpilogue& epilogue) {
   Problem p;
   p.m = o.m;
@@ -63,12 +74,8 @@ Problem problem_from(const KernelCommandOptions& o, LoweredEpilogue& epilogue) {
   }
   // Tensors from the allocator (pointers 256-byte aligned): the class follows the
   // leading dimensions, packed or as given.
-  if (p.m >= 1 && p.n >= 1 && p.k >= 1) {
-    Tensors stand_in = leading_dimensions(o);
-    stand_in.a = 1ull << 36, stand_in.b = 2ull << 36, stand_in.c = 3ull << 36;
-    stand_in.extras.resize(p.epilogue.operands.size(), {4ull << 36, 0, 0});
-    p.aligned = is_aligned(p, resolve(p, stand_in));
-  }
+  if (p.m >= 1 && p.n >= 1 && p.k >= 1)
+    p.aligned = is_aligned(p, resolve_stand_in(p, leading_dimensions(o)));
   return p;
 }
 
@@ -124,17 +131,6 @@ cuda::DeviceBuffer upload_strided(const HostTensor& t, int64_t rows, int64_t col
   cuda::DeviceBuffer buffer(std::max<size_t>(stored.size(), 16));
   buffer.upload(stored.data(), stored.size());
   return buffer;
-}
-
-// `given`'s leading dimensions and the batch strides they imply, resolved
-// (pointers are set after allocation).
-Tensors resolve_stand_in(const Problem& p, Tensors given) {
-  given.a = 1ull << 36, given.b = 2ull << 36, given.c = 3ull << 36;
-  given.extras.resize(p.epilogue.operands.size(), {4ull << 36, 0, 0});
-  Tensors t = resolve(p, given);
-  t.a = t.b = t.c = 0;
-  t.extras.clear();
-  return t;
 }
 
 std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, const KernelCommandOptions& o,
