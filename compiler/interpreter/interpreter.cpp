@@ -46,6 +46,28 @@ double evaluate_node(const Node& node, const double* operands) {
   return info.reference(operands);
 }
 
+std::vector<double> evaluate_point(const Graph& graph, const std::vector<double>& inputs) {
+  if (inputs.size() != graph.inputs().size())
+    throw InternalError("evaluate_point: " + std::to_string(inputs.size()) + " values for " +
+                        std::to_string(graph.inputs().size()) + " inputs");
+  std::vector<double> values(graph.nodes().size());
+  size_t next = 0;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& node = graph.node(static_cast<int>(i));
+    if (node.op == OpCode::Input) {
+      values[i] = inputs[next++];
+    } else if (node.op == OpCode::Const) {
+      values[i] = node.value;
+    } else {
+      double operands[3] = {};
+      for (size_t k = 0; k < node.operands.size() && k < 3; ++k)
+        operands[k] = values[static_cast<size_t>(node.operands[k])];
+      values[i] = evaluate_node(node, operands);
+    }
+  }
+  return values;
+}
+
 std::pair<double, double> input_domain(const Graph& graph, int input_id) {
   double lo = -3, hi = 3;
   for (const Node& n : graph.nodes()) {

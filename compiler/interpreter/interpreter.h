@@ -22,6 +22,12 @@ struct HostTensor {
 // wrap at 32 bits, casts round to the target dtype, f32 results stay in fp64.
 double evaluate_node(const Node& node, const double* operands);
 
+// Every node of `graph` at one point, in fp64: `inputs` holds the inputs' values
+// in declaration order (as given: not rounded to their dtypes); returns each node's
+// value by id. For fused scalar functions' twins (matmul epilogues, attention
+// modifiers), where broadcasting does not arise. InternalError when the counts differ.
+std::vector<double> evaluate_point(const Graph& graph, const std::vector<double>& inputs);
+
 // Rounds `value` to what a `dtype` element stores (f32/f16/bf16 rounding, i32
 // truncation with saturation, bool as 0/1).
 double round_to(DType dtype, double value);

@@ -127,34 +127,18 @@ Graph parse_modifier(const std::string& text, bool score, std::vector<ModifierOp
 }
 
 // Output `output` of `graph` in fp64 at `point` (inputs in declaration order: s
-// for score modifiers, the positions, the operands).
+// for score modifiers, the positions, the operands; each rounded to its dtype).
 double evaluate(const Graph& graph, size_t output, bool score, const ScorePoint& point) {
-  std::vector<double> values(graph.nodes().size());
-  const std::vector<int> inputs = graph.inputs();
-  std::vector<double> input_values;
-  if (score) input_values.push_back(point.s);
-  input_values.push_back(static_cast<double>(point.q_idx));
-  input_values.push_back(static_cast<double>(point.kv_idx));
-  input_values.push_back(static_cast<double>(point.head));
-  for (double v : point.operands) input_values.push_back(v);
-  if (input_values.size() != inputs.size())
-    throw InternalError(fmt::format("modifier twin: {} input values for {} inputs",
-                                    input_values.size(), inputs.size()));
-  size_t next = 0;
-  for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    const Node& node = graph.node(static_cast<int>(i));
-    if (node.op == ir::OpCode::Input) {
-      values[i] = ir::round_to(node.dtype, input_values[next++]);
-    } else if (node.op == ir::OpCode::Const) {
-      values[i] = node.value;
-    } else {
-      double arguments[3] = {};
-      for (size_t k = 0; k < node.operands.size() && k < 3; ++k)
-        arguments[k] = values[static_cast<size_t>(node.operands[k])];
-      values[i] = ir::evaluate_node(node, arguments);
-    }
-  }
-  return values[static_cast<size_t>(graph.outputs()[output].second)];
+  std::vector<double> inputs;
+  if (score) inputs.push_back(point.s);
+  inputs.push_back(static_cast<double>(point.q_idx));
+  inputs.push_back(static_cast<double>(point.kv_idx));
+  inputs.push_back(static_cast<double>(point.head));
+  inputs.insert(inputs.end(), point.operands.begin(), point.operands.end());
+  const std::vector<int> ids = graph.inputs();
+  for (size_t i = 0; i < inputs.size() && i < ids.size(); ++i)
+    inputs[i] = ir::round_to(graph.node(ids[i]).dtype, inputs[i]);
+  return ir::evaluate_point(graph, inputs)[static_cast<size_t>(graph.outputs()[output].second)];
 }
 
 Modifier make(const std::string& text, bool score) {

@@ -74,22 +74,9 @@ LoweredEpilogue epilogue_from_ir(const std::string& text, DType dtype) {
                     " operands besides acc; at most " + std::to_string(Epilogue::kMaxOperands));
   // The fp64 twin: the graph's nodes in order, with the interpreter's semantics.
   out.reference = [graph](double acc, const std::vector<double>& operands) {
-    std::vector<double> values(graph.nodes().size());
-    size_t next_operand = 0;
-    for (size_t i = 0; i < graph.nodes().size(); ++i) {
-      const ir::Node& node = graph.node(static_cast<int>(i));
-      if (node.op == ir::OpCode::Input) {
-        values[i] = node.name == "acc" ? acc : operands.at(next_operand++);
-      } else if (node.op == ir::OpCode::Const) {
-        values[i] = node.value;
-      } else {
-        double arguments[3] = {};
-        for (size_t k = 0; k < node.operands.size() && k < 3; ++k)
-          arguments[k] = values[static_cast<size_t>(node.operands[k])];
-        values[i] = ir::evaluate_node(node, arguments);
-      }
-    }
-    return values[static_cast<size_t>(graph.outputs()[0].second)];
+    std::vector<double> inputs = {acc};
+    inputs.insert(inputs.end(), operands.begin(), operands.end());
+    return ir::evaluate_point(graph, inputs)[static_cast<size_t>(graph.outputs()[0].second)];
   };
   return out;
 }

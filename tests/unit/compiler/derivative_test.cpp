@@ -16,25 +16,14 @@
 namespace kjit::ir {
 namespace {
 
-// Every node of `graph` in fp64 with these input values; the outputs by name.
+// The outputs of `graph` in fp64 with these input values, by name.
 std::map<std::string, double> evaluate(const Graph& graph,
                                        const std::map<std::string, double>& inputs) {
-  std::vector<double> values(graph.nodes().size());
-  for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    const Node& node = graph.node(static_cast<int>(i));
-    if (node.op == OpCode::Input) {
-      values[i] = inputs.at(node.name);
-    } else if (node.op == OpCode::Const) {
-      values[i] = node.value;
-    } else {
-      double operands[3] = {};
-      for (size_t k = 0; k < node.operands.size(); ++k)
-        operands[k] = values[static_cast<size_t>(node.operands[k])];
-      values[i] = evaluate_node(node, operands);
-    }
-  }
+  std::vector<double> values;
+  for (int id : graph.inputs()) values.push_back(inputs.at(graph.node(id).name));
+  const std::vector<double> nodes = evaluate_point(graph, values);
   std::map<std::string, double> out;
-  for (const auto& [name, id] : graph.outputs()) out[name] = values[static_cast<size_t>(id)];
+  for (const auto& [name, id] : graph.outputs()) out[name] = nodes[static_cast<size_t>(id)];
   return out;
 }
 
