@@ -102,11 +102,13 @@ CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t ro
 }
 
 // One stored matrix of a batch: rows x cols elements, `ld` apart, `stride` between
-// batches, `bytes` per element.
+// batches, `bytes` per element; `extent`: bytes from its first element to one past
+// its last, over all batches (measured()).
 struct Operand {
   const char* name;
   CUdeviceptr pointer;
   int64_t rows, cols, ld, stride, bytes;
+  int64_t extent = 0;
 };
 
 // Bytes from an operand's first element to one past its last, over all batches;
@@ -128,12 +130,17 @@ int64_t extent_bytes(const Operand& x, int64_t batch) {
   return bytes;
 }
 
+Operand measured(Operand x, int64_t batch) {
+  x.extent = extent_bytes(x, batch);
+  return x;
+}
+
 // Whether C and an input share an element. Their byte ranges must overlap; then,
 // for single matrices with the same leading dimension and element size (column
 // blocks of one buffer), only where their column ranges meet within a row.
 bool overlaps(const Operand& c, const Operand& x, int64_t batch) {
   const int64_t c0 = static_cast<int64_t>(c.pointer), x0 = static_cast<int64_t>(x.pointer);
-  if (c0 + extent_bytes(c, batch) <= x0 || x0 + extent_bytes(x, batch) <= c0) return false;
+  if (c0 + c.extent <= x0 || x0 + x.extent <= c0) return false;
   if (batch > 1 || c.ld != x.ld || c.bytes != x.bytes || (c0 - x0) % c.bytes != 0) return true;
   // C's first element sits `shift` columns into a row of x's (mod ld).
   const int64_t shift = (((c0 - x0) / c.bytes) % c.ld + c.ld) % c.ld;
@@ -173,17 +180,18 @@ Tensors resolve(const Problem& p, Tensors t) {
   // Every byte offset the kernels form must fit 64 bits, and C must not overlap A or
   // B (other tiles still read them while C is written; C0 and epilogue operands may
   // be C itself: each output reads its own element first).
-  const Operand a{"A", t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, dtype_bytes(p.input)};
-  const Operand b{"B", t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, dtype_bytes(p.input)};
-  const Operand c{"C", t.c, p.m, p.n, t.ldc, t.stride_c, dtype_bytes(p.output)};
-  for (const Operand* x : {&a, &b, &c}) extent_bytes(*x, p.batch);
+  const Operand a =
+      measured({"A", t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, dtype_bytes(p.input)}, p.batch);
+  const Operand b =
+      measured({"B", t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, dtype_bytes(p.input)}, p.batch);
+  const Operand c =
+      measured({"C", t.c, p.m, p.n, t.ldc, t.stride_c, dtype_bytes(p.output)}, p.batch);
   for (const Operand* x : {&a, &b})
     if (overlaps(c, *x, p.batch))
       throw UserError(
           fmt::format("the output C overlaps the input {} (C at 0x{:x}, {} bytes; {} at "
                       "0x{:x}, {} bytes, same rows)",
-                      x->name, c.pointer, extent_bytes(c, p.batch), x->name, x->pointer,
-                      extent_bytes(*x, p.batch)),
+                      x->name, c.pointer, c.extent, x->name, x->pointer, x->extent),
           "write C to a buffer that A and B do not use (C0 may alias C)");
   if (t.beta != 0.0f && t.c0 == 0)
     throw UserError("beta != 0 but no C0 was given", "pass C0 (it may alias C) or set beta = 0");

@@ -105,8 +105,11 @@ struct WgmmaMatmul {
   static constexpr int ROWS = BM / 64;
   static constexpr int PINGPONG_THREADS = 384;
   static constexpr int PINGPONG_SHARED_BYTES = SHARED_BYTES + 2 * 8 + 8 * SLAB_BYTES;
-  static constexpr int PINGPONG_CONSUMER_REGISTERS =
-      (168 + 128 * (168 - PRODUCER_REGISTERS) / 256) / 8 * 8;  // 65536 / 384 -> 168; 232
+  static constexpr int PINGPONG_LAUNCH_REGISTERS = (65536 / PINGPONG_THREADS) / 8 * 8;  // 168
+  static constexpr int PINGPONG_CONSUMER_REGISTERS =  // 232: 128 x 40 + 256 x 232 <= 65536
+      (PINGPONG_LAUNCH_REGISTERS +
+       128 * (PINGPONG_LAUNCH_REGISTERS - PRODUCER_REGISTERS) / (PINGPONG_THREADS - 128)) /
+      8 * 8;
 
   // The producer: one thread issues every copy of this tile's k-tiles. `first` counts
   // the k-tiles this block has loaded before (a persistent block walks several tiles
