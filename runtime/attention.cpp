@@ -18,6 +18,7 @@ namespace {
 struct DeviceArgs {
   CUdeviceptr q, k, v, o, lse;
   CUdeviceptr cu_seqlens_q, cu_seqlens_k;
+  CUdeviceptr modifier_operands[kMaxKernelModifierOperands];
   long long q_batch, q_seq, q_head;
   long long k_batch, k_seq, k_head;
   long long v_batch, v_seq, v_head;
@@ -28,7 +29,7 @@ struct DeviceArgs {
   int window_left, window_right;
   int total_q;
 };
-static_assert(sizeof(DeviceArgs) == 7 * 8 + 12 * 8 + 10 * 4,
+static_assert(sizeof(DeviceArgs) == (7 + kMaxKernelModifierOperands) * 8 + 12 * 8 + 10 * 4,
               "DeviceArgs must mirror kjit::AttentionArgs");
 
 // Byte-for-byte mirror of kjit::AttentionBackwardArgs (templates/attention_backward.cuh).
@@ -49,8 +50,10 @@ constexpr double kLog2e = 1.4426950408889634;
 // The kernel arguments every attention kernel shares, for resolved strides.
 DeviceArgs forward_args(const Problem& p, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v,
                         CUdeviceptr o, CUdeviceptr lse, const Strides& qs, const Strides& ks,
-                        const Strides& vs, const Strides& os, const cuda::DeviceBuffer& offsets) {
+                        const Strides& vs, const Strides& os, const cuda::DeviceBuffer& offsets,
+                        const std::vector<CUdeviceptr>& modifier_operands) {
   DeviceArgs args{};
+  std::copy(modifier_operands.begin(), modifier_operands.end(), args.modifier_operands);
   args.q = q;
   args.k = k;
   args.v = v;
@@ -171,9 +174,36 @@ void check_pointer(const char* name, CUdeviceptr pointer) {
                     "the kernel loads 16-byte chunks; allocations from cuMemAlloc are aligned");
 }
 
+// The modifiers' operands: one device array per operand the problem's modifiers
+// read, of its dtype and aligned to it.
+void check_modifier_operands(const Problem& p, const std::vector<CUdeviceptr>& pointers) {
+  const std::vector<ModifierOperand> operands = p.modifier_operands();
+  if (pointers.size() != operands.size()) {
+    std::string names;
+    for (const ModifierOperand& o : operands) names += (names.empty() ? "" : ", ") + o.name;
+    throw UserError(fmt::format("attention modifiers read {} operand{} ({}); the launch gives {}",
+                                operands.size(), operands.size() == 1 ? "" : "s",
+                                names.empty() ? "none" : names, pointers.size()),
+                    "Tensors::modifier_operands holds one device pointer per operand, the "
+                    "score modifier's first");
+  }
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const ModifierOperand& o = operands[i];
+    const int bytes = ir::size_bytes(o.dtype);
+    if (pointers[i] == 0 || pointers[i] % static_cast<CUdeviceptr>(bytes) != 0)
+      throw UserError(
+          fmt::format("attention modifier operand '{}' ({}, {}) has pointer 0x{:x}: "
+                      "{}",
+                      o.name, ir::to_string(o.dtype), to_string(o.kind),
+                      static_cast<unsigned long long>(pointers[i]),
+                      pointers[i] == 0 ? "null" : fmt::format("not {}-byte aligned", bytes)));
+  }
+}
+
 }  // namespace
 
 Tensors resolve(const Problem& p, Tensors t) {
+  check_modifier_operands(p, t.modifier_operands);
   resolve_strides(p, "Q", t.q_strides, p.heads, p.seq_q);
   resolve_strides(p, "K", t.k_strides, p.kv_heads, p.seq_k);
   resolve_strides(p, "V", t.v_strides, p.kv_heads, p.seq_k);
@@ -189,6 +219,7 @@ Tensors resolve(const Problem& p, Tensors t) {
 }
 
 BackwardTensors resolve(const Problem& p, BackwardTensors t) {
+  check_modifier_operands(p, t.modifier_operands);
   const struct {
     const char* name;
     CUdeviceptr pointer;
@@ -283,7 +314,7 @@ void Attention::launch(const Tensors& given, CUstream stream) {
   const Tensors t = resolve(problem_, given);
   const Problem& p = problem_;
   DeviceArgs args = forward_args(p, t.q, t.k, t.v, t.o, t.lse, t.q_strides, t.k_strides,
-                                 t.v_strides, t.o_strides, offsets_);
+                                 t.v_strides, t.o_strides, offsets_, t.modifier_operands);
   const auto tiles = static_cast<unsigned>((p.seq_q + config_.bm - 1) / config_.bm);
   const std::array<unsigned, 3> grid = {tiles, static_cast<unsigned>(p.heads),
                                         static_cast<unsigned>(p.batch)};
@@ -368,7 +399,7 @@ void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
   const Problem& p = problem_;
   BackwardDeviceArgs args{};
   args.forward = forward_args(p, t.q, t.k, t.v, t.o, t.lse, t.q_strides, t.k_strides, t.v_strides,
-                              t.o_strides, offsets_);
+                              t.o_strides, offsets_, t.modifier_operands);
   args.d_o = t.d_o;
   args.dq = t.dq;
   args.dk = t.dk;

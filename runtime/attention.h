@@ -40,12 +40,17 @@ struct Tensors {
   CUdeviceptr lse = 0;  // f32 [batch, heads, seq_q] ([heads, total_q] packed), natural log;
                         // 0: not written
   Strides q_strides, k_strides, v_strides, o_strides;
+  // The score and mask modifiers' extra operands (Problem::modifier_operands(), in
+  // that order): a device array of the operand's dtype each, [heads] per head,
+  // [seq_q] per query position, [seq_k] per key position (positions within a sequence).
+  std::vector<CUdeviceptr> modifier_operands;
 };
 
 // `tensors` with packed defaults filled in, for a validated `problem` (Attention
 // validates its problem once, when it is made; each launch only checks tensors). UserError when a
 // pointer is missing, a pointer or stride breaks 16-byte alignment (the kernel loads 16-byte
-// chunks), a stride is negative, or a packed problem's tensors have a batch stride.
+// chunks), a stride is negative, a packed problem's tensors have a batch stride, or the
+// modifier operands are not one aligned pointer per operand.
 Tensors resolve(const Problem& problem, Tensors tensors);
 
 // UserError, with required vs limit, when the config does not fit the device
@@ -63,6 +68,7 @@ struct BackwardTensors {
   CUdeviceptr dq = 0, dk = 0, dv = 0;
   Strides q_strides, k_strides, v_strides, o_strides;
   Strides do_strides, dq_strides, dk_strides, dv_strides;
+  std::vector<CUdeviceptr> modifier_operands;  // as Tensors::modifier_operands
 };
 BackwardTensors resolve(const Problem& problem, BackwardTensors tensors);
 

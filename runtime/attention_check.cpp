@@ -23,7 +23,85 @@ HostAttention make_host_attention(const Problem& p, uint64_t seed, float spread)
   host.q = matmul::random_tensor(host_dtype(p), q_count, seed, -spread, spread);
   host.k = matmul::random_tensor(host_dtype(p), kv_count, seed + 1, -spread, spread);
   host.v = matmul::random_tensor(host_dtype(p), kv_count, seed + 2, -1.0f, 1.0f);
+  std::mt19937_64 random(seed + 3);
+  for (const ModifierOperand& o : p.modifier_operands()) {
+    HostOperand operand{o, {}, {}};
+    const int64_t count = o.kind == ModifierOperandKind::PerHead    ? p.heads
+                          : o.kind == ModifierOperandKind::PerQuery ? p.seq_q
+                                                                    : p.seq_k;
+    if (o.dtype == ir::DType::I32) {
+      std::uniform_int_distribution<int32_t> position(
+          0, static_cast<int32_t>(std::max(p.seq_q, p.seq_k)));
+      std::vector<int32_t> values(static_cast<size_t>(count));
+      for (int32_t& v : values) {
+        v = position(random);
+        operand.values.push_back(v);
+      }
+      const auto* raw = reinterpret_cast<const unsigned char*>(values.data());
+      operand.bytes.assign(raw, raw + values.size() * sizeof(int32_t));
+    } else {
+      const matmul::DType dtype = o.dtype == ir::DType::F16    ? matmul::DType::F16
+                                  : o.dtype == ir::DType::BF16 ? matmul::DType::BF16
+                                                               : matmul::DType::F32;
+      const matmul::HostTensor t =
+          matmul::random_tensor(dtype, static_cast<size_t>(count), random(), 0.0f, 1.0f);
+      operand.values.assign(t.values.begin(), t.values.end());
+      operand.bytes = t.bytes();
+    }
+    host.operands.push_back(std::move(operand));
+  }
   return host;
+}
+
+std::vector<CUdeviceptr> DeviceOperands::pointers() const {
+  std::vector<CUdeviceptr> out;
+  for (const cuda::DeviceBuffer& b : buffers) out.push_back(b.get());
+  return out;
+}
+
+DeviceOperands upload_operands(const HostAttention& host) {
+  DeviceOperands out;
+  for (const HostOperand& o : host.operands)
+    out.buffers.push_back(cuda::DeviceBuffer::from(o.bytes));
+  return out;
+}
+
+HostModifiers::HostModifiers(const HostAttention& host) : host_(&host) {
+  if (!host.problem.score_mod.empty()) score_ = cached_score_mod(host.problem.score_mod);
+  if (!host.problem.mask_mod.empty()) mask_ = cached_mask_mod(host.problem.mask_mod);
+}
+
+ScorePoint HostModifiers::point(int64_t head, int64_t q_idx, int64_t kv_idx, double s, size_t first,
+                                size_t count) const {
+  ScorePoint point;
+  point.s = s;
+  point.q_idx = q_idx;
+  point.kv_idx = kv_idx;
+  point.head = head;
+  for (size_t i = first; i < first + count; ++i) {
+    const HostOperand& o = host_->operands[i];
+    const int64_t index = o.operand.kind == ModifierOperandKind::PerHead    ? head
+                          : o.operand.kind == ModifierOperandKind::PerQuery ? q_idx
+                                                                            : kv_idx;
+    point.operands.push_back(o.values[static_cast<size_t>(index)]);
+  }
+  return point;
+}
+
+bool HostModifiers::keeps(int64_t head, int64_t q_idx, int64_t kv_idx) const {
+  if (!mask_) return true;
+  const size_t first = score_ ? score_->operands.size() : 0;
+  return mask_->reference(point(head, q_idx, kv_idx, 0, first, mask_->operands.size())) != 0;
+}
+
+double HostModifiers::score(int64_t head, int64_t q_idx, int64_t kv_idx, double s) const {
+  if (!score_) return s;
+  return score_->reference(point(head, q_idx, kv_idx, s, 0, score_->operands.size()));
+}
+
+double HostModifiers::slope(int64_t head, int64_t q_idx, int64_t kv_idx, double s) const {
+  if (!score_) return 1;
+  return score_->gradient(point(head, q_idx, kv_idx, s, 0, score_->operands.size()));
 }
 
 std::vector<Sample> samples_to_check(const Problem& p, uint64_t seed) {
@@ -77,16 +155,18 @@ void reference_row(const HostAttention& host, const Sample& s, double* o, double
   auto key_row = [&](const matmul::HostTensor& t, int64_t j) {
     return t.values.data() + ((k_token0 + j) * p.kv_heads + kv_head) * d;
   };
+  const HostModifiers modifiers(host);
   std::vector<double> score(static_cast<size_t>(seq_k), 0.0);
   std::vector<char> visible(static_cast<size_t>(seq_k), 0);
   double max = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < seq_k; ++j) {
     const int64_t rel = j - s.row - offset;
     if ((right >= 0 && rel > right) || (left >= 0 && rel < -left)) continue;
+    if (!modifiers.keeps(s.head, s.row, j)) continue;
     const float* k = key_row(host.k, j);
     double dot = 0;
     for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[c];
-    score[j] = dot * scale;
+    score[j] = modifiers.score(s.head, s.row, j, dot * scale);
     visible[j] = 1;
     max = std::max(max, score[j]);
   }
@@ -177,6 +257,7 @@ GradientReference reference_gradients(const HostAttention& host, const matmul::H
   auto key_row = [&](const matmul::HostTensor& t, int64_t j) {
     return t.values.data() + ((k_token0 + j) * p.kv_heads + kv_head) * d;
   };
+  const HostModifiers modifiers(host);
   GradientReference out;
   out.batch = batch;
   out.kv_head = kv_head;
@@ -196,6 +277,7 @@ GradientReference reference_gradients(const HostAttention& host, const matmul::H
     dk.assign(out.dk.size(), 0.0);
     dv.assign(out.dv.size(), 0.0);
     std::vector<double> prob(static_cast<size_t>(seq_k)), dprob(static_cast<size_t>(seq_k));
+    std::vector<double> slope(static_cast<size_t>(seq_k), 1.0);  // d mod(s) / ds
     std::vector<char> visible(static_cast<size_t>(seq_k));
     for (int64_t r = part; r < rows; r += threads) {
       const int64_t h = r / seq_q, i = r % seq_q, head = kv_head * group + h;
@@ -204,12 +286,14 @@ GradientReference reference_gradients(const HostAttention& host, const matmul::H
       double max = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < seq_k; ++j) {
         const int64_t rel = j - i - offset;
-        visible[j] = !((right >= 0 && rel > right) || (left >= 0 && rel < -left));
+        visible[j] = !((right >= 0 && rel > right) || (left >= 0 && rel < -left)) &&
+                     modifiers.keeps(head, i, j);
         if (!visible[j]) continue;
         const float* k = key_row(host.k, j);
         double dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[c];
-        prob[j] = dot * scale;
+        prob[j] = modifiers.score(head, i, j, dot * scale);
+        slope[j] = modifiers.slope(head, i, j, dot * scale);
         max = std::max(max, prob[j]);
       }
       if (max == -std::numeric_limits<double>::infinity()) continue;  // no key: all zero
@@ -229,7 +313,7 @@ GradientReference reference_gradients(const HostAttention& host, const matmul::H
       double* dq = out.dq.data() + r * d;  // rows of distinct threads never overlap
       for (int64_t j = 0; j < seq_k; ++j) {
         if (!visible[j]) continue;
-        const double ds = prob[j] * (dprob[j] - delta);
+        const double ds = prob[j] * (dprob[j] - delta) * slope[j];
         const float* k = key_row(host.k, j);
         double* dk_row = dk.data() + j * d;
         double* dv_row = dv.data() + j * d;

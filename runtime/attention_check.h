@@ -5,12 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kjit/compiler/lowering/attention.h"
+#include "kjit/compiler/lowering/attention_modifier.h"
 #include "kjit/runtime/attention.h"
+#include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/matmul_check.h"
 
 namespace kjit::attention {
@@ -20,12 +23,45 @@ matmul::DType host_dtype(const Problem& problem);
 
 // Q, K, V packed BSHD ([batch, seq, heads, D]; [tokens, heads, D] for a packed
 // variable-length problem), values rounded to the dtype.
+// One operand of the problem's modifiers (Problem::modifier_operands() order): its
+// values, rounded to its dtype, and the bytes to upload.
+struct HostOperand {
+  ModifierOperand operand;
+  std::vector<double> values;  // [heads], [seq_q] or [seq_k]
+  std::vector<unsigned char> bytes;
+};
 struct HostAttention {
   Problem problem;
   matmul::HostTensor q, k, v;
+  std::vector<HostOperand> operands;
 };
 // Uniform random values in [-spread, spread): larger spreads give peakier softmaxes.
+// Modifier operands: floating ones uniform in [0, 1), i32 ones in [0, max(seq_q,
+// seq_k)] (a position, for masks that compare with one).
 HostAttention make_host_attention(const Problem& problem, uint64_t seed, float spread = 1.0f);
+// The modifier operands on the device, in order, and their pointers for
+// Tensors::modifier_operands.
+struct DeviceOperands {
+  std::vector<cuda::DeviceBuffer> buffers;
+  std::vector<CUdeviceptr> pointers() const;
+};
+DeviceOperands upload_operands(const HostAttention& host);
+
+// The fp64 twins of the problem's modifiers at one score: what the kernels compute
+// with the fused functions. `s` is the scaled score, scale · q·k.
+class HostModifiers {
+ public:
+  explicit HostModifiers(const HostAttention& host);
+  bool keeps(int64_t head, int64_t q_idx, int64_t kv_idx) const;  // the mask modifier
+  double score(int64_t head, int64_t q_idx, int64_t kv_idx, double s) const;
+  double slope(int64_t head, int64_t q_idx, int64_t kv_idx, double s) const;  // d score / ds
+
+ private:
+  ScorePoint point(int64_t head, int64_t q_idx, int64_t kv_idx, double s, size_t first,
+                   size_t count) const;
+  const HostAttention* host_;
+  std::shared_ptr<const Modifier> score_, mask_;
+};
 
 // One output row to check: query `row` of (batch, head).
 struct Sample {

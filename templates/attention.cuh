@@ -51,6 +51,9 @@ struct AttentionArgs {
   // [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of K and V; batch strides are then 0.
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
+  // The score and mask modifiers' extra operands (compiler/lowering/attention_modifier.h),
+  // the score modifier's first, in the order the modifiers name them; null past them.
+  const void* modifier_operands[8];
   long long q_batch, q_seq, q_head;
   long long k_batch, k_seq, k_head;
   long long v_batch, v_seq, v_head;
@@ -111,6 +114,41 @@ __device__ __forceinline__ bool key_visible(const AttentionArgs& args, int seq_k
          (args.window_left < 0 || rel >= -args.window_left);
 }
 
+// ---- score and mask modifiers ----
+// FlexAttention's score_mod and mask_mod, written in kjit's IR: the generated glue
+// defines a struct like this one around the fused functions
+// (compiler/lowering/attention.cpp) and passes it to the kernels as MOD:
+//   score(args, s, q, kv, head)       the modified score, from s = scale · q·k
+//   score_grad(args, s, q, kv, head)  its derivative with respect to s (backward)
+//   keep(args, q, kv, head)           whether the mask modifier keeps the score
+// q and kv are positions in their sequences, head the query head. Without a score
+// modifier the kernels fold the scale into the exponent; with one they apply it to
+// s first, and the softmax then works on mod(s) in natural units.
+struct NoModifiers {
+  static constexpr bool kScore = false;  // a score modifier is applied
+  static constexpr bool kMask = false;   // a mask modifier is tested
+  __device__ __forceinline__ static float score(const AttentionArgs&, float s, int, int, int) {
+    return s;
+  }
+  __device__ __forceinline__ static float score_grad(const AttentionArgs&, float, int, int, int) {
+    return 1.0f;
+  }
+  __device__ __forceinline__ static bool keep(const AttentionArgs&, int, int, int) { return true; }
+};
+
+// The factor that takes a score the kernel holds (q·k, or mod(scale · q·k) with a
+// score modifier) to the softmax's exponent in log2 units, and to natural units (the
+// log-sum-exp's max term).
+constexpr float kLog2e = 1.4426950408889634f;
+template <typename MOD>
+__device__ __forceinline__ float softmax_log2(const AttentionArgs& args) {
+  return MOD::kScore ? kLog2e : args.scale_log2;
+}
+template <typename MOD>
+__device__ __forceinline__ float softmax_units(const AttentionArgs& args) {
+  return MOD::kScore ? 1.0f : args.scale;
+}
+
 template <typename T>
 __device__ __forceinline__ u32 pack2(float a, float b);
 template <>
@@ -122,7 +160,7 @@ __device__ __forceinline__ u32 pack2<f16>(float a, float b) {
   return pack_f16x2(a, b);
 }
 
-template <typename T, int D, int BM, int BN, int WARPS, int STAGES>
+template <typename T, int D, int BM, int BN, int WARPS, int STAGES, typename MOD = NoModifiers>
 struct FlashForward {
   // Each warp owns MT tiles of 16 query rows: with two, every K and V fragment
   // read from shared memory feeds two mma instructions (half the shared-memory
@@ -231,6 +269,8 @@ struct FlashForward {
         row_sum[m][h] = 0.0f;
       }
     }
+    // Scores to the exponent's log2 units: scale · log2 e (a score modifier: log2 e).
+    const float scale_log2 = softmax_log2<MOD>(args);
     // The query row of accumulator rows g (h = 0) and g + 8 (h = 1) of row tile m.
     const int thread_row0 = row0 + warp * kWarpRows + g;
     auto my_row = [&](int m, int h) { return thread_row0 + m * 16 + 8 * h; };
@@ -282,22 +322,36 @@ struct FlashForward {
         }
       }
 
-      // ---- stage 4: masks, only where the tile crosses a boundary ----
+      // ---- the score modifier, if any: s = mod(scale · s) ----
+      if constexpr (MOD::kScore) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              s[m][n][e] = MOD::score(args, s[m][n][e] * args.scale, my_row(m, e / 2),
+                                      key0 + n * 8 + 2 * t + (e % 2), head);
+      }
+
+      // ---- stage 4: masks, only where the tile crosses a boundary (a mask
+      // modifier: everywhere) ----
       const int warp_first = row0 + warp * kWarpRows, warp_last = warp_first + kWarpRows - 1;
       const bool crosses_end = key0 + BN > seq_k;
       const bool crosses_right =
           args.window_right >= 0 && key0 + BN - 1 > warp_first + offset + args.window_right;
       const bool crosses_left =
           args.window_left >= 0 && key0 < warp_last + offset - args.window_left;
-      if (crosses_end || crosses_right || crosses_left) {
+      if (MOD::kMask || crosses_end || crosses_right || crosses_left) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int key = key0 + n * 8 + 2 * t + (e % 2);
-              if (!key_visible(args, seq_k, key, my_row(m, e / 2) + offset))
+              const int key = key0 + n * 8 + 2 * t + (e % 2), row = my_row(m, e / 2);
+              if (!key_visible(args, seq_k, key, row + offset) ||
+                  (MOD::kMask && !MOD::keep(args, row, key, head)))
                 s[m][n][e] = minus_infinity();
             }
           }
@@ -320,10 +374,9 @@ struct FlashForward {
           const float new_max = fmaxf(row_max[m][h], tile_max);
           // Everything so far is rescaled by 2^((m - m')·scale·log2 e). While a row
           // has seen only masked keys (m' = -inf) nothing is rescaled and every p is 0.
-          const float base = new_max == minus_infinity() ? 0.0f : new_max * args.scale_log2;
-          const float rescale = row_max[m][h] == minus_infinity()
-                                    ? 1.0f
-                                    : exp2f(row_max[m][h] * args.scale_log2 - base);
+          const float base = new_max == minus_infinity() ? 0.0f : new_max * scale_log2;
+          const float rescale =
+              row_max[m][h] == minus_infinity() ? 1.0f : exp2f(row_max[m][h] * scale_log2 - base);
           row_max[m][h] = new_max;
           row_sum[m][h] *= rescale;
 #pragma unroll
@@ -336,8 +389,8 @@ struct FlashForward {
           // the end.
 #pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
-            s[m][n][2 * h] = exp2f(fmaf(s[m][n][2 * h], args.scale_log2, -base));
-            s[m][n][2 * h + 1] = exp2f(fmaf(s[m][n][2 * h + 1], args.scale_log2, -base));
+            s[m][n][2 * h] = exp2f(fmaf(s[m][n][2 * h], scale_log2, -base));
+            s[m][n][2 * h + 1] = exp2f(fmaf(s[m][n][2 * h + 1], scale_log2, -base));
             row_sum[m][h] += s[m][n][2 * h] + s[m][n][2 * h + 1];
           }
         }
@@ -398,7 +451,7 @@ struct FlashForward {
         }
         if (args.lse != nullptr && t == 0) {
           args.lse[sequence.lse_start + row] =
-              sum > 0.0f ? row_max[m][h] * args.scale + logf(sum) : minus_infinity();
+              sum > 0.0f ? row_max[m][h] * softmax_units<MOD>(args) + logf(sum) : minus_infinity();
         }
       }
     }

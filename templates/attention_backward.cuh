@@ -233,7 +233,10 @@ struct FlashBackwardPrep {
 // ---- kernel 2: dK and dV for BN keys of one K/V head ----
 // grid (ceil(seq_k / BN), kv_heads, batch), BN / 16 warps of 16 keys each.
 // OUTPUTS: 1 dV, 2 dK, 3 both.
-template <typename T, int D, int BM, int BN, int STAGES, int OUTPUTS>
+// MOD: the score and mask modifiers (attention.cuh; NoModifiers when there are none).
+// With a score modifier P is recomputed from mod(scale · S) and dS is scaled by
+// mod'(scale · S), the chain rule through the modifier, before dK and dQ use it.
+template <typename T, int D, int BM, int BN, int STAGES, int OUTPUTS, typename MOD = NoModifiers>
 struct FlashBackwardKV {
   static constexpr int kWarps = BN / 16;
   static constexpr int kThreads = kWarps * 32;
@@ -312,7 +315,8 @@ struct FlashBackwardKV {
     float dv_acc[D / 8][4], dk_acc[D / 8][4];  // this warp's 16 keys x D
     zero(dv_acc);
     zero(dk_acc);
-    const int warp_key0 = key0 + warp * 16;  // this thread's keys: + g and + g + 8
+    const int warp_key0 = key0 + warp * 16;         // this thread's keys: + g and + g + 8
+    const float scale_log2 = softmax_log2<MOD>(f);  // scores to log2 units
     const T* warp_k = k_tile + warp * 16 * kPitch;
     const T* warp_v = v_tile + warp * 16 * kPitch;
 
@@ -335,20 +339,31 @@ struct FlashBackwardKV {
       product_abt<T, D, BM, kPitch>(p, warp_k, q_tile, lane);
 
       // Pᵀ = exp2(Sᵀ·scale·log2 e − LSE_q·log2 e); zero outside the mask. Only
-      // warps whose keys x queries cross a window edge test each element.
+      // warps whose keys x queries cross a window edge test each element (a mask
+      // modifier: every warp). A score modifier: Pᵀ = exp2(mod(scale·Sᵀ)·log2 e −
+      // LSE_q·log2 e), and mod'(scale·Sᵀ) kept for dSᵀ.
+      const int head = first_head + item_head(item);
       const bool crosses_right =
           f.window_right >= 0 && warp_key0 + 15 - q0 - offset > f.window_right;
       const bool crosses_left =
           f.window_left >= 0 && warp_key0 - (q0 + BM - 1) - offset < -f.window_left;
+      float slope[MOD::kScore ? BM / 8 : 1][4];  // mod'(scale·Sᵀ)
 #pragma unroll
       for (int n = 0; n < BM / 8; ++n) {
         const float2 l = *reinterpret_cast<const float2*>(lse_log2 + n * 8 + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float value = exp2f(fmaf(p[n][e], f.scale_log2, -(e % 2 == 0 ? l.x : l.y)));
-          if (crosses_right || crosses_left) {
-            const int key = warp_key0 + g + 8 * (e / 2), query = q0 + n * 8 + 2 * t + (e % 2);
-            if (!key_visible(f, seq_k, key, query + offset)) value = 0.0f;
+          const int key = warp_key0 + g + 8 * (e / 2), query = q0 + n * 8 + 2 * t + (e % 2);
+          float score = p[n][e];
+          if constexpr (MOD::kScore) {
+            slope[n][e] = MOD::score_grad(f, score * f.scale, query, key, head);
+            score = MOD::score(f, score * f.scale, query, key, head);
+          }
+          float value = exp2f(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
+          if (MOD::kMask || crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key, query + offset) ||
+                (MOD::kMask && !MOD::keep(f, query, key, head)))
+              value = 0.0f;
           }
           p[n][e] = value;
         }
@@ -366,7 +381,10 @@ struct FlashBackwardKV {
         for (int n = 0; n < BM / 8; ++n) {
           const float2 d = *reinterpret_cast<const float2*>(delta + n * 8 + 2 * t);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) p[n][e] *= dp[n][e] - (e % 2 == 0 ? d.x : d.y);
+          for (int e = 0; e < 4; ++e) {
+            p[n][e] *= dp[n][e] - (e % 2 == 0 ? d.x : d.y);
+            if constexpr (MOD::kScore) p[n][e] *= slope[n][e];
+          }
         }
         // dK += dSᵀ Q (scaled once at the end).
         product_registers_b<T, BM, D, kPitch>(dk_acc, p, q_tile, lane);
@@ -392,7 +410,7 @@ struct FlashBackwardKV {
 
 // ---- kernel 3: dQ for BM queries of one head ----
 // grid (ceil(seq_q / BM), heads, batch), WARPS warps of 16 queries each.
-template <typename T, int D, int BM, int BN, int WARPS, int STAGES>
+template <typename T, int D, int BM, int BN, int WARPS, int STAGES, typename MOD = NoModifiers>
 struct FlashBackwardQ {
   static_assert(BM == 16 * WARPS, "16 query rows per warp");
   static_assert(D % 16 == 0 && BN % 16 == 0, "k16 steps");
@@ -485,15 +503,28 @@ struct FlashBackwardQ {
           f.window_right >= 0 && key0 + BN - 1 > warp_row0 + offset + f.window_right;
       const bool crosses_left =
           f.window_left >= 0 && key0 < warp_row0 + 15 + offset - f.window_left;
+      // A score modifier: P from mod(scale·S), and P·mod'(scale·S) kept in its place
+      // (dQ needs nothing else of P: dS = P·mod'·(dP − D)).
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float value = exp2f(fmaf(p[n][e], f.scale_log2, -lse_log2[e / 2]));
-          if (crosses_end || crosses_right || crosses_left) {
-            const int key = key0 + n * 8 + 2 * t + (e % 2), row = warp_row0 + g + 8 * (e / 2);
-            if (!key_visible(f, seq_k, key, row + offset)) value = 0.0f;
+          // (Positions computed where used: computed up front, they change the
+          // unmodified kernel's code.)
+          auto key = [&] { return key0 + n * 8 + 2 * t + (e % 2); };
+          auto row = [&] { return warp_row0 + g + 8 * (e / 2); };
+          float score = p[n][e], slope = 1.0f;
+          if constexpr (MOD::kScore) {
+            slope = MOD::score_grad(f, score * f.scale, row(), key(), head);
+            score = MOD::score(f, score * f.scale, row(), key(), head);
           }
+          float value = exp2f(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
+          if (MOD::kMask || crosses_end || crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key(), row() + offset) ||
+                (MOD::kMask && !MOD::keep(f, row(), key(), head)))
+              value = 0.0f;
+          }
+          if constexpr (MOD::kScore) value *= slope;
           p[n][e] = value;
         }
       }

@@ -118,7 +118,10 @@ struct Turns {
 // grid (ceil(seq_k / 128), kv_heads, batch), 384 threads. BQ: query rows per tile;
 // WgmmaS: m64nBQk16, descriptors, accumulate flag; WgmmaKV: m64nDk16, A in
 // registers, B transposed.
-template <typename T, int D, int BQ, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaKV>
+// MOD: the score and mask modifiers (attention.cuh): P from mod(scale · S), dS times
+// mod'(scale · S).
+template <typename T, int D, int BQ, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaKV,
+          typename MOD = NoModifiers>
 struct FlashBackwardKVSm90 {
   static constexpr int BK = 128;  // two consumer warpgroups of 64 keys
   static constexpr int kThreads = 384;
@@ -232,6 +235,7 @@ struct FlashBackwardKVSm90 {
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int warp_key0 = key0 + group * 64 + warp * 16;  // this thread: + g and + g + 8
+    const float scale_log2 = softmax_log2<MOD>(f);        // scores to log2 units
     float dv_acc[D / 2], dk_acc[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
@@ -262,17 +266,33 @@ struct FlashBackwardKVSm90 {
           f.window_right >= 0 && warp_key0 + 15 - q0 - offset > f.window_right;
       const bool crosses_left =
           f.window_left >= 0 && warp_key0 - (q0 + BQ - 1) - offset < -f.window_left;
+      const int head = item_head(item);
+      // A score modifier's mod'(scale · Sᵀ), kept as bf16 pairs in P's fragment
+      // layout (half the registers of fp32; dSᵀ is rounded to 16 bits anyway).
+      u32 slope_frag[MOD::kScore ? BQ / 16 : 1][4];
 #pragma unroll
       for (int j = 0; j < BQ / 8; ++j) {
         const float2 l = *reinterpret_cast<const float2*>(lse_log2 + 8 * j + 2 * t);
+        float slope[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float p = exp2_approx(fmaf(s_acc[4 * j + e], f.scale_log2, -(e % 2 == 0 ? l.x : l.y)));
-          if (crosses_right || crosses_left) {
-            const int key = warp_key0 + g + 8 * (e / 2), query = q0 + 8 * j + 2 * t + (e % 2);
-            if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
+          const int key = warp_key0 + g + 8 * (e / 2), query = q0 + 8 * j + 2 * t + (e % 2);
+          float score = s_acc[4 * j + e];
+          if constexpr (MOD::kScore) {
+            slope[e] = MOD::score_grad(f, score * f.scale, query, key, head);
+            score = MOD::score(f, score * f.scale, query, key, head);
+          }
+          float p = exp2_approx(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
+          if (MOD::kMask || crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key, query + offset) ||
+                (MOD::kMask && !MOD::keep(f, query, key, head)))
+              p = 0.0f;
           }
           s_acc[4 * j + e] = p;
+        }
+        if constexpr (MOD::kScore) {
+          slope_frag[j / 2][2 * (j % 2)] = pack2<bf16>(slope[0], slope[1]);
+          slope_frag[j / 2][2 * (j % 2) + 1] = pack2<bf16>(slope[2], slope[3]);
         }
       }
       u32 p_frag[BQ / 16][4];
@@ -302,6 +322,15 @@ struct FlashBackwardKVSm90 {
         float p0, p1, p2, p3;
         unpack2<T>(p_frag[j / 2][2 * (j % 2)], p0, p1);
         unpack2<T>(p_frag[j / 2][2 * (j % 2) + 1], p2, p3);
+        if constexpr (MOD::kScore) {  // the chain rule through the modifier
+          float m0, m1, m2, m3;
+          unpack2<bf16>(slope_frag[j / 2][2 * (j % 2)], m0, m1);
+          unpack2<bf16>(slope_frag[j / 2][2 * (j % 2) + 1], m2, m3);
+          p0 *= m0;
+          p1 *= m1;
+          p2 *= m2;
+          p3 *= m3;
+        }
         dp_acc[4 * j + 0] = p0 * (dp_acc[4 * j + 0] - d.x);
         dp_acc[4 * j + 1] = p1 * (dp_acc[4 * j + 1] - d.y);
         dp_acc[4 * j + 2] = p2 * (dp_acc[4 * j + 2] - d.x);
@@ -352,7 +381,8 @@ struct FlashBackwardKVSm90 {
 // grid (ceil(seq_q / 128), heads, batch), 384 threads. BKT: keys per tile; WgmmaS:
 // m64nBKTk16 (descriptors, accumulate flag); WgmmaQ: m64nDk16, A in registers, B
 // transposed.
-template <typename T, int D, int BKT, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaQ>
+template <typename T, int D, int BKT, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaQ,
+          typename MOD = NoModifiers>
 struct FlashBackwardQSm90 {
   static constexpr int BM = 128;  // two consumer warpgroups of 64 queries
   static constexpr int kThreads = 384;
@@ -477,15 +507,28 @@ struct FlashBackwardQSm90 {
       const bool crosses_right =
           f.window_right >= 0 && key0 + BKT - 1 > warp_first + offset + f.window_right;
       const bool crosses_left = f.window_left >= 0 && key0 < warp_last + offset - f.window_left;
+      // A score modifier: P from mod(scale · S), and P · mod'(scale · S) kept in its
+      // place (dQ needs nothing else of P).
 #pragma unroll
       for (int j = 0; j < BKT / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float p = exp2_approx(fmaf(s_acc[4 * j + e], f.scale_log2, -lse_log2[e / 2]));
-          if (crosses_end || crosses_right || crosses_left) {
-            const int key = key0 + 8 * j + 2 * t + (e % 2);
-            if (!key_visible(f, seq_k, key, thread_row0 + 8 * (e / 2) + offset)) p = 0.0f;
+          // (Positions computed where used: computed up front, they change the
+          // unmodified kernel's code.)
+          auto key = [&] { return key0 + 8 * j + 2 * t + (e % 2); };
+          auto row = [&] { return thread_row0 + 8 * (e / 2); };
+          float score = s_acc[4 * j + e], slope = 1.0f;
+          if constexpr (MOD::kScore) {
+            slope = MOD::score_grad(f, score * f.scale, row(), key(), head);
+            score = MOD::score(f, score * f.scale, row(), key(), head);
           }
+          float p = exp2_approx(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
+          if (MOD::kMask || crosses_end || crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key(), row() + offset) ||
+                (MOD::kMask && !MOD::keep(f, row(), key(), head)))
+              p = 0.0f;
+          }
+          if constexpr (MOD::kScore) p *= slope;
           s_acc[4 * j + e] = p;
         }
       }

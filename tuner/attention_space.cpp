@@ -46,10 +46,22 @@ int wgmma_registers(const attention::Problem& p, const attention::Config& c) {
 // a time) and Pᵀ, dPᵀ over bm queries (bm / 2 each); the "q" kernel dQ and P, dP
 // over bn keys.
 constexpr int kBackwardOverheadRegisters = 72;
+// Score and mask modifiers evaluated per score cost the backward kernels registers
+// (ptxas keeps each score's positions and tests live across the products); a third
+// stage costs more with them. Fitted to the compile test's spills
+// (tests/unit/attention/compile_test.cpp, soft-capping and ALiBi with a window mask).
+constexpr int kBackwardModifierRegisters = 40;
+constexpr int kBackwardModifierStageRegisters = 16;
+bool has_modifiers(const attention::Problem& p) {
+  return !p.score_mod.empty() || !p.mask_mod.empty();
+}
 int backward_registers(const attention::Problem& p, const attention::Config& c) {
   const int kv = (p.head_dim > 128 ? 1 : 2) * p.head_dim / 2 + c.bm;
   const int q = p.head_dim / 2 + c.bn;
-  return std::max(kv, q) + kBackwardOverheadRegisters;
+  const int modifiers = has_modifiers(p) ? kBackwardModifierRegisters +
+                                               (c.stages > 2 ? kBackwardModifierStageRegisters : 0)
+                                         : 0;
+  return std::max(kv, q) + kBackwardOverheadRegisters + modifiers;
 }
 
 // wgmma: a consumer of the dK/dV kernel holds dK and dV (head_dim / 2 floats each)
@@ -57,9 +69,11 @@ int backward_registers(const attention::Problem& p, const attention::Config& c) 
 // (head_dim / 2), S and dP (bn / 2 each).
 constexpr int kWgmmaBackwardRegisterLimit = 232;
 constexpr int kWgmmaBackwardOverheadRegisters = 24;
+// With modifiers: the dQ kernel ~bn / 2 more (each score's positions and tests), the
+// dK/dV kernel bm / 4 (a score modifier's slopes as 16-bit pairs).
 int backward_wgmma_registers(const attention::Problem& p, const attention::Config& c) {
-  const int kv = p.head_dim + 3 * c.bm / 4;
-  const int q = p.head_dim / 2 + c.bn;
+  const int kv = p.head_dim + 3 * c.bm / 4 + (p.score_mod.empty() ? 0 : c.bm / 4);
+  const int q = p.head_dim / 2 + c.bn + (has_modifiers(p) ? c.bn / 2 : 0);
   return std::max(kv, q) + kWgmmaBackwardOverheadRegisters;
 }
 
@@ -288,6 +302,8 @@ nlohmann::json AttentionTuning::spec() const {
     out["window"] = window_side(p.window_left) + ":" + window_side(p.window_right);
   if (p.scale > 0) out["scale"] = p.scale;
   if (p.backward) out["backward"] = true;
+  if (!p.score_mod.empty()) out["score_mod"] = p.score_mod;
+  if (!p.mask_mod.empty()) out["mask_mod"] = p.mask_mod;
   return out;
 }
 
@@ -447,7 +463,7 @@ attention::Config attention_default(const attention::Problem& problem,
 std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec) {
   const SpecReader read(spec, "attention");
   read.only({"batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
-             "window", "scale", "seqlens_q", "seqlens_k", "backward"});
+             "window", "scale", "seqlens_q", "seqlens_k", "backward", "score_mod", "mask_mod"});
   auto integer = [&](const char* key, int64_t fallback) {
     return read.positive(key, fallback,
                          "give seq_q (or seqlens_q), and optionally batch, heads, ...");
@@ -498,6 +514,8 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
     p.window_left = side(w.substr(0, colon));
     p.window_right = side(w.substr(colon + 1));
   }
+  p.score_mod = read.text("score_mod", "");
+  p.mask_mod = read.text("mask_mod", "");
   if (spec.contains("scale")) {
     if (!spec.at("scale").is_number()) throw UserError("attention spec: 'scale' must be a number");
     p.scale = spec.at("scale").get<double>();

@@ -10,6 +10,7 @@
 
 #include "kjit/compiler/lowering/wgmma.h"
 #include "kjit/support/error.h"
+#include "kjit/support/hash.h"
 #include "kjit/support/key_values.h"
 
 namespace kjit::attention {
@@ -72,9 +73,20 @@ double Problem::softmax_scale() const {
   return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
+std::vector<ModifierOperand> Problem::modifier_operands() const {
+  std::vector<ModifierOperand> out;
+  if (!score_mod.empty()) out = cached_score_mod(score_mod)->operands;
+  if (!mask_mod.empty())
+    for (const ModifierOperand& o : cached_mask_mod(mask_mod)->operands) out.push_back(o);
+  return out;
+}
+
 std::string Problem::kernel_class() const {
-  return fmt::format("dtype={},d={}{}", dtype_name(dtype), head_dim,
-                     backward ? ",pass=backward" : "");
+  std::string modifiers;
+  if (!score_mod.empty()) modifiers += ",score_mod=" + cached_score_mod(score_mod)->key;
+  if (!mask_mod.empty()) modifiers += ",mask_mod=" + cached_mask_mod(mask_mod)->key;
+  return fmt::format("dtype={},d={}{}{}", dtype_name(dtype), head_dim,
+                     backward ? ",pass=backward" : "", modifiers);
 }
 
 std::string Problem::to_string() const {
@@ -147,6 +159,10 @@ Config Config::parse(const std::string& text) {
 }
 
 void validate_problem(const Problem& p) {
+  // The modifiers parse (UserErrors naming the text); both together fit the kernels'
+  // operand slots by construction.
+  static_assert(2 * kMaxModifierOperands <= kMaxKernelModifierOperands);
+  p.modifier_operands();
   auto positive = [](const char* name, int64_t v) {
     if (v < 1 || v > kMax32)
       throw UserError(fmt::format("attention {} is {}; it must be in [1, {}]", name, v, kMax32));
@@ -343,6 +359,92 @@ int shared_bytes(const Problem& p, const Config& c) {
 
 namespace {
 
+// A modifier's text on one line (statements may be separated by newlines).
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ';');
+  return text;
+}
+
+bool has_modifiers(const Problem& p) {
+  return !p.score_mod.empty() || !p.mask_mod.empty();
+}
+
+// The kernels' MOD policy (templates/attention.cuh, NoModifiers) around the fused
+// modifier functions: each operand read from its slot of args.modifier_operands at
+// the head or position it is indexed by (positions clamped to the tensors: padded
+// rows and keys past a sequence evaluate the modifier too, and are masked after).
+// Empty without modifiers.
+std::string modifier_glue(const Problem& p) {
+  if (!has_modifiers(p)) return "";
+  std::string s = "#include \"kjit/math.cuh\"\n\n";
+  int slot = 0;
+  // ", operand values" for a modifier's function call; takes its slots in order.
+  auto operand_arguments = [&](const Modifier& m) {
+    std::string args;
+    for (const ModifierOperand& o : m.operands) {
+      const char* index = o.kind == ModifierOperandKind::PerHead    ? "head"
+                          : o.kind == ModifierOperandKind::PerQuery ? "min(q_idx, args.seq_q - 1)"
+                                                                    : "min(kv_idx, args.seq_k - 1)";
+      const std::string element =
+          fmt::format("static_cast<const {}*>(args.modifier_operands[{}])[{}]",
+                      ir::storage_type(o.dtype), slot++, index);
+      args += "," + std::string("\n        ") +
+              (ir::is_floating(o.dtype) ? "kjit::to_f32(" + element + ")" : element);
+    }
+    return args;
+  };
+  std::string members;
+  if (!p.score_mod.empty()) {
+    const std::shared_ptr<const Modifier> m = cached_score_mod(p.score_mod);
+    s += "// ---- the score modifier: " + m->text + " ----\n" + m->source + "\n";
+    const std::string args = operand_arguments(*m);
+    members += fmt::format(
+        "  static constexpr bool kScore = true;\n"
+        "  __device__ __forceinline__ static float score(const kjit::AttentionArgs& args, float "
+        "s,\n"
+        "                                                int q_idx, int kv_idx, int head) {{\n"
+        "    return kjit_score_mod(s, q_idx, kv_idx, head{0});\n"
+        "  }}\n"
+        "  __device__ __forceinline__ static float score_grad(const kjit::AttentionArgs& args,\n"
+        "                                                     float s, int q_idx, int kv_idx,\n"
+        "                                                     int head) {{\n"
+        "    return kjit_score_mod_grad(s, q_idx, kv_idx, head{0});\n"
+        "  }}\n",
+        args);
+  }
+  if (!p.mask_mod.empty()) {
+    const std::shared_ptr<const Modifier> m = cached_mask_mod(p.mask_mod);
+    s += "// ---- the mask modifier: " + m->text + " ----\n" + m->source + "\n";
+    members += fmt::format(
+        "  static constexpr bool kMask = true;\n"
+        "  __device__ __forceinline__ static bool keep(const kjit::AttentionArgs& args, int "
+        "q_idx,\n"
+        "                                              int kv_idx, int head) {{\n"
+        "    return kjit_mask_mod(q_idx, kv_idx, head{});\n"
+        "  }}\n",
+        operand_arguments(*m));
+  }
+  s += "// The modifiers as the kernels call them (templates/attention.cuh, NoModifiers):\n"
+       "// q_idx and kv_idx are positions in their sequences, head the query head; each\n"
+       "// operand is read from its slot of args.modifier_operands.\n"
+       "struct kjit_modifiers : kjit::attention::NoModifiers {\n" +
+       members + "};\n\n";
+  return s;
+}
+
+// The MOD argument of a kernel template, and a kernel name's suffix.
+std::string modifier_argument(const Problem& p) {
+  return has_modifiers(p) ? ", kjit_modifiers" : "";
+}
+std::string modifier_suffix(const Problem& p) {
+  if (!has_modifiers(p)) return "";
+  const std::string key = KeyHasher()
+                              .add(p.score_mod.empty() ? "" : cached_score_mod(p.score_mod)->key)
+                              .add(p.mask_mod.empty() ? "" : cached_mask_mod(p.mask_mod)->key)
+                              .hex();
+  return "_mod" + key.substr(0, 8);
+}
+
 // The fields every attention kernel shares, and the first lines of its source.
 KernelSource kernel_skeleton(const Problem& p, const Config& c, std::string name) {
   KernelSource out;
@@ -366,13 +468,24 @@ std::string source_header(const KernelSource& out) {
   return s;
 }
 
+// The modifiers as written, for the header of a kernel's source.
+std::string modifier_lines(const Problem& p) {
+  std::string s;
+  if (!p.score_mod.empty())
+    s += "// score_mod: " + one_line(p.score_mod) +
+         "\n//            applied to s = scale * q.k before the masks; the softmax below then\n"
+         "//            runs on the modified scores with scale 1 (log2 e in the exponent)\n";
+  if (!p.mask_mod.empty()) s += "// mask_mod:  " + one_line(p.mask_mod) + "\n";
+  return s;
+}
+
 KernelSource lower_wgmma(const Problem& p, const Config& c) {
   KernelSource out = kernel_skeleton(
       p, c,
-      fmt::format("kjit_attention_fwd_{}_d{}_wgmma_{}x{}_s{}{}", dtype_name(p.dtype), p.head_dim,
-                  c.bm, c.bn, c.stages, c.pingpong ? "_pingpong" : ""));
+      fmt::format("kjit_attention_fwd_{}_d{}_wgmma_{}x{}_s{}{}{}", dtype_name(p.dtype), p.head_dim,
+                  c.bm, c.bn, c.stages, c.pingpong ? "_pingpong" : "", modifier_suffix(p)));
   const char* type = dtype_name(p.dtype);
-  std::string s = source_header(out);
+  std::string s = source_header(out) + modifier_lines(p);
   s += fmt::format(
       "// path:      flash attention on TMA + wgmma {} -> f32 (sm_90a): {} query rows per block\n"
       "//            in 2 consumer warpgroups + 1 producer, tiles of {} keys through {} TMA\n"
@@ -387,6 +500,7 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
   s += "//   l   = c * l + rowsum P;  O = c * O + P V   (wgmma, P straight from registers)\n";
   s += "// and at the end O / l, LSE = m * scale + ln l.\n";
   s += "#include \"kjit/attention_sm90.cuh\"\n\n";
+  s += modifier_glue(p);
   s += fmt::format(
       "// S(64 x {0}) = Q(64 x 16) K^T(16 x {0}) per k step; Q and K K-major in shared memory.\n",
       c.bn);
@@ -408,9 +522,9 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
   s += wgmma_struct(values);
   s += fmt::format(
       "typedef kjit::attention::FlashForwardSm90<kjit::{}, {}, {}, {}, {}, kjit_wgmma_scores,\n"
-      "                                          kjit_wgmma_values>\n"
+      "                                          kjit_wgmma_values{}>\n"
       "    kjit_attention_tile;\n\n",
-      type, p.head_dim, c.bn, c.stages, c.pingpong ? "true" : "false");
+      type, p.head_dim, c.bn, c.stages, c.pingpong ? "true" : "false", modifier_argument(p));
   s += "// grid: (ceil(seq_q / 128), heads, batch); the tensor maps describe Q, K and V for\n";
   s += "// the copy engine (runtime/attention.cpp encodes them)\n";
   s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1)\n", c.threads());
@@ -434,9 +548,9 @@ KernelSource lower(const Problem& p, const Config& c) {
   if (c.wgmma) return lower_wgmma(p, c);
   KernelSource out =
       kernel_skeleton(p, c,
-                      fmt::format("kjit_attention_fwd_{}_d{}_{}x{}_{}w_s{}", dtype_name(p.dtype),
-                                  p.head_dim, c.bm, c.bn, c.warps(), c.stages));
-  std::string s = source_header(out);
+                      fmt::format("kjit_attention_fwd_{}_d{}_{}x{}_{}w_s{}{}", dtype_name(p.dtype),
+                                  p.head_dim, c.bm, c.bn, c.warps(), c.stages, modifier_suffix(p)));
+  std::string s = source_header(out) + modifier_lines(p);
   s += fmt::format(
       "// path:      flash attention with mma.sync m16n8k16 {} -> f32: {} query rows per block\n"
       "//            ({} warps of {}), tiles of {} keys through a {}-stage cp.async pipeline,\n"
@@ -453,8 +567,10 @@ KernelSource lower(const Problem& p, const Config& c) {
   s += "//   o_r  = c * o_r + sum_j p_j v_j         p rounded to 16 bits, fp32 accumulation\n";
   s += "// and at the end o_r / l, LSE_r = m * scale + ln l.\n";
   s += "#include \"kjit/attention.cuh\"\n\n";
-  s += fmt::format("typedef kjit::attention::FlashForward<kjit::{}, {}, {}, {}, {}, {}>\n",
-                   dtype_name(p.dtype), p.head_dim, c.bm, c.bn, c.warps(), c.stages);
+  s += modifier_glue(p);
+  s += fmt::format("typedef kjit::attention::FlashForward<kjit::{}, {}, {}, {}, {}, {}{}>\n",
+                   dtype_name(p.dtype), p.head_dim, c.bm, c.bn, c.warps(), c.stages,
+                   modifier_argument(p));
   s += "    kjit_attention_tile;\n\n";
   s += "// grid: (ceil(seq_q / bm), heads, batch), one block per query tile of one head\n";
   s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1)\n", c.threads());
@@ -478,7 +594,7 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
     s += "// problem:   " + out.problem + " (batch, heads, sequence lengths, masks, scale and\n";
     s += "//            strides are kernel arguments: one binary for every shape)\n";
     s += "// config:    " + out.config + "\n";
-    return s;
+    return s + modifier_lines(p);
   };
   auto skeleton = [&](const std::string& name, int threads, int shared) {
     KernelSource out;
@@ -490,8 +606,10 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
     out.dynamic_shared_bytes = shared;
     return out;
   };
-  auto kernel = [&](KernelSource& out, const std::string& type_line, const std::string& grid) {
+  auto kernel = [&](KernelSource& out, const std::string& type_line, const std::string& grid,
+                    bool modified) {
     out.source += "#include \"kjit/attention_backward.cuh\"\n\n";
+    if (modified) out.source += modifier_glue(p);
     out.source += type_line + "\n\n";
     out.source += "// grid: " + grid + "\n";
     out.source +=
@@ -517,17 +635,17 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
         out,
         fmt::format("typedef kjit::attention::FlashBackwardPrep<kjit::{}, {}> kjit_attention_step;",
                     type, d),
-        "(ceil(seq_q / 64), heads, batch), one warp per query row at a time");
+        "(ceil(seq_q / 64), heads, batch), one warp per query row at a time", false);
     kernels.push_back({"prep", std::move(out)});
   }
 
   if (c.wgmma) {  // 2 and 3 on TMA + wgmma (templates/attention_backward_sm90.cuh)
     auto wgmma_kernel = [&](const std::string& role, int stream_rows) {
       const bool kv = role == "kv";
-      KernelSource out =
-          skeleton(fmt::format("kjit_attention_bwd_{}_{}_d{}_wgmma_{}_s{}{}", kv ? "dkdv" : "dq",
-                               type, d, stream_rows, c.stages, c.pingpong ? "_pingpong" : ""),
-                   384, kv ? backward_kv_shared_bytes(p, c) : backward_q_shared_bytes(p, c));
+      KernelSource out = skeleton(
+          fmt::format("kjit_attention_bwd_{}_{}_d{}_wgmma_{}_s{}{}{}", kv ? "dkdv" : "dq", type, d,
+                      stream_rows, c.stages, c.pingpong ? "_pingpong" : "", modifier_suffix(p)),
+          384, kv ? backward_kv_shared_bytes(p, c) : backward_q_shared_bytes(p, c));
       out.arch_specific = true;
       out.source = header(out, kv ? "step 2 of 3, dK and dV for 128 keys per block"
                                   : "step 3 of 3, dQ for 128 queries per block");
@@ -555,6 +673,7 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
             "//   dQ += dS K                             dS from registers; times scale at the "
             "end\n";
       out.source += "#include \"kjit/attention_backward_sm90.cuh\"\n\n";
+      out.source += modifier_glue(p);
       out.source += fmt::format(
           "// {0}(64 x {1}) = A(64 x 16) B^T(16 x {1}) per k step, both K-major in shared "
           "memory.\n",
@@ -577,10 +696,10 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
       out.source += wgmma_struct(gradient);
       out.source += fmt::format(
           "typedef kjit::attention::{}<kjit::{}, {}, {}, {}, {}, kjit_wgmma_scores,\n"
-          "                                          kjit_wgmma_gradient>\n"
+          "                                          kjit_wgmma_gradient{}>\n"
           "    kjit_attention_step;\n\n",
           kv ? "FlashBackwardKVSm90" : "FlashBackwardQSm90", type, d, stream_rows, c.stages,
-          c.pingpong ? "true" : "false");
+          c.pingpong ? "true" : "false", modifier_argument(p));
       out.source +=
           kv ? "// grid: (ceil(seq_k / 128), kv_heads, batch); tensor maps of Q, K, V and dO\n"
              : "// grid: (ceil(seq_q / 128), heads, batch); tensor maps of Q, K, V and dO\n";
@@ -604,8 +723,8 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
   for (const int outputs : split ? std::vector<int>{1, 2} : std::vector<int>{3}) {
     const std::string what = outputs == 3 ? "dK and dV" : outputs == 1 ? "dV" : "dK";
     const std::string suffix = outputs == 3 ? "dkdv" : outputs == 1 ? "dv" : "dk";
-    KernelSource out = skeleton(fmt::format("kjit_attention_bwd_{}_{}_d{}_{}x{}_s{}", suffix, type,
-                                            d, c.bn, c.bm, c.stages),
+    KernelSource out = skeleton(fmt::format("kjit_attention_bwd_{}_{}_d{}_{}x{}_s{}{}", suffix,
+                                            type, d, c.bn, c.bm, c.stages, modifier_suffix(p)),
                                 c.bn / 16 * 32, backward_kv_shared_bytes(p, c));
     out.source = header(out, fmt::format("step 2 of 3, {} for {} keys per block", what, c.bn));
     out.source += fmt::format(
@@ -630,20 +749,21 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
         "// Accumulated in registers over every query tile: each key's rows are written\n"
         "// once, by one block (no atomics: the same bits every run).\n";
     kernel(out,
-           fmt::format("typedef kjit::attention::FlashBackwardKV<kjit::{}, {}, {}, {}, {}, {}>\n"
+           fmt::format("typedef kjit::attention::FlashBackwardKV<kjit::{}, {}, {}, {}, {}, {}{}>\n"
                        "    kjit_attention_step;",
-                       type, d, c.bm, c.bn, c.stages, outputs),
+                       type, d, c.bm, c.bn, c.stages, outputs, modifier_argument(p)),
            fmt::format("(ceil(seq_k / {}), kv_heads, batch), one block per key tile of one K/V "
                        "head",
-                       c.bn));
+                       c.bn),
+           true);
     kernels.push_back({"kv", std::move(out)});
   }
 
   // 3. dQ, per tile of queries.
   {
-    KernelSource out = skeleton(
-        fmt::format("kjit_attention_bwd_dq_{}_d{}_{}x{}_s{}", type, d, c.bm, c.bn, c.stages),
-        c.bm / 16 * 32, backward_q_shared_bytes(p, c));
+    KernelSource out = skeleton(fmt::format("kjit_attention_bwd_dq_{}_d{}_{}x{}_s{}{}", type, d,
+                                            c.bm, c.bn, c.stages, modifier_suffix(p)),
+                                c.bm / 16 * 32, backward_q_shared_bytes(p, c));
     out.source = header(out, fmt::format("step 3 of 3, dQ for {} queries per block", c.bm));
     out.source += fmt::format(
         "// path:      mma.sync m16n8k16 {} -> f32: {} warps of 16 query rows; tiles of {} keys\n"
@@ -656,12 +776,13 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
         "//   dP  = dO V^T\n"
         "//   dS  = P * (dP - D)\n"
         "//   dQ += dS K                                  times scale once at the end\n";
-    kernel(out,
-           fmt::format("typedef kjit::attention::FlashBackwardQ<kjit::{}, {}, {}, {}, {}, {}>\n"
-                       "    kjit_attention_step;",
-                       type, d, c.bm, c.bn, c.bm / 16, c.stages),
-           fmt::format("(ceil(seq_q / {}), heads, batch), one block per query tile of one head",
-                       c.bm));
+    kernel(
+        out,
+        fmt::format("typedef kjit::attention::FlashBackwardQ<kjit::{}, {}, {}, {}, {}, {}{}>\n"
+                    "    kjit_attention_step;",
+                    type, d, c.bm, c.bn, c.bm / 16, c.stages, modifier_argument(p)),
+        fmt::format("(ceil(seq_q / {}), heads, batch), one block per query tile of one head", c.bm),
+        true);
     kernels.push_back({"q", std::move(out)});
   }
   return kernels;

@@ -16,6 +16,7 @@
 
 #include "kjit/compiler/ir/dtype.h"
 #include "kjit/compiler/kernel_source.h"
+#include "kjit/compiler/lowering/attention_modifier.h"
 
 namespace kjit::attention {
 
@@ -30,6 +31,12 @@ struct Problem {
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   double scale = 0;  // softmax scale; 0: 1 / sqrt(head_dim)
+  // Score and mask modifiers written in kjit's IR (attention_modifier.h), fused into
+  // every kernel of both passes; empty: none. The score modifier maps s = scale · q·k
+  // to the score the softmax sees (O = softmax(score_mod(s) + masks) V); the mask
+  // modifier keeps the scores where it is nonzero, beside causal and window. Their
+  // operands are given per launch (Tensors::modifier_operands).
+  std::string score_mod, mask_mod;
   // Which pass the kernels compute: false, O and LSE (Attention); true, dQ, dK and
   // dV from dO, O and LSE (AttentionBackward). Part of the tuning key.
   bool backward = false;
@@ -53,8 +60,12 @@ struct Problem {
   // The right edge of the window after `causal` (0 when causal, else window_right).
   int64_t right() const { return causal ? 0 : window_right; }
   double softmax_scale() const;
+  // The modifiers' extra operands, the score modifier's first: what
+  // Tensors::modifier_operands holds, in order. Empty without modifiers.
+  std::vector<ModifierOperand> modifier_operands() const;
   // What a kernel is specialized on: "dtype=bf16,d=128" (",pass=backward" after it
-  // for the backward pass).
+  // for the backward pass; ",score_mod=KEY" and ",mask_mod=KEY" with modifiers, KEY
+  // a hash of the modifier's canonical form).
   std::string kernel_class() const;
   // Every field, canonical, for logs and tuning keys:
   // "batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..",
@@ -88,10 +99,10 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
-// The problem's own constraints: sizes >= 1 (seq_q, seq_k) and within 32 bits,
-// kv_heads dividing heads, a supported head dim and dtype, windows >= -1, a positive
-// finite scale; packed offsets starting at 0, never decreasing, one more than batch,
-// totals within 32 bits, seq_q / seq_k their longest. UserError naming the value and
+// The problem's own constraints: modifiers that parse (attention_modifier.h); sizes
+// >= 1 (seq_q, seq_k) and within 32 bits, kv_heads dividing heads, a supported head dim and dtype,
+// windows >= -1, a positive finite scale; packed offsets starting at 0, never decreasing, one more
+// than batch, totals within 32 bits, seq_q / seq_k their longest. UserError naming the value and
 // the supported set.
 void validate_problem(const Problem& problem);
 // Plus the config's. mma.sync: warp_rows 16 or 32, bm a multiple of it in [16,

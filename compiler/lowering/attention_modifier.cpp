@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
 
@@ -203,6 +205,29 @@ Modifier score_mod_from_ir(const std::string& text) {
 
 Modifier mask_mod_from_ir(const std::string& text) {
   return make(text, false);
+}
+
+namespace {
+std::shared_ptr<const Modifier> cached(const std::string& text, bool score) {
+  static std::mutex mutex;
+  static std::map<std::pair<bool, std::string>, std::shared_ptr<const Modifier>> parsed;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = parsed.find({score, text});
+    if (found != parsed.end()) return found->second;
+  }
+  auto modifier = std::make_shared<const Modifier>(make(text, score));  // may throw: not kept
+  std::lock_guard<std::mutex> lock(mutex);
+  if (parsed.size() >= 1024) parsed.clear();  // a bound for processes that make many
+  return parsed.emplace(std::pair{score, text}, std::move(modifier)).first->second;
+}
+}  // namespace
+
+std::shared_ptr<const Modifier> cached_score_mod(const std::string& text) {
+  return cached(text, true);
+}
+std::shared_ptr<const Modifier> cached_mask_mod(const std::string& text) {
+  return cached(text, false);
 }
 
 }  // namespace kjit::attention

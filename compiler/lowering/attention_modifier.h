@@ -16,12 +16,13 @@
 //
 // The score modifier comes with its derivative with respect to s
 // (compiler/passes/derivative.h): the backward pass scales dS by mod'(s) before it
-// forms dQ and dK. The kernels that call these functions are the attention
-// issue's next step; this file gives them their sources, parameters and twins.
+// forms dQ and dK. compiler/lowering/attention.cpp wraps the functions in the
+// kernels' MOD policy (templates/attention.cuh, NoModifiers).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,13 +60,20 @@ struct Modifier {
   std::function<double(const ScorePoint&)> gradient;   // d value / ds (score modifiers)
 };
 
-// At most this many extra operands per modifier.
+// At most this many extra operands per modifier, and per kernel (both modifiers:
+// AttentionArgs::modifier_operands in templates/attention.cuh).
 constexpr int kMaxModifierOperands = 4;
+constexpr int kMaxKernelModifierOperands = 8;
 
 // UserErrors (naming the text and the rule) when the text does not parse, computes
 // other than one value, gives a score modifier a non-floating result, lets a mask
 // read s, or declares an operand of another shape or dtype than listed above.
 Modifier score_mod_from_ir(const std::string& text);
 Modifier mask_mod_from_ir(const std::string& text);
+
+// The same, parsed once per process and text (the kernels' classes and sources ask
+// for them often): shared, immutable. Thread-safe.
+std::shared_ptr<const Modifier> cached_score_mod(const std::string& text);
+std::shared_ptr<const Modifier> cached_mask_mod(const std::string& text);
 
 }  // namespace kjit::attention

@@ -92,7 +92,13 @@ class AttentionTest : public testing::GpuTest {
     o.fill_bytes(0xFF);
     cuda::DeviceBuffer lse(static_cast<size_t>(p.total_q() * p.heads) * 4);
     lse.fill_bytes(0xFF);
-    Tensors t{.q = q.get(), .k = k.get(), .v = v.get(), .o = o.get(), .lse = lse.get()};
+    const DeviceOperands operands = upload_operands(host);
+    Tensors t{.q = q.get(),
+              .k = k.get(),
+              .v = v.get(),
+              .o = o.get(),
+              .lse = lse.get(),
+              .modifier_operands = operands.pointers()};
     t.q_strides = t.o_strides = strides_of(p, p.heads, p.seq_q, c.bhsd);
     t.k_strides = t.v_strides = strides_of(p, p.kv_heads, p.seq_k, c.bhsd);
     cuda::Stream stream;
@@ -147,7 +153,13 @@ class AttentionTest : public testing::GpuTest {
     for (cuda::DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
     const Strides qs = strides_of(p, p.heads, p.seq_q, c.bhsd);
     const Strides ks = strides_of(p, p.kv_heads, p.seq_k, c.bhsd);
-    Tensors t{.q = q.get(), .k = k.get(), .v = v.get(), .o = o.get(), .lse = lse.get()};
+    const DeviceOperands operands = upload_operands(host);
+    Tensors t{.q = q.get(),
+              .k = k.get(),
+              .v = v.get(),
+              .o = o.get(),
+              .lse = lse.get(),
+              .modifier_operands = operands.pointers()};
     t.q_strides = t.o_strides = qs;
     t.k_strides = t.v_strides = ks;
     BackwardTensors bt{.q = q.get(),
@@ -158,7 +170,8 @@ class AttentionTest : public testing::GpuTest {
                        .d_o = g.get(),
                        .dq = dq.get(),
                        .dk = dk.get(),
-                       .dv = dv.get()};
+                       .dv = dv.get(),
+                       .modifier_operands = operands.pointers()};
     bt.q_strides = bt.o_strides = bt.do_strides = bt.dq_strides = qs;
     bt.k_strides = bt.v_strides = bt.dk_strides = bt.dv_strides = ks;
     cuda::Stream stream;
@@ -346,6 +359,98 @@ TEST_F(AttentionTest, EveryConfigOfTheSpace) {
       for (const Config& c : tuner::attention_space(p, device())) run_case({p, c});
     }
   }
+}
+
+// Score and mask modifiers written in the IR, fused into the kernel and checked
+// against their fp64 twins: soft-capping, ALiBi (a per-head slope), operands per
+// query and per key position, a sliding window and a per-head limit as mask
+// modifiers, rows a mask leaves without keys (O = 0, LSE = -inf), lengths that are
+// not multiples of a tile, S_q != S_k, GQA, packed batches, on every engine.
+const char* const kSoftCap = "tanh(s / 50) * 50";
+const char* const kAlibi = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
+const char* const kSlidingWindow = "(kv_idx <= q_idx) * (q_idx - kv_idx < 100)";
+
+TEST_F(AttentionTest, ScoreAndMaskModifiers) {
+  struct Modifiers {
+    const char* score;
+    const char* mask;
+  };
+  const Modifiers all[] = {
+      {kSoftCap, ""},
+      {kAlibi, ""},
+      {"a:f32[q]; b:bf16[kv]; s * (1 + a) - 4 * b", ""},
+      {"", kSlidingWindow},
+      {"", "limit:i32[heads]; kv_idx < limit"},  // limit in [0, S]: a head may see nothing
+      {kAlibi, kSlidingWindow},
+      {kSoftCap, "kv_idx >= q_idx + 100000"},  // every key masked: O = 0, LSE = -inf
+  };
+  for (const Modifiers& m : all) {
+    for (const int d : {64, 128}) {
+      for (const auto& [seq_q, seq_k] :
+           {std::pair<int64_t, int64_t>{1, 1}, {17, 17}, {129, 129}, {1000, 1000}, {127, 300}}) {
+        Problem p = shape(seq_q, seq_k, d, 4);
+        p.kv_heads = 2;
+        p.score_mod = m.score;
+        p.mask_mod = m.mask;
+        run_engines({p, std::nullopt, false, 4.0f});  // peaky: the max moves
+      }
+    }
+  }
+  // With the built-in masks, BHSD strides, f16, a packed batch.
+  Problem p = shape(300, 300, 128, 2);
+  p.causal = true;
+  p.score_mod = kAlibi;
+  p.mask_mod = "(kv_idx < q_idx - 40) + (kv_idx > q_idx - 20)";  // a band cut out
+  run_engines({p, std::nullopt, true});
+  p.dtype = ir::DType::F16;
+  p.set_lengths({1, 7, 300, 2049});
+  run_engines({p});
+}
+
+TEST_F(AttentionTest, BackwardWithModifiers) {
+  for (const char* score : {kSoftCap, kAlibi, ""}) {
+    for (const char* mask : {"", kSlidingWindow}) {
+      if (*score == '\0' && *mask == '\0') continue;
+      for (const int d : {64, 128}) {
+        for (const auto& [seq_q, seq_k] :
+             {std::pair<int64_t, int64_t>{17, 17}, {129, 129}, {1000, 1000}, {127, 300}}) {
+          Problem p = shape(seq_q, seq_k, d, 4);
+          p.kv_heads = 2;
+          p.backward = true;
+          p.score_mod = score;
+          p.mask_mod = mask;
+          run_backward({p, std::nullopt, false, 3.0f});
+        }
+      }
+    }
+  }
+  Problem packed = shape(1, 1, 64, 2);
+  packed.backward = true;
+  packed.score_mod = kSoftCap;
+  packed.mask_mod = kSlidingWindow;
+  packed.set_lengths({1, 7, 300, 2049});
+  run_backward({packed});
+}
+
+TEST_F(AttentionTest, ModifierOperandsAreChecked) {
+  Problem p = shape(64, 64, 64);
+  p.score_mod = kAlibi;
+  Attention attention(runtime(), p);
+  cuda::DeviceBuffer buffer(64 * 2 * 64 * 2 + 64);
+  const CUdeviceptr base = buffer.get();
+  Tensors none{.q = base, .k = base, .v = base, .o = base};
+  try {
+    attention.launch(none, nullptr);
+    ADD_FAILURE() << "a missing operand was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("slope"), std::string::npos) << e.what();
+  }
+  Tensors misaligned = none;
+  misaligned.modifier_operands = {base + 2};
+  EXPECT_THROW(attention.launch(misaligned, nullptr), UserError);
+  Tensors null = none;
+  null.modifier_operands = {0};
+  EXPECT_THROW(attention.launch(null, nullptr), UserError);
 }
 
 TEST_F(AttentionTest, BadTensorsAreUserErrors) {

@@ -3,6 +3,8 @@
 //   [--window L:R] [--scale X] [--config bm=..,bn=..,stages=..]
 //   [--seqlens-q 1,7,300 [--seqlens-k ...]]   (a packed batch instead of --batch/--seq-q)
 //   [--backward]   (the backward pass: dQ, dK, dV; its kernels and its config)
+//   [--score-mod IR] [--mask-mod IR]   (modifiers fused into every kernel; run and
+//                  bench give their operands random values, make_host_attention)
 //
 //   emit     the generated CUDA source (the online softmax written out in comments)
 //   compile  NVRTC for --arch (no GPU needed): registers, shared memory, spills
@@ -106,6 +108,8 @@ Problem problem_from(const KernelCommandOptions& o) {
   }
   p.scale = o.scale;
   p.backward = o.backward;
+  p.score_mod = o.score_mod;
+  p.mask_mod = o.mask_mod;
   if (packed)
     p.set_lengths(
         parse_lengths(o.seqlens_q, "--seqlens-q"),
@@ -117,6 +121,7 @@ Problem problem_from(const KernelCommandOptions& o) {
 struct DeviceTensors {
   HostAttention host;
   cuda::DeviceBuffer q, k, v, o, lse;
+  DeviceOperands operands;  // the modifiers' (random, as make_host_attention says)
   Tensors tensors;
 };
 
@@ -141,6 +146,7 @@ void backward_command(const KernelCommandOptions& o, Runtime& runtime, const Pro
   cuda::DeviceBuffer out(q_count * 2), lse(static_cast<size_t>(p.total_q() * p.heads) * 4);
   cuda::DeviceBuffer dq(q_count * 2), dk(kv_count * 2), dv(kv_count * 2);
   for (cuda::DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
+  const DeviceOperands operands = upload_operands(host);
   const BackwardTensors t{.q = q.get(),
                           .k = k.get(),
                           .v = v.get(),
@@ -149,9 +155,16 @@ void backward_command(const KernelCommandOptions& o, Runtime& runtime, const Pro
                           .d_o = g.get(),
                           .dq = dq.get(),
                           .dk = dk.get(),
-                          .dv = dv.get()};
+                          .dv = dv.get(),
+                          .modifier_operands = operands.pointers()};
   cuda::Stream stream;
-  forward.launch({.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse}, stream.get());
+  forward.launch({.q = t.q,
+                  .k = t.k,
+                  .v = t.v,
+                  .o = t.o,
+                  .lse = t.lse,
+                  .modifier_operands = t.modifier_operands},
+                 stream.get());
   backward.launch(t, stream.get());
   stream.synchronize();
   const BackwardCheck check = check_backward(
@@ -290,7 +303,13 @@ void attention_command(const KernelCommandOptions& o) {
   d.o = cuda::DeviceBuffer(o_count * 2);
   d.o.fill_bytes(0xFF);
   d.lse = cuda::DeviceBuffer(static_cast<size_t>(p.total_q() * p.heads) * 4);
-  d.tensors = {.q = d.q.get(), .k = d.k.get(), .v = d.v.get(), .o = d.o.get(), .lse = d.lse.get()};
+  d.operands = upload_operands(d.host);
+  d.tensors = {.q = d.q.get(),
+               .k = d.k.get(),
+               .v = d.v.get(),
+               .o = d.o.get(),
+               .lse = d.lse.get(),
+               .modifier_operands = d.operands.pointers()};
   cuda::Stream stream;
   attention.launch(d.tensors, stream.get());
   stream.synchronize();

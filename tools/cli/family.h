@@ -40,6 +40,7 @@ struct KernelCommandOptions {
   std::string window;
   double scale = 0;
   std::string seqlens_q, seqlens_k;  // packed variable-length batches: "1,7,300,2049"
+  std::string score_mod, mask_mod;   // attention modifiers in kjit's IR
   std::vector<std::string> inputs;   // run: name=path.npy
   std::vector<std::string> outputs;  // run: name=path.npy
   int repeats = 0;                   // bench: timed runs (0: the default)

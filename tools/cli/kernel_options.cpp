@@ -53,6 +53,8 @@ const std::vector<OptionUse>& option_uses() {
       {"--scale", {"attention"}, {}},
       {"--seqlens-q", {"attention"}, {}},
       {"--seqlens-k", {"attention"}, {}},
+      {"--score-mod", {"attention"}, {}},
+      {"--mask-mod", {"attention"}, {}},
       {"--input", {"elementwise"}, {Verb::Run}},
       {"--output", {"elementwise"}, {Verb::Run}},
       {"--repeats", {"elementwise", "matmul", "attention"}, {Verb::Bench}},
@@ -199,6 +201,16 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
   noted(cmd->add_option("--seqlens-k", o.seqlens_k,
                         "Attention: their key lengths (default: --seqlens-q)"),
         "--seqlens-k");
+  noted(cmd->add_option("--score-mod", o.score_mod,
+                        "Attention: score modifier in kjit's IR over s (the scaled score), q_idx, "
+                        "kv_idx, head and operands, e.g. 'tanh(s / 50) * 50' or "
+                        "'slope:f32[heads]; s - slope * abs(q_idx - kv_idx)'"),
+        "--score-mod");
+  noted(cmd->add_option("--mask-mod", o.mask_mod,
+                        "Attention: mask modifier in kjit's IR over q_idx, kv_idx, head and "
+                        "operands; keeps the scores where it is nonzero, e.g. "
+                        "'(kv_idx <= q_idx) * (q_idx - kv_idx < 256)'"),
+        "--mask-mod");
   noted(cmd->add_option("--layout", o.layout, "Matmul operand layout: nn, nt, tn, tt"), "--layout");
   for (auto [name, value, what] :
        {std::tuple{"--lda", &o.lda, "A"}, {"--ldb", &o.ldb, "B"}, {"--ldc", &o.ldc, "C"}})

@@ -39,6 +39,34 @@ std::vector<Case> cases() {
   return all;
 }
 
+// A kernel to compile, and what to call it in a failure.
+struct Job {
+  std::string label;
+  KernelSource source;
+};
+
+// Compiles every job for sm_90 (sm_90a where arch-specific) on every core; a job
+// that throws gets its message in (*failures)[i] and an empty program.
+std::vector<cuda::CompiledProgram> compile_all(const std::vector<Job>& jobs,
+                                               std::vector<std::string>* failures) {
+  std::vector<cuda::CompiledProgram> programs(jobs.size());
+  failures->assign(jobs.size(), "");
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < jobs.size(); i = next++) {
+        try {
+          programs[i] = compile_for_arch(jobs[i].source, target_arch(jobs[i].source, "sm_90"));
+        } catch (const std::exception& e) {
+          (*failures)[i] = e.what();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  return programs;
+}
+
 TEST(AttentionCompile, EveryConfigOfTheSpaceCompilesWithoutSpills) {
   const std::vector<Case> all = cases();
   std::vector<cuda::CompiledProgram> programs(all.size());
@@ -98,10 +126,6 @@ TEST(AttentionCompile, EveryConfigOfTheSpaceCompilesWithoutSpills) {
 // without spills, on mma.sync or (sm_90) wgmma.
 TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
   const cuda::DeviceProperties h200 = cuda::planning_device("h200");
-  struct Job {
-    std::string label;
-    KernelSource source;
-  };
   std::vector<Job> jobs;
   for (int d : {64, 96, 128, 256}) {
     Problem p;
@@ -113,21 +137,8 @@ TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
         jobs.push_back({fmt::format("d={} {} {}", d, c.to_string(), k.role), std::move(k.source)});
     }
   }
-  std::vector<cuda::CompiledProgram> programs(jobs.size());
-  std::vector<std::string> failures(jobs.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < jobs.size(); i = next++) {
-        try {
-          programs[i] = compile_for_arch(jobs[i].source, target_arch(jobs[i].source, "sm_90"));
-        } catch (const std::exception& e) {
-          failures[i] = e.what();
-        }
-      }
-    });
-  for (std::thread& t : pool) t.join();
+  std::vector<std::string> failures;
+  const std::vector<cuda::CompiledProgram> programs = compile_all(jobs, &failures);
   for (size_t i = 0; i < jobs.size(); ++i) {
     SCOPED_TRACE(jobs[i].label);
     ASSERT_EQ(failures[i], "");
@@ -148,6 +159,55 @@ TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
       EXPECT_EQ(programs[i].log.find("is injected"), std::string::npos) << programs[i].log;
     } else {
       EXPECT_NE(programs[i].ptx.find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
+    }
+  }
+}
+
+// The score and mask modifiers fused into every kernel of both passes (FlexAttention's
+// soft-capping and ALiBi, a sliding window written as a mask modifier): every config
+// of the space the tuner keeps for them compiles without spills, head dims 64 and 128.
+TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  std::vector<Job> jobs;
+  const char* const score_mods[] = {"tanh(s / 50) * 50",
+                                    "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)"};
+  for (int d : {64, 128}) {
+    for (const char* score_mod : score_mods) {
+      for (bool backward : {false, true}) {
+        Problem p;
+        p.seq_q = p.seq_k = 4096;
+        p.head_dim = d;
+        p.backward = backward;
+        p.score_mod = score_mod;
+        p.mask_mod = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";
+        for (const Config& c : tuner::attention_space(p, h200)) {
+          const std::string label =
+              fmt::format("d={} {} {} [{}]", d, backward ? "bwd" : "fwd", c.to_string(), score_mod);
+          if (!backward) {
+            jobs.push_back({label, lower(p, c)});
+            continue;
+          }
+          for (BackwardKernel& k : lower_backward(p, c))
+            if (k.role != "prep") jobs.push_back({label + " " + k.role, std::move(k.source)});
+        }
+      }
+    }
+  }
+  std::vector<std::string> failures;
+  const std::vector<cuda::CompiledProgram> programs = compile_all(jobs, &failures);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SCOPED_TRACE(jobs[i].label);
+    ASSERT_EQ(failures[i], "");
+    ASSERT_EQ(programs[i].kernels.size(), 1u);
+    const cuda::KernelStats& k = programs[i].kernels[0];
+    EXPECT_EQ(k.spill_store_bytes, 0);
+    EXPECT_EQ(k.spill_load_bytes, 0);
+    EXPECT_EQ(k.stack_bytes, 0);
+    std::printf("  %-80s %3d regs\n", jobs[i].label.c_str(), k.registers);
+    // The modifiers are in the kernel: the tanh of soft-capping or ALiBi's slope load.
+    EXPECT_NE(jobs[i].source.source.find("kjit_modifiers>"), std::string::npos);
+    if (jobs[i].source.arch_specific) {
+      EXPECT_EQ(programs[i].log.find("serialized"), std::string::npos) << programs[i].log;
     }
   }
 }

@@ -1,11 +1,14 @@
 // Attention score and mask modifiers in kjit's IR: their device functions (checked
-// by NVRTC here, without a GPU), their fp64 twins and derivatives, and the errors.
+// by NVRTC here, without a GPU), their fp64 twins and derivatives, the errors, and
+// how a problem carries them into its kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
+#include "kjit/compiler/lowering/attention.h"
 #include "kjit/compiler/lowering/attention_modifier.h"
+#include "kjit/runtime/attention_check.h"
 #include "kjit/runtime/compile.h"
 #include "kjit/support/error.h"
 
@@ -107,6 +110,102 @@ TEST(AttentionModifier, BadModifiersAreUserErrors) {
   EXPECT_NE(error_of("w:bool[heads]; s * w", true).find("f32, f16, bf16 or i32"),
             std::string::npos);
   EXPECT_NE(error_of("s + a + b + c + d + e", true).find("at most 4"), std::string::npos);
+}
+
+// The problem carries its modifiers: the kernel class names them (equal modifiers,
+// one class), every kernel of both passes gets the MOD policy, validation names a
+// bad modifier, and the operands come in order, the score modifier's first.
+TEST(AttentionModifier, TheProblemCarriesThemIntoEveryKernel) {
+  Problem p;
+  p.seq_q = p.seq_k = 100;
+  p.heads = 4;
+  p.score_mod = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
+  p.mask_mod = "limit:i32[q]; kv_idx < limit";
+  validate_problem(p);
+  EXPECT_NE(p.kernel_class().find(",score_mod=" + score_mod_from_ir(p.score_mod).key),
+            std::string::npos)
+      << p.kernel_class();
+  EXPECT_NE(p.kernel_class().find(",mask_mod="), std::string::npos);
+  Problem same = p;
+  same.score_mod = "slope:f32[heads]; s-slope*abs(q_idx-kv_idx)";
+  EXPECT_EQ(same.kernel_class(), p.kernel_class());
+  Problem plain = p;
+  plain.score_mod = plain.mask_mod = "";
+  EXPECT_EQ(plain.kernel_class(), "dtype=bf16,d=128");
+  const std::vector<ModifierOperand> operands = p.modifier_operands();
+  ASSERT_EQ(operands.size(), 2u);
+  EXPECT_EQ(operands[0].name, "slope");
+  EXPECT_EQ(operands[1].name, "limit");
+  EXPECT_EQ(operands[1].kind, ModifierOperandKind::PerQuery);
+
+  auto expect_modified = [](const KernelSource& k) {
+    EXPECT_NE(k.source.find("struct kjit_modifiers : kjit::attention::NoModifiers"),
+              std::string::npos)
+        << k.name;
+    EXPECT_NE(k.source.find("kjit_modifiers>"), std::string::npos) << k.name;
+    EXPECT_NE(k.source.find("args.modifier_operands[1])[min(q_idx, args.seq_q - 1)]"),
+              std::string::npos)
+        << k.name;
+    EXPECT_NE(k.name.find("_mod"), std::string::npos);
+  };
+  expect_modified(lower(p, Config{}));
+  expect_modified(lower(p, Config::parse("mma=wgmma,bn=64")));
+  for (const char* config : {"bm=64,bn=64", "mma=wgmma,bm=64,bn=64"}) {
+    Problem backward = p;
+    backward.backward = true;
+    for (const BackwardKernel& k : lower_backward(backward, Config::parse(config)))
+      if (k.role != "prep") expect_modified(k.source);
+  }
+  // Without modifiers, nothing of them in the source.
+  EXPECT_EQ(lower(plain, Config{}).source.find("kjit_modifiers"), std::string::npos);
+
+  Problem bad = p;
+  bad.mask_mod = "kv_idx <= s";
+  try {
+    validate_problem(bad);
+    ADD_FAILURE() << "a mask reading s was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("reads s"), std::string::npos) << e.what();
+  }
+}
+
+// The fp64 twins the GPU tests check against: operands made per head and position,
+// the modified score and its slope, the mask, and the reference row they give.
+TEST(AttentionModifier, HostTwinsReadTheOperands) {
+  Problem p;
+  p.seq_q = 7;
+  p.seq_k = 300;
+  p.heads = 2;
+  p.head_dim = 64;
+  p.score_mod = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
+  p.mask_mod = "limit:i32[heads]; kv_idx < limit";
+  const HostAttention host = make_host_attention(p, 5);
+  ASSERT_EQ(host.operands.size(), 2u);
+  EXPECT_EQ(host.operands[0].values.size(), 2u);
+  EXPECT_EQ(host.operands[0].bytes.size(), 8u);
+  EXPECT_EQ(host.operands[1].bytes.size(), 8u);
+  for (double v : host.operands[1].values) {
+    EXPECT_GE(v, 0);
+    EXPECT_LE(v, 300);
+  }
+  const HostModifiers twins(host);
+  const double slope = host.operands[0].values[1];
+  EXPECT_DOUBLE_EQ(twins.score(1, 3, 10, 2.0), 2.0 - slope * 7);
+  EXPECT_DOUBLE_EQ(twins.slope(1, 3, 10, 2.0), 1.0);
+  const auto limit = static_cast<int64_t>(host.operands[1].values[0]);
+  EXPECT_TRUE(limit == 0 || twins.keeps(0, 0, limit - 1));
+  EXPECT_FALSE(twins.keeps(0, 0, limit));
+
+  // A row's reference: O is a convex combination of V's rows the mask keeps (or 0).
+  double o[64], lse = 0;
+  reference_row(host, {0, 1, 3}, o, &lse);
+  const auto head_limit = static_cast<int64_t>(host.operands[1].values[1]);
+  if (head_limit == 0) {
+    EXPECT_TRUE(std::isinf(lse) && lse < 0);
+    EXPECT_EQ(o[0], 0.0);
+  } else {
+    EXPECT_TRUE(std::isfinite(lse));
+  }
 }
 
 }  // namespace
