@@ -162,6 +162,14 @@ kjit::attention::Strides strides(const kjit_attention_strides& s) {
   return kjit::attention::Strides{s.batch, s.seq, s.head};
 }
 
+std::vector<CUdeviceptr> modifier_operands(const uint64_t* pointers, int count) {
+  if (count < 0 || (count > 0 && pointers == nullptr))
+    throw kjit::UserError(fmt::format("attention: {} modifier operands at {}", count,
+                                      static_cast<const void*>(pointers)),
+                          "modifier_operands holds modifier_operand_count device pointers");
+  return std::vector<CUdeviceptr>(pointers, pointers + count);
+}
+
 kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   if (c == nullptr) throw kjit::UserError("the attention problem is NULL");
   kjit::attention::Problem p;
@@ -177,6 +185,8 @@ kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
     p.window_right = c->window_right;
   }
   p.scale = c->scale;
+  if (c->score_mod != nullptr) p.score_mod = c->score_mod;
+  if (c->mask_mod != nullptr) p.mask_mod = c->mask_mod;
   if (c->seqlens_q != nullptr) {
     if (c->sequences < 1)
       throw kjit::UserError("attention: seqlens_q is given but sequences is " +
@@ -439,6 +449,7 @@ kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attentio
     t.k_strides = strides(args->k_strides);
     t.v_strides = strides(args->v_strides);
     t.o_strides = strides(args->o_strides);
+    t.modifier_operands = modifier_operands(args->modifier_operands, args->modifier_operand_count);
     attention->attention->launch(t, static_cast<CUstream>(stream));
   });
 }
@@ -483,6 +494,7 @@ kjit_status kjit_attention_backward_launch(kjit_attention_backward* backward,
     t.dq_strides = strides(args->dq_strides);
     t.dk_strides = strides(args->dk_strides);
     t.dv_strides = strides(args->dv_strides);
+    t.modifier_operands = modifier_operands(args->modifier_operands, args->modifier_operand_count);
     backward->backward->launch(t, static_cast<CUstream>(stream));
   });
 }

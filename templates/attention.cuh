@@ -134,7 +134,46 @@ struct NoModifiers {
     return 1.0f;
   }
   __device__ __forceinline__ static bool keep(const AttentionArgs&, int, int, int) { return true; }
+  // The mask modifier over a whole tile (templates/interval.cuh): 0, it keeps no
+  // score of queries [q_lo, q_hi] x keys [kv_lo, kv_hi]; 2, every one; 1, some.
+  __device__ __forceinline__ static int tile(const AttentionArgs&, int, int, int, int, int) {
+    return 2;
+  }
 };
+
+// Narrows the tiles [begin, end) of `tile` positions along one axis (keys when
+// `over_keys`, else queries; `length` positions in all) to those the mask modifier
+// may keep for positions [fixed_lo, fixed_hi] on the other axis, for any of the
+// heads [head0, head0 + heads): fully masked tiles at either end are never loaded.
+// Every thread of a block computes the same range.
+template <typename MOD>
+__device__ __forceinline__ void narrow_tiles(const AttentionArgs& args, bool over_keys,
+                                             int fixed_lo, int fixed_hi, int length, int tile,
+                                             int head0, int heads, int& begin, int& end) {
+  if constexpr (MOD::kMask) {
+    auto may_keep = [&](int t) {
+      const int lo = t * tile, hi = min(lo + tile, length) - 1;
+      for (int h = head0; h < head0 + heads; ++h) {
+        const int state = over_keys ? MOD::tile(args, fixed_lo, fixed_hi, lo, hi, h)
+                                    : MOD::tile(args, lo, hi, fixed_lo, fixed_hi, h);
+        if (state != 0) return true;
+      }
+      return false;
+    };
+    while (begin < end && !may_keep(begin)) ++begin;
+    while (end > begin && !may_keep(end - 1)) --end;
+  }
+}
+
+// Whether the mask modifier keeps every score of queries [q_lo, q_hi] x keys
+// [kv_lo, kv_hi] (then no score is tested). False without a mask modifier: there is
+// nothing to test.
+template <typename MOD>
+__device__ __forceinline__ bool mask_keeps_all(const AttentionArgs& args, int q_lo, int q_hi,
+                                               int kv_lo, int kv_hi, int head) {
+  if constexpr (MOD::kMask) return MOD::tile(args, q_lo, q_hi, kv_lo, kv_hi, head) == 2;
+  return false;
+}
 
 // The factor that takes a score the kernel holds (q·k, or mod(scale · q·k) with a
 // score modifier) to the softmax's exponent in log2 units, and to natural units (the
@@ -229,8 +268,9 @@ struct FlashForward {
     if (args.window_right >= 0) key_end = min(key_end, last_row + offset + args.window_right + 1);
     int key_begin = 0;
     if (args.window_left >= 0) key_begin = max(0, row0 + offset - args.window_left);
-    const int tile_begin = key_begin / BN;
-    const int tile_end = key_end > key_begin ? (key_end + BN - 1) / BN : tile_begin;
+    int tile_begin = key_begin / BN;
+    int tile_end = key_end > key_begin ? (key_end + BN - 1) / BN : tile_begin;
+    narrow_tiles<MOD>(args, true, row0, last_row, seq_k, BN, head, 1, tile_begin, tile_end);
 
     // ---- stage 2: Q once, then the first K/V tiles ----
     // Commit groups, in order: Q, then K and V of each tile as two groups, so the
@@ -342,7 +382,11 @@ struct FlashForward {
           args.window_right >= 0 && key0 + BN - 1 > warp_first + offset + args.window_right;
       const bool crosses_left =
           args.window_left >= 0 && key0 < warp_last + offset - args.window_left;
-      if (MOD::kMask || crosses_end || crosses_right || crosses_left) {
+      // A mask modifier is tested where it does not keep the warp's whole tile.
+      const bool test_mask =
+          MOD::kMask && !mask_keeps_all<MOD>(args, warp_first, min(warp_last, seq_q - 1), key0,
+                                             min(key0 + BN, seq_k) - 1, head);
+      if (test_mask || crosses_end || crosses_right || crosses_left) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -351,7 +395,7 @@ struct FlashForward {
             for (int e = 0; e < 4; ++e) {
               const int key = key0 + n * 8 + 2 * t + (e % 2), row = my_row(m, e / 2);
               if (!key_visible(args, seq_k, key, row + offset) ||
-                  (MOD::kMask && !MOD::keep(args, row, key, head)))
+                  (test_mask && !MOD::keep(args, row, key, head)))
                 s[m][n][e] = minus_infinity();
             }
           }

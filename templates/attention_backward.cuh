@@ -78,26 +78,42 @@ struct TileRange {
 // The tiles of `tile` queries in which some query sees one of the keys [key0, key0 +
 // keys) (clipped to seq_k): query i sees key j when j - i - (seq_k - seq_q) lies in
 // [-window_left, window_right].
+template <typename MOD>
 __device__ __forceinline__ TileRange query_tiles_seeing(const AttentionArgs& f, int seq_q,
-                                                        int seq_k, int key0, int keys, int tile) {
+                                                        int seq_k, int key0, int keys, int tile,
+                                                        int first_head) {
   const int offset = seq_k - seq_q, last_key = min(key0 + keys, seq_k) - 1;
   int begin = 0, end = seq_q;
   if (f.window_right >= 0) begin = max(0, key0 - offset - f.window_right);
   if (f.window_left >= 0) end = min(seq_q, last_key - offset + f.window_left + 1);
   const int first = begin / tile;
-  return {first, end > begin ? (end + tile - 1) / tile - first : 0};
+  TileRange range{first, end > begin ? (end + tile - 1) / tile - first : 0};
+  if constexpr (MOD::kMask) {  // not the query tiles none of the heads sharing these keys keeps
+    int past = range.begin + range.count;
+    narrow_tiles<MOD>(f, false, key0, last_key, seq_q, tile, first_head, f.kv_group, range.begin,
+                      past);
+    range.count = past - range.begin;
+  }
+  return range;
 }
 
 // The tiles of `tile` keys that some query of [row0, row0 + rows) (clipped to seq_q)
 // sees.
+template <typename MOD>
 __device__ __forceinline__ TileRange key_tiles_seen(const AttentionArgs& f, int seq_q, int seq_k,
-                                                    int row0, int rows, int tile) {
+                                                    int row0, int rows, int tile, int head) {
   const int offset = seq_k - seq_q, last_row = min(row0 + rows, seq_q) - 1;
   int end = seq_k, begin = 0;
   if (f.window_right >= 0) end = min(end, last_row + offset + f.window_right + 1);
   if (f.window_left >= 0) begin = max(0, row0 + offset - f.window_left);
   const int first = begin / tile;
-  return {first, end > begin ? (end + tile - 1) / tile - first : 0};
+  TileRange range{first, end > begin ? (end + tile - 1) / tile - first : 0};
+  if constexpr (MOD::kMask) {  // not the key tiles the mask modifier keeps nothing of
+    int past = range.begin + range.count;
+    narrow_tiles<MOD>(f, true, row0, last_row, seq_k, tile, head, 1, range.begin, past);
+    range.count = past - range.begin;
+  }
+  return range;
 }
 
 // Copies `ROWS` rows of D elements (row r at base + r * row_stride) into a shared
@@ -279,7 +295,7 @@ struct FlashBackwardKV {
     // ---- the query tiles that see any key of this block ----
     // Query i sees key j when j - i - offset is in [-window_left, window_right].
     const int offset = seq_k - seq_q;
-    const TileRange range = query_tiles_seeing(f, seq_q, seq_k, key0, BN, BM);
+    const TileRange range = query_tiles_seeing<MOD>(f, seq_q, seq_k, key0, BN, BM, first_head);
     const int tile_begin = range.begin, tiles = range.count;
     const int items = tiles * f.kv_group;  // (query head, query tile) pairs, head-major
 
@@ -451,7 +467,7 @@ struct FlashBackwardQ {
 
     // The key tiles any row of the block sees (as in the forward pass).
     const int offset = seq_k - seq_q;
-    const TileRange range = key_tiles_seen(f, seq_q, seq_k, row0, BM, BN);
+    const TileRange range = key_tiles_seen<MOD>(f, seq_q, seq_k, row0, BM, BN, head);
     const int tile_begin = range.begin, tile_end = range.begin + range.count;
 
     load_rows<T, D, BM, kThreads>(q_tile, q + row0 * f.q_seq, f.q_seq, seq_q - row0);

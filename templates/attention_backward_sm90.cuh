@@ -165,7 +165,7 @@ struct FlashBackwardKVSm90 {
 
     // The query tiles that see any key of this block (attention_backward.cuh).
     const int offset = seq_k - seq_q;
-    const TileRange range = query_tiles_seeing(f, seq_q, seq_k, key0, BK, BQ);
+    const TileRange range = query_tiles_seeing<MOD>(f, seq_q, seq_k, key0, BK, BQ, first_head);
     const int tile_begin = range.begin, tiles = range.count;
     const int items = tiles * f.kv_group;  // (query head, query tile), head-major
     auto item_head = [&](int item) { return first_head + item / tiles; };
@@ -419,7 +419,7 @@ struct FlashBackwardQSm90 {
     const int map_batch = f.cu_seqlens_q != nullptr ? 0 : batch;
 
     const int offset = seq_k - seq_q;
-    const TileRange range = key_tiles_seen(f, seq_q, seq_k, row0, BM, BKT);
+    const TileRange range = key_tiles_seen<MOD>(f, seq_q, seq_k, row0, BM, BKT, head);
     const int tile_begin = range.begin, tiles = range.count;
 
     if (threadIdx.x == 0) {

@@ -131,8 +131,13 @@ struct FlashForwardSm90 {
     if (args.window_right >= 0) key_end = min(key_end, last_row + offset + args.window_right + 1);
     int key_begin = 0;
     if (args.window_left >= 0) key_begin = max(0, row0 + offset - args.window_left);
-    const int tile_begin = key_begin / BN;
-    const int tiles = key_end > key_begin ? (key_end + BN - 1) / BN - tile_begin : 0;
+    int tile_begin = key_begin / BN;
+    int tiles = key_end > key_begin ? (key_end + BN - 1) / BN - tile_begin : 0;
+    if constexpr (MOD::kMask) {  // not the tiles the mask modifier keeps nothing of
+      int tile_end = tile_begin + tiles;
+      narrow_tiles<MOD>(args, true, row0, last_row, seq_k, BN, head, 1, tile_begin, tile_end);
+      tiles = tile_end - tile_begin;
+    }
 
     if (threadIdx.x == 0) {
       sm90::barrier_init(q_full, 1);
@@ -263,7 +268,11 @@ struct FlashForwardSm90 {
           args.window_right >= 0 && key0 + BN - 1 > group_first + offset + args.window_right;
       const bool crosses_left =
           args.window_left >= 0 && key0 < group_last + offset - args.window_left;
-      if (MOD::kMask || crosses_end || crosses_right || crosses_left) {
+      // A mask modifier is tested where it does not keep the warpgroup's whole tile.
+      const bool test_mask =
+          MOD::kMask && !mask_keeps_all<MOD>(args, group_first, min(group_last, seq_q - 1), key0,
+                                             min(key0 + BN, seq_k) - 1, head);
+      if (test_mask || crosses_end || crosses_right || crosses_left) {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -273,7 +282,7 @@ struct FlashForwardSm90 {
             const bool visible = key < seq_k &&
                                  (args.window_right < 0 || rel <= args.window_right) &&
                                  (args.window_left < 0 || rel >= -args.window_left) &&
-                                 (!MOD::kMask || MOD::keep(args, row, key, head));
+                                 (!test_mask || MOD::keep(args, row, key, head));
             if (!visible) s_acc[4 * j + e] = minus_infinity();
           }
         }

@@ -415,6 +415,26 @@ std::string modifier_glue(const Problem& p) {
   if (!p.mask_mod.empty()) {
     const std::shared_ptr<const Modifier> m = cached_mask_mod(p.mask_mod);
     s += "// ---- the mask modifier: " + m->text + " ----\n" + m->source + "\n";
+    // The tile function takes the per-head operands only (positions range over the tile).
+    std::string head_operands;
+    int head_slot = slot;
+    for (const ModifierOperand& o : m->operands) {
+      if (o.kind == ModifierOperandKind::PerHead) {
+        const std::string element =
+            fmt::format("static_cast<const {}*>(args.modifier_operands[{}])[head]",
+                        ir::storage_type(o.dtype), head_slot);
+        head_operands +=
+            ",\n        " + (ir::is_floating(o.dtype) ? "kjit::to_f32(" + element + ")" : element);
+      }
+      ++head_slot;
+    }
+    members += fmt::format(
+        "  __device__ __forceinline__ static int tile(const kjit::AttentionArgs& args, int q_lo,\n"
+        "                                             int q_hi, int kv_lo, int kv_hi, int head) "
+        "{{\n"
+        "    return kjit_mask_tile(q_lo, q_hi, kv_lo, kv_hi, head{});\n"
+        "  }}\n",
+        head_operands);
     members += fmt::format(
         "  static constexpr bool kMask = true;\n"
         "  __device__ __forceinline__ static bool keep(const kjit::AttentionArgs& args, int "

@@ -115,7 +115,9 @@ void validate(const Problem& problem, const Config& config);
 // FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
 // sequence (the two matmuls; the softmax is not counted), as FlashAttention counts
 // them: all S_q · S_k pairs, half of them for causal with S_q = S_k, and the pairs
-// the masks leave otherwise.
+// the masks leave otherwise. A mask modifier's pairs are not known without
+// evaluating it at every pair, so they are all counted: with one, TFLOP/s are those
+// of the dense problem (compare times).
 double forward_flops(const Problem& problem);
 // What a launch of the problem's pass is credited with: forward_flops, times 2.5
 // for the backward pass (its five products to the forward's two, as FlashAttention

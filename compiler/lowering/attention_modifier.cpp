@@ -1,6 +1,7 @@
 #include "kjit/compiler/lowering/attention_modifier.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -16,6 +17,9 @@
 #include "kjit/compiler/passes/pipeline.h"
 #include "kjit/support/error.h"
 #include "kjit/support/hash.h"
+
+#define KJIT_INTERVAL_HOST
+#include "kjit/templates/interval.cuh"
 
 namespace kjit::attention {
 
@@ -143,6 +147,221 @@ double evaluate(const Graph& graph, size_t output, bool score, const ScorePoint&
   return ir::evaluate_point(graph, inputs)[static_cast<size_t>(graph.outputs()[output].second)];
 }
 
+// ---- a mask over a whole tile: interval arithmetic (templates/interval.cuh) ----
+
+// How the positions and operands of a mask range over a tile.
+enum class InputRange { Queries, Keys, Head, PerHeadOperand, Unknown };
+
+InputRange input_range(const Node& input, const std::vector<ModifierOperand>& operands) {
+  if (input.name == "q_idx") return InputRange::Queries;
+  if (input.name == "kv_idx") return InputRange::Keys;
+  if (input.name == "head") return InputRange::Head;
+  for (const ModifierOperand& o : operands)
+    if (o.name == input.name && o.kind == ModifierOperandKind::PerHead)
+      return InputRange::PerHeadOperand;
+  return InputRange::Unknown;  // an operand per position: any of its values
+}
+
+bool integral(DType dtype) {
+  return dtype == DType::I32 || dtype == DType::Bool;
+}
+
+// The interval.cuh function an op maps to, and how many operands it takes; nullptr
+// for ops it does not know (their range is unbounded).
+const char* interval_function(const Node& n) {
+  switch (n.op) {
+    case ir::OpCode::Neg:
+      return "neg";
+    case ir::OpCode::Abs:
+      return "abs";
+    case ir::OpCode::Relu:
+      return "relu";
+    case ir::OpCode::Floor:
+      return "floor";
+    case ir::OpCode::Ceil:
+      return "ceil";
+    case ir::OpCode::Add:
+      return "add";
+    case ir::OpCode::Sub:
+      return "sub";
+    case ir::OpCode::Mul:
+      return "mul";
+    case ir::OpCode::Div:
+      return "div";
+    case ir::OpCode::Max:
+      return "max";
+    case ir::OpCode::Min:
+      return "min";
+    case ir::OpCode::Lt:
+      return "lt";
+    case ir::OpCode::Le:
+      return "le";
+    case ir::OpCode::Gt:
+      return "gt";
+    case ir::OpCode::Ge:
+      return "ge";
+    case ir::OpCode::Eq:
+      return "eq";
+    case ir::OpCode::Ne:
+      return "ne";
+    case ir::OpCode::Select:
+      return "select";
+    case ir::OpCode::Fma:
+      return "fma";
+    case ir::OpCode::Cast:
+      return n.cast_to == DType::Bool ? "to_bool" : n.cast_to == DType::I32 ? "to_int" : "same";
+    default:
+      return nullptr;
+  }
+}
+
+namespace iv = kjit::interval;
+
+// The host's evaluation of one op (the same calls the device code makes).
+iv::Range range_of_op(const Node& n, const std::vector<iv::Range>& r) {
+  const auto a = [&](size_t i) { return r[static_cast<size_t>(n.operands[i])]; };
+  switch (n.op) {
+    case ir::OpCode::Neg:
+      return iv::neg(a(0));
+    case ir::OpCode::Abs:
+      return iv::abs(a(0));
+    case ir::OpCode::Relu:
+      return iv::relu(a(0));
+    case ir::OpCode::Floor:
+      return iv::floor(a(0));
+    case ir::OpCode::Ceil:
+      return iv::ceil(a(0));
+    case ir::OpCode::Add:
+      return iv::add(a(0), a(1));
+    case ir::OpCode::Sub:
+      return iv::sub(a(0), a(1));
+    case ir::OpCode::Mul:
+      return iv::mul(a(0), a(1));
+    case ir::OpCode::Div:
+      return iv::div(a(0), a(1), integral(n.dtype));
+    case ir::OpCode::Max:
+      return iv::max(a(0), a(1));
+    case ir::OpCode::Min:
+      return iv::min(a(0), a(1));
+    case ir::OpCode::Lt:
+      return iv::lt(a(0), a(1));
+    case ir::OpCode::Le:
+      return iv::le(a(0), a(1));
+    case ir::OpCode::Gt:
+      return iv::gt(a(0), a(1));
+    case ir::OpCode::Ge:
+      return iv::ge(a(0), a(1));
+    case ir::OpCode::Eq:
+      return iv::eq(a(0), a(1));
+    case ir::OpCode::Ne:
+      return iv::ne(a(0), a(1));
+    case ir::OpCode::Select:
+      return iv::select(a(0), a(1), a(2));
+    case ir::OpCode::Fma:
+      return iv::fma(a(0), a(1), a(2));
+    case ir::OpCode::Cast:
+      return n.cast_to == DType::Bool  ? iv::to_bool(a(0))
+             : n.cast_to == DType::I32 ? iv::to_int(a(0))
+                                       : a(0);
+    default:
+      return iv::unknown();
+  }
+}
+
+TileState classify(const Graph& graph, const std::vector<ModifierOperand>& operands,
+                   const TileBox& box) {
+  std::vector<iv::Range> r(graph.nodes().size(), iv::unknown());
+  for (size_t id = 0; id < graph.nodes().size(); ++id) {
+    const Node& n = graph.nodes()[id];
+    if (n.op == ir::OpCode::Input) {
+      switch (input_range(n, operands)) {
+        case InputRange::Queries:
+          r[id] = iv::between(static_cast<double>(box.q_lo), static_cast<double>(box.q_hi));
+          break;
+        case InputRange::Keys:
+          r[id] = iv::between(static_cast<double>(box.kv_lo), static_cast<double>(box.kv_hi));
+          break;
+        case InputRange::Head:
+          r[id] = iv::exact(static_cast<double>(box.head));
+          break;
+        case InputRange::PerHeadOperand:
+          for (size_t i = 0; i < operands.size(); ++i)
+            if (operands[i].name == n.name && i < box.operands.size())
+              r[id] = iv::exact(ir::round_to(n.dtype, box.operands[i]));
+          break;
+        case InputRange::Unknown:
+          break;
+      }
+    } else if (n.op == ir::OpCode::Const) {
+      r[id] = iv::exact(n.value);
+    } else {
+      r[id] = iv::result(range_of_op(n, r), integral(n.dtype));
+    }
+  }
+  return static_cast<TileState>(iv::tile_state(r[static_cast<size_t>(graph.outputs()[0].second)]));
+}
+
+// kjit_mask_tile: the same evaluation as device code, one line per op.
+std::string emit_tile_function(const Graph& graph, const std::vector<ModifierOperand>& operands) {
+  std::string parameters = "int q_lo, int q_hi, int kv_lo, int kv_hi, int head";
+  for (const ModifierOperand& o : operands)
+    if (o.kind == ModifierOperandKind::PerHead)
+      parameters += fmt::format(", {} in_{}", ir::compute_type(o.dtype), o.name);
+  std::string body;
+  for (size_t id = 0; id < graph.nodes().size(); ++id) {
+    const Node& n = graph.nodes()[id];
+    std::string value;
+    if (n.op == ir::OpCode::Input) {
+      switch (input_range(n, operands)) {
+        case InputRange::Queries:
+          value = "between(q_lo, q_hi)";
+          break;
+        case InputRange::Keys:
+          value = "between(kv_lo, kv_hi)";
+          break;
+        case InputRange::Head:
+          value = "exact(head)";
+          break;
+        case InputRange::PerHeadOperand:
+          value = "exact(in_" + n.name + ")";
+          break;
+        case InputRange::Unknown:
+          value = "unknown()";
+          break;
+      }
+      body += fmt::format("  const Range r{} = {};  // {}\n", id, value, n.name);
+      continue;
+    }
+    if (n.op == ir::OpCode::Const) {
+      body += fmt::format("  const Range r{} = exact({:.17g});\n", id, n.value);
+      continue;
+    }
+    const char* function = interval_function(n);
+    std::string call;
+    if (function == nullptr) {
+      call = "unknown()";
+    } else if (std::string(function) == "same") {
+      call = fmt::format("r{}", n.operands[0]);
+    } else {
+      std::vector<std::string> args;
+      for (int operand : n.operands) args.push_back(fmt::format("r{}", operand));
+      if (n.op == ir::OpCode::Div) args.push_back(integral(n.dtype) ? "true" : "false");
+      call = fmt::format("{}({})", function, fmt::join(args, ", "));
+    }
+    body += fmt::format("  const Range r{} = result({}, {});  // {}\n", id, call,
+                        integral(n.dtype) ? "true" : "false", ir::op_info(n.op).name);
+  }
+  return fmt::format(
+      "#include \"kjit/interval.cuh\"\n\n"
+      "// The mask over a whole tile of queries [q_lo, q_hi] x keys [kv_lo, kv_hi], by\n"
+      "// interval arithmetic (templates/interval.cuh): 0, it keeps none of the tile's\n"
+      "// scores (the tile is skipped); 2, all of them (no score is tested); 1, some.\n"
+      "__device__ __forceinline__ int kjit_mask_tile({}) {{\n"
+      "  using namespace kjit::interval;\n{}"
+      "  return tile_state(r{});\n}}\n",
+      parameters, body, graph.outputs()[0].second);
+}
+
 Modifier make(const std::string& text, bool score) {
   Modifier m;
   m.text = text;
@@ -180,6 +399,10 @@ Modifier make(const std::string& text, bool score) {
                    parameters, arguments);
     m.reference = [mask](const ScorePoint& p) {
       return evaluate(mask, 0, false, p) != 0 ? 1.0 : 0.0;
+    };
+    m.source += "\n" + emit_tile_function(mask, m.operands);
+    m.tile = [mask, operands = m.operands](const TileBox& box) {
+      return classify(mask, operands, box);
     };
   }
   return m;

@@ -47,6 +47,16 @@ struct ScorePoint {
   std::vector<double> operands;
 };
 
+// A tile of scores: queries [q_lo, q_hi] by keys [kv_lo, kv_hi] of one head, and
+// the per-head operands' values there (in `operands` order; others are ignored).
+struct TileBox {
+  int64_t q_lo = 0, q_hi = 0, kv_lo = 0, kv_hi = 0, head = 0;
+  std::vector<double> operands;
+};
+// What a mask says of a tile (templates/interval.cuh): it keeps none of its scores,
+// some (or cannot tell), or all.
+enum class TileState { None = 0, Some = 1, All = 2 };
+
 struct Modifier {
   std::string text;       // as written
   std::string canonical;  // the optimized graph's text form: equal modifiers, equal text
@@ -58,6 +68,12 @@ struct Modifier {
   std::string source;
   std::function<double(const ScorePoint&)> reference;  // the value (a mask: 1 or 0)
   std::function<double(const ScorePoint&)> gradient;   // d value / ds (score modifiers)
+  // Mask modifiers: kjit_mask_tile(q_lo, q_hi, kv_lo, kv_hi, head, the per-head
+  // operands' values), the mask evaluated over a whole tile with interval arithmetic
+  // (templates/interval.cuh), 0 / 1 / 2 as TileState: the kernels skip the tiles it
+  // keeps nothing of and test no score of the tiles it keeps whole. In `source`; and
+  // the same analysis on the host, for the tests.
+  std::function<TileState(const TileBox&)> tile;
 };
 
 // At most this many extra operands per modifier, and per kernel (both modifiers:

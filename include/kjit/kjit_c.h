@@ -138,6 +138,12 @@ typedef struct kjit_attention_problem {
   const int64_t* seqlens_q;
   const int64_t* seqlens_k;
   int sequences;
+  /* Score and mask modifiers in kjit's IR (NULL or "": none), fused into every kernel:
+   * score_mod maps s = scale * q.k to the score the softmax sees ("tanh(s / 50) * 50"),
+   * mask_mod keeps the scores where it is nonzero ("kv_idx <= q_idx"). Both read q_idx,
+   * kv_idx, head and operands ("slope:f32[heads]; s - slope * abs(q_idx - kv_idx)"). */
+  const char* score_mod;
+  const char* mask_mod;
 } kjit_attention_problem;
 typedef struct kjit_attention_strides {
   int64_t batch, seq, head; /* in elements; 0: packed BSHD ([batch, seq, heads, head_dim]) */
@@ -146,6 +152,10 @@ typedef struct kjit_attention_args {
   uint64_t q, k, v, o; /* 16-byte aligned; the head dim contiguous */
   uint64_t lse;        /* f32 [batch, heads, seq_q] ([heads, tokens] packed); 0: not written */
   kjit_attention_strides q_strides, k_strides, v_strides, o_strides;
+  /* The modifiers' operands, the score modifier's first, in the order they name them:
+   * device arrays of their dtype, [heads], [seq_q] or [seq_k]. */
+  const uint64_t* modifier_operands;
+  int modifier_operand_count;
 } kjit_attention_args;
 typedef struct kjit_attention kjit_attention;
 /* The config comes from the tuner (the store's tuning, else the model); compiles now. */
@@ -165,6 +175,8 @@ typedef struct kjit_attention_backward_args {
   uint64_t dq, dk, dv; /* outputs, the problem's dtype, laid out like q, k, v */
   kjit_attention_strides q_strides, k_strides, v_strides, o_strides;
   kjit_attention_strides do_strides, dq_strides, dk_strides, dv_strides;
+  const uint64_t* modifier_operands; /* as in kjit_attention_args */
+  int modifier_operand_count;
 } kjit_attention_backward_args;
 typedef struct kjit_attention_backward kjit_attention_backward;
 /* The problem as for kjit_attention_create; the config is the tuner's for its backward pass. */

@@ -80,7 +80,8 @@ class _AttentionProblem(ctypes.Structure):
                 ("dtype", ctypes.c_int), ("causal", ctypes.c_int), ("windowed", ctypes.c_int),
                 ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
                 ("scale", ctypes.c_double), ("seqlens_q", ctypes.POINTER(ctypes.c_int64)),
-                ("seqlens_k", ctypes.POINTER(ctypes.c_int64)), ("sequences", ctypes.c_int)]
+                ("seqlens_k", ctypes.POINTER(ctypes.c_int64)), ("sequences", ctypes.c_int),
+                ("score_mod", ctypes.c_char_p), ("mask_mod", ctypes.c_char_p)]
 
 
 class _AttentionStrides(ctypes.Structure):
@@ -91,14 +92,18 @@ class _AttentionArgs(ctypes.Structure):
     _fields_ = [("q", ctypes.c_uint64), ("k", ctypes.c_uint64), ("v", ctypes.c_uint64),
                 ("o", ctypes.c_uint64), ("lse", ctypes.c_uint64),
                 ("q_strides", _AttentionStrides), ("k_strides", _AttentionStrides),
-                ("v_strides", _AttentionStrides), ("o_strides", _AttentionStrides)]
+                ("v_strides", _AttentionStrides), ("o_strides", _AttentionStrides),
+                ("modifier_operands", ctypes.POINTER(ctypes.c_uint64)),
+                ("modifier_operand_count", ctypes.c_int)]
 
 
 class _AttentionBackwardArgs(ctypes.Structure):
     _fields_ = ([(name, ctypes.c_uint64) for name in
                  ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv")] +
                 [(name + "_strides", _AttentionStrides) for name in
-                 ("q", "k", "v", "o", "do", "dq", "dk", "dv")])
+                 ("q", "k", "v", "o", "do", "dq", "dk", "dv")] +
+                [("modifier_operands", ctypes.POINTER(ctypes.c_uint64)),
+                 ("modifier_operand_count", ctypes.c_int)])
 
 
 _UNIT_STRIDE = (ctypes.c_int64 * 1)(1)
@@ -215,7 +220,7 @@ def compile(expression, dtype="f32", n=1 << 20, arch="sm_90"):  # noqa: A001 (kj
 
 
 def _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window,
-                       scale):
+                       scale, score_mod=None, mask_mod=None):
     problem = _AttentionProblem()
     problem.batch, problem.heads = batch, heads
     problem.kv_heads = kv_heads or heads
@@ -228,16 +233,20 @@ def _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, ca
         problem.window_left = -1 if left is None else left
         problem.window_right = -1 if right is None else right
     problem.scale = scale or 0.0
+    problem.score_mod = score_mod.encode() if score_mod else None
+    problem.mask_mod = mask_mod.encode() if mask_mod else None
     return problem
 
 
 def emit_attention(seq_q, heads=1, head_dim=128, batch=1, kv_heads=None, seq_k=None,
-                   dtype="bf16", causal=False, window=None, scale=None, gpu=None):
+                   dtype="bf16", causal=False, window=None, scale=None, gpu=None,
+                   score_mod=None, mask_mod=None):
     """The CUDA C of the flash-attention kernel kjit runs for this problem on `gpu`
     ("h200", "h100", "a100"; None: GPU 0, else an H200). `window`: (left, right) keys
-    around the diagonal, None for unbounded. No GPU needed."""
+    around the diagonal, None for unbounded. `score_mod`, `mask_mod`: modifiers in
+    kjit's IR (e.g. "tanh(s / 50) * 50", "kv_idx <= q_idx"). No GPU needed."""
     problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
-                                 window, scale)
+                                 window, scale, score_mod, mask_mod)
     source = ctypes.c_void_p()
     _check(_at_emit(ctypes.byref(problem), gpu.encode() if gpu else None, ctypes.byref(source)))
     try:

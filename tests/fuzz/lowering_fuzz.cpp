@@ -115,6 +115,30 @@ void lower_as_modifiers(const std::string& text) {
     point.operands.assign(m.operands.size(), 0.5);
     m.reference(point);
     if (score) m.gradient(point);
+    if (score) continue;
+    // The mask over a tile (interval arithmetic) is sound on a few tiles of 8 x 8:
+    // None only if no score of it is kept, All only if every one is.
+    if (!m.tile) std::abort();
+    const int64_t shift = static_cast<int64_t>(text.size() % 97);
+    for (const auto& [q0, kv0] : {std::pair<int64_t, int64_t>{0, 0},
+                                  {shift, 0},
+                                  {0, shift},
+                                  {300 + shift, 290},
+                                  {1000, 1000 + shift}}) {
+      kjit::attention::TileBox box{q0, q0 + 7, kv0, kv0 + 7, 1, point.operands};
+      bool any = false, all = true;
+      for (point.q_idx = box.q_lo; point.q_idx <= box.q_hi; ++point.q_idx) {
+        for (point.kv_idx = box.kv_lo; point.kv_idx <= box.kv_hi; ++point.kv_idx) {
+          const bool kept = m.reference(point) != 0;
+          any = any || kept;
+          all = all && kept;
+        }
+      }
+      const kjit::attention::TileState state = m.tile(box);
+      if ((state == kjit::attention::TileState::None && any) ||
+          (state == kjit::attention::TileState::All && !all))
+        std::abort();
+    }
   }
 }
 

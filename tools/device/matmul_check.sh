@@ -18,20 +18,7 @@ while [[ $# -gt 0 ]]; do
 done
 mkdir -p "$out"
 export KJIT_REQUIRE_GPU=1
-summary=()
-failed=0
-step() {  # step NAME COMMAND...
-  local name=$1; shift
-  local start=$SECONDS
-  echo "=== $name: $*"
-  if "$@" >"$out/$name.log" 2>&1; then
-    summary+=("$(printf '%-18s PASS (%ds)' "$name" $((SECONDS - start)))")
-  else
-    summary+=("$(printf '%-18s FAIL (exit %d, %ds, see %s.log)' "$name" $? $((SECONDS - start)) "$name")")
-    failed=1
-  fi
-  tail -n 40 "$out/$name.log"
-}
+source "$(dirname "$0")/step.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>/dev/null || true
 step gpu_tests "$build/tests/gpu/kjit_gpu_tests" --gtest_filter='MatmulGpu*' \
   --gtest_output=json:"$out/matmul_gpu_tests.json"

@@ -1,6 +1,7 @@
 // Attention score and mask modifiers in kjit's IR: their device functions (checked
 // by NVRTC here, without a GPU), their fp64 twins and derivatives, the errors, and
 // how a problem carries them into its kernels.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -206,6 +207,85 @@ TEST(AttentionModifier, HostTwinsReadTheOperands) {
   } else {
     EXPECT_TRUE(std::isfinite(lse));
   }
+}
+
+// The mask over a whole tile (interval arithmetic, templates/interval.cuh) is sound:
+// a tile it says the mask keeps nothing of has no kept score, one it says the mask
+// keeps whole has no masked score; checked against every score of random tiles. And
+// it is sharp enough to skip: a sliding window's far tiles are None, its inner All.
+TEST(AttentionModifier, TileStatesAreSoundAndSkipTheFarTiles) {
+  const char* const masks[] = {
+      "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)",
+      "kv_idx <= q_idx + 300 - 1000",
+      "abs(q_idx - kv_idx) < 40",
+      "(kv_idx < q_idx - 40) + (kv_idx > q_idx - 20)",
+      "limit:i32[heads]; kv_idx < limit",
+      "w:f32[heads]; q_idx * w < kv_idx",
+      "q_idx * 0.37 >= kv_idx - 3.5",
+      "max(q_idx - 100, 0) <= min(kv_idx, 500)",
+      "select(q_idx > 500, kv_idx < 200, kv_idx >= 200)",
+      "floor(q_idx / 64) == floor(kv_idx / 64)",
+      "cast(q_idx / 7, i32) != cast(kv_idx / 7, i32)",
+      "doc:i32[q]; kv_idx < doc",  // per-position: unknown over a tile
+      "exp(q_idx * 0.001) > 1.5",  // an op it does not know: never None or All
+  };
+  uint64_t state = 12345;
+  auto random = [&](int64_t bound) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(bound));
+  };
+  for (const char* text : masks) {
+    SCOPED_TRACE(text);
+    const Modifier m = mask_mod_from_ir(text);
+    ASSERT_TRUE(m.tile);
+    EXPECT_NE(m.source.find("__device__ __forceinline__ int kjit_mask_tile("), std::string::npos);
+    int decided = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      TileBox box;
+      const int64_t size = 1 + random(64);
+      box.q_lo = random(1200);
+      box.q_hi = box.q_lo + random(size);
+      box.kv_lo = random(1200);
+      box.kv_hi = box.kv_lo + random(size);
+      box.head = random(4);
+      ScorePoint p;
+      p.head = box.head;
+      for (const ModifierOperand& o : m.operands) {
+        const double v = o.dtype == ir::DType::I32 ? static_cast<double>(random(1200))
+                                                   : 0.25 + static_cast<double>(random(100)) / 50;
+        box.operands.push_back(v);
+        p.operands.push_back(v);
+      }
+      bool any = false, all = true;
+      for (p.q_idx = box.q_lo; p.q_idx <= box.q_hi; ++p.q_idx) {
+        for (p.kv_idx = box.kv_lo; p.kv_idx <= box.kv_hi; ++p.kv_idx) {
+          // A per-position operand varies along the tile: any value.
+          if (!m.operands.empty() && m.operands[0].kind != ModifierOperandKind::PerHead)
+            p.operands[0] = static_cast<double>(random(1200));
+          const bool kept = m.reference(p) != 0;
+          any = any || kept;
+          all = all && kept;
+        }
+      }
+      const TileState got = m.tile(box);
+      const std::string where =
+          fmt::format("q {}..{} kv {}..{}", box.q_lo, box.q_hi, box.kv_lo, box.kv_hi);
+      EXPECT_TRUE(got != TileState::None || !any) << "None, but a score is kept: " << where;
+      EXPECT_TRUE(got != TileState::All || all) << "All, but a score is masked: " << where;
+      decided += got != TileState::Some;
+    }
+    const std::string t = text;
+    if (t.find("doc") != std::string::npos || t.find("exp") != std::string::npos) {
+      EXPECT_EQ(decided, 0);
+    } else {
+      EXPECT_GT(decided, 100);  // most random tiles are decided
+    }
+  }
+  const Modifier window = mask_mod_from_ir("(kv_idx <= q_idx) * (q_idx - kv_idx < 256)");
+  EXPECT_EQ(window.tile({1000, 1063, 0, 63, 0, {}}), TileState::None);       // far behind
+  EXPECT_EQ(window.tile({1000, 1063, 1064, 1127, 0, {}}), TileState::None);  // the future
+  EXPECT_EQ(window.tile({1000, 1063, 850, 913, 0, {}}), TileState::All);     // inside
+  EXPECT_EQ(window.tile({1000, 1063, 1000, 1063, 0, {}}), TileState::Some);  // the diagonal
 }
 
 }  // namespace

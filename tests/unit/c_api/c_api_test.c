@@ -75,6 +75,18 @@ int main(void) {
   CHECK(kjit_attention_emit(&attention, "a100", &source) == KJIT_OK);
   CHECK(source != NULL && strstr(source, "FlashForward<") != NULL);
   kjit_free(source);
+  /* Score and mask modifiers in the IR: fused, with the skip of masked tiles. */
+  attention.score_mod = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
+  attention.mask_mod = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
+  CHECK(source != NULL && strstr(source, "kjit_modifiers>") != NULL);
+  CHECK(strstr(source, "int kjit_mask_tile(") != NULL);
+  kjit_free(source);
+  attention.mask_mod = "kv_idx <= s";
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "reads s") != NULL);
+  attention.score_mod = NULL;
+  attention.mask_mod = NULL;
   int64_t lengths[3] = {1, 7, 300};
   attention.seqlens_q = lengths;
   attention.sequences = 3;
