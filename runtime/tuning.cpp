@@ -205,8 +205,10 @@ class AttentionHarness : public tuner::Harness {
     o_count_ = static_cast<size_t>(p.total_q() * p.heads * p.head_dim);
     o_ = cuda::DeviceBuffer(o_count_ * 2);
     lse_ = cuda::DeviceBuffer(static_cast<size_t>(p.total_q() * p.heads) * 4);
+    operands_ = attention::upload_operands(host_);  // the modifiers', shared by the sets
     for (int s = 0; s < sets; ++s) {
       attention::Tensors t;
+      t.modifier_operands = operands_.pointers();
       t.q = upload(q);
       t.k = upload(k);
       t.v = upload(v);
@@ -249,6 +251,7 @@ class AttentionHarness : public tuner::Harness {
   std::vector<attention::Sample> samples_;
   std::vector<cuda::DeviceBuffer> buffers_;
   std::vector<attention::Tensors> sets_;
+  attention::DeviceOperands operands_;
   cuda::DeviceBuffer o_, lse_;
   size_t o_count_ = 0;
 };
@@ -287,8 +290,10 @@ class AttentionBackwardHarness : public tuner::Harness {
     forward_problem.backward = false;
     attention::Attention forward(runtime, forward_problem);
     cuda::Stream stream;
+    operands_ = attention::upload_operands(host_);  // the modifiers', shared by the sets
     for (int s = 0; s < sets; ++s) {
       attention::BackwardTensors t;
+      t.modifier_operands = operands_.pointers();
       t.q = upload(q);
       t.k = upload(k);
       t.v = upload(v);
@@ -298,7 +303,13 @@ class AttentionBackwardHarness : public tuner::Harness {
       t.dq = dq_.get();
       t.dk = dk_.get();
       t.dv = dv_.get();
-      forward.launch({.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse}, stream.get());
+      forward.launch({.q = t.q,
+                      .k = t.k,
+                      .v = t.v,
+                      .o = t.o,
+                      .lse = t.lse,
+                      .modifier_operands = t.modifier_operands},
+                     stream.get());
       sets_.push_back(t);
     }
     stream.synchronize();
@@ -338,6 +349,7 @@ class AttentionBackwardHarness : public tuner::Harness {
   std::vector<std::pair<int64_t, int64_t>> groups_;
   std::vector<cuda::DeviceBuffer> buffers_;
   std::vector<attention::BackwardTensors> sets_;
+  attention::DeviceOperands operands_;
   cuda::DeviceBuffer dq_, dk_, dv_;
   size_t q_count_ = 0, kv_count_ = 0;
 };

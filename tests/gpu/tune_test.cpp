@@ -13,6 +13,7 @@
 #include "kjit/runtime/elementwise.h"
 #include "kjit/runtime/matmul.h"
 #include "kjit/runtime/tuning.h"
+#include "kjit/tuner/attention_space.h"
 #include "kjit/tuner/elementwise_space.h"
 #include "kjit/tuner/matmul_space.h"
 #include "kjit/tuner/measure.h"
@@ -88,6 +89,34 @@ TEST_F(TunerGpu, TunedConfigsAreStoredAndChosen) {
   matmul::Matmul tuned(rt, p);
   EXPECT_EQ(tuned.config_source(), "store");
   EXPECT_EQ(tuned.config().to_string(), rt.chooser().choose(mm).config);
+}
+
+// Attention with score and mask modifiers through the tuner's harness: the operands
+// are made and uploaded with the inputs, every measured config passes the check
+// against the fp64 twins, forward and backward.
+TEST_F(TunerGpu, AttentionWithModifiersIsMeasuredAndChecked) {
+  Runtime& rt = runtime();
+  tuner::TuneOptions options;
+  options.top = 2;
+  options.timer.rounds = 2;
+  options.timer.runs_per_round = 3;
+  for (const bool backward : {false, true}) {
+    attention::Problem p;
+    p.batch = 2;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.seq_q = p.seq_k = 700;
+    p.head_dim = 64;
+    p.backward = backward;
+    p.score_mod = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
+    p.mask_mod = "(kv_idx <= q_idx) * (q_idx - kv_idx < 200)";
+    const tuner::AttentionTuning problem(p);
+    SCOPED_TRACE(problem.signature());
+    const tuner::TuneResult r =
+        tuner::tune(problem, rt.chooser(), in_process_measurer(rt), options);
+    ASSERT_FALSE(r.config.empty());
+    for (const tuner::Measured& m : r.trials) EXPECT_TRUE(m.ok()) << m.config << ": " << m.error;
+  }
 }
 
 // Strided inputs through the harness (the coalescing lesson): the values are

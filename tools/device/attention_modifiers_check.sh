@@ -26,7 +26,7 @@ export KJIT_REQUIRE_GPU=1
 source "$(dirname "$0")/step.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>/dev/null || true
 step gpu_tests "$build/tests/gpu/kjit_gpu_tests" \
-  --gtest_filter='AttentionTest.ScoreAndMaskModifiers:AttentionTest.BackwardWithModifiers:AttentionTest.ModifierOperandsAreChecked' \
+  --gtest_filter='AttentionTest.ScoreAndMaskModifiers:AttentionTest.BackwardWithModifiers:AttentionTest.ModifierOperandsAreChecked:TunerGpu.AttentionWithModifiersIsMeasuredAndChecked' \
   --gtest_output=json:"$out/gpu_tests.json"
 
 alibi='slope:f32[heads]; s - slope * abs(q_idx - kv_idx)'
