@@ -62,6 +62,29 @@ TEST(AttentionTuning, SpecAndSignatureRebuildTheProblem) {
   EXPECT_EQ(problem_from_signature("m=1,n=2"), nullptr);
 }
 
+// Modifiers travel in workload specs and make a problem (and its class) of their own;
+// their signature carries only the modifiers' keys, so it does not rebuild the
+// problem (the nearest-tuned search then leaves it to the model).
+TEST(AttentionTuning, ModifiersAreInTheSpecAndTheClass) {
+  attention::Problem p = benchmark_shape(true);
+  p.score_mod = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
+  p.mask_mod = "kv_idx <= q_idx";
+  const AttentionTuning tuning(p);
+  EXPECT_EQ(tuning.spec().at("score_mod"), p.score_mod);
+  EXPECT_EQ(tuning.spec().at("mask_mod"), p.mask_mod);
+  const std::unique_ptr<TuningProblem> from_spec = make_problem(tuning.spec());
+  EXPECT_EQ(from_spec->signature(), tuning.signature());
+  EXPECT_NE(tuning.problem_class(), AttentionTuning(benchmark_shape(true)).problem_class());
+  EXPECT_NE(tuning.signature().find(",mask_mod="), std::string::npos);
+  EXPECT_EQ(problem_from_signature(tuning.signature()), nullptr);
+  using nlohmann::json;
+  EXPECT_THROW(
+      make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"mask_mod", "kv_idx <= s"}}),
+      UserError);
+  EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"score_mod", 3}}),
+               UserError);
+}
+
 TEST(AttentionTuning, BadSpecsAreUserErrors) {
   using nlohmann::json;
   EXPECT_THROW(make_problem(json{{"family", "attention"}}), UserError);  // no seq_q
