@@ -407,15 +407,24 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, efficiency_prior(p, c, device));
   const double sm_rate = rates.tensor_flops_per_sm_clock * rates.sm_clock_hz * out.efficiency;
-  const double tile_seconds =
-      out.work.flops / static_cast<double>(std::max<int64_t>(tiles, 1)) / sm_rate;
+  // A mask modifier: the key tiles its tile analysis lets the kernels skip are not
+  // computed (work() counts every pair: the mask's own are not known).
+  const double visited = attention::mask_tile_fraction(p, query_block, c.bn);
+  const double flops = out.work.flops * visited;
+  out.work.flops = flops;  // what the kernel computes, for the roofline and TFLOP/s
+  if (visited < 1.0)
+    out.notes.push_back(fmt::format(
+        "mask modifier: {:.1f}% of the {}x{} tiles visited (the rest skipped by its tile "
+        "analysis)",
+        100.0 * visited, query_block, c.bn));
+  const double tile_seconds = flops / static_cast<double>(std::max<int64_t>(tiles, 1)) / sm_rate;
   const int64_t tiles_per_sm = ceil_div(tiles, sms);
   const double compute = static_cast<double>(tiles_per_sm) * tile_seconds;
   const double serial = static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
 
   // Memory: Q, K, V, O and the LSE once from DRAM; K and V once per query tile
   // through L2 (the keys each tile sees: the FLOPs say how many).
-  const double kv_reads = out.work.flops / (4.0 * p.head_dim) / c.bm * 2.0 * p.head_dim * 2.0;
+  const double kv_reads = flops / (4.0 * p.head_dim) / c.bm * 2.0 * p.head_dim * 2.0;
   const double memory =
       std::max(out.work.bytes / rates.dram_bytes_per_s, kv_reads / rates.l2_bytes_per_s);
 

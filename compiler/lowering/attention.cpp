@@ -319,6 +319,30 @@ double forward_flops(const Problem& p) {
   return 4.0 * batches * static_cast<double>(p.heads) * pairs * p.head_dim;
 }
 
+double mask_tile_fraction(const Problem& p, int rows, int keys) {
+  if (p.mask_mod.empty() || rows < 1 || keys < 1) return 1.0;
+  const std::shared_ptr<const Modifier> m = cached_mask_mod(p.mask_mod);
+  for (const ModifierOperand& o : m->operands)
+    if (o.kind == ModifierOperandKind::PerHead) return 1.0;
+  const int64_t q_tiles = (p.seq_q + rows - 1) / rows, k_tiles = (p.seq_k + keys - 1) / keys;
+  int64_t visited = 0;
+  for (int64_t i = 0; i < q_tiles; ++i) {
+    TileBox box;
+    box.q_lo = i * rows;
+    box.q_hi = std::min<int64_t>(box.q_lo + rows, p.seq_q) - 1;
+    auto kept = [&](int64_t j) {
+      box.kv_lo = j * keys;
+      box.kv_hi = std::min<int64_t>(box.kv_lo + keys, p.seq_k) - 1;
+      return m->tile(box) != TileState::None;
+    };
+    int64_t begin = 0, end = k_tiles;
+    while (begin < end && !kept(begin)) ++begin;
+    while (end > begin && !kept(end - 1)) --end;
+    visited += end - begin;
+  }
+  return static_cast<double>(visited) / static_cast<double>(q_tiles * k_tiles);
+}
+
 double flops(const Problem& p) {
   return forward_flops(p) * (p.backward ? 2.5 : 1.0);
 }

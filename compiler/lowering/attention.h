@@ -119,6 +119,14 @@ void validate(const Problem& problem, const Config& config);
 // evaluating it at every pair, so they are all counted: with one, TFLOP/s are those
 // of the dense problem (compare times).
 double forward_flops(const Problem& problem);
+// The fraction of the (query tile, key tile) pairs a kernel with `rows` x `keys`
+// tiles visits under the problem's mask modifier: per query tile, from the first to
+// the last key tile the mask may keep (its tile analysis, as the kernels narrow
+// their ranges), over every key tile (the longest sequences, the first head). 1
+// without a mask modifier, or when it reads per-head operands (their values are only
+// known at launch).
+double mask_tile_fraction(const Problem& problem, int rows, int keys);
+
 // What a launch of the problem's pass is credited with: forward_flops, times 2.5
 // for the backward pass (its five products to the forward's two, as FlashAttention
 // counts it; kjit's deterministic backward does seven: see attention_backward.cuh).

@@ -288,5 +288,18 @@ TEST(AttentionModifier, TileStatesAreSoundAndSkipTheFarTiles) {
   EXPECT_EQ(window.tile({1000, 1063, 1000, 1063, 0, {}}), TileState::Some);  // the diagonal
 }
 
+// The model's view of a mask modifier: the fraction of tiles the kernels visit.
+TEST(AttentionModifier, TileFractionFollowsTheMask) {
+  Problem p;
+  p.seq_q = p.seq_k = 8192;
+  EXPECT_EQ(mask_tile_fraction(p, 128, 128), 1.0);
+  p.mask_mod = "kv_idx <= q_idx";  // causal: the diagonal and below, 64 * 65 / 2 of 64 * 64
+  EXPECT_NEAR(mask_tile_fraction(p, 128, 128), 65.0 / 128.0, 1e-9);
+  p.mask_mod = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";  // 1, 2, then 3 key tiles per row tile
+  EXPECT_NEAR(mask_tile_fraction(p, 128, 128), (1 + 2 + 3.0 * 62) / (64 * 64), 1e-9);
+  p.mask_mod = "limit:i32[heads]; kv_idx < limit";  // values known at launch only
+  EXPECT_EQ(mask_tile_fraction(p, 128, 128), 1.0);
+}
+
 }  // namespace
 }  // namespace kjit::attention
