@@ -598,10 +598,11 @@ class Attention:
     the log-sum-exp of every row (float32 [batch, heads, seq_q])."""
 
     def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
-                 causal=False, window=None, scale=None, device=None):
+                 causal=False, window=None, scale=None, device=None, score_mod=None,
+                 mask_mod=None):
         self.device = _device_index(device)
         problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
-                                     window, scale)
+                                     window, scale, score_mod, mask_mod)
         handle = ctypes.c_void_p()
         _check(_at_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
         self._handle = handle
@@ -612,10 +613,11 @@ class Attention:
         if handle:
             _at_destroy(handle)
 
-    def __call__(self, q, k, v, layout="bshd", out=None, lse=None):
+    def __call__(self, q, k, v, layout="bshd", out=None, lse=None, operands=()):
         """q [batch, seq_q, heads, D], k and v [batch, seq_k, kv_heads, D] (layout "bhsd":
         heads before the sequence, as SDPA takes them), any strides with the head dim
-        contiguous. Returns (o, lse), o shaped and laid out like q."""
+        contiguous. `operands`: the modifiers' (see attention()). Returns (o, lse), o
+        shaped and laid out like q."""
         torch = _torch()
         batch, heads, seq_q, _ = self.shape
         if not (q.is_cuda and k.is_cuda and v.is_cuda):
@@ -630,8 +632,10 @@ class Attention:
                 raise UserError("kjit.attention needs the head dim contiguous (stride 1)", 1)
             return _AttentionStrides(*(t.stride(axis) for axis in axes))
 
+        pointers = _operand_pointers(operands)
         args = _AttentionArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                              lse.data_ptr(), strides(q), strides(k), strides(v), strides(o))
+                              lse.data_ptr(), strides(q), strides(k), strides(v), strides(o),
+                              pointers, len(operands))
         _check(_at_launch(self._handle, ctypes.byref(args), _raw_stream(q)))
         return o, lse
 
@@ -641,10 +645,11 @@ class AttentionBackward:
     the forward's log-sum-exp (deterministic: the same bits every run)."""
 
     def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
-                 causal=False, window=None, scale=None, device=None):
+                 causal=False, window=None, scale=None, device=None, score_mod=None,
+                 mask_mod=None):
         self.device = _device_index(device)
         problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
-                                     window, scale)
+                                     window, scale, score_mod, mask_mod)
         handle = ctypes.c_void_p()
         _check(_ab_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
         self._handle = handle
@@ -654,9 +659,9 @@ class AttentionBackward:
         if handle:
             _ab_destroy(handle)
 
-    def __call__(self, q, k, v, o, lse, d_o, layout="bshd"):
-        """The forward's q, k, v, o and lse and the gradient d_o (laid out like o).
-        Returns (dq, dk, dv), laid out like q, k, v."""
+    def __call__(self, q, k, v, o, lse, d_o, layout="bshd", operands=()):
+        """The forward's q, k, v, o and lse (and modifier operands) and the gradient d_o
+        (laid out like o). Returns (dq, dk, dv), laid out like q, k, v."""
         torch = _torch()
         axes = (0, 1, 2) if layout == "bshd" else (0, 2, 1)  # batch, seq, head
 
@@ -676,9 +681,20 @@ class AttentionBackward:
         tensors = (q, k, v, o, d_o, dq, dk, dv)
         args = _AttentionBackwardArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                                       lse.data_ptr(), d_o.data_ptr(), dq.data_ptr(),
-                                      dk.data_ptr(), dv.data_ptr(), *(strides(t) for t in tensors))
+                                      dk.data_ptr(), dv.data_ptr(), *(strides(t) for t in tensors),
+                                      _operand_pointers(operands), len(operands))
         _check(_ab_launch(self._handle, ctypes.byref(args), _raw_stream(q)))
         return dq, dk, dv
+
+
+def _operand_pointers(operands):
+    """The modifiers' operands (CUDA tensors, one per operand the modifiers name, the
+    score modifier's first, each contiguous and of its declared dtype) as the C API's
+    array of device pointers."""
+    for t in operands:
+        if not t.is_cuda or not t.is_contiguous():
+            raise UserError("attention modifier operands are contiguous CUDA tensors", 1)
+    return (ctypes.c_uint64 * max(len(operands), 1))(*(t.data_ptr() for t in operands))
 
 
 _attention_cache = {}
@@ -695,10 +711,10 @@ def _attention_function():
 
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, key, layout):
-            o, lse = _attention_cache[key](q, k, v, layout)
+        def forward(ctx, q, k, v, key, layout, operands):
+            o, lse = _attention_cache[key](q, k, v, layout, operands=operands)
             ctx.save_for_backward(q, k, v, o, lse)
-            ctx.key, ctx.layout = key, layout
+            ctx.key, ctx.layout, ctx.operands = key, layout, operands
             ctx.mark_non_differentiable(lse)
             return o, lse
 
@@ -708,12 +724,12 @@ def _attention_function():
             kernel = _attention_backward_cache.get(ctx.key)
             if kernel is None:
                 batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale, \
-                    device = ctx.key
+                    device, score_mod, mask_mod = ctx.key
                 kernel = _attention_backward_cache[ctx.key] = AttentionBackward(
                     batch, heads, seq_q, head_dim, kv_heads, seq_k, dtype, causal, window, scale,
-                    device)
-            dq, dk, dv = kernel(q, k, v, o, lse, d_o, ctx.layout)
-            return dq, dk, dv, None, None
+                    device, score_mod, mask_mod)
+            dq, dk, dv = kernel(q, k, v, o, lse, d_o, ctx.layout, ctx.operands)
+            return dq, dk, dv, None, None, None
 
     _AttentionFunction = AttentionFunction
     return _AttentionFunction
@@ -722,12 +738,17 @@ def _attention_function():
 _AttentionFunction = None
 
 
-def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd"):
+def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", score_mod=None,
+              mask_mod=None, operands=()):
     """Flash attention (forward) of bfloat16/float16 q, k, v: layout "bshd" ([batch, seq,
     heads, D], the default) or "bhsd" ([batch, heads, seq, D], as SDPA); fewer K/V heads
     than query heads is grouped-query attention. `window`: (left, right) keys around the
-    diagonal (None: unbounded). Returns (o, lse). When q, k or v requires grad, o is
-    differentiable: backward runs kjit's (deterministic) backward kernels."""
+    diagonal (None: unbounded). `score_mod`, `mask_mod`: modifiers in kjit's IR, e.g.
+    score_mod="slope:f32[heads]; s - slope * abs(q_idx - kv_idx)" with
+    operands=(slopes,), a float32 CUDA tensor of one slope per head (the score modifier's
+    operands first, in the order it names them). Returns (o, lse). When q, k or v
+    requires grad, o is differentiable: backward runs kjit's (deterministic) backward
+    kernels, through the score modifier's derivative."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -741,16 +762,19 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd"):
     if dtype is None or k.dtype != q.dtype or v.dtype != q.dtype:
         raise UserError("kjit.attention takes bfloat16 or float16 q, k and v of one dtype", 1)
     key = (batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale,
-           q.get_device())
+           q.get_device(), score_mod, mask_mod)
     kernel = _attention_cache.get(key)
     if kernel is None:
         kernel = _attention_cache[key] = Attention(batch, heads, seq_q, head_dim, kv_heads, seq_k,
-                                                   dtype, causal, window, scale, q.get_device())
+                                                   dtype, causal, window, scale, q.get_device(),
+                                                   score_mod, mask_mod)
+    operands = tuple(operands)
     torch = _torch()
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        # Differentiable: the backward kernels give dq, dk, dv (lse is not differentiated).
-        return _attention_function().apply(q, k, v, key, layout)
-    return kernel(q, k, v, layout)
+        # Differentiable: the backward kernels give dq, dk, dv (lse and the modifiers'
+        # operands are not differentiated).
+        return _attention_function().apply(q, k, v, key, layout, operands)
+    return kernel(q, k, v, layout, operands=operands)
 
 
 def matmul(a, b, epilogue=None, out_dtype=None, **operands):
