@@ -145,23 +145,35 @@ struct NoModifiers {
 // `over_keys`, else queries; `length` positions in all) to those the mask modifier
 // may keep for positions [fixed_lo, fixed_hi] on the other axis, for any of the
 // heads [head0, head0 + heads): fully masked tiles at either end are never loaded.
-// Every thread of a block computes the same range.
+// The 32 lanes of a warp test 32 tiles at once and a ballot finds the first and
+// last kept (a tile-by-tile scan from both ends cost a fifth of a sliding-window
+// kernel at 8k keys: the interval arithmetic is a chain of doubles). Every warp of
+// the block computes the same range, so all its threads must call this together.
 template <typename MOD>
 __device__ __forceinline__ void narrow_tiles(const AttentionArgs& args, bool over_keys,
                                              int fixed_lo, int fixed_hi, int length, int tile,
                                              int head0, int heads, int& begin, int& end) {
   if constexpr (MOD::kMask) {
-    auto may_keep = [&](int t) {
-      const int lo = t * tile, hi = min(lo + tile, length) - 1;
-      for (int h = head0; h < head0 + heads; ++h) {
-        const int state = over_keys ? MOD::tile(args, fixed_lo, fixed_hi, lo, hi, h)
-                                    : MOD::tile(args, lo, hi, fixed_lo, fixed_hi, h);
-        if (state != 0) return true;
+    const int lane = threadIdx.x & 31;
+    int first = end, last = begin - 1;
+    for (int base = begin; base < end; base += 32) {
+      const int t = base + lane;
+      bool kept = false;
+      if (t < end) {
+        const int lo = t * tile, hi = min(lo + tile, length) - 1;
+        for (int h = head0; h < head0 + heads && !kept; ++h) {
+          kept = (over_keys ? MOD::tile(args, fixed_lo, fixed_hi, lo, hi, h)
+                            : MOD::tile(args, lo, hi, fixed_lo, fixed_hi, h)) != 0;
+        }
       }
-      return false;
-    };
-    while (begin < end && !may_keep(begin)) ++begin;
-    while (end > begin && !may_keep(end - 1)) --end;
+      const unsigned lanes = __ballot_sync(0xffffffffu, kept);
+      if (lanes != 0) {
+        if (first == end) first = base + __ffs(lanes) - 1;
+        last = base + 31 - __clz(lanes);
+      }
+    }
+    begin = first;
+    end = last + 1 > first ? last + 1 : first;
   }
 }
 
@@ -386,7 +398,7 @@ struct FlashForward {
       const bool test_mask =
           MOD::kMask && !mask_keeps_all<MOD>(args, warp_first, min(warp_last, seq_q - 1), key0,
                                              min(key0 + BN, seq_k) - 1, head);
-      if (test_mask || crosses_end || crosses_right || crosses_left) {
+      if (crosses_end || crosses_right || crosses_left) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -394,12 +406,25 @@ struct FlashForward {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int key = key0 + n * 8 + 2 * t + (e % 2), row = my_row(m, e / 2);
-              if (!key_visible(args, seq_k, key, row + offset) ||
-                  (test_mask && !MOD::keep(args, row, key, head)))
-                s[m][n][e] = minus_infinity();
+              if (!key_visible(args, seq_k, key, row + offset)) s[m][n][e] = minus_infinity();
             }
           }
         }
+      }
+      // The mask modifier in a loop of its own: one branch around it and a select
+      // per score (in the test above, short-circuit evaluation made a branch per
+      // score; see attention_sm90.cuh).
+      if (test_mask) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const bool keep =
+                  MOD::keep(args, my_row(m, e / 2), key0 + n * 8 + 2 * t + (e % 2), head);
+              s[m][n][e] = keep ? s[m][n][e] : minus_infinity();
+            }
       }
 
       // ---- stage 5: the online softmax update, row by row ----

@@ -376,11 +376,11 @@ struct FlashBackwardKV {
             score = MOD::score(f, score * f.scale, query, key, head);
           }
           float value = exp2f(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
-          if (MOD::kMask || crosses_right || crosses_left) {
-            if (!key_visible(f, seq_k, key, query + offset) ||
-                (MOD::kMask && !MOD::keep(f, query, key, head)))
-              value = 0.0f;
+          if (crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key, query + offset)) value = 0.0f;
           }
+          if constexpr (MOD::kMask)  // a select, not a branch per score
+            value = MOD::keep(f, query, key, head) ? value : 0.0f;
           p[n][e] = value;
         }
       }
@@ -535,11 +535,11 @@ struct FlashBackwardQ {
             score = MOD::score(f, score * f.scale, row(), key(), head);
           }
           float value = exp2f(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
-          if (MOD::kMask || crosses_end || crosses_right || crosses_left) {
-            if (!key_visible(f, seq_k, key(), row() + offset) ||
-                (MOD::kMask && !MOD::keep(f, row(), key(), head)))
-              value = 0.0f;
+          if (crosses_end || crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key(), row() + offset)) value = 0.0f;
           }
+          if constexpr (MOD::kMask)  // a select, not a branch per score
+            value = MOD::keep(f, row(), key(), head) ? value : 0.0f;
           if constexpr (MOD::kScore) value *= slope;
           p[n][e] = value;
         }

@@ -283,11 +283,11 @@ struct FlashBackwardKVSm90 {
             score = MOD::score(f, score * f.scale, query, key, head);
           }
           float p = exp2_approx(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
-          if (MOD::kMask || crosses_right || crosses_left) {
-            if (!key_visible(f, seq_k, key, query + offset) ||
-                (MOD::kMask && !MOD::keep(f, query, key, head)))
-              p = 0.0f;
+          if (crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
           }
+          if constexpr (MOD::kMask)  // a select, not a branch per score
+            p = MOD::keep(f, query, key, head) ? p : 0.0f;
           s_acc[4 * j + e] = p;
         }
         if constexpr (MOD::kScore) {
@@ -523,11 +523,11 @@ struct FlashBackwardQSm90 {
             score = MOD::score(f, score * f.scale, row(), key(), head);
           }
           float p = exp2_approx(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
-          if (MOD::kMask || crosses_end || crosses_right || crosses_left) {
-            if (!key_visible(f, seq_k, key(), row() + offset) ||
-                (MOD::kMask && !MOD::keep(f, row(), key(), head)))
-              p = 0.0f;
+          if (crosses_end || crosses_right || crosses_left) {
+            if (!key_visible(f, seq_k, key(), row() + offset)) p = 0.0f;
           }
+          if constexpr (MOD::kMask)  // a select, not a branch per score
+            p = MOD::keep(f, row(), key(), head) ? p : 0.0f;
           if constexpr (MOD::kScore) p *= slope;
           s_acc[4 * j + e] = p;
         }

@@ -272,7 +272,7 @@ struct FlashForwardSm90 {
       const bool test_mask =
           MOD::kMask && !mask_keeps_all<MOD>(args, group_first, min(group_last, seq_q - 1), key0,
                                              min(key0 + BN, seq_k) - 1, head);
-      if (test_mask || crosses_end || crosses_right || crosses_left) {
+      if (crosses_end || crosses_right || crosses_left) {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -281,11 +281,23 @@ struct FlashForwardSm90 {
             const int rel = key - row - offset;
             const bool visible = key < seq_k &&
                                  (args.window_right < 0 || rel <= args.window_right) &&
-                                 (args.window_left < 0 || rel >= -args.window_left) &&
-                                 (!test_mask || MOD::keep(args, row, key, head));
+                                 (args.window_left < 0 || rel >= -args.window_left);
             if (!visible) s_acc[4 * j + e] = minus_infinity();
           }
         }
+      }
+      // The mask modifier in a loop of its own: one branch around it and a select
+      // per score (in the test above, short-circuit evaluation made a branch per
+      // score: a sliding window's kernel ran 1.7x as long as the built-in window's).
+      if (test_mask) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const bool keep =
+                MOD::keep(args, thread_row0 + 8 * (e / 2), key0 + 8 * j + 2 * t + (e % 2), head);
+            s_acc[4 * j + e] = keep ? s_acc[4 * j + e] : minus_infinity();
+          }
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {

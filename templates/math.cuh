@@ -1,4 +1,5 @@
-// kjit/math.cuh — f32 sine, cosine and gelu for generated kernels, written out.
+// kjit/math.cuh — f32 sine, cosine and gelu for generated kernels, written out, and
+// the hardware's tanh for fast chains.
 //
 // Why not sinf/cosf? They are accurate, but their argument reduction rounds x * 2/pi
 // to an integer with two conversions (F2I, then I2F) that run at a quarter of the
@@ -155,6 +156,16 @@ __device__ __forceinline__ float gelu_f32(float x) {
   xq *= fmaf(-0.5f, l, 1.0f);  // a product, not an FMA: -0 stays -0 where xq underflows
   // 1. x * Phi(x) from x * Phi(-|x|).
   return x < 0.0f ? xq : x - xq;
+}
+
+// ---- tanh by the hardware (a score modifier's fast math) ------------------------
+// One MUFU.TANH instruction (sm_75 on); relative error at most 2^-10.99 (PTX ISA,
+// tanh.approx.f32), exact sign, tanh(+-inf) = +-1. Used where a chain runs once per
+// attention score (compiler/lowering/elementwise.h, ScalarMath::Fast).
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace kjit

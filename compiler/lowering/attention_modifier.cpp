@@ -166,106 +166,59 @@ bool integral(DType dtype) {
   return dtype == DType::I32 || dtype == DType::Bool;
 }
 
-// The interval.cuh function an op maps to, and how many operands it takes; nullptr
-// for ops it does not know (their range is unbounded).
-const char* interval_function(const Node& n) {
-  switch (n.op) {
-    case ir::OpCode::Neg:
-      return "neg";
-    case ir::OpCode::Abs:
-      return "abs";
-    case ir::OpCode::Relu:
-      return "relu";
-    case ir::OpCode::Floor:
-      return "floor";
-    case ir::OpCode::Ceil:
-      return "ceil";
-    case ir::OpCode::Add:
-      return "add";
-    case ir::OpCode::Sub:
-      return "sub";
-    case ir::OpCode::Mul:
-      return "mul";
-    case ir::OpCode::Div:
-      return "div";
-    case ir::OpCode::Max:
-      return "max";
-    case ir::OpCode::Min:
-      return "min";
-    case ir::OpCode::Lt:
-      return "lt";
-    case ir::OpCode::Le:
-      return "le";
-    case ir::OpCode::Gt:
-      return "gt";
-    case ir::OpCode::Ge:
-      return "ge";
-    case ir::OpCode::Eq:
-      return "eq";
-    case ir::OpCode::Ne:
-      return "ne";
-    case ir::OpCode::Select:
-      return "select";
-    case ir::OpCode::Fma:
-      return "fma";
-    case ir::OpCode::Cast:
-      return n.cast_to == DType::Bool ? "to_bool" : n.cast_to == DType::I32 ? "to_int" : "same";
-    default:
-      return nullptr;
-  }
-}
-
 namespace iv = kjit::interval;
+
+// One rule per op the tile analysis knows: the interval.cuh function the device code
+// calls (by name) and the same call on the host (`apply`, over the operands' ranges),
+// so the two evaluations cannot drift apart. Ops without a rule are unbounded.
+struct IntervalRule {
+  const char* function;  // "same": the operand's range unchanged (a cast to float)
+  iv::Range (*apply)(const iv::Range* a, bool integral);
+};
+
+const IntervalRule* interval_rule(const Node& n) {
+  using ir::OpCode;
+  static const std::map<OpCode, IntervalRule> rules = {
+      {OpCode::Neg, {"neg", [](const iv::Range* a, bool) { return iv::neg(a[0]); }}},
+      {OpCode::Abs, {"abs", [](const iv::Range* a, bool) { return iv::abs(a[0]); }}},
+      {OpCode::Relu, {"relu", [](const iv::Range* a, bool) { return iv::relu(a[0]); }}},
+      {OpCode::Floor, {"floor", [](const iv::Range* a, bool) { return iv::floor(a[0]); }}},
+      {OpCode::Ceil, {"ceil", [](const iv::Range* a, bool) { return iv::ceil(a[0]); }}},
+      {OpCode::Add, {"add", [](const iv::Range* a, bool) { return iv::add(a[0], a[1]); }}},
+      {OpCode::Sub, {"sub", [](const iv::Range* a, bool) { return iv::sub(a[0], a[1]); }}},
+      {OpCode::Mul, {"mul", [](const iv::Range* a, bool) { return iv::mul(a[0], a[1]); }}},
+      {OpCode::Div, {"div", [](const iv::Range* a, bool i) { return iv::div(a[0], a[1], i); }}},
+      {OpCode::Max, {"max", [](const iv::Range* a, bool) { return iv::max(a[0], a[1]); }}},
+      {OpCode::Min, {"min", [](const iv::Range* a, bool) { return iv::min(a[0], a[1]); }}},
+      {OpCode::Lt, {"lt", [](const iv::Range* a, bool) { return iv::lt(a[0], a[1]); }}},
+      {OpCode::Le, {"le", [](const iv::Range* a, bool) { return iv::le(a[0], a[1]); }}},
+      {OpCode::Gt, {"gt", [](const iv::Range* a, bool) { return iv::gt(a[0], a[1]); }}},
+      {OpCode::Ge, {"ge", [](const iv::Range* a, bool) { return iv::ge(a[0], a[1]); }}},
+      {OpCode::Eq, {"eq", [](const iv::Range* a, bool) { return iv::eq(a[0], a[1]); }}},
+      {OpCode::Ne, {"ne", [](const iv::Range* a, bool) { return iv::ne(a[0], a[1]); }}},
+      {OpCode::Select,
+       {"select", [](const iv::Range* a, bool) { return iv::select(a[0], a[1], a[2]); }}},
+      {OpCode::Fma, {"fma", [](const iv::Range* a, bool) { return iv::fma(a[0], a[1], a[2]); }}},
+  };
+  // A cast's rule depends on the type it casts to.
+  static const IntervalRule to_bool{"to_bool",
+                                    [](const iv::Range* a, bool) { return iv::to_bool(a[0]); }};
+  static const IntervalRule to_int{"to_int",
+                                   [](const iv::Range* a, bool) { return iv::to_int(a[0]); }};
+  static const IntervalRule same{"same", [](const iv::Range* a, bool) { return a[0]; }};
+  if (n.op == OpCode::Cast)
+    return n.cast_to == DType::Bool ? &to_bool : n.cast_to == DType::I32 ? &to_int : &same;
+  const auto rule = rules.find(n.op);
+  return rule == rules.end() ? nullptr : &rule->second;
+}
 
 // The host's evaluation of one op (the same calls the device code makes).
 iv::Range range_of_op(const Node& n, const std::vector<iv::Range>& r) {
-  const auto a = [&](size_t i) { return r[static_cast<size_t>(n.operands[i])]; };
-  switch (n.op) {
-    case ir::OpCode::Neg:
-      return iv::neg(a(0));
-    case ir::OpCode::Abs:
-      return iv::abs(a(0));
-    case ir::OpCode::Relu:
-      return iv::relu(a(0));
-    case ir::OpCode::Floor:
-      return iv::floor(a(0));
-    case ir::OpCode::Ceil:
-      return iv::ceil(a(0));
-    case ir::OpCode::Add:
-      return iv::add(a(0), a(1));
-    case ir::OpCode::Sub:
-      return iv::sub(a(0), a(1));
-    case ir::OpCode::Mul:
-      return iv::mul(a(0), a(1));
-    case ir::OpCode::Div:
-      return iv::div(a(0), a(1), integral(n.dtype));
-    case ir::OpCode::Max:
-      return iv::max(a(0), a(1));
-    case ir::OpCode::Min:
-      return iv::min(a(0), a(1));
-    case ir::OpCode::Lt:
-      return iv::lt(a(0), a(1));
-    case ir::OpCode::Le:
-      return iv::le(a(0), a(1));
-    case ir::OpCode::Gt:
-      return iv::gt(a(0), a(1));
-    case ir::OpCode::Ge:
-      return iv::ge(a(0), a(1));
-    case ir::OpCode::Eq:
-      return iv::eq(a(0), a(1));
-    case ir::OpCode::Ne:
-      return iv::ne(a(0), a(1));
-    case ir::OpCode::Select:
-      return iv::select(a(0), a(1), a(2));
-    case ir::OpCode::Fma:
-      return iv::fma(a(0), a(1), a(2));
-    case ir::OpCode::Cast:
-      return n.cast_to == DType::Bool  ? iv::to_bool(a(0))
-             : n.cast_to == DType::I32 ? iv::to_int(a(0))
-                                       : a(0);
-    default:
-      return iv::unknown();
-  }
+  const IntervalRule* rule = interval_rule(n);
+  if (rule == nullptr) return iv::unknown();
+  std::vector<iv::Range> a;
+  for (int operand : n.operands) a.push_back(r[static_cast<size_t>(operand)]);
+  return rule->apply(a.data(), integral(n.dtype));
 }
 
 TileState classify(const Graph& graph, const std::vector<ModifierOperand>& operands,
@@ -336,17 +289,17 @@ std::string emit_tile_function(const Graph& graph, const std::vector<ModifierOpe
       body += fmt::format("  const Range r{} = exact({:.17g});\n", id, n.value);
       continue;
     }
-    const char* function = interval_function(n);
+    const IntervalRule* rule = interval_rule(n);
     std::string call;
-    if (function == nullptr) {
+    if (rule == nullptr) {
       call = "unknown()";
-    } else if (std::string(function) == "same") {
+    } else if (std::string(rule->function) == "same") {
       call = fmt::format("r{}", n.operands[0]);
     } else {
       std::vector<std::string> args;
       for (int operand : n.operands) args.push_back(fmt::format("r{}", operand));
       if (n.op == ir::OpCode::Div) args.push_back(integral(n.dtype) ? "true" : "false");
-      call = fmt::format("{}({})", function, fmt::join(args, ", "));
+      call = fmt::format("{}({})", rule->function, fmt::join(args, ", "));
     }
     body += fmt::format("  const Range r{} = result({}, {});  // {}\n", id, call,
                         integral(n.dtype) ? "true" : "false", ir::op_info(n.op).name);
@@ -376,11 +329,12 @@ Modifier make(const std::string& text, bool score) {
     slope.set_outputs({both.outputs()[1]});
     value = ir::optimize(value);
     slope = ir::optimize(slope);
-    m.source =
-        ir::emit_scalar_function(value, 0, "kjit_score_mod", "Score modifier kjit_score_mod") +
-        "\n" +
-        ir::emit_scalar_function(slope, 0, "kjit_score_mod_grad",
-                                 "Its derivative with respect to s, kjit_score_mod_grad");
+    m.source = ir::emit_scalar_function(value, 0, "kjit_score_mod", "Score modifier kjit_score_mod",
+                                        ir::ScalarMath::Fast) +
+               "\n" +
+               ir::emit_scalar_function(slope, 0, "kjit_score_mod_grad",
+                                        "Its derivative with respect to s, kjit_score_mod_grad",
+                                        ir::ScalarMath::Fast);
     m.reference = [value](const ScorePoint& p) { return evaluate(value, 0, true, p); };
     m.gradient = [slope](const ScorePoint& p) { return evaluate(slope, 0, true, p); };
   } else {

@@ -184,7 +184,8 @@ std::string replace_operands(std::string spelling, const std::vector<std::string
 }
 
 // The C expression that computes a node from its operands.
-std::string node_expression(const Graph& graph, int id, const std::vector<std::string>& names) {
+std::string node_expression(const Graph& graph, int id, const std::vector<std::string>& names,
+                            ScalarMath math) {
   const Node& n = graph.node(id);
   const OpInfo& info = op_info(n.op);
   std::string result_type = compute_type(n.dtype);
@@ -221,6 +222,11 @@ std::string node_expression(const Graph& graph, int id, const std::vector<std::s
     if (exponent.op == OpCode::Const && exponent.value == 2.0)
       return operands[0] + " * " + operands[0];
   }
+  if (math == ScalarMath::Fast && result_type == "float") {
+    // One MUFU instruction each where the exact forms take a subroutine (see ScalarMath).
+    if (n.op == OpCode::Tanh) return replace_operands("kjit::tanh_approx({0})", operands);
+    if (n.op == OpCode::Div) return replace_operands("__fdividef({0}, {1})", operands);
+  }
   const char* spelling = result_type == "int" && info.cuda_int ? info.cuda_int : info.cuda_float;
   return replace_operands(spelling, operands);
 }
@@ -236,7 +242,7 @@ std::string variable_name(const std::string& ir_name) {
 }  // namespace
 
 std::string emit_chain_statements(const Graph& graph, const std::string& indent,
-                                  std::vector<std::string>* result_names) {
+                                  std::vector<std::string>* result_names, ScalarMath math) {
   std::vector<std::string> names(graph.nodes().size());
   // sin(v) and cos(v) of one value share their argument reduction, the costly
   // part of both: such pairs are emitted as one kjit::sincos_f32() call.
@@ -291,7 +297,7 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
     }
     out += indent + "// " + describe(id) + "\n";
     out += fmt::format("{}const {} {} = {};\n", indent, compute_type(n.dtype), names[i],
-                       node_expression(graph, id, names));
+                       node_expression(graph, id, names, math));
   }
   if (result_names) {
     result_names->clear();
@@ -302,7 +308,7 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
 }
 
 std::string emit_scalar_function(const Graph& graph, int output, const std::string& function_name,
-                                 const std::string& title) {
+                                 const std::string& title, ScalarMath math) {
   if (output < 0 || output >= static_cast<int>(graph.outputs().size()))
     throw InternalError("emit_scalar_function: no output " + std::to_string(output));
   std::string parameters;
@@ -312,7 +318,7 @@ std::string emit_scalar_function(const Graph& graph, int output, const std::stri
         fmt::format("{}{} in_{}", parameters.empty() ? "" : ", ", compute_type(n.dtype), n.name);
   }
   std::vector<std::string> results;
-  std::string body = emit_chain_statements(graph, "  ", &results);
+  std::string body = emit_chain_statements(graph, "  ", &results, math);
   const Node& out = graph.node(graph.outputs()[static_cast<size_t>(output)].second);
   const std::string type = is_floating(out.dtype) ? "float" : compute_type(out.dtype);
   std::string result = convert(results[static_cast<size_t>(output)], compute_type(out.dtype), type);

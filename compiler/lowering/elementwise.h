@@ -113,6 +113,14 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
 // The text is stable: the same graph gives the same function.
 std::string emit_epilogue_function(const Graph& graph, const std::string& function_name);
 
+// How a fused chain evaluates float math. Exact: as the elementwise family does (IEEE
+// division, tanhf: the results an fp64 check expects to a few ulps). Fast: division
+// by __fdividef (2 ulps) and tanh by the hardware's tanh.approx.f32 (one MUFU
+// instruction, relative error 2^-10.99 by the PTX ISA), for a score modifier run
+// once per attention score beside the tensor cores, where the exact subroutines
+// halved the kernel's speed and the error stays below the bf16 rounding of P.
+enum class ScalarMath { Exact, Fast };
+
 // Output `output` of the graph as a device function over named scalar values, for
 // fusing into another kernel (an attention score or mask modifier): the parameters
 // are the inputs in declaration order, each in its compute type (float for f32, f16
@@ -122,13 +130,14 @@ std::string emit_epilogue_function(const Graph& graph, const std::string& functi
 //   //   <the graph's text>
 //   __device__ __forceinline__ float NAME(float in_s, int in_q_idx) { ... }
 std::string emit_scalar_function(const Graph& graph, int output, const std::string& function_name,
-                                 const std::string& title);
+                                 const std::string& title, ScalarMath math = ScalarMath::Exact);
 
 // The body of the chain: one `const <type> t<id> = ...;` line per op, each under a
 // comment naming the IR op; inputs are read as `in_<name>` (in their compute
 // type). Returns the lines, each prefixed with `indent`; `result_names` gets the
 // C expression of each output, in output order.
 std::string emit_chain_statements(const Graph& graph, const std::string& indent,
-                                  std::vector<std::string>* result_names);
+                                  std::vector<std::string>* result_names,
+                                  ScalarMath math = ScalarMath::Exact);
 
 }  // namespace kjit::ir

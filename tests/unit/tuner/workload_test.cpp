@@ -70,7 +70,7 @@ TEST(Workload, ShippedWorkloadsParse) {
     EXPECT_FALSE(parse_workload(text, entry.path().string()).empty());
     ++files;
   }
-  EXPECT_GE(files, 3);
+  EXPECT_GE(files, 4);
 }
 
 }  // namespace
