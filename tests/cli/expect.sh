@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# expect.sh CODE PATTERN [--not PATTERN] -- COMMAND...
+# expect.sh [--needs-gpu KJIT] CODE PATTERN [--not PATTERN] -- COMMAND...
 # Runs COMMAND; passes when it exits with CODE and its output (stdout+stderr)
 # matches the extended regex PATTERN (and not the --not pattern).
+# --needs-gpu: exits 77 (ctest's skip) when `KJIT info` finds no usable GPU, unless
+# KJIT_REQUIRE_GPU=1 (a GPU machine's run, where a skip is a failure).
 set -u
+if [[ ${1:-} == --needs-gpu ]]; then
+  if "$2" info 2>&1 | grep -q "No usable GPU"; then
+    if [[ ${KJIT_REQUIRE_GPU:-0} == 1 ]]; then
+      echo "FAIL: no usable GPU and KJIT_REQUIRE_GPU=1" >&2
+      exit 1
+    fi
+    echo "skipped: no usable GPU"
+    exit 77
+  fi
+  shift 2
+fi
 code=$1 pattern=$2
 shift 2
 unwanted=""

@@ -38,6 +38,13 @@ namespace {
 using namespace kjit::attention;
 
 // "L:R" -> window_left, window_right; each side a count of keys >= 0 or "inf".
+// The modifiers as written, beside the problem's text (which names them by key only),
+// so a JSON result says which modifiers it measured.
+void add_modifiers(nlohmann::json& json, const attention::Problem& p) {
+  if (!p.score_mod.empty()) json["score_mod"] = p.score_mod;
+  if (!p.mask_mod.empty()) json["mask_mod"] = p.mask_mod;
+}
+
 std::pair<int64_t, int64_t> parse_window(const std::string& text) {
   const size_t colon = text.find(':');
   auto side = [&](const std::string& s) -> int64_t {
@@ -201,6 +208,7 @@ void backward_command(const KernelCommandOptions& o, Runtime& runtime, const Pro
                            {"dv_relative_l2", check.dv_relative_l2},
                            {"checked_groups", check.groups},
                            {"pass", ok}};
+    add_modifiers(json, p);
     if (o.verb == Verb::Bench) {
       json["median_ms"] = median_ms;
       json["flops"] = credited;
@@ -342,6 +350,7 @@ void attention_command(const KernelCommandOptions& o) {
                           {"lse_max_error", check.lse_max_error},
                           {"checked_rows", check.rows},
                           {"pass", ok}};
+    add_modifiers(out, p);
     if (o.verb == Verb::Bench) {
       out["median_ms"] = median_ms;
       out["flops"] = flops;
