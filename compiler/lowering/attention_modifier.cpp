@@ -216,9 +216,10 @@ const IntervalRule* interval_rule(const Node& n) {
 iv::Range range_of_op(const Node& n, const std::vector<iv::Range>& r) {
   const IntervalRule* rule = interval_rule(n);
   if (rule == nullptr) return iv::unknown();
-  std::vector<iv::Range> a;
-  for (int operand : n.operands) a.push_back(r[static_cast<size_t>(operand)]);
-  return rule->apply(a.data(), integral(n.dtype));
+  iv::Range a[3];  // the most operands an op takes (select, fma)
+  for (size_t i = 0; i < n.operands.size() && i < 3; ++i)
+    a[i] = r[static_cast<size_t>(n.operands[i])];
+  return rule->apply(a, integral(n.dtype));
 }
 
 TileState classify(const Graph& graph, const std::vector<ModifierOperand>& operands,
