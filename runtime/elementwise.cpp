@@ -167,9 +167,12 @@ std::shared_ptr<const ElementwiseKernel::Prepared> ElementwiseKernel::prepare(
   out->kernel = compiled(p, out->config, compiled_now);
   const int V = ir::effective_vector_width(p.problem, out->config);
   // grid=waves: every SM gets per_sm blocks (auto: 2048 vectors in flight, at most
-  // the resident limit), fewer when there is less work; grid=tiles: one block per tile.
-  out->blocks = static_cast<unsigned>(ir::grid_blocks(
-      out->config, p.n / V, runtime_->device().sm_count, out->kernel->blocks_per_sm));
+  // the resident limit), fewer when there is less work; grid=tiles: one block per tile;
+  // grid=rows: one per column strip and group of rows.
+  const ir::GridDims grid = ir::grid_dims(out->config, p.n, p.cols, V, runtime_->device().sm_count,
+                                          out->kernel->blocks_per_sm);
+  out->blocks = static_cast<unsigned>(grid.x);
+  out->blocks_y = static_cast<unsigned>(grid.y);
   out->n = p.n;
   out->cols = p.cols;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -220,7 +223,7 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
   args.push_back(&n);
   args.push_back(&cols);
   for (const long long& s : prepared->strides) args.push_back(const_cast<long long*>(&s));
-  prepared->kernel->kernel->launch({prepared->blocks, 1, 1}, args.data(), stream);
+  prepared->kernel->kernel->launch({prepared->blocks, prepared->blocks_y, 1}, args.data(), stream);
 }
 
 std::vector<ElementwiseKernel::StageArguments> ElementwiseKernel::stage_arguments(
@@ -343,7 +346,7 @@ ElementwiseKernel::LaunchInfo ElementwiseKernel::last_launch() const {
                     kernel.key(),
                     p.config.text(),
                     p.config_source,
-                    p.blocks,
+                    p.blocks * p.blocks_y,
                     source.block_threads,
                     ir::grid_blocks_per_sm(p.config, p.kernel->blocks_per_sm),
                     kernel.stats().registers,

@@ -110,7 +110,7 @@ class ElementwiseKernel {
     std::string key;  // the runtime's binary key
     std::string config;
     std::string config_source;  // "given", or where the tuner found it: store, nearest, model
-    unsigned grid_blocks = 0;
+    unsigned grid_blocks = 0;   // all of the grid's blocks (x times y)
     int block_threads = 0;
     int blocks_per_sm = 0;  // what the grid was sized for: config per_sm (auto), <= resident
     int registers = 0;
@@ -133,7 +133,8 @@ class ElementwiseKernel {
     std::shared_ptr<const Compiled> kernel;
     ir::ElementwiseConfig config;
     std::string config_source;
-    unsigned blocks = 0;
+    unsigned blocks = 0;    // the grid's x
+    unsigned blocks_y = 1;  // and y (grid=rows)
     long long n = 0, cols = 1;
     std::vector<long long> strides;  // {stride0, stride1} per strided input
   };

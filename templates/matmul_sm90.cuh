@@ -93,10 +93,10 @@ struct WgmmaMatmul {
   // mbarriers (8 bytes each).
   static constexpr int SHARED_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
   // The persistent schedule's write-out slabs, one per consumer warp: 16 rows of one
-  // 128-byte line of outputs each (64 bf16/f16 or 32 f32 columns), rows padded by 16
-  // bytes so that the 8 rows a warp's pair stores touch fall in different banks.
+  // 128-byte line of outputs each (64 bf16/f16 or 32 f32 columns), chunks swizzled
+  // (slab_offset) so that the 8 rows a warp's pair stores touch fall in different banks.
   static constexpr int SLAB_COLUMNS = 128 / static_cast<int>(sizeof(TC));
-  static constexpr int SLAB_ROW_BYTES = 128 + 16;
+  static constexpr int SLAB_ROW_BYTES = 128;
   static constexpr int SLAB_BYTES = 16 * SLAB_ROW_BYTES;
   static constexpr int PERSISTENT_SHARED_BYTES = SHARED_BYTES + 4 * CONSUMERS * SLAB_BYTES;
   // The ping-pong schedule (run_pingpong): two consumer warpgroups, each owning whole
@@ -305,6 +305,15 @@ struct WgmmaMatmul {
     return w;
   }
 
+  // Byte `byte` of row `row` of a warp's slab. Rows are one 128-byte line, unpadded;
+  // the 16-byte chunks of row r are XOR-swizzled by r % 8, so the 8 rows a warp's
+  // pair stores touch, and the 8 chunks of a row that 8 lanes read or write as
+  // 16-byte accesses, fall in different banks (2 KB a warp: 256 x 128 tiles with 4
+  // stages fit in shared memory; padded rows, 2.3 KB, did not).
+  __device__ __forceinline__ static int slab_offset(int row, int byte) {
+    return row * SLAB_ROW_BYTES + (((byte >> 4) ^ (row & 7)) << 4) + (byte & 15);
+  }
+
   // Writes a consumer warp's 16 x BN outputs. Warp w of a group holds rows 16w +
   // lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in acc[4j + 2 half] and
   // acc[4j + 2 half + 1]: stored straight from there, a warp instruction would
@@ -317,10 +326,15 @@ struct WgmmaMatmul {
   // instruction writes 4 full lines). Only __syncwarp: no other warp reads the slab.
   // The code is unrolled over the accumulators (their indices must be constants
   // to stay in registers), so each step stays small.
-  // GUARDED: the tile crosses M or N, or beta * C0 is read (every output checks its
-  // row and column, and reads C0); else the common case runs without either (the
-  // tensor cores wait for the write-out: on the H200 the guarded code's extra ~1000
-  // instructions per warp and tile cost more than the overlapped fill saved).
+  // GUARDED: the tile crosses M or N, or beta * C0 is read. Then C0 comes into the
+  // slab first, in the same 16-byte chunks that C goes out in (each chunk checked
+  // against M and N once); the epilogue's column operands come in per pair of
+  // columns (zeros past N), its others are read at the nearest output inside the
+  // matrix: outputs past M or N get values that are never stored, and no output
+  // needs a branch of its own. (A check and a branch per
+  // output, as before, made the guarded write-out ~3x the unguarded one's
+  // instructions; on the H200 an N of 4064 ran 6% slower than 4096, the same 512
+  // tiles, from the 32 edge tiles alone.) Else the common case runs without either.
   template <typename Epilogue, bool GUARDED>
   __device__ __forceinline__ static void write_out(const MatmulArgs& args,
                                                    const EpilogueOperands& ops,
@@ -333,38 +347,71 @@ struct WgmmaMatmul {
     const int col0 = w.tile_n * BN;
     // Phase 1 coordinates: rows lane / 4 and + 8, columns 2 (lane % 4) + {0, 1}.
     const int r1 = lane / 4, c1 = 2 * (lane % 4);
-    const bool row_ok[2] = {row0 + r1 < args.m, row0 + r1 + 8 < args.m};
-    const bool beta = GUARDED && args.beta != 0.0f;
-    const TC* c0_row[2];
+    int row_read[2];  // where the epilogue reads its row operands (inside M)
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      c0_row[half] = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0 +
-                     static_cast<long long>(row0 + r1 + 8 * half) * args.ldc0;
+      row_read[half] = GUARDED ? min(row0 + r1 + 8 * half, args.m - 1) : row0 + r1 + 8 * half;
+    const bool beta = GUARDED && args.beta != 0.0f;
     // Phase 2 coordinates: lanes 8i..8i+7 write row i (+ 4, 8, 12), chunk lane % 8.
     const int r2 = lane / 8, chunk = lane % 8;
     TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
+    const TC* c0_base = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
 #pragma unroll
     for (int line = 0; line < BN / SLAB_COLUMNS; ++line) {
       const int line_col = col0 + line * SLAB_COLUMNS;  // the line's first column
       __syncwarp();                                     // the previous line's reads are done
+      if (beta) {
+        // Phase 0: the line of C0, chunk by chunk as phase 2 writes C (zeros past M, N);
+        // a rolled loop, so the four chunks' values are not all live at once.
+#pragma unroll 1
+        for (int pass = 0; pass < 4; ++pass) {
+          const int r = r2 + 4 * pass, row = row0 + r, col = line_col + chunk * VEC;
+          const int valid = row < args.m ? min(max(args.n - col, 0), VEC) : 0;
+          float v[VEC];
+#pragma unroll
+          for (int q = 0; q < VEC; ++q) v[q] = 0.0f;
+          if (valid > 0)
+            matmul::load_values<TC, VEC>(c0_base + static_cast<long long>(row) * args.ldc0 + col,
+                                         valid, v);
+          matmul::Chunk<TC>::store16(reinterpret_cast<TC*>(slab + slab_offset(r, chunk * 16)), v);
+        }
+        __syncwarp();
+      }
 #pragma unroll
       for (int jj = 0; jj < SLAB_COLUMNS / 8; ++jj) {
         const int j = line * (SLAB_COLUMNS / 8) + jj;  // accumulator column group
         const int col = line_col + 8 * jj + c1;
+        // GUARDED: the per-column operands of the pair's two columns, zeros past N
+        // (read once for both rows; a clamped address per output cost registers
+        // that 256-row tiles, 96 a thread, do not have).
+        float columns[Epilogue::kColumnSlots][2];
+        if constexpr (GUARDED)
+          Epilogue::template load_columns<2>(columns, w.batch, col, max(min(args.n - col, 2), 0),
+                                             ops);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
+          // The pair's place in the slab: its C0 (phase 0) out, its outputs in.
+          TC* at = reinterpret_cast<TC*>(
+              slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * static_cast<int>(sizeof(TC))));
+          float c0v[2] = {0.0f, 0.0f};
+          if (beta) matmul::Pair<TC>::load(at, c0v[0], c0v[1]);
           float v[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const bool ok = !GUARDED || (row_ok[half] && col + e < args.n);
-            const float c0v = beta && ok ? to_f32(c0_row[half][col + e]) : 0.0f;
-            v[e] = ok ? matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], c0v, args, w.batch,
-                                                     row0 + r1 + 8 * half, col + e, ops)
-                      : 0.0f;
+            if constexpr (GUARDED) {
+              float at_e[Epilogue::kColumnSlots];
+#pragma unroll
+              for (int k = 0; k < Epilogue::kColumnSlots; ++k) at_e[k] = columns[k][e];
+              // Matrix operands (if any) are read at the nearest output inside N.
+              v[e] =
+                  matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], c0v[e], args, w.batch,
+                                               row_read[half], min(col + e, args.n - 1), at_e, ops);
+            } else {
+              v[e] = matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], c0v[e], args, w.batch,
+                                                  row_read[half], col + e, ops);
+            }
           }
-          matmul::Pair<TC>::store(
-              reinterpret_cast<TC*>(slab + (r1 + 8 * half) * SLAB_ROW_BYTES) + 8 * jj + c1, v[0],
-              v[1]);
+          matmul::Pair<TC>::store(at, v[0], v[1]);
         }
       }
       __syncwarp();  // the line is staged
@@ -373,8 +420,8 @@ struct WgmmaMatmul {
         const int r = r2 + 4 * pass, row = row0 + r, col = line_col + chunk * VEC;
         if (GUARDED && (row >= args.m || col >= args.n)) continue;
         float v[VEC];
-        matmul::Chunk<TC>::load16(
-            reinterpret_cast<const TC*>(slab + r * SLAB_ROW_BYTES) + chunk * VEC, v);
+        matmul::Chunk<TC>::load16(reinterpret_cast<const TC*>(slab + slab_offset(r, chunk * 16)),
+                                  v);
         TC* out = c_base + static_cast<long long>(row) * args.ldc + col;
         if (!GUARDED || col + VEC <= args.n) {
           matmul::store_chunk(out, v);

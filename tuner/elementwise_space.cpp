@@ -19,6 +19,7 @@ namespace kjit::tuner {
 
 using ir::Access;
 using ir::ElementwiseConfig;
+using Grid = ir::ElementwiseConfig::Grid;
 
 namespace {
 
@@ -71,9 +72,10 @@ int config_registers(const ElementwiseTuning::Shape& s, const ElementwiseConfig&
 }
 
 std::string key_of(const ElementwiseConfig& c) {
-  return fmt::format("elementwise:b{}:u{}{}{}{}", c.block_threads, c.unroll,
+  return fmt::format("elementwise:b{}:u{}{}{}{}{}", c.block_threads, c.unroll,
                      c.vector_width ? fmt::format(":v{}", c.vector_width) : "",
-                     c.prefetch ? ":prefetch" : "", c.stream ? ":stream" : "");
+                     c.prefetch ? ":prefetch" : "", c.stream ? ":stream" : "",
+                     c.grid == ElementwiseConfig::Grid::Rows ? ":rows" : "");
 }
 
 }  // namespace
@@ -265,7 +267,11 @@ Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
         for (int prefetch : {0, 1})
           for (int stream : {0, 1})
             for (int per_sm : kPerSm)
-              for (bool tiles : {false, true}) {
+              for (Grid grid : {Grid::Waves, Grid::Tiles, Grid::Rows}) {
+                const bool tiles = grid == Grid::Tiles, rows = grid == Grid::Rows;
+                // per_sm sizes the grid-stride grid only; prefetch pipelines its loop.
+                if ((tiles || rows) && per_sm != 0) continue;  // the same as per_sm=0
+                if (rows && prefetch) continue;                // not a config (parse refuses it)
                 ElementwiseConfig c;
                 c.block_threads = block;
                 c.unroll = unroll;
@@ -273,12 +279,15 @@ Space ElementwiseTuning::space(const cuda::DeviceProperties& device) const {
                 c.prefetch = prefetch;
                 c.stream = stream;
                 c.per_sm = per_sm;
-                c.tiles = tiles;
+                c.grid = grid;
                 const std::string text = c.text();
                 auto prune = [&](const std::string& reason) {
                   space.pruned.push_back({text, reason});
                 };
-                if (tiles && per_sm != 0) continue;  // the same config as per_sm=0
+                if (rows && (shape_.cols <= 0 || shape_.n / shape_.cols < 2)) {
+                  prune("grid=rows: the output is one row (a 1-D problem)");
+                  continue;
+                }
                 if (vec != 0 && !shape_.aligned) {
                   prune("vec: the unaligned path moves one element at a time");
                   continue;
@@ -341,14 +350,18 @@ Prediction ElementwiseTuning::predict(const std::string& text, const cuda::Devic
   const int64_t sms = std::max(device.sm_count, 1);
   const int v = shape_.aligned ? (c.vector_width ? c.vector_width : auto_vector(shape_)) : 1;
   const int64_t vectors = std::max<int64_t>(1, shape_.n / v);
-  const int64_t blocks = ir::grid_blocks(c, vectors, device.sm_count, resident);
+  const bool rows_grid = c.grid == ElementwiseConfig::Grid::Rows;
+  const ir::GridDims dims = ir::grid_dims(c, shape_.n, shape_.cols, v, device.sm_count, resident);
+  const int64_t blocks = dims.x * dims.y;
   out.waves = waves_of(blocks, sms * resident);
 
   // Bytes a thread has in flight: unroll vectors of every vector-moved input (twice
-  // with prefetch); the SM needs bandwidth x latency of them to stay busy.
+  // with prefetch; grid=rows loads a row-broadcast operand once, outside the loop);
+  // the SM needs bandwidth x latency of them to stay busy.
   double bytes_per_vector = 0;
   for (const auto& [dtype, access] : shape_.inputs)
-    if (access != Access::Scalar) bytes_per_vector += v * element_bytes(dtype);
+    if (access != Access::Scalar && !(rows_grid && access == Access::Row))
+      bytes_per_vector += v * element_bytes(dtype);
   const double blocks_per_sm =
       std::min<double>(resident, static_cast<double>(blocks) / static_cast<double>(sms));
   const double in_flight = std::max(1.0, blocks_per_sm) * c.block_threads * c.unroll *
@@ -357,15 +370,25 @@ Prediction ElementwiseTuning::predict(const std::string& text, const cuda::Devic
   const double latency_cover = std::min(1.0, in_flight / std::max(needed, 1.0));
 
   out.efficiency_key = key_of(c);
-  out.group = fmt::format("b{}:u{}", c.block_threads, c.unroll);
+  const char* grid = rows_grid                                  ? "rows"
+                     : c.grid == ElementwiseConfig::Grid::Tiles ? "tiles"
+                                                                : "waves";
+  out.group = fmt::format("b{}:u{}:{}", c.block_threads, c.unroll, grid);
+  out.schedule = grid;
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, 0.97);
   // The work's tail: whole-wave grids loop ceil(vectors / (blocks x per_block)) times;
   // one-tile grids end with a partly full wave.
   const double per_block = static_cast<double>(c.block_threads) * c.unroll;
   const double iterations = std::ceil(vectors / (blocks * per_block));
+  // grid=rows: one block per strip and group of rows, and the threads past a row's
+  // last vector idle.
+  const double row_vectors = static_cast<double>(std::max<int64_t>(shape_.cols, 1) / v);
   const double tail =
-      c.tiles ? out.waves.utilization() : vectors / (iterations * blocks * per_block);
+      rows_grid ? out.waves.utilization() *
+                      std::min(1.0, row_vectors / (static_cast<double>(dims.x) * c.block_threads))
+      : c.grid == ElementwiseConfig::Grid::Tiles ? out.waves.utilization()
+                                                 : vectors / (iterations * blocks * per_block);
   const double active = std::min(1.0, static_cast<double>(blocks) / sms);
   out.memory_ms = (out.work.bytes + shape_.wasted_bytes) /
                   (rates.dram_bytes_per_s * out.efficiency * latency_cover * tail * active) * 1e3;

@@ -108,6 +108,11 @@ struct Prediction {
   // only in finer knobs (stages, split-K, raster, grid). The model strategy
   // measures several groups first, then the winner's group more closely.
   std::string group;
+  // Where a family's schedules differ in ways the model cannot rank (elementwise: the
+  // grid schedules, measured within 1-5% of each other on the H200 while predicted
+  // within 1.5%), their names; the model strategy then measures the top groups of
+  // each schedule, not of all together. Empty: one ranking for all (matmul).
+  std::string schedule;
   double efficiency = 0;  // the value used (fitted or prior)
   bool efficiency_fitted = false;
   // Extra lines for `kjit explain`, e.g. "split-K: 4 splits, 33.6 MB of fp32 partials".

@@ -321,12 +321,16 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   } else {
     // The model, in two phases. 1: the best predicted config of each of the top k
     // groups (engine and block tile), so that the k measurements cover k different
-    // kernels. 2: k more configs (stages, split-K, raster, grid) of each of the two
-    // fastest groups, best predicted first.
+    // kernels; of each schedule where the family names schedules the model cannot
+    // rank (Prediction::schedule). 2: k more configs (stages, split-K, raster, grid)
+    // of each of the two fastest groups, best predicted first.
     std::set<std::string> groups;
+    std::map<std::string, int> per_schedule;
     for (const auto& [config, prediction] : result.ranking)
-      if (static_cast<int>(first.size()) < top && groups.insert(prediction.group).second)
+      if (per_schedule[prediction.schedule] < top && groups.insert(prediction.group).second) {
         first.push_back(config);
+        ++per_schedule[prediction.schedule];
+      }
   }
   if (default_runs) first.push_back(result.default_config);
   run_phase(first);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <functional>
 #include <map>
 
 #include "kjit/compiler/ir/printer.h"
@@ -56,8 +57,9 @@ std::string ElementwiseProblem::text() const {
 }
 
 std::string ElementwiseConfig::source_text() const {
-  return fmt::format("block={},vec={},unroll={}{}{}", block_threads, vector_width, unroll,
-                     prefetch ? ",prefetch=1" : "", stream ? ",stream=1" : "");
+  return fmt::format("block={},vec={},unroll={}{}{}{}", block_threads, vector_width, unroll,
+                     prefetch ? ",prefetch=1" : "", stream ? ",stream=1" : "",
+                     grid == Grid::Rows ? ",grid=rows" : "");
 }
 
 int grid_blocks_per_sm(const ElementwiseConfig& config, int resident) {
@@ -72,13 +74,32 @@ int64_t grid_blocks(const ElementwiseConfig& config, int64_t vectors, int sm_cou
   // The grid's x dimension holds at most 2^31 - 1 blocks; the grid-stride loop
   // covers whatever a capped grid leaves.
   constexpr int64_t kMaxBlocks = 2147483647;
-  if (config.tiles) return std::min(needed, kMaxBlocks);
+  if (config.grid == ElementwiseConfig::Grid::Tiles) return std::min(needed, kMaxBlocks);
   return std::min(int64_t{sm_count} * grid_blocks_per_sm(config, resident), needed);
+}
+
+GridDims grid_dims(const ElementwiseConfig& config, int64_t n, int64_t cols, int vector_width,
+                   int sm_count, int resident) {
+  const int64_t v = std::max(vector_width, 1);
+  if (config.grid != ElementwiseConfig::Grid::Rows)
+    return {grid_blocks(config, n / v, sm_count, resident), 1};
+  const int64_t width = std::max<int64_t>(cols, 1);
+  const int64_t rows = n / width;
+  const int64_t x =
+      std::max<int64_t>(1, (width / v + config.block_threads - 1) / config.block_threads);
+  if (x > 2147483647)
+    throw UserError(fmt::format("grid=rows: {} columns need {} blocks of {} threads, over the "
+                                "grid's 2^31 - 1",
+                                cols, x, config.block_threads),
+                    "use grid=waves");
+  // gridDim.y holds at most 65535 blocks; the kernel loops over the rest.
+  const int64_t y = std::clamp<int64_t>((rows + config.unroll - 1) / config.unroll, 1, 65535);
+  return {x, y};
 }
 
 std::string ElementwiseConfig::text() const {
   return source_text() + (per_sm ? fmt::format(",per_sm={}", per_sm) : "") +
-         (tiles ? ",grid=tiles" : "");
+         (grid == Grid::Tiles ? ",grid=tiles" : "");
 }
 
 namespace {
@@ -93,11 +114,14 @@ ElementwiseConfig ElementwiseConfig::parse(const KeyValues& pairs) {
   ElementwiseConfig config;
   for (const auto& [key, text_value] : pairs) {
     if (key == "grid") {
-      if (text_value != "waves" && text_value != "tiles")
-        throw UserError("grid=" + text_value + " is not waves or tiles",
+      if (text_value != "waves" && text_value != "tiles" && text_value != "rows")
+        throw UserError("grid=" + text_value + " is not waves, tiles or rows",
                         "grid=waves: whole waves of blocks in a grid-stride loop; grid=tiles: "
-                        "one block per block-sized tile of the work");
-      config.tiles = text_value == "tiles";
+                        "one block per block-sized tile of the work; grid=rows: column strips "
+                        "of a [rows, cols] output, unroll rows per thread");
+      config.grid = text_value == "tiles"  ? Grid::Tiles
+                    : text_value == "rows" ? Grid::Rows
+                                           : Grid::Waves;
       continue;
     }
     int value = 0;
@@ -139,6 +163,12 @@ ElementwiseConfig ElementwiseConfig::parse(const KeyValues& pairs) {
                       "the keys are block, vec, unroll, prefetch, stream, per_sm and grid");
     }
   }
+  if (config.grid == Grid::Rows && config.prefetch)
+    throw UserError("prefetch=1 does not apply to grid=rows",
+                    "prefetch pipelines the grid-stride loop of grid=waves and grid=tiles");
+  if (config.grid == Grid::Rows && config.per_sm)
+    throw UserError("per_sm does not apply to grid=rows",
+                    "grid=rows launches one block per column strip and group of rows");
   return config;
 }
 
@@ -364,6 +394,23 @@ int effective_vector_width(const ElementwiseProblem& problem, const ElementwiseC
   return std::min(16 / narrowest, 8);
 }
 
+namespace {
+
+KernelSource finish_source(std::string text, const std::string& kernel_name,
+                           const std::string& problem_text, const std::string& config_text,
+                           const ElementwiseConfig& config) {
+  KernelSource source;
+  source.name = kernel_name;
+  source.source = std::move(text);
+  source.family = "elementwise";
+  source.problem = problem_text;
+  source.config = config_text;
+  source.block_threads = config.block_threads;
+  return source;
+}
+
+}  // namespace
+
 KernelSource lower_elementwise(const ElementwiseProblem& problem, const ElementwiseConfig& config) {
   const Graph& graph = problem.graph;
   std::vector<int> inputs = graph.inputs();
@@ -392,13 +439,29 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   }
   s += fmt::format("// Problem: {}\n// Config:  {}\n// Kernel:  {} (id {})\n", problem_text,
                    config_text, kernel_name, id);
+  const bool rows_grid = config.grid == ElementwiseConfig::Grid::Rows;
+  const std::string schedule_text =
+      rows_grid
+          ? fmt::format(
+                "// Each thread covers one vector of columns in U = {} rows (all loads issued\n"
+                "// before any math, so several are in flight): a 2-D grid, x over the vectors\n"
+                "// of a row, y over groups of U rows (a loop where rows / U passes 65535), so\n"
+                "// row and column come from the block's coordinates (no division) and an\n"
+                "// operand broadcast down the rows is loaded once per thread.\n",
+                U)
+          : fmt::format(
+                "// Each thread handles U = {} independent vectors per loop iteration (all loads\n"
+                "// issued before any math, so several are in flight). The launcher sizes the "
+                "grid\n"
+                "// to whole waves, SMs x blocks per SM (enough for about 2048 vectors in flight "
+                "per\n"
+                "// SM, never more than fit; config per_sm), and a grid-stride loop covers the "
+                "rest.\n",
+                U);
   s += fmt::format(
       "//\n// Plan: the output is viewed as [rows, cols] with n = rows * cols elements.\n"
       "// {}\n"
-      "// Each thread handles U = {} independent vectors per loop iteration (all loads\n"
-      "// issued before any math, so several are in flight). The launcher sizes the grid\n"
-      "// to whole waves, SMs x blocks per SM (enough for about 2048 vectors in flight per\n"
-      "// SM, never more than fit; config per_sm), and a grid-stride loop covers the rest.\n"
+      "{}"
       "// f16/bf16 values are computed in f32 and rounded once, at the store.\n\n",
       V > 1 ? fmt::format("Aligned path: V = {} elements per vector, moved as 16-byte chunks; "
                           "n and cols are\n// multiples of V and vector pointers are 16-byte "
@@ -406,7 +469,7 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
                           V)
             : std::string("Scalar path: one element per step (pointers or sizes are not "
                           "16-byte / vector aligned)."),
-      U);
+      schedule_text);
   s += "#include \"kjit/types.cuh\"\n#include \"kjit/math.cuh\"\n#include "
        "\"kjit/elementwise.cuh\"\n\n";
 
@@ -447,7 +510,136 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   s += fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}(\n{}) {{\n",
                    config.block_threads, kernel_name, parameters);
   s += fmt::format("  constexpr int V = {};  // elements per vector\n", V);
-  s += fmt::format("  constexpr int U = {};  // independent vectors per thread per iteration\n", U);
+  s += fmt::format("  constexpr int U = {};  // {}\n", U,
+                   rows_grid ? "rows per thread (independent vectors in flight)"
+                             : "independent vectors per thread per iteration");
+  // The math and the stores of one vector (inside the loop over u): the chain per
+  // element, one rounding at the store; `element(i)` is input i's element e, `offset`
+  // the vector's first element.
+  auto chain_and_store = [&](const std::string& indent,
+                             const std::function<std::string(size_t)>& element,
+                             const std::string& offset) {
+    std::string out;
+    for (const auto& [name, output] : graph.outputs())
+      out += fmt::format("{}kjit::Vec<{}, V> out_{}_vec;\n", indent,
+                         storage_type(graph.node(output).dtype), name);
+    out += "#pragma unroll\n" + indent + "for (int e = 0; e < V; ++e) {\n";
+    std::string call_arguments;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::string value = element(i);
+      if (is_floating(graph.node(inputs[i]).dtype)) value = "kjit::to_f32(" + value + ")";
+      call_arguments += (call_arguments.empty() ? "" : ", ") + value;
+    }
+    for (const auto& [name, output] : graph.outputs()) {
+      out +=
+          fmt::format("{}  {} value_{};\n", indent, compute_type(graph.node(output).dtype), name);
+      call_arguments += (call_arguments.empty() ? "value_" : ", value_") + name;
+    }
+    out += fmt::format("{}  kjit_chain({});\n", indent, call_arguments);
+    for (const auto& [name, output] : graph.outputs()) {
+      const DType d = graph.node(output).dtype;
+      const std::string value =
+          is_floating(d) ? fmt::format("kjit::from_f32<{}>(value_{})", storage_type(d), name)
+                         : "value_" + name;
+      out += fmt::format("{}  out_{}_vec.v[e] = {};\n", indent, name, value);
+    }
+    out += indent + "}\n";
+    if (config.stream)
+      out += indent + "// Streaming stores (st.global.cs): written once, never read back here.\n";
+    for (const auto& [name, output] : graph.outputs())
+      out += fmt::format("{}kjit::store_vec{}<{}, V>(out_{} + {}, out_{}_vec);\n", indent,
+                         config.stream ? "_streaming" : "", storage_type(graph.node(output).dtype),
+                         name, offset, name);
+    return out;
+  };
+  if (rows_grid) {
+    s += "  const long long rows = n / cols;\n";
+    s += "  // This thread's vector of columns; blocks past the row's end have nothing to do.\n";
+    s += "  const long long col = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * V;\n";
+    s += "  if (col >= cols) return;\n";
+    std::string elements_of;  // per input, its element e in the math
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Node& n = graph.node(inputs[i]);
+      const char* type = storage_type(n.dtype);
+      if (problem.access[i] == Access::Scalar) {
+        s += fmt::format("  // {}: one element broadcast to every output element\n", n.name);
+        s += fmt::format("  const {} in_{}_scalar = in_{}[0];\n", type, n.name, n.name);
+      } else if (problem.access[i] == Access::Row) {
+        s += fmt::format(
+            "  // {}[col]: a row broadcast down the rows, loaded once for all of this thread's "
+            "rows\n",
+            n.name);
+        s += fmt::format(
+            "  const kjit::Vec<{0}, V> in_{1}_row = kjit::load_vec<{0}, V>(in_{1} + "
+            "col);\n",
+            type, n.name);
+      }
+    }
+    s += "  // Groups of U rows: blockIdx.y, then + gridDim.y where the grid's 65535 rows of\n"
+         "  // blocks do not cover them all.\n";
+    s += "  for (long long row0 = (long long)blockIdx.y * U; row0 < rows;\n"
+         "       row0 += (long long)gridDim.y * U) {\n";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Node& n = graph.node(inputs[i]);
+      const char* type = storage_type(n.dtype);
+      if (problem.access[i] == Access::Column)
+        s += fmt::format("    {} in_{}_column[U];\n", type, n.name);
+      else if (problem.access[i] == Access::Full || problem.access[i] == Access::Strided)
+        s += fmt::format("    kjit::Vec<{}, V> in_{}_vec[U];\n", type, n.name);
+    }
+    s += "    // Load phase: every load of the U rows is issued before any math.\n";
+    s += "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n";
+    s += "      const long long row = row0 + u;\n      if (row >= rows) break;\n";
+    s += "      const long long i = row * cols + col;  // first element of this vector\n";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Node& n = graph.node(inputs[i]);
+      const char* type = storage_type(n.dtype);
+      switch (problem.access[i]) {
+        case Access::Full:
+          s += fmt::format("      in_{1}_vec[u] = kjit::load_vec<{0}, V>(in_{1} + i);  // {1}[i]\n",
+                           type, n.name);
+          break;
+        case Access::Column:
+          s += fmt::format(
+              "      in_{0}_column[u] = in_{0}[row];  // {0}[row], a column broadcast across\n",
+              n.name);
+          break;
+        case Access::Strided:
+          s += fmt::format(
+              "#pragma unroll\n      for (int e = 0; e < V; ++e)  // {0}[row * stride0 + col * "
+              "stride1]\n"
+              "        in_{0}_vec[u].v[e] = in_{0}[row * in_{0}_stride0 + (col + e) * "
+              "in_{0}_stride1];\n",
+              n.name);
+          break;
+        case Access::Row:
+        case Access::Scalar:
+          break;
+      }
+    }
+    s += "    }\n";
+    s += "    // Compute and store phase: the chain per element, one rounding at the store.\n";
+    s += "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n";
+    s += "      const long long row = row0 + u;\n      if (row >= rows) break;\n";
+    s += chain_and_store(
+        "      ",
+        [&](size_t i) {
+          const std::string& name = graph.node(inputs[i]).name;
+          switch (problem.access[i]) {
+            case Access::Scalar:
+              return "in_" + name + "_scalar";
+            case Access::Row:
+              return "in_" + name + "_row.v[e]";
+            case Access::Column:
+              return "in_" + name + "_column[u]";
+            default:
+              return "in_" + name + "_vec[u].v[e]";
+          }
+        },
+        "row * cols + col");
+    s += "    }\n  }\n}\n";
+    return finish_source(std::move(s), kernel_name, problem_text, config_text, config);
+  }
   s += "  const long long vectors = n / V;\n";
   // Scalars: one load per thread, before the loop.
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -569,57 +761,21 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   s += "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n";
   s += "      const long long vec = first + (long long)u * blockDim.x;\n";
   s += "      if (vec >= vectors) break;\n";
-  for (const auto& [name, out] : graph.outputs())
-    s += fmt::format("      kjit::Vec<{}, V> out_{}_vec;\n", storage_type(graph.node(out).dtype),
-                     name);
-  s += "#pragma unroll\n      for (int e = 0; e < V; ++e) {\n";
-  std::string call_arguments;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Node& n = graph.node(inputs[i]);
-    std::string element;
-    switch (problem.access[i]) {
-      case Access::Scalar:
-        element = "in_" + n.name + "_scalar";
-        break;
-      case Access::Column:
-        element = array(i, current) + "[u]";
-        break;
-      default:
-        element = array(i, current) + "[u].v[e]";
-        break;
-    }
-    if (is_floating(n.dtype)) element = "kjit::to_f32(" + element + ")";
-    call_arguments += (call_arguments.empty() ? "" : ", ") + element;
-  }
-  for (const auto& [name, out] : graph.outputs()) {
-    s += fmt::format("        {} value_{};\n", compute_type(graph.node(out).dtype), name);
-    call_arguments += (call_arguments.empty() ? "value_" : ", value_") + name;
-  }
-  s += fmt::format("        kjit_chain({});\n", call_arguments);
-  for (const auto& [name, out] : graph.outputs()) {
-    DType d = graph.node(out).dtype;
-    std::string value = is_floating(d)
-                            ? fmt::format("kjit::from_f32<{}>(value_{})", storage_type(d), name)
-                            : "value_" + name;
-    s += fmt::format("        out_{}_vec.v[e] = {};\n", name, value);
-  }
-  s += "      }\n";
-  if (config.stream)
-    s += "      // Streaming stores (st.global.cs): written once, never read back here.\n";
-  for (const auto& [name, out] : graph.outputs())
-    s += fmt::format("      kjit::store_vec{}<{}, V>(out_{} + vec * V, out_{}_vec);\n",
-                     config.stream ? "_streaming" : "", storage_type(graph.node(out).dtype), name,
-                     name);
+  s += chain_and_store(
+      "      ",
+      [&](size_t i) {
+        switch (problem.access[i]) {
+          case Access::Scalar:
+            return "in_" + graph.node(inputs[i]).name + "_scalar";
+          case Access::Column:
+            return array(i, current) + "[u]";
+          default:
+            return array(i, current) + "[u].v[e]";
+        }
+      },
+      "vec * V");
   s += "    }\n  }\n}\n";
-
-  KernelSource source;
-  source.name = kernel_name;
-  source.source = std::move(s);
-  source.family = "elementwise";
-  source.problem = problem_text;
-  source.config = config_text;
-  source.block_threads = config.block_threads;
-  return source;
+  return finish_source(std::move(s), kernel_name, problem_text, config_text, config);
 }
 
 }  // namespace kjit::ir

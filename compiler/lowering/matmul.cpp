@@ -239,10 +239,10 @@ int pipeline_bytes(const Problem& problem, const Config& config) {
 }
 
 // Mirrors WgmmaMatmul::SHARED_BYTES: alignment slack, stages, 2 x stages mbarriers;
-// and PERSISTENT_SHARED_BYTES: plus a write-out slab of 16 rows x (128 + 16) bytes
-// per consumer warp.
+// and PERSISTENT_SHARED_BYTES: plus a write-out slab of 16 rows x 128 bytes per
+// consumer warp.
 int wgmma_shared_bytes(const Problem& problem, const Config& config) {
-  const int slab = 16 * (128 + 16);
+  const int slab = 16 * 128;
   const int slabs = config.pingpong     ? 2 * 8 + 8 * slab  // + the two turn mbarriers
                     : config.persistent ? config.bm / 64 * 4 * slab
                                         : 0;

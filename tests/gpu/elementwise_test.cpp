@@ -314,6 +314,44 @@ TEST_F(ElementwiseGpu, BroadcastAcrossManyGridStrideSteps) {
     }
 }
 
+// The 2-D schedule (grid=rows: column strips, unroll rows per thread, a row operand
+// loaded once per thread) over every access pattern: broadcast row, column and
+// scalar, strided and transposed inputs, several outputs; rows that unroll does not
+// divide, columns that a block does not divide, one row, both alignment classes,
+// and more row groups than the grid's 65535 (the y loop).
+TEST_F(ElementwiseGpu, RowsScheduleEveryAccessPattern) {
+  const char* text =
+      "x:f32[m,n]; b:bf16[n]; c:f16[m,1]; s:f32[]; w:bf16[m,n]; y = gelu(x * b + c) - s * w; "
+      "z = x > s";
+  for (const char* config : {"block=128,unroll=4,grid=rows", "block=64,unroll=3,grid=rows",
+                             "block=32,unroll=1,grid=rows,stream=1"})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 1000}, {1, 1024}, {130, 8}}) {
+      SCOPED_TRACE(fmt::format("{} rows {} cols {}", config, rows, cols));
+      Case c{text,
+             {},
+             {{"m", rows}, {"n", cols}},
+             {},
+             0,
+             Alignment::Auto,
+             ir::ElementwiseConfig::parse(config)};
+      check(c);
+      c.alignment = Alignment::Unaligned;
+      check(c);
+      c.alignment = Alignment::Auto;
+      c.layout = {{"w", Layout{0, true, 0}}, {"x", Layout{0, false, 3}}};
+      check(c);
+    }
+  // 70001 rows of 8 in groups of 1: 70001 row groups, past gridDim.y's 65535.
+  Case many{"x:bf16[m,n]; r:bf16[m,1]; c:bf16[n]; y = x * r + c",
+            {},
+            {{"m", 70001}, {"n", 8}},
+            {},
+            0,
+            Alignment::Auto,
+            ir::ElementwiseConfig::parse("block=32,unroll=1,grid=rows")};
+  EXPECT_TRUE(check(many).aligned);
+}
+
 // Chains over the register budget run as several kernels (compiler/passes/fuse.h):
 // many inputs, bf16 with outputs written by different kernels,
 // broadcasting and strided inputs, both alignment classes; each checked against

@@ -144,5 +144,51 @@ TEST(Config, ParsesAndRejects) {
   EXPECT_EQ(lower_elementwise(p, two).source, lower_elementwise(p, ElementwiseConfig()).source);
 }
 
+// grid=rows changes the source (a config of its own), takes no prefetch or per_sm,
+// and its launch grid is column strips by groups of unroll rows, y at most 65535.
+TEST(Config, RowsSchedule) {
+  const ElementwiseConfig rows = ElementwiseConfig::parse("block=128,unroll=4,grid=rows");
+  EXPECT_EQ(rows.grid, ElementwiseConfig::Grid::Rows);
+  EXPECT_EQ(rows.text(), "block=128,vec=0,unroll=4,grid=rows");
+  EXPECT_EQ(rows.source_text(), rows.text());
+  EXPECT_EQ(ElementwiseConfig::parse(rows.text()).text(), rows.text());
+  EXPECT_EQ(ElementwiseConfig::parse("grid=tiles").source_text(), ElementwiseConfig().text());
+  EXPECT_THROW(ElementwiseConfig::parse("grid=rows,prefetch=1"), UserError);
+  EXPECT_THROW(ElementwiseConfig::parse("grid=rows,per_sm=2"), UserError);
+  EXPECT_THROW(ElementwiseConfig::parse("grid=columns"), UserError);
+  const GridDims square = grid_dims(rows, int64_t{16384} * 16384, 16384, 8, 132, 16);
+  EXPECT_EQ(square.x, 16);    // 2048 vectors a row over blocks of 128
+  EXPECT_EQ(square.y, 4096);  // 16384 rows, 4 a thread
+  const GridDims ragged = grid_dims(rows, int64_t{37} * 1000, 1000, 1, 132, 16);
+  EXPECT_EQ(ragged.x, 8);  // 1000 columns over blocks of 128: the last block part full
+  EXPECT_EQ(ragged.y, 10);
+  const GridDims tall = grid_dims(ElementwiseConfig::parse("block=32,unroll=1,grid=rows"),
+                                  int64_t{70001} * 8, 8, 8, 132, 16);
+  EXPECT_EQ(tall.x, 1);
+  EXPECT_EQ(tall.y, 65535);  // the kernel loops over the rest
+  const GridDims waves = grid_dims(ElementwiseConfig(), int64_t{1} << 20, 1 << 20, 4, 132, 4);
+  EXPECT_EQ(waves.y, 1);
+  EXPECT_EQ(waves.x, grid_blocks(ElementwiseConfig(), (int64_t{1} << 20) / 4, 132, 4));
+}
+
+// The rows kernel: a 2-D grid with no division, the row operand loaded once before
+// the loop over row groups, the column operand per row.
+TEST(Lowering, RowsScheduleKernel) {
+  const ElementwiseProblem p = problem("x:bf16[m,n]; r:bf16[m,1]; c:bf16[n]; y = x * r + c", true,
+                                       {Access::Full, Access::Column, Access::Row});
+  const std::string src =
+      lower_elementwise(p, ElementwiseConfig::parse("block=128,unroll=4,grid=rows")).source;
+  EXPECT_NE(src.find("const long long rows = n / cols;"), std::string::npos) << src;
+  EXPECT_EQ(src.find("/ (unsigned)cols"), std::string::npos) << src;
+  const size_t row_load = src.find("in_c_row = kjit::load_vec<kjit::bf16, V>(in_c + col);");
+  const size_t loop = src.find("for (long long row0 = (long long)blockIdx.y * U;");
+  ASSERT_NE(row_load, std::string::npos) << src;
+  ASSERT_NE(loop, std::string::npos) << src;
+  EXPECT_LT(row_load, loop);
+  EXPECT_NE(src.find("in_r_column[u] = in_r[row];"), std::string::npos) << src;
+  EXPECT_NE(src.find("out_y + row * cols + col"), std::string::npos) << src;
+  EXPECT_NE(src.find("constexpr int U = 4;  // rows per thread"), std::string::npos) << src;
+}
+
 }  // namespace
 }  // namespace kjit::ir

@@ -185,7 +185,7 @@ TEST(MatmulConfig, PingPongSchedule) {
       source.source.find("PINGPONG_SHARED_BYTES == " + std::to_string(source.dynamic_shared_bytes)),
       std::string::npos);
   // Stages, their barriers, two turn barriers, eight warps' slabs, alignment slack.
-  EXPECT_EQ(source.dynamic_shared_bytes, 1024 + 4 * 40960 + 2 * 4 * 8 + 16 + 8 * 16 * 144);
+  EXPECT_EQ(source.dynamic_shared_bytes, 1024 + 4 * 40960 + 2 * 4 * 8 + 16 + 8 * 16 * 128);
 }
 
 TEST(MatmulConfig, DeviceLimitsStateRequiredAndLimit) {

@@ -15,6 +15,7 @@ class FakeProblem : public TuningProblem {
  public:
   // config -> (predicted ms, efficiency key and group)
   std::map<std::string, std::pair<double, std::string>> configs;
+  std::map<std::string, std::string> schedules;  // config -> Prediction::schedule (else "")
   std::string name = "fake n=1";
 
   std::string family() const override { return "fake"; }
@@ -35,6 +36,8 @@ class FakeProblem : public TuningProblem {
     p.ms = it->second.first;
     p.efficiency_key = it->second.second;
     p.group = it->second.second;
+    if (auto schedule = schedules.find(config); schedule != schedules.end())
+      p.schedule = schedule->second;
     return p;
   }
   std::string canonical(const std::string& config) const override {

@@ -341,6 +341,28 @@ TEST(Space, ElementwisePrunesWhatCannotDiffer) {
   EXPECT_TRUE(said);
   const ElementwiseTuning big("y = exp(x)", "f32", {{"n", 1 << 26}});
   EXPECT_GT(big.space(h200).candidates.size(), s.candidates.size());
+  // grid=rows: offered for [rows, cols] outputs, pruned with its reason for one row.
+  for (const std::string& c : big.space(h200).candidates)
+    EXPECT_EQ(c.find("grid=rows"), std::string::npos) << c;
+  said = false;
+  for (const Pruned& p : big.space(h200).pruned)
+    said = said || p.reason.find("grid=rows: the output is one row") != std::string::npos;
+  EXPECT_TRUE(said);
+  const ElementwiseTuning two_d("x:bf16[m,n]; r:bf16[m,1]; c:bf16[n]; y = x * r + c", "",
+                                {{"m", 4096}, {"n", 4096}});
+  int rows = 0;
+  for (const std::string& c : two_d.space(h200).candidates)
+    if (c.find("grid=rows") != std::string::npos) {
+      ++rows;
+      EXPECT_EQ(c.find("prefetch=1"), std::string::npos) << c;
+      EXPECT_EQ(c.find("per_sm"), std::string::npos) << c;
+      // The model predicts it: its own efficiency key and group.
+      const Prediction pr = two_d.predict(c, h200, Efficiencies{});
+      EXPECT_GT(pr.ms, 0) << c;
+      EXPECT_NE(pr.efficiency_key.find(":rows"), std::string::npos) << c;
+      EXPECT_NE(pr.group.find(":rows"), std::string::npos) << c;
+    }
+  EXPECT_GT(rows, 0);
 }
 
 TEST(Specs, BadSpecsNameTheField) {

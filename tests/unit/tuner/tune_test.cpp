@@ -100,6 +100,22 @@ TEST_F(TuneTest, ModelStrategyCoversTopKernelsThenTheWinnersVariants) {
   EXPECT_EQ(chooser.choose(problem_).source, Choice::Source::Store);
 }
 
+// Where a family names schedules the model cannot rank (elementwise grids), phase 1
+// takes the top groups of each schedule: with k = 2, groups k0, k1 of schedule "a"
+// and k4, k5 of "b", though the model ranks all of "a" first; phase 2 then the
+// variants of the two fastest groups, both of "b" (without schedules: k0, k1, then
+// k1's variant c3 would win at 1.85 ms).
+TEST_F(TuneTest, ModelStrategyCoversTheTopGroupsOfEverySchedule) {
+  for (int i = 8; i < 12; ++i) problem_.schedules["c=" + std::to_string(i)] = "b";
+  for (int i = 0; i < 8; ++i) problem_.schedules["c=" + std::to_string(i)] = "a";
+  TuneOptions options;
+  options.top = 2;
+  const TuneResult r = run(options);
+  std::set<std::string> measured(measurer_.measured.begin(), measurer_.measured.end());
+  EXPECT_EQ(measured, (std::set<std::string>{"c=0", "c=2", "c=8", "c=9", "c=10", "c=11"}));
+  EXPECT_EQ(r.config, "c=11");  // 2.0 - 0.1 x 5 x 1.5 = 1.25 ms
+}
+
 TEST_F(TuneTest, ExhaustiveMeasuresEverythingAndRandomIsSeeded) {
   TuneOptions options;
   options.strategy = Strategy::Exhaustive;

@@ -12,4 +12,4 @@ tmp=$(mktemp -d)
 mkdir -p "$tmp/inc"
 ln -s "$here/../../../templates" "$tmp/inc/kjit"
 nvcc -O3 -arch=sm_90 -std=c++17 -I"$tmp/inc" -o "$tmp/$name" "$here/$name.cu"
-"$tmp/$name"
+"$tmp/$name" "${@:2}"
