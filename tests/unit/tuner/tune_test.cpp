@@ -205,23 +205,28 @@ TEST(TieBreak, DeterministicAmongStatisticallyTiedConfigs) {
   p.configs["b"] = {1.2, "k"};
   p.configs["c"] = {1.1, "k"};
   p.configs["d"] = {0.9, "k"};
+  p.configs["w"] = {0.5, "k"};
   const cuda::DeviceProperties d = cuda::planning_device("h200");
-  std::vector<Measured> trials(4);
+  std::vector<Measured> trials(5);
   trials[0].config = "a,splitk=2";
-  trials[0].summary = from_stored(1.000, 0.01, 25);  // the fastest median
+  trials[0].summary = from_stored(1.000, 0.01, 25);  // the fastest median: [0.995, 1.005]
   trials[1].config = "b";
   trials[1].summary = from_stored(1.004, 0.01, 25);  // tied
   trials[2].config = "c";
-  trials[2].summary = from_stored(1.006, 0.01, 25);  // tied, predicted faster than b
+  trials[2].summary = from_stored(1.0045, 0.01, 25);  // tied, predicted faster than b
   trials[3].config = "d";
   trials[3].summary = from_stored(1.200, 0.01, 25);  // clearly slower
+  // Bimodal: its wide interval overlaps the fastest's, its median is 5% behind; the
+  // model's favourite, but not tied.
+  trials[4].config = "w";
+  trials[4].summary = from_stored(1.050, 0.2, 25);
   std::string why;
   EXPECT_EQ(pick_winner(trials, p, d, &why)->config, "c");
   EXPECT_NE(why.find("3 configs"), std::string::npos) << why;
   std::reverse(trials.begin(), trials.end());
   EXPECT_EQ(pick_winner(trials, p, d)->config, "c");
   // Intervals apart: the fastest median wins outright.
-  trials = {trials[3]};
+  trials = {trials[4]};
   trials[0].summary = from_stored(1.0, 0.001, 25);
   EXPECT_EQ(pick_winner(trials, p, d, &why)->config, "a,splitk=2");
   EXPECT_NE(why.find("apart"), std::string::npos);
