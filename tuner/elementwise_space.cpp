@@ -370,9 +370,7 @@ Prediction ElementwiseTuning::predict(const std::string& text, const cuda::Devic
   const double latency_cover = std::min(1.0, in_flight / std::max(needed, 1.0));
 
   out.efficiency_key = key_of(c);
-  const char* grid = rows_grid                                  ? "rows"
-                     : c.grid == ElementwiseConfig::Grid::Tiles ? "tiles"
-                                                                : "waves";
+  const char* grid = ir::to_string(c.grid);
   out.group = fmt::format("b{}:u{}:{}", c.block_threads, c.unroll, grid);
   out.schedule = grid;
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);

@@ -62,6 +62,18 @@ std::string ElementwiseConfig::source_text() const {
                      grid == Grid::Rows ? ",grid=rows" : "");
 }
 
+const char* to_string(ElementwiseConfig::Grid grid) {
+  switch (grid) {
+    case ElementwiseConfig::Grid::Tiles:
+      return "tiles";
+    case ElementwiseConfig::Grid::Rows:
+      return "rows";
+    case ElementwiseConfig::Grid::Waves:
+      break;
+  }
+  return "waves";
+}
+
 int grid_blocks_per_sm(const ElementwiseConfig& config, int resident) {
   const int vectors_per_block = std::max(config.block_threads * config.unroll, 1);
   const int wanted = config.per_sm > 0 ? config.per_sm : std::max(1, 2048 / vectors_per_block);
@@ -552,19 +564,26 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
                          name, offset, name);
     return out;
   };
+  // Scalars: one load per thread, before the loop.
+  auto load_scalars = [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (problem.access[i] != Access::Scalar) continue;
+      const Node& n = graph.node(inputs[i]);
+      s += fmt::format("  // {}: one element broadcast to every output element\n", n.name);
+      s += fmt::format("  const {} in_{}_scalar = in_{}[0];\n", storage_type(n.dtype), n.name,
+                       n.name);
+    }
+  };
   if (rows_grid) {
     s += "  const long long rows = n / cols;\n";
     s += "  // This thread's vector of columns; blocks past the row's end have nothing to do.\n";
     s += "  const long long col = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * V;\n";
     s += "  if (col >= cols) return;\n";
-    std::string elements_of;  // per input, its element e in the math
+    load_scalars();
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Node& n = graph.node(inputs[i]);
       const char* type = storage_type(n.dtype);
-      if (problem.access[i] == Access::Scalar) {
-        s += fmt::format("  // {}: one element broadcast to every output element\n", n.name);
-        s += fmt::format("  const {} in_{}_scalar = in_{}[0];\n", type, n.name, n.name);
-      } else if (problem.access[i] == Access::Row) {
+      if (problem.access[i] == Access::Row) {
         s += fmt::format(
             "  // {}[col]: a row broadcast down the rows, loaded once for all of this thread's "
             "rows\n",
@@ -641,14 +660,7 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
     return finish_source(std::move(s), kernel_name, problem_text, config_text, config);
   }
   s += "  const long long vectors = n / V;\n";
-  // Scalars: one load per thread, before the loop.
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (problem.access[i] != Access::Scalar) continue;
-    const Node& n = graph.node(inputs[i]);
-    s += fmt::format("  // {}: one element broadcast to every output element\n", n.name);
-    s +=
-        fmt::format("  const {} in_{}_scalar = in_{}[0];\n", storage_type(n.dtype), n.name, n.name);
-  }
+  load_scalars();
   s += "  // Grid-stride loop: thread t of the grid starts at vector t; consecutive threads\n"
        "  // touch consecutive vectors, so every warp access is coalesced.\n";
   s += "  const long long step = (long long)gridDim.x * blockDim.x * U;\n";

@@ -100,6 +100,9 @@ struct ElementwiseConfig {
   static ElementwiseConfig parse(const KeyValues& pairs);
 };
 
+// "waves", "tiles" or "rows", as config grid=... spells it.
+const char* to_string(ElementwiseConfig::Grid grid);
+
 // Blocks per SM a launch sizes its grid for: config per_sm (auto: 2048 vectors in
 // flight per SM), at most `resident` (the occupancy limit of the compiled kernel).
 int grid_blocks_per_sm(const ElementwiseConfig& config, int resident);
