@@ -49,7 +49,7 @@ std::vector<Measured> measure(Harness& harness, const std::vector<std::string>& 
     works.push_back([trial, &stream, sets](int run) { trial->launch(stream.get(), run % sets); });
     index.push_back(i);
   }
-  Timer timer(stream.get(), device.l2_bytes, options);
+  Timer timer(stream.get(), device.l2_bytes, options, device.sm_clock_khz);
   const std::vector<Timer::Result> timed = timer.interleaved(works, leader_ms);
   for (size_t j = 0; j < index.size(); ++j) {
     Measured& m = out[index[j]];

@@ -19,7 +19,10 @@ double median(std::vector<double> values) {
 }
 
 std::string Summary::to_string() const {
-  return fmt::format("{:.4f} ms [{:.4f}, {:.4f}] over {} runs", median_ms, low_ms, high_ms, runs);
+  std::string out =
+      fmt::format("{:.4f} ms [{:.4f}, {:.4f}] over {} runs", median_ms, low_ms, high_ms, runs);
+  if (clock_mhz > 0) out += fmt::format(", at the peak clock (ran at {:.0f} MHz)", clock_mhz);
+  return out;
 }
 
 Summary summarize(const std::vector<double>& samples, int resamples) {

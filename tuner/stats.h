@@ -21,6 +21,9 @@ struct Summary {
   double low_ms = 0, high_ms = 0;  // the confidence interval of the median
   double min_ms = 0;
   int64_t runs = 0;
+  // The median SM clock over the runs, when the timer measured it (TimerOptions::
+  // at_peak_clock; the times above are then scaled to the peak clock); 0 otherwise.
+  double clock_mhz = 0;
   // The interval's width relative to the median: what the store keeps as `spread`.
   double spread() const { return median_ms > 0 ? (high_ms - low_ms) / median_ms : 0; }
   // "0.1862 ms [0.1859, 0.1867] over 25 runs"

@@ -11,7 +11,16 @@
 //     measurement moves every candidate alike;
 //   - the result is the median with a bootstrap 95% interval (tuner/stats.h);
 //   - a candidate whose best run after two rounds is `hopeless` times slower than
-//     the leader's median is stopped early.
+//     the leader's median is stopped early;
+//   - optionally (`at_peak_clock`), each run's SM clock is measured and its time
+//     scaled to the peak clock. Under a long run of heavy kernels (a tune) the board
+//     sits at its power cap and the SM clock moves from one 100 ms to the next
+//     (1635-1965 MHz on the H200, 1980 MHz at rest), so two candidates' medians can
+//     differ by the clock they happened to get rather than by their code. A
+//     compute-bound kernel's time follows the SM clock, so `time x clock / peak` is
+//     the time it takes at the peak clock, whatever the power cap allowed meanwhile.
+//     The clock comes from a one-thread probe kernel before and after the run that
+//     counts `clock64` cycles against `%globaltimer` nanoseconds on its own SM.
 #pragma once
 
 #include <cuda.h>
@@ -34,12 +43,20 @@ struct TimerOptions {
   // Stop a candidate whose fastest run is this much slower than the leader's median
   // (after two rounds); 0 never stops one.
   double hopeless = 1.25;
+  // Scale each run's time to the peak SM clock (see above). For compute-bound work
+  // only: a memory-bound kernel's time barely follows the SM clock. The tuner sets
+  // it when the model calls the problem compute bound; `kjit bench` reports raw times.
+  bool at_peak_clock = false;
 };
 
 class Timer {
  public:
-  // `l2_bytes`: the device's L2 (the flush buffer is twice that, at least 64 MiB).
-  Timer(CUstream stream, int64_t l2_bytes, TimerOptions options = {});
+  // `l2_bytes`: the device's L2 (the flush buffer is twice that, at least 64 MiB);
+  // `peak_clock_khz`: the device's peak SM clock (needed for `at_peak_clock`).
+  Timer(CUstream stream, int64_t l2_bytes, TimerOptions options = {}, int peak_clock_khz = 0);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
   const TimerOptions& options() const { return options_; }
 
   // One work item's timing: `work(run)` launches it (asynchronously, on the
@@ -58,12 +75,24 @@ class Timer {
   std::vector<Result> interleaved(const std::vector<Work>& works, double leader_ms = 0);
 
  private:
-  double time_once(const Work& work, int run);
+  // One timed run: its time (scaled to the peak clock when asked) and the SM clock
+  // measured around it (0 when not measured).
+  struct Run {
+    double ms = 0;
+    double clock_mhz = 0;
+  };
+  Run time_once(const Work& work, int run);
+  void probe_clock(int slot);
 
   CUstream stream_;
   TimerOptions options_;
+  int peak_clock_khz_ = 0;
   cuda::DeviceBuffer flush_;
   std::unique_ptr<cuda::Event> start_, stop_;
+  // The clock probe (at_peak_clock): its module, kernel and two result slots.
+  CUmodule probe_module_ = nullptr;
+  CUfunction probe_ = nullptr;
+  cuda::DeviceBuffer probe_out_;
 };
 
 }  // namespace kjit::tuner

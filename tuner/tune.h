@@ -26,7 +26,7 @@
 
 namespace kjit::tuner {
 
-inline constexpr const char* kTunerVersion = "kjit-tuner-1";
+inline constexpr const char* kTunerVersion = "kjit-tuner-2";
 
 enum class Strategy { Model, Exhaustive, Random };
 const char* to_string(Strategy strategy);
@@ -38,6 +38,8 @@ struct TuneOptions {
   int top = 8;          // model / random: how many configs to measure
   double budget_s = 0;  // wall-clock seconds for the whole tune; 0: no limit
   bool force = false;   // measure again what the store already has
+  // How candidates are timed. tune() adds `at_peak_clock` when the model calls the
+  // problem compute bound (its best-ranked config's bound).
   TimerOptions timer;
   int compile_threads = 0;  // 0: every core
   std::string arch;         // compile for this architecture ("" : the device's)
@@ -74,6 +76,8 @@ struct TuneResult {
   int candidates = 0, measured = 0, failed = 0, resumed = 0;
   double compile_s = 0, measure_s = 0, total_s = 0;
   bool budget_exhausted = false;
+  // The trials' times are scaled to the peak SM clock (TimerOptions::at_peak_clock).
+  bool at_peak_clock = false;
 };
 
 TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& measurer,

@@ -49,6 +49,7 @@ nlohmann::json event_json(const MeasureEvent& e) {
       out["high_ms"] = m.summary.high_ms;
       out["min_ms"] = m.summary.min_ms;
       out["runs"] = m.summary.runs;
+      if (m.summary.clock_mhz > 0) out["clock_mhz"] = m.summary.clock_mhz;
       out["stopped_early"] = m.stopped_early;
     }
   }
@@ -70,11 +71,8 @@ std::string describe_status(int status) {
 }  // namespace
 
 nlohmann::json to_json(const TimerOptions& o) {
-  return {{"warmup", o.warmup},
-          {"rounds", o.rounds},
-          {"runs_per_round", o.runs_per_round},
-          {"flush_l2", o.flush_l2},
-          {"hopeless", o.hopeless}};
+  return {{"warmup", o.warmup},     {"rounds", o.rounds},     {"runs_per_round", o.runs_per_round},
+          {"flush_l2", o.flush_l2}, {"hopeless", o.hopeless}, {"at_peak_clock", o.at_peak_clock}};
 }
 
 TimerOptions timer_options_from_json(const nlohmann::json& j) {
@@ -84,6 +82,7 @@ TimerOptions timer_options_from_json(const nlohmann::json& j) {
   o.runs_per_round = j.value("runs_per_round", o.runs_per_round);
   o.flush_l2 = j.value("flush_l2", o.flush_l2);
   o.hopeless = j.value("hopeless", o.hopeless);
+  o.at_peak_clock = j.value("at_peak_clock", o.at_peak_clock);
   return o;
 }
 
@@ -285,6 +284,7 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
         m.summary.high_ms = event.value("high_ms", 0.0);
         m.summary.min_ms = event.value("min_ms", 0.0);
         m.summary.runs = event.value("runs", int64_t{0});
+        m.summary.clock_mhz = event.value("clock_mhz", 0.0);
         m.stopped_early = event.value("stopped_early", false);
       }
       if (listener) listener(MeasureEvent{kind, config, &m});

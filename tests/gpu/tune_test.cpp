@@ -91,6 +91,32 @@ TEST_F(TunerGpu, TunedConfigsAreStoredAndChosen) {
   EXPECT_EQ(tuned.config().to_string(), rt.chooser().choose(mm).config);
 }
 
+// Times at the peak clock (tuner/timer.h): the probe measures an SM clock no higher
+// than the peak, and each run's time is scaled by clock / peak, so the scaled median
+// is the raw one times the clock's ratio (give or take the runs' spread).
+TEST_F(TunerGpu, TimesAtThePeakClockScaleByTheMeasuredClock) {
+  Runtime& rt = runtime();
+  matmul::Problem p;
+  p.m = p.n = p.k = 4096;
+  const tuner::MatmulTuning mm(p);
+  const std::string config = rt.chooser().choose(mm).config;
+  std::unique_ptr<tuner::Harness> harness = make_harness(rt, mm);
+  tuner::TimerOptions raw, at_peak;
+  at_peak.at_peak_clock = true;
+  const tuner::Measured r = tuner::measure(*harness, {config}, rt.device(), raw).at(0);
+  const tuner::Measured s = tuner::measure(*harness, {config}, rt.device(), at_peak).at(0);
+  ASSERT_TRUE(r.ok() && s.ok()) << r.error << s.error;
+  const double peak_mhz = rt.device().sm_clock_khz / 1e3;
+  EXPECT_EQ(r.summary.clock_mhz, 0);
+  EXPECT_GT(s.summary.clock_mhz, 0.3 * peak_mhz) << s.summary.to_string();
+  EXPECT_LE(s.summary.clock_mhz, 1.02 * peak_mhz) << s.summary.to_string();
+  if (std::getenv("KJIT_SANITIZER") == nullptr) {
+    const double expected = r.summary.median_ms * s.summary.clock_mhz / peak_mhz;
+    EXPECT_NEAR(s.summary.median_ms / expected, 1.0, 0.1)
+        << "raw " << r.summary.to_string() << ", scaled " << s.summary.to_string();
+  }
+}
+
 // Attention with score and mask modifiers through the tuner's harness: the operands
 // are made and uploaded with the inputs, every measured config passes the check
 // against the fp64 twins, forward and backward.

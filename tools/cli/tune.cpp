@@ -108,6 +108,7 @@ nlohmann::json result_json(const tuner::TuningProblem& problem, const tuner::Tun
       t["low_ms"] = m.summary.low_ms;
       t["high_ms"] = m.summary.high_ms;
       t["runs"] = m.summary.runs;
+      if (m.summary.clock_mhz > 0) t["clock_mhz"] = m.summary.clock_mhz;
       t["stopped_early"] = m.stopped_early;
       if (m.resources.registers > 0) t["registers"] = m.resources.registers;
       model.push_back(predicted[m.config]);
@@ -124,6 +125,7 @@ nlohmann::json result_json(const tuner::TuningProblem& problem, const tuner::Tun
               {"low_ms", r.summary.low_ms},
               {"high_ms", r.summary.high_ms},
               {"runs", r.summary.runs},
+              {"at_peak_clock", r.at_peak_clock},
               {"flops", problem.work().flops},
               {"bytes", problem.work().bytes},
               {"tie_break", r.tie_break},

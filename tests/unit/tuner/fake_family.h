@@ -17,6 +17,7 @@ class FakeProblem : public TuningProblem {
   std::map<std::string, std::pair<double, std::string>> configs;
   std::map<std::string, std::string> schedules;  // config -> Prediction::schedule (else "")
   std::string name = "fake n=1";
+  std::string bound = "memory";  // every prediction's Prediction::bound
 
   std::string family() const override { return "fake"; }
   std::string signature() const override { return name; }
@@ -36,6 +37,7 @@ class FakeProblem : public TuningProblem {
     p.ms = it->second.first;
     p.efficiency_key = it->second.second;
     p.group = it->second.second;
+    p.bound = bound;
     if (auto schedule = schedules.find(config); schedule != schedules.end())
       p.schedule = schedule->second;
     return p;

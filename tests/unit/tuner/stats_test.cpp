@@ -33,6 +33,14 @@ TEST(Stats, IntervalHoldsTheMedianAndIsDeterministic) {
   EXPECT_GT(summarize(noisy).spread(), a.spread());
 }
 
+TEST(Stats, ToStringNamesTheClockOnlyWhenMeasured) {
+  Summary s = summarize({1.0, 1.1, 1.2});
+  EXPECT_EQ(s.to_string().find("MHz"), std::string::npos);
+  s.clock_mhz = 1712.4;
+  EXPECT_NE(s.to_string().find("at the peak clock (ran at 1712 MHz)"), std::string::npos)
+      << s.to_string();
+}
+
 TEST(Stats, OverlapAndStoredIntervals) {
   const Summary a = from_stored(1.0, 0.02, 25);  // [0.99, 1.01]
   EXPECT_NEAR(a.low_ms, 0.99, 1e-12);

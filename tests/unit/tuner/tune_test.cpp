@@ -26,11 +26,13 @@ struct ScriptedMeasurer {
   double sleep_s = 0;
   std::vector<std::string> measured;
   int calls = 0;
+  TimerOptions timer;  // the last job's
 
   Measurer get() {
     return [this](const TuningProblem&, const std::vector<std::string>& configs,
-                  const TimerOptions&, double, const MeasureListener& listener) {
+                  const TimerOptions& options, double, const MeasureListener& listener) {
       ++calls;
+      timer = options;
       if (sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
       std::vector<Measured> out;
       for (const std::string& c : configs) {
@@ -199,6 +201,19 @@ TEST_F(TuneTest, BudgetStopsBetweenJobs) {
 
 // Within the fastest's 95% interval: no split-K first, then the model's prior
 // prediction, then the text, whatever order the measurements came in.
+TEST_F(TuneTest, ComputeBoundProblemsAreTimedAtThePeakClock) {
+  // The fake predicts "memory" for every config: raw times.
+  TuneResult r = run();
+  EXPECT_FALSE(measurer_.timer.at_peak_clock);
+  EXPECT_FALSE(r.at_peak_clock);
+  problem_.bound = "compute";
+  TuneOptions force;
+  force.force = true;
+  r = run(force);
+  EXPECT_TRUE(measurer_.timer.at_peak_clock);
+  EXPECT_TRUE(r.at_peak_clock);
+}
+
 TEST(TieBreak, DeterministicAmongStatisticallyTiedConfigs) {
   FakeProblem p;
   p.configs["a,splitk=2"] = {1.0, "k"};

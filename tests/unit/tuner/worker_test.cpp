@@ -40,9 +40,33 @@ TEST(Worker, MeasuresThroughTheProtocol) {
   EXPECT_EQ(r.at("a").resources.registers, 32);
   EXPECT_EQ(events, (std::vector<std::string>{"checking", "checked", "checking", "checked", "timed",
                                               "timed"}));
-  // The worker serves the next job without a restart.
-  worker.measure({{"family", "fake"}}, {"c"}, TimerOptions());
+  EXPECT_EQ(r.at("a").summary.clock_mhz, 0);  // not asked for
+  // The worker serves the next job without a restart; the timer's options travel
+  // with the job, and the clock the runs were scaled from comes back.
+  TimerOptions at_peak;
+  at_peak.at_peak_clock = true;
+  const auto c = worker.measure({{"family", "fake"}}, {"c"}, at_peak);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].summary.clock_mhz, 1700);
   EXPECT_EQ(worker.starts(), 1);
+}
+
+TEST(Worker, TimerOptionsRoundTripThroughJson) {
+  TimerOptions o;
+  o.warmup = 3;
+  o.rounds = 7;
+  o.runs_per_round = 2;
+  o.flush_l2 = false;
+  o.hopeless = 1.5;
+  o.at_peak_clock = true;
+  const TimerOptions back = timer_options_from_json(to_json(o));
+  EXPECT_EQ(back.warmup, 3);
+  EXPECT_EQ(back.rounds, 7);
+  EXPECT_EQ(back.runs_per_round, 2);
+  EXPECT_FALSE(back.flush_l2);
+  EXPECT_EQ(back.hopeless, 1.5);
+  EXPECT_TRUE(back.at_peak_clock);
+  EXPECT_FALSE(timer_options_from_json(nlohmann::json::object()).at_peak_clock);
 }
 
 TEST(Worker, CrashesHangsAndFaultsCostOnlyTheirConfig) {
