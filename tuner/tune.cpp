@@ -149,7 +149,8 @@ Strategy parse_strategy(const std::string& text) {
 }
 
 const Measured* pick_winner(const std::vector<Measured>& trials, const TuningProblem& problem,
-                            const cuda::DeviceProperties& device, std::string* tie_break) {
+                            const cuda::DeviceProperties& device, std::string* tie_break,
+                            const std::string& incumbent) {
   const Measured* fastest = nullptr;
   for (const Measured& m : trials)
     if (m.ok() && !m.stopped_early &&
@@ -170,8 +171,9 @@ const Measured* pick_winner(const std::vector<Measured>& trials, const TuningPro
     if (tie_break) *tie_break = "fastest median, its interval apart from every other";
     return fastest;
   }
-  // Deterministic among the statistically tied: no split-K first (one kernel, no
-  // workspace), then the model's prior prediction, then the config text.
+  // Deterministic among the statistically tied: the incumbent (the default) first,
+  // then no split-K (one kernel, no workspace), then the model's prior prediction,
+  // then the config text.
   const Efficiencies priors;
   auto rank = [&](const Measured* m) {
     double predicted = 0;
@@ -180,14 +182,15 @@ const Measured* pick_winner(const std::vector<Measured>& trials, const TuningPro
     } catch (const Error&) {
       predicted = 1e30;
     }
-    return std::make_tuple(split_count(m->config) > 1, predicted, m->config);
+    return std::make_tuple(incumbent.empty() || m->config != incumbent, split_count(m->config) > 1,
+                           predicted, m->config);
   };
   const Measured* best = *std::min_element(tied.begin(), tied.end(),
                                            [&](auto* a, auto* b) { return rank(a) < rank(b); });
   if (tie_break)
     *tie_break = fmt::format(
-        "{} configs within the fastest's 95% interval ({}: {}); picked by the rule: no split-K, "
-        "then the model's prior prediction, then the config text",
+        "{} configs within the fastest's 95% interval ({}: {}); picked by the rule: the default, "
+        "then no split-K, then the model's prior prediction, then the config text",
         tied.size(), fastest->config, fastest->summary.to_string());
   return best;
 }
@@ -382,6 +385,41 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     }
     run_phase(variants);
   }
+  // The finals (see tune.h): only when this tune measured something, so a resumed
+  // tune that has every trial already costs no GPU time.
+  if (state.measured > 0 && !result.budget_exhausted) {
+    std::vector<const Measured*> passed;
+    for (const Measured& m : result.trials)
+      if (m.ok() && !m.stopped_early) passed.push_back(&m);
+    std::sort(passed.begin(), passed.end(), [](const Measured* a, const Measured* b) {
+      return a->summary.median_ms < b->summary.median_ms;
+    });
+    constexpr double kFinalists = 1.02;
+    constexpr size_t kMaxFinalists = 4;
+    std::vector<std::string> finalists;
+    for (const Measured* m : passed)
+      if (m->summary.median_ms <= passed.front()->summary.median_ms * kFinalists &&
+          (finalists.size() < kMaxFinalists || m->config == result.default_config))
+        finalists.push_back(m->config);
+    if (finalists.size() >= 2) {
+      TimerOptions finals = timer;
+      finals.rounds = timer.rounds * timer.runs_per_round;
+      finals.runs_per_round = 1;
+      finals.hopeless = 0;
+      report("finals");
+      const auto finals_started = std::chrono::steady_clock::now();
+      const std::vector<Measured> measured = measurer(problem, finalists, finals, 0, nullptr);
+      result.measure_s += seconds_since(finals_started);
+      for (const Measured& m : measured) {
+        for (Measured& t : result.trials)
+          if (t.config == m.config) t = m;
+        store.put_trial(trial_record(result.gpu_model, result.signature, m));
+        log_line("tune", fmt::format("{} {} (finals): {}", result.signature, m.config,
+                                     m.ok() ? m.summary.to_string() : m.error));
+      }
+      result.finalists = finalists;
+    }
+  }
   result.candidates = state.total;
   for (const Measured& m : result.trials) {
     if (m.ok())
@@ -389,7 +427,8 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     else
       ++result.failed;
   }
-  if (const Measured* winner = pick_winner(result.trials, problem, device, &result.tie_break)) {
+  if (const Measured* winner =
+          pick_winner(result.trials, problem, device, &result.tie_break, result.default_config)) {
     result.config = winner->config;
     result.summary = winner->summary;
     cache::TuningRecord tuning;

@@ -9,11 +9,19 @@
 //   strategy exhaustive  measure every config of the space
 //   strategy random      measure k configs drawn at random (seeded)
 //
+// The finals: the fastest and the others within 2% of it (at most four, and the
+// default when it is that close) are timed again in one job, one run of each in
+// turn, so neighbouring samples of two finalists ran at the same clock. (Earlier
+// phases time jobs seconds apart; compute-bound tunes scale every run to the peak
+// clock, which over-corrects a kernel that is partly memory bound.)
+//
 // Resumable: trials already in the store (same GPU model, problem and tuner
 // version) are not measured again unless `force`; they compete with the new ones.
 // The winner is the fastest median unless the 95% intervals of several overlap
-// the fastest's; then, among those, deterministically: the one without split-K,
-// then the one the model's priors predict fastest, then the first by config text.
+// the fastest's; then, among those, deterministically: the default (what the
+// runtime runs untuned: a tune changes it only on evidence), then the one without
+// split-K, then the one the model's priors predict fastest, then the first by
+// config text.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +62,7 @@ using Measurer = std::function<std::vector<Measured>(
     const TimerOptions& timer, double leader_ms, const MeasureListener& listener)>;
 
 struct TuneProgress {
-  std::string phase;  // "compiling", "measuring", "done"
+  std::string phase;  // "compiling", "measuring", "finals", "done"
   int total = 0;      // configs this tune measures (resumed ones included)
   int compiled = 0, measured = 0, failed = 0, resumed = 0;
   std::string best_config;
@@ -78,14 +86,17 @@ struct TuneResult {
   bool budget_exhausted = false;
   // The trials' times are scaled to the peak SM clock (TimerOptions::at_peak_clock).
   bool at_peak_clock = false;
+  // The configs timed again in the finals (their trials hold the finals' times).
+  std::vector<std::string> finalists;
 };
 
 TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& measurer,
                 const TuneOptions& options, const ProgressListener& progress = nullptr);
 
 // The winner among measured trials (the rule above); nullptr when none passed.
-// `tie_break` (optional) says what decided it.
+// `tie_break` (optional) says what decided it; `incumbent` is the default config.
 const Measured* pick_winner(const std::vector<Measured>& trials, const TuningProblem& problem,
-                            const cuda::DeviceProperties& device, std::string* tie_break = nullptr);
+                            const cuda::DeviceProperties& device, std::string* tie_break = nullptr,
+                            const std::string& incumbent = "");
 
 }  // namespace kjit::tuner

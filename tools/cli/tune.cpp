@@ -126,6 +126,7 @@ nlohmann::json result_json(const tuner::TuningProblem& problem, const tuner::Tun
               {"high_ms", r.summary.high_ms},
               {"runs", r.summary.runs},
               {"at_peak_clock", r.at_peak_clock},
+              {"finalists", r.finalists},
               {"flops", problem.work().flops},
               {"bytes", problem.work().bytes},
               {"tie_break", r.tie_break},
