@@ -695,6 +695,25 @@ std::vector<Case> PersistentScheduleCases() {
                    .batch = 10,
                    .epilogue = "relu(acc + bias)",
                    .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent"});
+  // Column operands read a run of column groups ahead of the outputs (write_out):
+  // one, two and three of them, a row operand, inner tiles (unguarded) and edges,
+  // bf16 and f32 outputs (64 and 32 columns a slab line).
+  for (const char* config : {"mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent",
+                             "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent"}) {
+    cases.push_back({.m = 1000,
+                     .n = 1030,
+                     .k = 256,
+                     .epilogue = "b1:f32[n]; b2:bf16[n]; r:f32[m,1]; y = gelu(acc + b1) * b2 + r",
+                     .ir = true,
+                     .config = config});
+    cases.push_back({.m = 700,
+                     .n = 1000,
+                     .k = 128,
+                     .output = DType::F32,
+                     .epilogue = "b1:f32[n]; b2:bf16[n]; b3:f16[n]; y = silu(acc + b1) * b2 - b3",
+                     .ir = true,
+                     .config = config});
+  }
   cases.push_back({.m = 3000,
                    .n = 1700,
                    .k = 1,
