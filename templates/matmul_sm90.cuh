@@ -377,53 +377,41 @@ struct WgmmaMatmul {
         }
         __syncwarp();
       }
-      // The line's column groups (8 columns, a pair per lane) in runs of GROUPS: the
-      // per-column operands (biases) of a run's pairs, zeros past N, are all read
-      // before any of its outputs is finished (once for both rows; a clamped address
-      // per output cost registers that 256-row tiles, 96 a thread, do not have, and
-      // so would a whole line's operands at once). Read one output at a time
-      // instead, each load sat between two slab stores, which the compiler may not
-      // move it across (a generic pointer may alias), and waited out its own trip to
-      // L2: on the H200, gelu(acc + bias) made 4096^3 with 128 x 256 tiles 30% slower
-      // than without it, against 11% for 256 x 128 tiles, whose twice as many warps
-      // hid more of the wait.
-      // Eight values in flight: 4 groups of one operand's pairs, 2 of two operands'...
-      constexpr int IN_FLIGHT = Epilogue::kColumnSlots < 4 ? 4 / Epilogue::kColumnSlots : 1;
-      constexpr int GROUPS = SLAB_COLUMNS / 8 < IN_FLIGHT ? SLAB_COLUMNS / 8 : IN_FLIGHT;
 #pragma unroll
-      for (int run = 0; run < SLAB_COLUMNS / 8; run += GROUPS) {
-        float columns[GROUPS][Epilogue::kColumnSlots][2];
+      for (int jj = 0; jj < SLAB_COLUMNS / 8; ++jj) {
+        const int j = line * (SLAB_COLUMNS / 8) + jj;  // accumulator column group
+        const int col = line_col + 8 * jj + c1;
+        // GUARDED: the per-column operands of the pair's two columns, zeros past N
+        // (read once for both rows; a clamped address per output cost registers
+        // that 256-row tiles, 96 a thread, do not have).
+        float columns[Epilogue::kColumnSlots][2];
+        if constexpr (GUARDED)
+          Epilogue::template load_columns<2>(columns, w.batch, col, max(min(args.n - col, 2), 0),
+                                             ops);
 #pragma unroll
-        for (int g = 0; g < GROUPS; ++g) {
-          const int col = line_col + 8 * (run + g) + c1;
-          Epilogue::template load_columns<2>(columns[g], w.batch, col,
-                                             GUARDED ? max(min(args.n - col, 2), 0) : 2, ops);
-        }
+        for (int half = 0; half < 2; ++half) {
+          // The pair's place in the slab: its C0 (phase 0) out, its outputs in.
+          TC* at = reinterpret_cast<TC*>(
+              slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * static_cast<int>(sizeof(TC))));
+          float c0v[2] = {0.0f, 0.0f};
+          if (beta) matmul::Pair<TC>::load(at, c0v[0], c0v[1]);
+          float v[2];
 #pragma unroll
-        for (int g = 0; g < GROUPS; ++g) {
-          const int jj = run + g;
-          const int j = line * (SLAB_COLUMNS / 8) + jj;  // accumulator column group
-          const int col = line_col + 8 * jj + c1;
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            // The pair's place in the slab: its C0 (phase 0) out, its outputs in.
-            TC* at = reinterpret_cast<TC*>(
-                slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * static_cast<int>(sizeof(TC))));
-            float c0v[2] = {0.0f, 0.0f};
-            if (beta) matmul::Pair<TC>::load(at, c0v[0], c0v[1]);
-            float v[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
+          for (int e = 0; e < 2; ++e) {
+            if constexpr (GUARDED) {
               float at_e[Epilogue::kColumnSlots];
 #pragma unroll
-              for (int k = 0; k < Epilogue::kColumnSlots; ++k) at_e[k] = columns[g][k][e];
-              // GUARDED: matrix operands (if any) are read at the nearest output inside N.
-              v[e] = matmul::finish<TC, Epilogue>(
-                  acc[4 * j + 2 * half + e], c0v[e], args, w.batch, row_read[half],
-                  GUARDED ? min(col + e, args.n - 1) : col + e, at_e, ops);
+              for (int k = 0; k < Epilogue::kColumnSlots; ++k) at_e[k] = columns[k][e];
+              // Matrix operands (if any) are read at the nearest output inside N.
+              v[e] =
+                  matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], c0v[e], args, w.batch,
+                                               row_read[half], min(col + e, args.n - 1), at_e, ops);
+            } else {
+              v[e] = matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], c0v[e], args, w.batch,
+                                                  row_read[half], col + e, ops);
             }
-            matmul::Pair<TC>::store(at, v[0], v[1]);
           }
+          matmul::Pair<TC>::store(at, v[0], v[1]);
         }
       }
       __syncwarp();  // the line is staged
