@@ -301,6 +301,34 @@ __device__ __forceinline__ void store_chunk(T* p, const float (&v)[Chunk<T>::VEC
   }
 }
 
+// Writes v, rounded to T, to 4 consecutive elements at p: one store of 4 x
+// sizeof(T) bytes when p is aligned for it, else pairs, else single elements.
+template <typename T>
+__device__ __forceinline__ void store_four(T* p, const float (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    if (aligned_to(p, 16)) {
+      Chunk<T>::store16(p, v);
+      return;
+    }
+  } else {
+    if (aligned_to(p, 8)) {
+      struct __align__(8) U32x2 {
+        u32 x, y;
+      };
+      *reinterpret_cast<U32x2*>(p) =
+          U32x2{Chunk<T>::pack2(v[0], v[1]), Chunk<T>::pack2(v[2], v[3])};
+      return;
+    }
+  }
+  if (aligned_to(p, 2 * sizeof(T))) {
+    Pair<T>::store(p, v[0], v[1]);
+    Pair<T>::store(p + 2, v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) p[j] = from_f32<T>(v[j]);
+  }
+}
+
 // VEC consecutive elements of an epilogue operand at p as floats, the first `valid`
 // of them (the rest 0): 16-byte loads when all VEC are valid and p is aligned for
 // them, else pairs, else single elements. An operand of another width than the

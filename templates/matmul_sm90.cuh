@@ -57,8 +57,10 @@ namespace sm90 {
 // for 32-bit types). Wgmma: the generated instruction wrapper for one 32-byte k
 // step (m64nBNk16 of 16-bit types, m64nBNk8 of tf32),
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
+// C_ALIGNED: C's rows are 16-byte aligned (the problem's alignment class); it picks
+// the persistent and ping-pong schedules' write-out (write_out).
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
-          typename Wgmma>
+          typename Wgmma, bool C_ALIGNED = true>
 struct WgmmaMatmul {
   static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
   static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
@@ -93,9 +95,11 @@ struct WgmmaMatmul {
   // mbarriers (8 bytes each).
   static constexpr int SHARED_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
   // The persistent schedule's write-out slabs, one per consumer warp: 16 rows of one
-  // 128-byte line of outputs each (64 bf16/f16 or 32 f32 columns), chunks swizzled
-  // (slab_offset) so that the 8 rows a warp's pair stores touch fall in different banks.
+  // 128-byte line each (64 bf16/f16 or 32 f32 outputs, or 32 fp32 accumulators where
+  // C is misaligned: write_out), chunks swizzled (slab_offset) so that the 8 rows a
+  // warp's pair stores touch fall in different banks.
   static constexpr int SLAB_COLUMNS = 128 / static_cast<int>(sizeof(TC));
+  static constexpr int SLAB_F32_COLUMNS = 32;
   static constexpr int SLAB_ROW_BYTES = 128;
   static constexpr int SLAB_BYTES = 16 * SLAB_ROW_BYTES;
   static constexpr int PERSISTENT_SHARED_BYTES = SHARED_BYTES + 4 * CONSUMERS * SLAB_BYTES;
@@ -314,8 +318,8 @@ struct WgmmaMatmul {
     return row * SLAB_ROW_BYTES + (((byte >> 4) ^ (row & 7)) << 4) + (byte & 15);
   }
 
-  // Writes a consumer warp's 16 x BN outputs. Warp w of a group holds rows 16w +
-  // lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in acc[4j + 2 half] and
+  // Writes a consumer warp's 16 x BN outputs where C's rows are 16-byte aligned. Warp w of a group
+  // holds rows 16w + lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in acc[4j + 2 half] and
   // acc[4j + 2 half + 1]: stored straight from there, a warp instruction would
   // write 4 bytes to each of 8 rows, and the load-store unit would spend 8 passes on
   // it (measured on the H200: 5% slower than the one-tile-per-block grid's staged
@@ -336,11 +340,11 @@ struct WgmmaMatmul {
   // instructions; on the H200 an N of 4064 ran 6% slower than 4096, the same 512
   // tiles, from the 32 edge tiles alone.) Else the common case runs without either.
   template <typename Epilogue, bool GUARDED>
-  __device__ __forceinline__ static void write_out(const MatmulArgs& args,
-                                                   const EpilogueOperands& ops,
-                                                   const float (&acc)[ACC],
-                                                   const matmul::BlockWork& w, int group,
-                                                   unsigned char* slab) {
+  __device__ __forceinline__ static void write_out_16(const MatmulArgs& args,
+                                                      const EpilogueOperands& ops,
+                                                      const float (&acc)[ACC],
+                                                      const matmul::BlockWork& w, int group,
+                                                      unsigned char* slab) {
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
     const int lane = static_cast<int>(threadIdx.x) % 32;
     const int row0 = w.tile_m * BM + group * 64 + warp * 16;  // the warp's first row
@@ -437,6 +441,131 @@ struct WgmmaMatmul {
     }
   }
 
+  // The write-out of C whose rows are not 16-byte aligned (N = 50257): the same warp
+  // slab, but the line is staged as fp32 accumulators and finished on the way out.
+  // Warp w of a group holds rows 16w +
+  // lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in acc[4j + 2 half] and
+  // acc[4j + 2 half + 1]: stored straight from there, a warp instruction would
+  // write 4 bytes to each of 8 rows, and the load-store unit would spend 8 passes on
+  // it (measured on the H200: 5% slower than the one-tile-per-block grid's staged
+  // write-out). So the warp goes through its own slab of shared memory (the stages
+  // belong to the producer, already loading the next tile), one 128-byte line of
+  // 32 columns at a time, in two phases with only __syncwarp between them (no other
+  // warp reads the slab):
+  //   1. the raw fp32 accumulators in, as pairs. This part is unrolled over the
+  //      accumulators (their indices must be constants to stay in registers) and is
+  //      a few stores per line.
+  //   2. out in rows of 16-byte chunks of 4 fp32 values, 8 lanes a row: each lane
+  //      finishes its 4 outputs (alpha, beta * C0, the epilogue with its column
+  //      operands read 4 at a time) and stores them, 4 outputs as wide as the row's
+  //      alignment allows. A rolled loop: the epilogue's code is there once per
+  //      line, not once per output. (write_out_16 inlines it per output: a 128 x 256
+  //      tile's thread runs 128 gelus, ~4,400 instructions the instruction cache
+  //      cannot hold; on the H200 ncu counted 10x the no-instruction stalls, and
+  //      gelu(acc + bias) cost 30% over the plain product there. Here 0.2166 ms
+  //      against 0.2333 at 4096^3; but the plain product loses 5%, and 256 x 128
+  //      tiles with gelu 2.5%: aligned C stays with write_out_16.)
+  // GUARDED: the tile crosses M or N. Phase 2 skips the chunks past M or N and
+  // stores a chunk that N cuts one output at a time; the epilogue's operands are read
+  // inside the matrix only (column operands are zeros past N, others are read at the
+  // nearest output inside N). Else the common case runs without a check.
+  template <typename Epilogue, bool GUARDED>
+  __device__ __forceinline__ static void write_out_f32(const MatmulArgs& args,
+                                                       const EpilogueOperands& ops,
+                                                       const float (&acc)[ACC],
+                                                       const matmul::BlockWork& w, int group,
+                                                       unsigned char* slab) {
+    const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int row0 = w.tile_m * BM + group * 64 + warp * 16;  // the warp's first row
+    const int col0 = w.tile_n * BN;
+    // Phase 1 coordinates: rows lane / 4 and + 8, columns 2 (lane % 4) + {0, 1}.
+    const int r1 = lane / 4, c1 = 2 * (lane % 4);
+    // Phase 2 coordinates: lanes 8i..8i+7 write row i (+ 4, 8, 12), chunk lane % 8.
+    const int r2 = lane / 8, chunk = lane % 8;
+    TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
+    const TC* c0_base = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
+#pragma unroll
+    for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) {
+      __syncwarp();  // the previous line's reads are done
+#pragma unroll
+      for (int jj = 0; jj < SLAB_F32_COLUMNS / 8; ++jj) {
+        const int j = line * (SLAB_F32_COLUMNS / 8) + jj;  // accumulator column group
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          matmul::Pair<float>::store(
+              reinterpret_cast<float*>(slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * 4)),
+              acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      }
+      __syncwarp();  // the line is staged
+#pragma unroll 1
+      for (int pass = 0; pass < 4; ++pass) {
+        const int r = r2 + 4 * pass, row = row0 + r;
+        const int col = col0 + line * SLAB_F32_COLUMNS + 4 * chunk;
+        if (GUARDED && (row >= args.m || col >= args.n)) continue;
+        const int valid = GUARDED ? min(args.n - col, 4) : 4;
+        float v[4];
+        matmul::Chunk<float>::load16(
+            reinterpret_cast<const float*>(slab + slab_offset(r, 16 * chunk)), v);
+        float c0v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (args.beta != 0.0f)
+          matmul::load_values<TC, 4>(c0_base + static_cast<long long>(row) * args.ldc0 + col, valid,
+                                     c0v);
+        float columns[Epilogue::kColumnSlots][4];
+        Epilogue::template load_columns<4>(columns, w.batch, col, valid, ops);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          float at_q[Epilogue::kColumnSlots];
+#pragma unroll
+          for (int k = 0; k < Epilogue::kColumnSlots; ++k) at_q[k] = columns[k][q];
+          v[q] =
+              matmul::finish<TC, Epilogue>(v[q], c0v[q], args, w.batch, row,
+                                           GUARDED ? min(col + q, args.n - 1) : col + q, at_q, ops);
+        }
+        TC* out = c_base + static_cast<long long>(row) * args.ldc + col;
+        if (!GUARDED || valid == 4) {
+          matmul::store_four(out, v);
+        } else {
+#pragma unroll 1
+          for (int e = 0; e < valid; ++e) {
+            out[e] = from_f32<TC>(v[0]);
+#pragma unroll
+            for (int q = 0; q + 1 < 4; ++q) v[q] = v[q + 1];  // next output to the front
+          }
+        }
+      }
+    }
+  }
+
+  // Writes a consumer warp's 16 x BN outputs of a finished tile (`whole`: inside M and
+  // N). Two ways, chosen by C's alignment class, both measured on the H200 (4096^3
+  // aligned, 2048 x 50257 x 768 not; same process, old and new binaries in turn):
+  //   write_out_16: outputs finished as they come off the accumulators, staged as
+  //     TC, out in 16-byte chunks. Aligned C: 0.1776 ms at 4096^3 (128 x 256) where
+  //     the other way takes 0.1863 (twice the lines, fp32 staging, 8-byte stores).
+  //   write_out_f32: raw fp32 accumulators staged, finished 4 at a time on the way
+  //     out in a rolled loop. Misaligned C: 0.4253 ms at 2048 x 50257 x 768 (128 x
+  //     256) where write_out_16 takes 0.5325, and with gelu(acc + bias) 0.6142
+  //     against 0.6845.
+  template <typename Epilogue>
+  __device__ __forceinline__ static void write_out(const MatmulArgs& args,
+                                                   const EpilogueOperands& ops,
+                                                   const float (&acc)[ACC],
+                                                   const matmul::BlockWork& w, int group,
+                                                   unsigned char* slab, bool whole) {
+    if constexpr (C_ALIGNED) {
+      if (whole && args.beta == 0.0f)
+        write_out_16<Epilogue, false>(args, ops, acc, w, group, slab);
+      else
+        write_out_16<Epilogue, true>(args, ops, acc, w, group, slab);
+    } else {
+      if (whole)
+        write_out_f32<Epilogue, false>(args, ops, acc, w, group, slab);
+      else
+        write_out_f32<Epilogue, true>(args, ops, acc, w, group, slab);
+    }
+  }
+
   // The producer thread of a persistent block: every unit blockIdx.x, + gridDim.x,
   // ..., in order, k-tile after k-tile through the one stage ring.
   __device__ __forceinline__ static void produce_units(const MatmulArgs& args,
@@ -498,10 +627,7 @@ struct WgmmaMatmul {
       consume(acc, stages, full, empty, group, k_tiles, first);
       first += k_tiles;
       const bool whole = (w.tile_m + 1) * BM <= args.m && (w.tile_n + 1) * BN <= args.n;
-      if (whole && args.beta == 0.0f)
-        write_out<Epilogue, false>(args, ops, acc, w, group, slab);
-      else
-        write_out<Epilogue, true>(args, ops, acc, w, group, slab);
+      write_out<Epilogue>(args, ops, acc, w, group, slab, whole);
     }
   }
 
@@ -614,10 +740,7 @@ struct WgmmaMatmul {
       const bool whole = (w.tile_m + 1) * BM <= args.m && (w.tile_n + 1) * BN <= args.n;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        if (whole && args.beta == 0.0f)
-          write_out<Epilogue, false>(args, ops, acc[r], w, r, slab);
-        else
-          write_out<Epilogue, true>(args, ops, acc[r], w, r, slab);
+        write_out<Epilogue>(args, ops, acc[r], w, r, slab, whole);
       }
     }
   }

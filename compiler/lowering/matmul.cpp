@@ -573,10 +573,11 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   s += "// A is " + std::string(a_k_major ? "M x K (K-major)" : "K x M (M-major)") + ", B is " +
        (b_k_major ? "N x K (K-major)" : "K x N (N-major)") + "\n";
   s += fmt::format(
-      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma> "
-      "kjit_matmul_tile;\n\n",
+      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}> "
+      "kjit_matmul_tile;  // ..., C's rows 16-byte aligned\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
-      a_k_major ? "true" : "false", b_k_major ? "true" : "false");
+      a_k_major ? "true" : "false", b_k_major ? "true" : "false",
+      problem.aligned ? "true" : "false");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",
