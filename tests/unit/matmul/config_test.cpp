@@ -259,7 +259,7 @@ TEST(MatmulTf32, WgmmaOnlyWithBk32) {
     EXPECT_NE(source.find(fmt::format("m64n{}k8.f32.tf32.tf32", c.bn)), std::string::npos);
     EXPECT_NE(source.find("WgmmaMatmul<float, float, " + std::to_string(c.bm) + ", " +
                           std::to_string(c.bn) + ", " + std::to_string(c.stages) +
-                          ", true, true, kjit_wgmma>"),
+                          ", true, true, kjit_wgmma, "),
               std::string::npos)
         << layout;
   }
