@@ -126,6 +126,17 @@ std::map<std::string, std::string> compile_all(const TuningProblem& problem,
   return errors;
 }
 
+// The trials that passed and ran every round, fastest median first.
+std::vector<const Measured*> fastest_first(const std::vector<Measured>& trials) {
+  std::vector<const Measured*> passed;
+  for (const Measured& m : trials)
+    if (m.ok() && !m.stopped_early) passed.push_back(&m);
+  std::sort(passed.begin(), passed.end(), [](const Measured* a, const Measured* b) {
+    return a->summary.median_ms < b->summary.median_ms;
+  });
+  return passed;
+}
+
 }  // namespace
 
 const char* to_string(Strategy strategy) {
@@ -357,12 +368,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     // that close may not be its group's best (on the H200, 3072 x 3072 x 4096: the
     // 192 x 192 group's tiled representative measured 1.3% behind the fastest,
     // third, and its persistent variant, never measured, was 1.5% ahead of it).
-    std::vector<const Measured*> passed;
-    for (const Measured& m : result.trials)
-      if (m.ok() && !m.stopped_early) passed.push_back(&m);
-    std::sort(passed.begin(), passed.end(), [](const Measured* a, const Measured* b) {
-      return a->summary.median_ms < b->summary.median_ms;
-    });
+    const std::vector<const Measured*> passed = fastest_first(result.trials);
     std::map<std::string, std::string> group_of;
     for (const auto& [config, prediction] : result.ranking) group_of[config] = prediction.group;
     constexpr double kCloseGroups = 1.02;
@@ -388,12 +394,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   // The finals (see tune.h): only when this tune measured something, so a resumed
   // tune that has every trial already costs no GPU time.
   if (state.measured > 0 && !result.budget_exhausted) {
-    std::vector<const Measured*> passed;
-    for (const Measured& m : result.trials)
-      if (m.ok() && !m.stopped_early) passed.push_back(&m);
-    std::sort(passed.begin(), passed.end(), [](const Measured* a, const Measured* b) {
-      return a->summary.median_ms < b->summary.median_ms;
-    });
+    const std::vector<const Measured*> passed = fastest_first(result.trials);
     constexpr double kFinalists = 1.02;
     constexpr size_t kMaxFinalists = 4;
     std::vector<std::string> finalists;
