@@ -20,7 +20,7 @@ namespace {
 
 // Byte-for-byte mirror of kjit::MatmulArgs in templates/matmul.cuh.
 struct DeviceArgs {
-  CUdeviceptr a, b, c0, c, workspace;
+  CUdeviceptr a, b, c0, c, workspace, arrivals;
   long long lda, ldb, ldc0, ldc;
   long long stride_a, stride_b, stride_c0, stride_c;
   int m, n, k, batch;
@@ -30,7 +30,7 @@ struct DeviceArgs {
   int raster;
   float alpha, beta;
 };
-static_assert(sizeof(DeviceArgs) == 144, "DeviceArgs must mirror kjit::MatmulArgs");
+static_assert(sizeof(DeviceArgs) == 152, "DeviceArgs must mirror kjit::MatmulArgs");
 
 // Mirror of kjit::EpilogueOperands.
 struct DeviceOperands {
@@ -253,7 +253,7 @@ struct Matmul::Variant {
   std::string source_of_config;  // "store", "nearest", "model" or "given"
   KernelSource source;
   cuda::KernelStats stats;
-  std::shared_ptr<const CompiledKernel> main, reduce, pad, stage;  // hold the modules
+  std::shared_ptr<const CompiledKernel> main, pad, stage;  // hold the modules
   int resident = 1;  // blocks of `main` per SM (the persistent schedule's grid)
 };
 
@@ -293,7 +293,6 @@ void Matmul::load(Variant& v) {
   if (v.config.persistent)
     v.resident = std::max(1, v.main->function().max_active_blocks_per_sm(
                                  threads, static_cast<size_t>(v.source.dynamic_shared_bytes)));
-  if (v.config.splitk > 1) v.reduce = runtime_->compile(lower_reduce(v.problem));
   if (pads_operands(v.problem, v.config)) v.pad = runtime_->compile(lower_pad(v.problem.input));
   if (v.problem.input == DType::TF32) v.stage = runtime_->compile(lower_stage_k_major());
 }
@@ -527,6 +526,13 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     const size_t bytes = static_cast<size_t>(splits * p.batch * p.m * p.n * 4);
     if (workspace_.bytes() < bytes) workspace_ = cuda::DeviceBuffer(bytes);
     args.workspace = workspace_.get();
+    const size_t counters = static_cast<size_t>(p.batch * ceil_div(p.m, config.bm) *
+                                                ceil_div(p.n, config.bn) * sizeof(unsigned));
+    if (arrivals_.bytes() < counters) {
+      arrivals_ = cuda::DeviceBuffer(counters);
+      KJIT_CU(cuMemsetD32Async, arrivals_.get(), 0, counters / sizeof(unsigned), stream);
+    }
+    args.arrivals = arrivals_.get();
   }
   // Two-element stores need even leading dimensions and pair-aligned pointers.
   const int out_pair = 2 * dtype_bytes(p.output);
@@ -575,16 +581,6 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     kernel_args[3] = &map_b;
   }
   v->main->function().launch(launch, kernel_args);
-  if (splits > 1) {
-    cuda::LaunchConfig reduce;
-    const int64_t total = p.batch * p.m * p.n;
-    reduce.grid = {static_cast<unsigned>(
-                       std::min<int64_t>(ceil_div(total, 256), int64_t(device.sm_count) * 8)),
-                   1, 1};
-    reduce.block = {256, 1, 1};
-    reduce.stream = stream;
-    v->reduce->function().launch(reduce, kernel_args);
-  }
 }
 
 }  // namespace kjit::matmul

@@ -95,6 +95,9 @@ class Matmul {
   std::unique_ptr<Variant> variants_[2];  // [aligned]
   Variant* last_ = nullptr;
   cuda::DeviceBuffer scratch_a_, scratch_b_, workspace_;
+  // Split-K arrival counters, one per (batch, tile); zero between launches (the
+  // last split of each tile sets its counter back).
+  cuda::DeviceBuffer arrivals_;
 };
 
 }  // namespace kjit::matmul

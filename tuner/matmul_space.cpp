@@ -206,8 +206,6 @@ std::string MatmulTuning::canonical(const std::string& text) const {
 std::vector<KernelSource> MatmulTuning::sources(const std::string& text) const {
   const Config c = Config::parse(text);
   std::vector<KernelSource> out = {matmul::lower(problem_, c)};
-  if (c.splitk > 1 && actual_splits(c, kernel_k(problem_, c)) > 1)
-    out.push_back(matmul::lower_reduce(problem_));
   if (matmul::pads_operands(problem_, c)) out.push_back(matmul::lower_pad(problem_.input));
   if (problem_.input == DType::TF32) out.push_back(matmul::lower_stage_k_major());
   return out;
@@ -410,7 +408,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
       (static_cast<double>(p.m) * k * tiles_n + static_cast<double>(k) * p.n * tiles_m);
   double memory = std::max(dram / pull_bytes_per_s, l2 / rates.l2_bytes_per_s);
 
-  // Kernels before and after: the padding copy, tf32 staging, the split-K reduction.
+  // Kernels before: the padding copy, tf32 staging; the split-K reduction after.
   double extra = kLaunchSeconds;
   if (matmul::pads_operands(p, c)) {
     const double copy = 2.0 * in * p.batch * (p.m * k + k * p.n);  // read + write, at most
@@ -424,11 +422,13 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   }
   if (splits > 1) {
     const double partials = 4.0 * splits * p.m * p.n * p.batch;
-    extra += kLaunchSeconds + (partials + p.batch * p.m * p.n * matmul::dtype_bytes(p.output)) /
-                                  rates.dram_bytes_per_s;
+    // Each tile's last split reads the partials back and writes C, in the same
+    // kernel (no launch), after its own main loop.
+    extra +=
+        (partials + p.batch * p.m * p.n * matmul::dtype_bytes(p.output)) / rates.dram_bytes_per_s;
     out.notes.push_back(
         fmt::format("split-K: {} splits of {} (k-tiles of {}), {:.1f} MB of fp32 "
-                    "partials summed by a second kernel",
+                    "partials summed in split order by each tile's last split",
                     splits, k_per_split, c.bk, partials / 1e6));
   }
   if (c.wgmma && c.pingpong)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
 
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/support/error.h"
@@ -47,6 +48,18 @@ constexpr double kProbeMicroseconds = 10.0;
 
 }  // namespace
 
+double probed_clock_mhz(uint64_t cycles_before, uint64_t ns_before, uint64_t cycles_after,
+                        uint64_t ns_after) {
+  double sum = 0;
+  int probes = 0;
+  for (auto [cycles, ns] : {std::pair{cycles_before, ns_before}, {cycles_after, ns_after}}) {
+    if (ns == 0) continue;
+    sum += static_cast<double>(cycles) / static_cast<double>(ns);  // cycles per ns = GHz
+    ++probes;
+  }
+  return probes > 0 ? 1e3 * sum / probes : 0;
+}
+
 Timer::Timer(CUstream stream, int64_t l2_bytes, TimerOptions options, int peak_clock_khz)
     : stream_(stream), options_(options), peak_clock_khz_(peak_clock_khz) {
   if (options_.flush_l2)
@@ -82,18 +95,19 @@ Timer::Run Timer::time_once(const Work& work, int run) {
   start_->record(stream_);
   work(run);
   stop_->record(stream_);
-  if (probe_) probe_clock(1);
-  stop_->synchronize();
-  Run out{stop_->elapsed_ms_since(*start_), 0};
-  if (!probe_) return out;
+  if (!probe_) {
+    stop_->synchronize();
+    return {stop_->elapsed_ms_since(*start_), 0};
+  }
+  probe_clock(1);
   // The clock before and after the run; their mean stands for the run's clock
   // (the power cap moves it over milliseconds, a run lasts a fraction of one).
+  // One sync on the stream covers the stop event and the second probe.
   KJIT_CU(cuStreamSynchronize, stream_);
+  Run out{stop_->elapsed_ms_since(*start_), 0};
   std::array<uint64_t, 4> probe{};
   KJIT_CU(cuMemcpyDtoH, probe.data(), probe_out_.get(), sizeof(probe));
-  const double before = probe[1] > 0 ? static_cast<double>(probe[0]) / probe[1] : 0;
-  const double after = probe[3] > 0 ? static_cast<double>(probe[2]) / probe[3] : 0;
-  out.clock_mhz = 1e3 * (before + after) / 2;  // cycles per ns = GHz
+  out.clock_mhz = probed_clock_mhz(probe[0], probe[1], probe[2], probe[3]);
   if (out.clock_mhz > 0) out.ms *= out.clock_mhz / (peak_clock_khz_ / 1e3);
   return out;
 }

@@ -25,6 +25,8 @@
 
 #include <cuda.h>
 
+#include <cstdint>
+
 #include <functional>
 #include <memory>
 #include <vector>
@@ -48,6 +50,12 @@ struct TimerOptions {
   // it when the model calls the problem compute bound; `kjit bench` reports raw times.
   bool at_peak_clock = false;
 };
+
+// The SM clock in MHz from the two probes around a run: each gives the cycles and
+// nanoseconds its spin took. The mean of the two stands for the run's clock; a probe
+// that read no time (0 ns) is left out, and 0 means neither could measure it.
+double probed_clock_mhz(uint64_t cycles_before, uint64_t ns_before, uint64_t cycles_after,
+                        uint64_t ns_after);
 
 class Timer {
  public:

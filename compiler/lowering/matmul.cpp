@@ -682,30 +682,6 @@ KernelSource lower(const Problem& problem, const Config& config) {
   return out;
 }
 
-KernelSource lower_reduce(const Problem& problem) {
-  validate_problem(problem);
-  KernelSource out;
-  out.family = "matmul";
-  out.problem = problem.kernel_class();
-  out.config = "splitk_reduce";
-  out.name = std::string("kjit_matmul_splitk_reduce_") + matmul::to_string(problem.output);
-  out.block_threads = 256;
-  std::string s;
-  s += "// kjit matmul split-K reduction: C = epilogue(alpha * sum of partials + beta * C0)\n";
-  s += fmt::format("// generator: {} (compiler/lowering/matmul.cpp)\n", kGeneratorVersion);
-  s += "// problem:   " + out.problem + "\n";
-  s += "#include \"kjit/matmul.cuh\"\n\n";
-  s += epilogue_glue(problem.epilogue);
-  s += "// one thread per output; the fp32 partials are summed in split order 0, 1, ...\n";
-  s += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__(256)\n{}(kjit::MatmulArgs args, "
-      "kjit::EpilogueOperands ops) {{\n"
-      "  kjit::matmul::splitk_reduce<{}, kjit_matmul_epilogue>(args, ops);\n}}\n",
-      out.name, device_type(problem.output));
-  out.source = std::move(s);
-  return out;
-}
-
 namespace {
 
 // A 256-thread helper kernel of the matmul family (operand copies before the tile

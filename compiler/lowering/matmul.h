@@ -163,10 +163,6 @@ void validate(const Problem& problem, const Config& config);
 // for f32). Byte-identical for equal inputs; sizes are kernel arguments.
 KernelSource lower(const Problem& problem, const Config& config);
 
-// The split-K reduction for `problem` (its epilogue and output type; any config):
-// sums the fp32 partials in split order, then alpha, beta and the epilogue.
-KernelSource lower_reduce(const Problem& problem);
-
 // The padding kernel of the misaligned path for 16-bit `dtype`: (PadJob job0,
 // PadJob job1) with grid (blocks, batch, jobs); see kjit::matmul::PadJob in
 // templates/matmul.cuh.

@@ -616,10 +616,70 @@ std::vector<Case> SplitKCases() {
         .k = 2048,
         .epilogue = "gelu(acc + bias)",
         .config = gpu_is_sm90() ? "mma=wgmma,bm=64,bn=128,stages=4,splitk=4"
-                                : "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=4"}});
+                                : "bm=64,bn=128,bk=32,warps=4,wm=2,stages=4,splitk=4"},
+       // 640 threads (256-row wgmma tiles): finish_split keeps fewer loads in
+       // flight there (96 registers a thread); N = 203 is odd (4-byte loads).
+       {.m = 300,
+        .n = 203,
+        .k = 2048,
+        .epilogue = "gelu(acc + bias)",
+        .config = gpu_is_sm90() ? "mma=wgmma,bm=256,bn=128,stages=4,splitk=4"
+                                : "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=4",
+        .beta = 0.5f}});
 }
 TEST_F(MatmulGpu, SplitK) {
   run_all(SplitKCases());
+}
+
+// Split-K finishes in the kernel: the last split of each tile to arrive sums the
+// partials in split order and sets the tile's arrival counter back to 0. So one
+// Matmul launched again and again gives the same bits every time (C poisoned
+// before each launch: a counter left non-zero would leave C unwritten), on each
+// engine, and the result is right.
+TEST_F(MatmulGpu, SplitKIsDeterministicAcrossLaunches) {
+  std::vector<Case> cases = {{.m = 300,
+                              .n = 260,
+                              .k = 3000,
+                              .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=3"},
+                             {.m = 64,
+                              .n = 201,
+                              .k = 1024,
+                              .batch = 2,
+                              .input = DType::F32,
+                              .output = DType::F32,
+                              .config = "bm=64,bn=64,bk=16,warps=8,wm=2,stages=1,splitk=4"}};
+  if (gpu_is_sm90())
+    cases.push_back(
+        {.m = 129, .n = 384, .k = 4096, .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=8"});
+  for (const Case& c : cases) {
+    Problem p = shape_of(c);
+    SCOPED_TRACE(p.to_string() + " config " + c.config);
+    const uint64_t seed = 1234;
+    HostProblem host = make_host_problem(p, seed, 1.0f, 0.0f, nullptr);
+    cuda::DeviceBuffer a = upload(host.a), b = upload(host.b);
+    const size_t bytes = static_cast<size_t>(p.batch * p.m * p.n * dtype_bytes(p.output));
+    cuda::DeviceBuffer out(bytes);
+    Tensors t;
+    t.a = a.get();
+    t.b = b.get();
+    t.c = out.get();
+    p.aligned = is_aligned(p, resolve(p, t));  // N = 260: B's rows are not 16-byte aligned
+    Matmul matmul(runtime(), p, Config::parse(c.config));
+    cuda::Stream stream;
+    std::vector<unsigned char> first(bytes), again(bytes);
+    for (int launch = 0; launch < 10; ++launch) {
+      out.fill_bytes(0xFF);
+      matmul.launch(t, stream.get());
+      stream.synchronize();
+      out.download((launch == 0 ? first : again).data(), bytes);
+      if (launch > 0) {
+        ASSERT_EQ(again, first) << "launch " << launch << " differs from launch 0";
+      }
+    }
+    const CheckResult result = check_output(host, to_doubles(p.output, first, p.batch * p.m * p.n),
+                                            rows_to_check(p, seed));
+    EXPECT_LE(result.relative_l2, check_tolerance(p.input)) << result.describe();
+  }
 }
 
 // The staged epilogue's store widths: rows of C (and C0) whose addresses allow

@@ -6,9 +6,23 @@
 
 #include "kjit/tuner/check.h"
 #include "kjit/tuner/stats.h"
+#include "kjit/tuner/timer.h"
 
 namespace kjit::tuner {
 namespace {
+
+// The timer's clock from its two probes (cycles, ns) around a run.
+TEST(Timer, ClockFromTwoProbesIsTheirMean) {
+  EXPECT_DOUBLE_EQ(probed_clock_mhz(19800, 10000, 16000, 10000), 1790);  // 1980 and 1600 MHz
+}
+
+TEST(Timer, AProbeThatReadNoTimeIsLeftOut) {
+  // A 0 ns probe used to count as a 0 MHz clock and halve the mean (and so the
+  // run's scaled time); now the other probe stands alone.
+  EXPECT_DOUBLE_EQ(probed_clock_mhz(19800, 10000, 0, 0), 1980);
+  EXPECT_DOUBLE_EQ(probed_clock_mhz(5, 0, 16000, 10000), 1600);
+  EXPECT_EQ(probed_clock_mhz(0, 0, 7, 0), 0);  // neither measured: no clock, no scaling
+}
 
 TEST(Stats, MedianOfOddAndEvenCounts) {
   EXPECT_EQ(median({3, 1, 2}), 2);
