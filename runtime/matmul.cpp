@@ -28,9 +28,10 @@ struct DeviceArgs {
   int k_per_split;
   int c_pairs;
   int raster;
+  int splits_resident;
   float alpha, beta;
 };
-static_assert(sizeof(DeviceArgs) == 152, "DeviceArgs must mirror kjit::MatmulArgs");
+static_assert(sizeof(DeviceArgs) == 160, "DeviceArgs must mirror kjit::MatmulArgs");
 
 // Mirror of kjit::EpilogueOperands.
 struct DeviceOperands {
@@ -254,7 +255,7 @@ struct Matmul::Variant {
   KernelSource source;
   cuda::KernelStats stats;
   std::shared_ptr<const CompiledKernel> main, pad, stage;  // hold the modules
-  int resident = 1;  // blocks of `main` per SM (the persistent schedule's grid)
+  int resident = 1;  // blocks of `main` per SM (the persistent grid; split-K's co-residency)
 };
 
 Matmul::Matmul(Runtime& runtime, Problem problem)
@@ -290,7 +291,7 @@ void Matmul::load(Variant& v) {
                                 static_cast<int64_t>(v.stats.registers) * threads, device.name,
                                 device.registers_per_block),
                     "use fewer warps or a smaller warp tile");
-  if (v.config.persistent)
+  if (v.config.persistent || v.config.splitk > 1)
     v.resident = std::max(1, v.main->function().max_active_blocks_per_sm(
                                  threads, static_cast<size_t>(v.source.dynamic_shared_bytes)));
   if (pads_operands(v.problem, v.config)) v.pad = runtime_->compile(lower_pad(v.problem.input));
@@ -560,6 +561,14 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   } else {
     launch.grid = {static_cast<unsigned>(tiles), static_cast<unsigned>(splits),
                    static_cast<unsigned>(p.batch)};
+    // Split-K on a grid that fits on the GPU at once: launched cooperatively (the
+    // driver guarantees every block is resident), a tile's splits wait for each
+    // other and each sums a slice of the tile, rather than the last one the whole.
+    const int64_t blocks = tiles * splits * p.batch;
+    if (splits > 1 && blocks <= static_cast<int64_t>(device.sm_count) * v->resident) {
+      args.splits_resident = 1;
+      launch.cooperative = true;
+    }
   }
   launch.block = {static_cast<unsigned>(v->source.block_threads), 1, 1};
   launch.dynamic_shared_bytes = static_cast<unsigned>(v->source.dynamic_shared_bytes);
@@ -580,7 +589,16 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     kernel_args[2] = &map_a;
     kernel_args[3] = &map_b;
   }
-  v->main->function().launch(launch, kernel_args);
+  try {
+    v->main->function().launch(launch, kernel_args);
+  } catch (const CudaError& e) {
+    // Fewer SMs than the device has (MPS, a green context): the cooperative grid
+    // does not fit after all, and the last split of each tile sums it instead.
+    if (!launch.cooperative || e.code() != CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) throw;
+    args.splits_resident = 0;
+    launch.cooperative = false;
+    v->main->function().launch(launch, kernel_args);
+  }
 }
 
 }  // namespace kjit::matmul

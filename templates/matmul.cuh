@@ -47,11 +47,13 @@ struct MatmulArgs {
   long long lda, ldb, ldc0, ldc;
   long long stride_a, stride_b, stride_c0, stride_c;  // batch strides
   int m, n, k, batch;
-  int splits;       // 1: no split-K
-  int k_per_split;  // a multiple of BK
-  int c_pairs;      // 1: C and C0 take 2-element vector stores (the SIMT path; the
-                    // tensor-core epilogue checks each 16-byte chunk's address)
-  int raster;       // tile rows per group of the block order (>= 1; config raster)
+  int splits;           // 1: no split-K
+  int k_per_split;      // a multiple of BK
+  int c_pairs;          // 1: C and C0 take 2-element vector stores (the SIMT path; the
+                        // tensor-core epilogue checks each 16-byte chunk's address)
+  int raster;           // tile rows per group of the block order (>= 1; config raster)
+  int splits_resident;  // split-K: 1 when every block is resident at once (a cooperative
+                        // launch): a tile's splits wait for each other and share its sum
   float alpha, beta;
 };
 
@@ -441,26 +443,36 @@ __device__ __forceinline__ void write_chunk(const MatmulArgs& args, const Epilog
   write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, valid, acc, columns);
 }
 
-// ---- split-K: the tile's last split finishes it ------------------------------------
+// ---- split-K: the tile's splits finish it ---------------------------------------------
 // Stage 6. Every split of a tile has written its fp32 partial to the workspace;
-// now each block counts itself in the tile's arrival counter. The block that
-// arrives last (every other split of the tile is done) sums the partials in split
-// order 0, 1, ..., S - 1, so the bits do not depend on which split finished first
-// (deterministic), then runs the epilogue and writes C, and sets the counter back
-// to 0 for the next launch. One kernel: no second launch, and the partials are
-// read back while they are still in L2. Called by every thread of the block.
+// now each block counts itself in the tile's arrival counter. The partials are
+// summed in split order 0, 1, ..., S - 1, so the bits do not depend on which split
+// finished first (deterministic); then the epilogue runs and C is written. One
+// kernel: no second launch, and the partials are read back while they are still
+// in L2. Called by every thread of the block. Two ways, chosen by the runtime:
+//
+//   - the last split sums the tile (any grid): the block that arrives last (every
+//     other split is done) sums the whole tile and sets the counter back to 0 for
+//     the next launch. The others leave at once.
+//   - the splits share the sum (splits_resident: a cooperative launch, every block
+//     resident at once, so waiting cannot deadlock): each block waits until all S
+//     have arrived, then sums 1/S of the tile. The tail after the main loops is S
+//     times shorter: one SM reading S partial tiles from L2 was the cost of the
+//     first way (H200, 4096 x 128 x 16384, 4 splits of 128 x 128 tiles, 5 stages:
+//     0.0603 ms with the last split summing, 0.0551 shared).
+//     The counter counts arrivals and then departures (2S in all); the last to
+//     leave resets it, when no block can still be waiting.
 //
 // Memory order (the "last block" pattern of the CUDA programming guide): every
 // thread's partial stores are made visible GPU-wide (__threadfence) and the whole
-// block has passed a barrier before thread 0 counts the block; the last block
-// reads the partials past L1 (ld.global.cg): L1 is not coherent with other SMs'
-// writes.
+// block has passed a barrier before thread 0 counts the block; the partials are
+// read past L1 (ld.global.cg), which is not coherent with other SMs' writes.
 //
-// One block finishes the whole tile, after its own main loop: that tail is latency
-// bound, so each thread sums 4 consecutive columns at a time (16-byte loads where N
-// allows) for QUADS such groups at once, and issues the loads of SPLIT_LOADS
-// splits before it adds any of them. (H200, 4096 x 128 x 16384, 128 x 128 tiles, 4
-// splits: one group a thread 0.0615 ms, four 0.0603.)
+// The sum is latency bound, so each thread sums 4 consecutive columns at a time
+// (16-byte loads where N allows) for QUADS such groups at once, and issues the
+// loads of SPLIT_LOADS splits before it adds any of them. (H200, 4096 x 128 x
+// 16384, 128 x 128 tiles, 4 splits, the last split summing: one group a thread
+// 0.0615 ms, four 0.0603.)
 template <typename TC, typename Epilogue, int BM, int BN, int THREADS>
 __device__ __forceinline__ void finish_split(const MatmulArgs& args, const EpilogueOperands& ops,
                                              const BlockWork& w) {
@@ -470,21 +482,40 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
   constexpr int SPLIT_LOADS = 4, QUADS = 65536 / THREADS >= 128 ? 4 : 1;
   const int tiles_n = (args.n + BN - 1) / BN;
   const long long tiles = static_cast<long long>((args.m + BM - 1) / BM) * tiles_n;
-  __threadfence();
-  __syncthreads();
-  int last = 0;
-  if (threadIdx.x == 0) {
-    unsigned* counter =
-        args.arrivals + w.batch * tiles + static_cast<long long>(w.tile_m) * tiles_n + w.tile_n;
-    last = atomicAdd(counter, 1u) == static_cast<unsigned>(args.splits - 1);
-    if (last) *counter = 0;  // every split has counted itself: ready for the next launch
-  }
-  if (!__syncthreads_or(last)) return;  // a barrier that also tells every thread
-  __threadfence();
-  const long long per_split = static_cast<long long>(args.batch) * args.m * args.n;
+  const unsigned splits = static_cast<unsigned>(args.splits);
+  unsigned* counter =
+      args.arrivals + w.batch * tiles + static_cast<long long>(w.tile_m) * tiles_n + w.tile_n;
   const int rows = min(BM, args.m - w.tile_m * BM), cols = min(BN, args.n - w.tile_n * BN);
   const int quads = (cols + 3) / 4;  // groups of 4 columns per row
   const int total = rows * quads;
+  int begin = 0, end = total;  // the quads this block sums
+  __threadfence();
+  __syncthreads();
+  if (args.splits_resident) {
+    if (threadIdx.x == 0) {
+      atomicAdd(counter, 1u);
+      unsigned arrived;
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                     : "=r"(arrived)
+                     : "l"(counter)
+                     : "memory");
+      } while (arrived < splits);
+      if (atomicAdd(counter, 1u) == 2 * splits - 1) *counter = 0;  // the last to leave
+    }
+    __syncthreads();
+    begin = static_cast<int>(static_cast<long long>(total) * w.split / args.splits);
+    end = static_cast<int>(static_cast<long long>(total) * (w.split + 1) / args.splits);
+  } else {
+    int last = 0;
+    if (threadIdx.x == 0) {
+      last = atomicAdd(counter, 1u) == splits - 1;
+      if (last) *counter = 0;  // every split has counted itself: ready for the next launch
+    }
+    if (!__syncthreads_or(last)) return;  // a barrier that also tells every thread
+  }
+  __threadfence();
+  const long long per_split = static_cast<long long>(args.batch) * args.m * args.n;
   // 16-byte loads when every row of the workspace starts 16-byte aligned.
   const bool wide = args.n % 4 == 0;
   const TC* c0 = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
@@ -500,7 +531,7 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
   // A pass: QUADS quads a thread (blockDim.x apart), the partials of SPLIT_LOADS
   // splits of each loaded before any is added (QUADS x SPLIT_LOADS loads in flight).
 #pragma unroll 1
-  for (int first = threadIdx.x; first < total; first += QUADS * blockDim.x) {
+  for (int first = begin + threadIdx.x; first < end; first += QUADS * blockDim.x) {
     float acc[QUADS][4];
 #pragma unroll
     for (int u = 0; u < QUADS; ++u)
@@ -513,7 +544,7 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
       for (int u = 0; u < QUADS; ++u) {
         int row = 0, col = 0;
         const int i = first + u * static_cast<int>(blockDim.x);
-        const int valid = i < total ? quad(i, row, col) : 0;
+        const int valid = i < end ? quad(i, row, col) : 0;
         const float* partial =
             args.workspace +
             (static_cast<long long>(w.batch) * args.m + row) * static_cast<long long>(args.n) + col;
@@ -543,7 +574,7 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
     for (int u = 0; u < QUADS; ++u) {
       int row = 0, col = 0;
       const int i = first + u * static_cast<int>(blockDim.x);
-      if (i >= total) break;
+      if (i >= end) break;
       const int valid = quad(i, row, col);
       float out[4];
 #pragma unroll

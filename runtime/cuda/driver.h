@@ -62,6 +62,7 @@ struct DriverApi {
   X(cuFuncGetAttribute)                          \
   X(cuFuncSetAttribute)                          \
   X(cuLaunchKernel)                              \
+  X(cuLaunchCooperativeKernel)                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(cuPointerGetAttribute)                       \
   X(cuTensorMapEncodeTiled)

@@ -59,8 +59,12 @@ void Function::launch(const LaunchConfig& c, void** args) const {
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0)
       throw UserError("launch of '" + name_ + "' with an empty grid or block dimension");
-  KJIT_CU(cuLaunchKernel, function_, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
-          c.block[2], c.dynamic_shared_bytes, c.stream, args, nullptr);
+  if (c.cooperative)
+    KJIT_CU(cuLaunchCooperativeKernel, function_, c.grid[0], c.grid[1], c.grid[2], c.block[0],
+            c.block[1], c.block[2], c.dynamic_shared_bytes, c.stream, args);
+  else
+    KJIT_CU(cuLaunchKernel, function_, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
+            c.block[2], c.dynamic_shared_bytes, c.stream, args, nullptr);
 }
 
 }  // namespace kjit::cuda

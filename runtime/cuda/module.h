@@ -25,6 +25,9 @@ struct LaunchConfig {
   std::array<unsigned, 3> block{1, 1, 1};
   unsigned dynamic_shared_bytes = 0;
   CUstream stream = nullptr;
+  // Launch cooperatively: every block resident at once, or the launch fails
+  // (a kernel whose blocks wait for each other needs it).
+  bool cooperative = false;
 };
 
 class Module;

@@ -631,11 +631,13 @@ TEST_F(MatmulGpu, SplitK) {
   run_all(SplitKCases());
 }
 
-// Split-K finishes in the kernel: the last split of each tile to arrive sums the
-// partials in split order and sets the tile's arrival counter back to 0. So one
-// Matmul launched again and again gives the same bits every time (C poisoned
-// before each launch: a counter left non-zero would leave C unwritten), on each
-// engine, and the result is right.
+// Split-K finishes in the kernel: the partials are summed in split order, either
+// by the last split of each tile to arrive (a grid larger than the GPU holds at
+// once) or by all of a tile's splits, a slice each (a cooperative launch), and the
+// tile's arrival counter goes back to 0. So one Matmul launched again and again
+// gives the same bits every time (C poisoned before each launch: a counter left
+// non-zero would leave C unwritten or hang), on each engine and both ways, and the
+// result is right.
 TEST_F(MatmulGpu, SplitKIsDeterministicAcrossLaunches) {
   std::vector<Case> cases = {{.m = 300,
                               .n = 260,
@@ -648,9 +650,18 @@ TEST_F(MatmulGpu, SplitKIsDeterministicAcrossLaunches) {
                               .input = DType::F32,
                               .output = DType::F32,
                               .config = "bm=64,bn=64,bk=16,warps=8,wm=2,stages=1,splitk=4"}};
-  if (gpu_is_sm90())
+  // 16 x 16 tiles x 2 splits = 512 blocks: more than 132 SMs hold at once (3 a
+  // SM here), so the last split of each tile sums it.
+  cases.push_back({.m = 2048,
+                   .n = 2048,
+                   .k = 256,
+                   .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=2"});
+  if (gpu_is_sm90()) {
     cases.push_back(
         {.m = 129, .n = 384, .k = 4096, .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=8"});
+    cases.push_back(
+        {.m = 2048, .n = 2048, .k = 512, .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=2"});
+  }
   for (const Case& c : cases) {
     Problem p = shape_of(c);
     SCOPED_TRACE(p.to_string() + " config " + c.config);
