@@ -68,8 +68,9 @@ class Matmul {
   ~Matmul();
 
   // C = epilogue(alpha * op(A) * op(B) + beta * C0, extras), asynchronously on
-  // `stream`. Scratch (padding, split-K partials) is owned by this object and
-  // reused across launches; do not launch one Matmul on two streams at once.
+  // `stream`. Scratch (padding, split-K partials and arrival counters) is owned by
+  // this object and reused across launches; do not launch one Matmul on two streams
+  // at once.
   void launch(const Tensors& tensors, CUstream stream);
 
   // The problem, config, source and ptxas report of the class used last (before

@@ -422,14 +422,18 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   }
   if (splits > 1) {
     const double partials = 4.0 * splits * p.m * p.n * p.batch;
-    // Each tile's last split reads the partials back and writes C, in the same
-    // kernel (no launch), after its own main loop.
+    // Read back and summed in the same kernel (no launch) after the main loops: by
+    // all of a tile's splits, a slice each, when the grid fits on the GPU at once
+    // (a cooperative launch), else by each tile's last split.
+    const bool shared = tiles * splits <= sms * resident;
     extra +=
         (partials + p.batch * p.m * p.n * matmul::dtype_bytes(p.output)) / rates.dram_bytes_per_s;
-    out.notes.push_back(
-        fmt::format("split-K: {} splits of {} (k-tiles of {}), {:.1f} MB of fp32 "
-                    "partials summed in split order by each tile's last split",
-                    splits, k_per_split, c.bk, partials / 1e6));
+    out.notes.push_back(fmt::format(
+        "split-K: {} splits of {} (k-tiles of {}), {:.1f} MB of fp32 partials summed in split "
+        "order {}",
+        splits, k_per_split, c.bk, partials / 1e6,
+        shared ? "by the tile's splits together (the grid fits at once: a cooperative launch)"
+               : "by each tile's last split"));
   }
   if (c.wgmma && c.pingpong)
     out.notes.push_back(fmt::format(

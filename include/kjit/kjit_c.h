@@ -120,6 +120,9 @@ int kjit_matmul_operands(const kjit_matmul* matmul);
 const char* kjit_matmul_operand_name(const kjit_matmul* matmul, int index);
 /* "row" (length M), "column" (length N) or "tensor" (M x N). */
 const char* kjit_matmul_operand_kind(const kjit_matmul* matmul, int index);
+/* Scratch (padding copies, split-K partials and their arrival counters) belongs to the
+ * handle: launches on one handle are ordered by their stream; use one handle per
+ * concurrent stream. */
 kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args, void* stream);
 
 /* ---- attention, forward: O = softmax(scale * Q K^T + mask) V and the log-sum-exp ---- */

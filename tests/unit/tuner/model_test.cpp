@@ -119,6 +119,20 @@ TEST(Model, FewTilesWithLongKSplitK) {
   EXPECT_GT(c.splitk, 1) << c.to_string();
   const Prediction split = MatmulTuning(p).predict(c, h200, Efficiencies(), nullptr);
   EXPECT_FALSE(split.notes.empty());  // says what the partials cost
+  // Who sums them: the splits together when the grid fits on the GPU at once (a
+  // cooperative launch), else each tile's last split.
+  auto who = [](const matmul::Problem& q, const std::string& config) {
+    for (const std::string& note : MatmulTuning(q).predict(config, h200, Efficiencies()).notes)
+      if (note.rfind("split-K:", 0) == 0)
+        return note.find("together") != std::string::npos ? "together" : "last";
+    return "none";
+  };
+  const std::string split4 = "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=4,mma=wgmma";
+  EXPECT_STREQ(who(matmul_problem(256, 256, 16384), split4), "together");  // 4 x 4 blocks
+  EXPECT_STREQ(who(matmul_problem(4096, 4096, 16384), split4), "last");    // 4096 blocks
+  EXPECT_STREQ(who(matmul_problem(256, 256, 16384),
+                   "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma"),
+               "none");
 }
 
 TEST(Model, SkinnyProblemsAreMemoryBound) {
@@ -238,7 +252,7 @@ TEST(Space, SourcesIncludeTheHelperKernels) {
   ASSERT_EQ(padded.size(), 2u);
   EXPECT_NE(padded[1].name.find("pad"), std::string::npos);
   p = matmul_problem(256, 256, 16384);
-  // Split-K is finished in the kernel itself (the last split of a tile): no second kernel.
+  // Split-K is finished in the main kernel itself (finish_split): no second kernel.
   const std::vector<KernelSource> split =
       MatmulTuning(p).sources("bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=4,mma=wgmma");
   ASSERT_EQ(split.size(), 1u);
