@@ -564,8 +564,13 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     // Split-K on a grid that fits on the GPU at once: launched cooperatively (the
     // driver guarantees every block is resident), a tile's splits wait for each
     // other and each sums a slice of the tile, rather than the last one the whole.
+    // Not while the stream is being captured into a CUDA graph: there the last
+    // split sums, a plain launch that any graph holds and any replay runs.
     const int64_t blocks = tiles * splits * p.batch;
-    if (splits > 1 && blocks <= static_cast<int64_t>(device.sm_count) * v->resident) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (splits > 1) KJIT_CU(cuStreamIsCapturing, stream, &capture);
+    if (splits > 1 && capture == CU_STREAM_CAPTURE_STATUS_NONE &&
+        blocks <= static_cast<int64_t>(device.sm_count) * v->resident) {
       args.splits_resident = 1;
       launch.cooperative = true;
     }

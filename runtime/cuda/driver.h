@@ -51,6 +51,13 @@ struct DriverApi {
   X(cuStreamDestroy)                             \
   X(cuStreamSynchronize)                         \
   X(cuStreamQuery)                               \
+  X(cuStreamIsCapturing)                         \
+  X(cuStreamBeginCapture)                        \
+  X(cuStreamEndCapture)                          \
+  X(cuGraphInstantiateWithFlags)                 \
+  X(cuGraphLaunch)                               \
+  X(cuGraphDestroy)                              \
+  X(cuGraphExecDestroy)                          \
   X(cuEventCreate)                               \
   X(cuEventDestroy)                              \
   X(cuEventRecord)                               \

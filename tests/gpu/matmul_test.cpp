@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/stream.h"
 #include "kjit/runtime/matmul.h"
@@ -691,6 +692,54 @@ TEST_F(MatmulGpu, SplitKIsDeterministicAcrossLaunches) {
                                             rows_to_check(p, seed));
     EXPECT_LE(result.relative_l2, check_tolerance(p.input)) << result.describe();
   }
+}
+
+// A split-K matmul captured into a CUDA graph (after a first launch has allocated
+// its workspace, as for any capture): the runtime does not launch cooperatively
+// while the stream is capturing, so the graph holds the last-split way. Both ways
+// sum in split order: every replay gives the bits of the direct launch.
+TEST_F(MatmulGpu, SplitKInACudaGraphMatchesTheDirectLaunch) {
+  const Case c{.m = 256,
+               .n = 384,
+               .k = 4096,
+               .config = gpu_is_sm90() ? "mma=wgmma,bm=128,bn=128,stages=4,splitk=4"
+                                       : "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=4"};
+  Problem p = shape_of(c);
+  HostProblem host = make_host_problem(p, 99, 1.0f, 0.0f, nullptr);
+  cuda::DeviceBuffer a = upload(host.a), b = upload(host.b);
+  const size_t bytes = static_cast<size_t>(p.m * p.n * dtype_bytes(p.output));
+  cuda::DeviceBuffer out(bytes);
+  Tensors t;
+  t.a = a.get();
+  t.b = b.get();
+  t.c = out.get();
+  p.aligned = is_aligned(p, resolve(p, t));
+  Matmul matmul(runtime(), p, Config::parse(c.config));
+  cuda::Stream stream;
+  out.fill_bytes(0xFF);
+  matmul.launch(t, stream.get());  // 2 x 3 tiles x 4 splits: fits, cooperative
+  stream.synchronize();
+  std::vector<unsigned char> direct(bytes), replay(bytes);
+  out.download(direct.data(), bytes);
+  const CheckResult result =
+      check_output(host, to_doubles(p.output, direct, p.m * p.n), rows_to_check(p, 99));
+  EXPECT_LE(result.relative_l2, check_tolerance(p.input)) << result.describe();
+
+  KJIT_CU(cuStreamBeginCapture, stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  matmul.launch(t, stream.get());
+  CUgraph graph = nullptr;
+  KJIT_CU(cuStreamEndCapture, stream.get(), &graph);
+  CUgraphExec exec = nullptr;
+  KJIT_CU(cuGraphInstantiateWithFlags, &exec, graph, 0);
+  for (int run = 0; run < 3; ++run) {
+    out.fill_bytes(0xFF);
+    KJIT_CU(cuGraphLaunch, exec, stream.get());
+    stream.synchronize();
+    out.download(replay.data(), bytes);
+    EXPECT_EQ(replay, direct) << "replay " << run;
+  }
+  KJIT_CU(cuGraphExecDestroy, exec);
+  KJIT_CU(cuGraphDestroy, graph);
 }
 
 // The staged epilogue's store widths: rows of C (and C0) whose addresses allow
