@@ -183,8 +183,8 @@ const Measured* pick_winner(const std::vector<Measured>& trials, const TuningPro
     return fastest;
   }
   // Deterministic among the statistically tied: the incumbent (the default) first,
-  // then no split-K (no workspace, no waiting on other blocks), then the model's prior prediction,
-  // then the config text.
+  // then no split-K (no workspace, no waiting on other blocks), then the model's
+  // prior prediction, then the config text.
   const Efficiencies priors;
   auto rank = [&](const Measured* m) {
     double predicted = 0;
