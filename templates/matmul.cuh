@@ -468,18 +468,19 @@ __device__ __forceinline__ void write_chunk(const MatmulArgs& args, const Epilog
 // block has passed a barrier before thread 0 counts the block; the partials are
 // read past L1 (ld.global.cg), which is not coherent with other SMs' writes.
 //
-// The sum is latency bound, so each thread sums 4 consecutive columns at a time
-// (16-byte loads where N allows) for QUADS such groups at once, and issues the
-// loads of SPLIT_LOADS splits before it adds any of them. (H200, 4096 x 128 x
-// 16384, 128 x 128 tiles, 4 splits, the last split summing: one group a thread
-// 0.0615 ms, four 0.0603.)
-template <typename TC, typename Epilogue, int BM, int BN, int THREADS>
+// Each thread sums 4 consecutive columns at a time (16-byte loads where N allows)
+// for QUADS such groups, and issues the loads of SPLIT_LOADS splits before it adds
+// any of them. (H200, 4096 x 128 x 16384, 128 x 128 tiles, 5 stages, 4 splits: the
+// last split summing, one group a thread 0.0615 ms, four 0.0603; the splits
+// sharing the sum, four 0.0551, one 0.0552.)
+template <typename TC, typename Epilogue, int BM, int BN>
 __device__ __forceinline__ void finish_split(const MatmulArgs& args, const EpilogueOperands& ops,
                                              const BlockWork& w) {
-  // Registers: the loads in flight hold QUADS x SPLIT_LOADS x 4 floats. A block of
-  // 640 threads (256-row wgmma tiles) has 96 registers a thread, and four groups
-  // spilled there; one group fits.
-  constexpr int SPLIT_LOADS = 4, QUADS = 65536 / THREADS >= 128 ? 4 : 1;
+  // QUADS groups of 4 columns a thread at once. Four (16 loads in flight) spilled
+  // in 640-thread blocks (96 registers a thread) and made every kernel ~570 SASS
+  // instructions longer (4587 against 4015 for 64 x 64 tiles); with the splits
+  // sharing the sum, one group is enough.
+  constexpr int SPLIT_LOADS = 4, QUADS = 1;
   const int tiles_n = (args.n + BN - 1) / BN;
   const long long tiles = static_cast<long long>((args.m + BM - 1) / BM) * tiles_n;
   const unsigned splits = static_cast<unsigned>(args.splits);
@@ -537,38 +538,58 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
     for (int u = 0; u < QUADS; ++u)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[u][q] = 0.0f;
+    const float* partial[QUADS];
+    int valid[QUADS];  // columns of each quad inside N; 0 past this block's share
+#pragma unroll
+    for (int u = 0; u < QUADS; ++u) {
+      int row = 0, col = 0;
+      const int i = first + u * static_cast<int>(blockDim.x);
+      valid[u] = i < end ? quad(i, row, col) : 0;
+      partial[u] =
+          args.workspace +
+          (static_cast<long long>(w.batch) * args.m + row) * static_cast<long long>(args.n) + col;
+    }
+    // In split order: acc = ((0 + P0) + P1) + ..., whatever the loads' timing.
+    if (wide) {
+      // Every quad is whole (N % 4 == 0): 16-byte loads, SPLIT_LOADS splits at once.
 #pragma unroll 1
-    for (int s0 = 0; s0 < args.splits; s0 += SPLIT_LOADS) {
-      float v[QUADS][SPLIT_LOADS][4];
+      for (int s0 = 0; s0 < args.splits; s0 += SPLIT_LOADS) {
+        float4 v[QUADS][SPLIT_LOADS];
 #pragma unroll
-      for (int u = 0; u < QUADS; ++u) {
-        int row = 0, col = 0;
-        const int i = first + u * static_cast<int>(blockDim.x);
-        const int valid = i < end ? quad(i, row, col) : 0;
-        const float* partial =
-            args.workspace +
-            (static_cast<long long>(w.batch) * args.m + row) * static_cast<long long>(args.n) + col;
+        for (int u = 0; u < QUADS; ++u)
 #pragma unroll
-        for (int j = 0; j < SPLIT_LOADS; ++j) {
-          const float* p = partial + (s0 + j) * per_split;
-          if (s0 + j < args.splits && wide && valid == 4) {
-            const float4 x = __ldcg(reinterpret_cast<const float4*>(p));
-            v[u][j][0] = x.x, v[u][j][1] = x.y, v[u][j][2] = x.z, v[u][j][3] = x.w;
-          } else {
+          for (int j = 0; j < SPLIT_LOADS; ++j)
+            v[u][j] =
+                s0 + j < args.splits && valid[u] > 0
+                    ? __ldcg(reinterpret_cast<const float4*>(partial[u] + (s0 + j) * per_split))
+                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-            for (int q = 0; q < 4; ++q)
-              v[u][j][q] = s0 + j < args.splits && q < valid ? __ldcg(p + q) : 0.0f;
-          }
-        }
+        for (int u = 0; u < QUADS; ++u)
+#pragma unroll
+          for (int j = 0; j < SPLIT_LOADS; ++j)
+            if (s0 + j < args.splits) {
+              acc[u][0] += v[u][j].x;
+              acc[u][1] += v[u][j].y;
+              acc[u][2] += v[u][j].z;
+              acc[u][3] += v[u][j].w;
+            }
       }
-      // In split order: acc = ((0 + P0) + P1) + ... whatever the loads' timing.
+    } else {
+      // Rows of the workspace not 16-byte aligned (N % 4 != 0, rare for split-K):
+      // element by element, one split at a time (less code, fewer loads in flight).
+#pragma unroll 1
+      for (int split = 0; split < args.splits; ++split) {
+        float v[QUADS][4];
 #pragma unroll
-      for (int u = 0; u < QUADS; ++u)
+        for (int u = 0; u < QUADS; ++u)
 #pragma unroll
-        for (int j = 0; j < SPLIT_LOADS; ++j)
-          if (s0 + j < args.splits)
+          for (int q = 0; q < 4; ++q)
+            v[u][q] = q < valid[u] ? __ldcg(partial[u] + split * per_split + q) : 0.0f;
 #pragma unroll
-            for (int q = 0; q < 4; ++q) acc[u][q] += v[u][j][q];
+        for (int u = 0; u < QUADS; ++u)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[u][q] += v[u][q];
+      }
     }
 #pragma unroll 1
     for (int u = 0; u < QUADS; ++u) {
@@ -576,13 +597,22 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
       const int i = first + u * static_cast<int>(blockDim.x);
       if (i >= end) break;
       const int valid = quad(i, row, col);
-      float out[4];
-#pragma unroll
+      // The epilogue once in the code, in a rolled loop: each pass finishes acc[0][0]
+      // and shifts the quad's values one place (constant indices: registers only).
+      float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
       for (int q = 0; q < 4; ++q) {
         const float c0q =
             args.beta != 0.0f && q < valid ? to_f32(c0[row * args.ldc0 + col + q]) : 0.0f;
-        out[q] = q < valid ? finish<TC, Epilogue>(acc[0][q], c0q, args, w.batch, row, col + q, ops)
-                           : 0.0f;
+        const float value =
+            q < valid ? finish<TC, Epilogue>(acc[0][0], c0q, args, w.batch, row, col + q, ops)
+                      : 0.0f;
+#pragma unroll
+        for (int r = 0; r < 3; ++r) {
+          out[r] = out[r + 1];
+          acc[0][r] = acc[0][r + 1];
+        }
+        out[3] = value;
       }
       if (valid == 4) {
         store_four(c + row * args.ldc + col, out);
@@ -1076,7 +1106,7 @@ struct TensorCoreMatmul {
     else
       mainloop<true>(args, kjit_matmul_shared, tile_m, tile_n, batch, k_begin, k_end, acc);
     epilogue<Epilogue>(args, ops, kjit_matmul_shared, acc, tile_m, tile_n, batch, split);
-    if (args.splits > 1) finish_split<TC, Epilogue, BM, BN, THREADS>(args, ops, w);
+    if (args.splits > 1) finish_split<TC, Epilogue, BM, BN>(args, ops, w);
   }
 };
 

@@ -87,7 +87,7 @@ struct SimtMatmul {
       for (int j = 0; j < 2; ++j)
         store_two<TC, Epilogue, true>(args, ops, batch, split, m0 + ty + 16 * i,
                                       n0 + 2 * tx + 32 * j, acc[i][2 * j], acc[i][2 * j + 1]);
-    if (args.splits > 1) finish_split<TC, Epilogue, BM, BN, THREADS>(args, ops, w);
+    if (args.splits > 1) finish_split<TC, Epilogue, BM, BN>(args, ops, w);
   }
 };
 

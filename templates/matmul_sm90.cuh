@@ -280,7 +280,7 @@ struct WgmmaMatmul {
     if (group >= 0) stage_accumulators(staged, acc, group);
     __syncthreads();
     write_tile<Epilogue>(args, ops, staged, tile_m, tile_n, batch, split);
-    if (args.splits > 1) matmul::finish_split<TC, Epilogue, BM, BN, THREADS>(args, ops, w);
+    if (args.splits > 1) matmul::finish_split<TC, Epilogue, BM, BN>(args, ops, w);
   }
 
   // ---- the persistent schedule ---------------------------------------------------
