@@ -566,13 +566,12 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     // other and each sums a slice of the tile, rather than the last one the whole.
     // Not while the stream is being captured into a CUDA graph: there the last
     // split sums, a plain launch that any graph holds and any replay runs.
-    const int64_t blocks = tiles * splits * p.batch;
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (splits > 1) KJIT_CU(cuStreamIsCapturing, stream, &capture);
-    if (splits > 1 && capture == CU_STREAM_CAPTURE_STATUS_NONE &&
-        blocks <= static_cast<int64_t>(device.sm_count) * v->resident) {
-      args.splits_resident = 1;
-      launch.cooperative = true;
+    if (splits > 1 &&
+        tiles * splits * p.batch <= static_cast<int64_t>(device.sm_count) * v->resident) {
+      CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      KJIT_CU(cuStreamIsCapturing, stream, &capture);
+      args.splits_resident = capture == CU_STREAM_CAPTURE_STATUS_NONE;
+      launch.cooperative = args.splits_resident != 0;
     }
   }
   launch.block = {static_cast<unsigned>(v->source.block_threads), 1, 1};

@@ -469,25 +469,24 @@ __device__ __forceinline__ void write_chunk(const MatmulArgs& args, const Epilog
 // read past L1 (ld.global.cg), which is not coherent with other SMs' writes.
 //
 // Each thread sums 4 consecutive columns at a time (16-byte loads where N allows)
-// for QUADS such groups, and issues the loads of SPLIT_LOADS splits before it adds
-// any of them. (H200, 4096 x 128 x 16384, 128 x 128 tiles, 5 stages, 4 splits: the
-// last split summing, one group a thread 0.0615 ms, four 0.0603; the splits
-// sharing the sum, four 0.0551, one 0.0552.)
+// and issues the loads of SPLIT_LOADS splits before it adds any of them. (H200, 4096 x 128 x 16384,
+// 128 x 128 tiles, 5 stages, 4 splits: the last split summing, one group a thread 0.0615 ms, four
+// 0.0603; the splits sharing the sum, four 0.0551, one 0.0552.)
 template <typename TC, typename Epilogue, int BM, int BN>
 __device__ __forceinline__ void finish_split(const MatmulArgs& args, const EpilogueOperands& ops,
                                              const BlockWork& w) {
-  // QUADS groups of 4 columns a thread at once. Four (16 loads in flight) spilled
-  // in 640-thread blocks (96 registers a thread) and made every kernel ~570 SASS
-  // instructions longer (4587 against 4015 for 64 x 64 tiles); with the splits
-  // sharing the sum, one group is enough.
-  constexpr int SPLIT_LOADS = 4, QUADS = 1;
+  // One group of 4 columns a thread at a time. Four at once (16 loads in flight)
+  // spilled in 640-thread blocks (96 registers a thread) and made every kernel ~570
+  // SASS instructions longer (4587 against 4015 for 64 x 64 tiles); with the splits
+  // sharing the sum, they were no faster.
+  constexpr int SPLIT_LOADS = 4;
   const int tiles_n = (args.n + BN - 1) / BN;
   const long long tiles = static_cast<long long>((args.m + BM - 1) / BM) * tiles_n;
   const unsigned splits = static_cast<unsigned>(args.splits);
   unsigned* counter =
       args.arrivals + w.batch * tiles + static_cast<long long>(w.tile_m) * tiles_n + w.tile_n;
   const int rows = min(BM, args.m - w.tile_m * BM), cols = min(BN, args.n - w.tile_n * BN);
-  const int quads = (cols + 3) / 4;  // groups of 4 columns per row
+  const int quads = (cols + 3) / 4;  // groups of 4 columns (quads) per row
   const int total = rows * quads;
   int begin = 0, end = total;  // the quads this block sums
   __threadfence();
@@ -521,112 +520,71 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
   const bool wide = args.n % 4 == 0;
   const TC* c0 = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
   TC* c = static_cast<TC*>(args.c) + w.batch * args.stride_c;
-  // Quad i of the tile: its row and first column, and how many of its 4 columns lie
-  // inside N. Consecutive threads take consecutive quads of a row: coalesced reads
-  // of the partials and writes of C.
-  const auto quad = [&](int i, int& row, int& col) {
-    row = w.tile_m * BM + i / quads;
-    col = w.tile_n * BN + 4 * (i % quads);
-    return min(4, args.n - col);
-  };
-  // A pass: QUADS quads a thread (blockDim.x apart), the partials of SPLIT_LOADS
-  // splits of each loaded before any is added (QUADS x SPLIT_LOADS loads in flight).
+  // Consecutive threads take consecutive quads (4 columns of a row): coalesced
+  // reads of the partials and writes of C.
 #pragma unroll 1
-  for (int first = begin + threadIdx.x; first < end; first += QUADS * blockDim.x) {
-    float acc[QUADS][4];
-#pragma unroll
-    for (int u = 0; u < QUADS; ++u)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[u][q] = 0.0f;
-    const float* partial[QUADS];
-    int valid[QUADS];  // columns of each quad inside N; 0 past this block's share
-#pragma unroll
-    for (int u = 0; u < QUADS; ++u) {
-      int row = 0, col = 0;
-      const int i = first + u * static_cast<int>(blockDim.x);
-      valid[u] = i < end ? quad(i, row, col) : 0;
-      partial[u] =
-          args.workspace +
-          (static_cast<long long>(w.batch) * args.m + row) * static_cast<long long>(args.n) + col;
-    }
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const int row = w.tile_m * BM + i / quads, col = w.tile_n * BN + 4 * (i % quads);
+    const int valid = min(4, args.n - col);  // columns inside N
+    const float* partial =
+        args.workspace +
+        (static_cast<long long>(w.batch) * args.m + row) * static_cast<long long>(args.n) + col;
     // In split order: acc = ((0 + P0) + P1) + ..., whatever the loads' timing.
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (wide) {
       // Every quad is whole (N % 4 == 0): 16-byte loads, SPLIT_LOADS splits at once.
 #pragma unroll 1
       for (int s0 = 0; s0 < args.splits; s0 += SPLIT_LOADS) {
-        float4 v[QUADS][SPLIT_LOADS];
+        float4 v[SPLIT_LOADS];
 #pragma unroll
-        for (int u = 0; u < QUADS; ++u)
+        for (int j = 0; j < SPLIT_LOADS; ++j)
+          v[j] = s0 + j < args.splits
+                     ? __ldcg(reinterpret_cast<const float4*>(partial + (s0 + j) * per_split))
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-          for (int j = 0; j < SPLIT_LOADS; ++j)
-            v[u][j] =
-                s0 + j < args.splits && valid[u] > 0
-                    ? __ldcg(reinterpret_cast<const float4*>(partial[u] + (s0 + j) * per_split))
-                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int u = 0; u < QUADS; ++u)
-#pragma unroll
-          for (int j = 0; j < SPLIT_LOADS; ++j)
-            if (s0 + j < args.splits) {
-              acc[u][0] += v[u][j].x;
-              acc[u][1] += v[u][j].y;
-              acc[u][2] += v[u][j].z;
-              acc[u][3] += v[u][j].w;
-            }
+        for (int j = 0; j < SPLIT_LOADS; ++j)
+          if (s0 + j < args.splits) {
+            acc[0] += v[j].x;
+            acc[1] += v[j].y;
+            acc[2] += v[j].z;
+            acc[3] += v[j].w;
+          }
       }
     } else {
       // Rows of the workspace not 16-byte aligned (N % 4 != 0, rare for split-K):
       // element by element, one split at a time (less code, fewer loads in flight).
 #pragma unroll 1
       for (int split = 0; split < args.splits; ++split) {
-        float v[QUADS][4];
-#pragma unroll
-        for (int u = 0; u < QUADS; ++u)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            v[u][q] = q < valid[u] ? __ldcg(partial[u] + split * per_split + q) : 0.0f;
-#pragma unroll
-        for (int u = 0; u < QUADS; ++u)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) acc[u][q] += v[u][q];
-      }
-    }
-#pragma unroll 1
-    for (int u = 0; u < QUADS; ++u) {
-      int row = 0, col = 0;
-      const int i = first + u * static_cast<int>(blockDim.x);
-      if (i >= end) break;
-      const int valid = quad(i, row, col);
-      // The epilogue once in the code, in a rolled loop: each pass finishes acc[0][0]
-      // and shifts the quad's values one place (constant indices: registers only).
-      float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 1
-      for (int q = 0; q < 4; ++q) {
-        const float c0q =
-            args.beta != 0.0f && q < valid ? to_f32(c0[row * args.ldc0 + col + q]) : 0.0f;
-        const float value =
-            q < valid ? finish<TC, Epilogue>(acc[0][0], c0q, args, w.batch, row, col + q, ops)
-                      : 0.0f;
-#pragma unroll
-        for (int r = 0; r < 3; ++r) {
-          out[r] = out[r + 1];
-          acc[0][r] = acc[0][r + 1];
-        }
-        out[3] = value;
-      }
-      if (valid == 4) {
-        store_four(c + row * args.ldc + col, out);
-      } else {
+        float v[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          if (q < valid) c[row * args.ldc + col + q] = from_f32<TC>(out[q]);
+          v[q] = q < valid ? __ldcg(partial + split * per_split + q) : 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[q] += v[q];
       }
-      // The next group to the front (constant indices only: acc stays in registers,
-      // and the epilogue's code is here once, not QUADS times).
+    }
+    // The epilogue once in the code, in a rolled loop: each pass finishes acc[0]
+    // and shifts the quad's values one place (constant indices: registers only).
+    float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+    for (int q = 0; q < 4; ++q) {
+      const float c0q =
+          args.beta != 0.0f && q < valid ? to_f32(c0[row * args.ldc0 + col + q]) : 0.0f;
+      const float value =
+          q < valid ? finish<TC, Epilogue>(acc[0], c0q, args, w.batch, row, col + q, ops) : 0.0f;
 #pragma unroll
-      for (int next = 0; next + 1 < QUADS; ++next)
+      for (int r = 0; r < 3; ++r) {
+        out[r] = out[r + 1];
+        acc[r] = acc[r + 1];
+      }
+      out[3] = value;
+    }
+    if (valid == 4) {
+      store_four(c + row * args.ldc + col, out);
+    } else {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) acc[next][q] = acc[next + 1][q];
+      for (int q = 0; q < 4; ++q)
+        if (q < valid) c[row * args.ldc + col + q] = from_f32<TC>(out[q]);
     }
   }
 }
