@@ -41,8 +41,9 @@ struct BackwardDeviceArgs {
   long long dq_batch, dq_seq, dq_head;
   long long dk_batch, dk_seq, dk_head;
   long long dv_batch, dv_seq, dv_head;
+  CUdeviceptr dq_accum;  // dq=atomic: the f32 sums of dQ; else 0
 };
-static_assert(sizeof(BackwardDeviceArgs) == sizeof(DeviceArgs) + 6 * 8 + 12 * 8,
+static_assert(sizeof(BackwardDeviceArgs) == sizeof(DeviceArgs) + 7 * 8 + 12 * 8,
               "BackwardDeviceArgs must mirror kjit::AttentionBackwardArgs");
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -366,6 +367,8 @@ void AttentionBackward::load() {
   check_fits_device(problem_, config_, runtime_->device());
   offsets_ = upload_offsets(problem_);
   workspace_ = cuda::DeviceBuffer(static_cast<size_t>(backward_workspace_rows(problem_)) * 8);
+  if (config_.atomic_dq)
+    dq_accum_ = cuda::DeviceBuffer(static_cast<size_t>(backward_dq_accum_bytes(problem_, config_)));
   for (BackwardKernel& k : lower_backward(problem_, config_)) {
     std::shared_ptr<const CompiledKernel> kernel = runtime_->compile(k.source);
     check_registers(config_, *kernel, runtime_->device());
@@ -406,6 +409,7 @@ void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
   args.dv = t.dv;
   args.delta = workspace_.get();
   args.lse_log2 = workspace_.get() + static_cast<size_t>(backward_workspace_rows(p)) * 4;
+  args.dq_accum = config_.atomic_dq ? dq_accum_.get() : 0;
   args.do_batch = t.do_strides.batch;
   args.do_seq = t.do_strides.seq;
   args.do_head = t.do_strides.head;
@@ -435,7 +439,7 @@ void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
   };
   void* params[] = {&args};
   for (const auto& [role, kernel] : kernels_) {
-    if (config_.wgmma && role != "prep") {
+    if (config_.wgmma && (role == "kv" || (role == "q" && !config_.atomic_dq))) {
       const bool kv = role == "kv";
       const int q_rows = kv ? config_.bm : 64, k_rows = kv ? 64 : config_.bn;
       CUtensorMap map_q = map_of(t.q, t.q_strides, p.heads, q_tokens, q_rows);
@@ -450,7 +454,7 @@ void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
       continue;
     }
     std::array<unsigned, 3> grid{};
-    if (role == "prep")
+    if (role == "prep" || (role == "q" && config_.atomic_dq))  // 64 query rows a block
       grid = {tiles(p.seq_q, 64), heads, batch};
     else if (role == "kv")
       grid = {tiles(p.seq_k, config_.bn), kv_heads, batch};

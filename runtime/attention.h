@@ -142,6 +142,7 @@ class AttentionBackward {
   std::vector<std::pair<std::string, std::shared_ptr<const CompiledKernel>>> kernels_;
   cuda::DeviceBuffer offsets_;
   cuda::DeviceBuffer workspace_;  // D, then LSE · log2 e
+  cuda::DeviceBuffer dq_accum_;   // dq=atomic: the f32 sums of dQ (one row of D per query row)
 };
 
 }  // namespace kjit::attention

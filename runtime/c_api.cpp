@@ -187,6 +187,7 @@ kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   p.scale = c->scale;
   if (c->score_mod != nullptr) p.score_mod = c->score_mod;
   if (c->mask_mod != nullptr) p.mask_mod = c->mask_mod;
+  p.deterministic = c->deterministic != 0;
   if (c->seqlens_q != nullptr) {
     if (c->sequences < 1)
       throw kjit::UserError("attention: seqlens_q is given but sequences is " +

@@ -55,6 +55,11 @@ struct AttentionBackwardArgs {
   long long dq_batch, dq_seq, dq_head;
   long long dk_batch, dk_seq, dk_head;
   long long dv_batch, dv_seq, dv_head;
+  // The atomic dQ (attention_backward_sm90.cuh, config dq=atomic): f32, one row of D
+  // per query row, laid out like LSE; zeroed by FlashBackwardPrep, summed into by the
+  // dK/dV kernel's blocks, scaled and rounded into dQ by FlashBackwardDqFinish.
+  // nullptr when dQ has its own kernel (FlashBackwardQ).
+  float* dq_accum;
 };
 
 namespace attention {
@@ -241,6 +246,40 @@ struct FlashBackwardPrep {
         // 1.4426950408889634 = log2 e. A row that saw no key (LSE = -inf) gets +inf:
         // exp2(s·scale·log2 e − inf) = 0 for every one of its scores.
         args.lse_log2[at] = lse == minus_infinity() ? plus_infinity() : lse * 1.4426950408889634f;
+      }
+      // The atomic dQ's row starts at zero (one 16-byte store of 4 floats a lane).
+      if (args.dq_accum != nullptr) {
+        float* accum = args.dq_accum + (sequence.lse_start + row) * D;
+        for (int c = lane; c < D / 4; c += 32)
+          *reinterpret_cast<float4*>(accum + 4 * c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  }
+};
+
+// ---- the atomic dQ's last step: dQ = scale · Σ (dS K), rounded to T ----
+// grid (ceil(seq_q / kRows), heads, batch), kThreads threads: one warp per row at a
+// time, 4 values a lane (16-byte loads of the f32 sums, two 4-byte stores of dQ).
+template <typename T, int D>
+struct FlashBackwardDqFinish {
+  static constexpr int kThreads = 256, kRows = 64;
+
+  __device__ static void run(const AttentionBackwardArgs& args) {
+    const AttentionArgs& f = args.forward;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const BlockSequence sequence = block_sequence(f, batch, head);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    T* dq = static_cast<T*>(args.dq) + batch * args.dq_batch + sequence.q_start * args.dq_seq +
+            head * args.dq_head;
+    for (int r = warp; r < kRows; r += kThreads / 32) {
+      const int row = blockIdx.x * kRows + r;
+      if (row >= sequence.seq_q) break;
+      const float* accum = args.dq_accum + (sequence.lse_start + row) * D;
+      for (int c = lane; c < D / 4; c += 32) {
+        const float4 v = *reinterpret_cast<const float4*>(accum + 4 * c);
+        u32* out = reinterpret_cast<u32*>(dq + row * args.dq_seq + 4 * c);
+        out[0] = pack2<T>(v.x * f.scale, v.y * f.scale);
+        out[1] = pack2<T>(v.z * f.scale, v.w * f.scale);
       }
     }
   }

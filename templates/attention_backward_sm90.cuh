@@ -114,28 +114,130 @@ struct Turns {
   }
 };
 
+// The dK/dV kernel's dQ mode: SeparateDq, dQ has a kernel of its own
+// (FlashBackwardQSm90: the same bits every run); otherwise the wgmma instruction
+// of the atomic dQ's product (m64n64k16, A and B read MN-major from shared memory).
+struct SeparateDq {};
+template <typename WgmmaDQ>
+struct AtomicDq {
+  static constexpr bool value = true;
+};
+template <>
+struct AtomicDq<SeparateDq> {
+  static constexpr bool value = false;
+};
+
 // ---- dK and dV: 128 keys of one K/V head per block -----------------------------
 // grid (ceil(seq_k / 128), kv_heads, batch), 384 threads. BQ: query rows per tile;
 // WgmmaS: m64nBQk16, descriptors, accumulate flag; WgmmaKV: m64nDk16, A in
 // registers, B transposed.
 // MOD: the score and mask modifiers (attention.cuh): P from mod(scale · S), dS times
 // mod'(scale · S).
+// WgmmaDQ: SeparateDq, or the atomic dQ (config dq=atomic): the block also computes
+// its keys' share of dQ = dS K for every query tile it streams, and adds it into
+// the f32 sums args.dq_accum (red.global.add: blocks of other keys add into the
+// same rows, in whatever order they come, so the sums' last bits vary from run to
+// run). Five products per tile in all, where the separate dQ kernel recomputes S
+// and dP: seven.
 template <typename T, int D, int BQ, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaKV,
-          typename MOD = NoModifiers>
+          typename MOD = NoModifiers, typename WgmmaDQ = SeparateDq>
 struct FlashBackwardKVSm90 {
   static constexpr int BK = 128;  // two consumer warpgroups of 64 keys
   static constexpr int kThreads = 384;
   static constexpr int kChunks = D / 64;
   static constexpr int kKvBytes = BK * D * 2;    // K (or V) of the block
   static constexpr int kTileBytes = BQ * D * 2;  // one Q (or dO) tile
+  static constexpr bool kAtomicDq = AtomicDq<WgmmaDQ>::value;
+  // The atomic dQ's dSᵀ tiles, two (a tile is written while the other warpgroup may
+  // still read the previous one): [128 keys][64 queries], one 128-byte swizzled
+  // line per key, as wgmma reads an MN-major A.
+  static constexpr int kDsBytes = kAtomicDq ? BK * 128 : 0;
   // Per stage: Q, dO, then LSE·log2 e and D of its BQ queries.
   static constexpr int kStageBytes = 2 * kTileBytes + 2 * BQ * 4;
   // mbarriers: kv_full, then full and empty per stage.
   static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES);
-  static constexpr int kSharedBytes = 1024 + 2 * kKvBytes + STAGES * kStageBytes + kBarrierBytes;
+  static constexpr int kSharedBytes =
+      1024 + 2 * kKvBytes + 2 * kDsBytes + STAGES * kStageBytes + kBarrierBytes;
   static constexpr int kLoaders = 96;  // producer warps 1..3 copy LSE and D
+  // The atomic dQ per warpgroup: 64 queries x 64 columns of the head dim (32
+  // accumulators a thread), over kDqKeys keys: D = 128, all 128 keys of the block
+  // and head-dim columns 64 g ..; D = 64, the warpgroup's own 64 keys, all columns.
+  static constexpr int kDqKeys = D == 128 ? 128 : 64;
   static_assert(D == 64 || D == 128, "whole 128-byte chunks of the head dim");
   static_assert(BQ % 16 == 0 && BQ <= 256, "wgmma N");
+  static_assert(!kAtomicDq || (BQ == 64 && !PINGPONG),
+                "the atomic dQ: 64-query tiles (one 128-byte line of dS per key), no ping-pong");
+
+  // The atomic dQ, step 1: this thread's dSᵀ values (keys 64 group + 16 warp + g and
+  // + 8, queries 8j + 2t and + 1; ds[kk][r] holds j = 2 kk + r / 2, key + 8 (r % 2))
+  // into the tile, a 4-byte pair at a time: key row `key`, 16-byte unit j of it
+  // swizzled as the copy engine would (j ^ key % 8). A warp's 32 stores hit 32
+  // different banks.
+  __device__ __forceinline__ static void store_ds(u32 ds_tile, const u32 (&ds)[BQ / 16][4],
+                                                  int group, int warp, int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = group * 64 + warp * 16 + g + 8 * (r % 2), j = 2 * kk + r / 2;
+        const u32 at = ds_tile + key * 128 + ((j ^ (key % 8)) << 4) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(ds[kk][r]) : "memory");
+      }
+  }
+
+  // The atomic dQ, step 2: once every dSᵀ value it reads is in the tile, the
+  // warpgroup computes its share of this query tile's dQ (64 queries x 64 columns):
+  //   D = 128: dQ[:, 64 group ..] = dS (64 x 128 keys) K[:, 64 group ..]
+  //   D = 64:  dQ = dS[:, keys of the group] K[keys of the group, :]
+  // A = dS read transposed from the dSᵀ tile (a k16 step is 16 key lines, 2048 bytes),
+  // B = K MN-major (16 key rows a step; column chunk 64 group / 64 of D), and adds it
+  // into args.dq_accum's rows (two floats per red.global.add). Rows past the
+  // sequence have dS = 0 and are skipped. Where the rows are is worked out here again
+  // from the block's coordinates (the consumers' registers are all taken: kept live
+  // across the loop, ptxas spilled them).
+  __device__ __forceinline__ static void add_dq(const AttentionBackwardArgs& args, u32 ds_tile,
+                                                u32 k_tile, int group, int warp, int g, int t,
+                                                int head, int q0) {
+    // The generic-proxy stores above must be visible to wgmma's (async-proxy) reads,
+    // and D = 128 reads the other warpgroup's half: both warpgroups' 256 threads
+    // meet at named barrier 3 (1 and 2 are the ping-pong's turns); D = 64 reads only
+    // its own: its 128 threads at barrier 3 + group.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if constexpr (kDqKeys == 128)
+      sm90::named_barrier_sync(3, 256);
+    else
+      sm90::named_barrier_sync(3 + group, 128);
+    const int key0 = kDqKeys == 128 ? 0 : 64 * group;
+    const int chunk = kDqKeys == 128 ? group : 0;
+    float dq[32];
+    sm90::fence_accumulators(dq);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDqKeys / 16; ++kk) {
+      const u32 a = ds_tile + (key0 + 16 * kk) * 128;
+      const u32 b = k_tile + chunk * BK * 128 + (key0 + 16 * kk) * 128;
+      WgmmaDQ::run(dq, sm90::descriptor(a, 64 * 128, 1024), sm90::descriptor(b, BK * 128, 1024),
+                   kk > 0 ? 1 : 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(dq);
+    // dq[4j + e]: query q0 + 16 warp + g + 8 (e / 2), column 64 chunk + 8j + 2t + e % 2.
+    int batch;
+    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(batch));  // not the copy the loop keeps
+    const BlockSequence sequence = block_sequence(args.forward, batch, head);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int query = q0 + warp * 16 + g + 8 * h;
+      if (query >= sequence.seq_q) continue;
+      float* row = args.dq_accum + (sequence.lse_start + query) * D + 64 * chunk + 2 * t;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row + 8 * j),
+                     "f"(dq[4 * j + 2 * h]), "f"(dq[4 * j + 2 * h + 1])
+                     : "memory");
+    }
+  }
 
   __device__ static void run(const AttentionBackwardArgs& args, const TensorMap& map_q,
                              const TensorMap& map_k, const TensorMap& map_v,
@@ -146,11 +248,13 @@ struct FlashBackwardKVSm90 {
     const u32 k_tile = (base + 1023) & ~1023u;
     unsigned char* aligned = kjit_attention_shared + (k_tile - base);  // its generic address
     const u32 v_tile = k_tile + kKvBytes;
-    const u32 stages = v_tile + kKvBytes;
+    const u32 ds_tiles = v_tile + kKvBytes;  // the atomic dQ's two dSᵀ tiles
+    const u32 stages = ds_tiles + 2 * kDsBytes;
     const u32 kv_full = stages + STAGES * kStageBytes;
     const u32 full = kv_full + 8, empty = full + 8 * STAGES;
     auto stage_floats = [&](int s) {  // LSE·log2 e, then D, of stage s
-      return reinterpret_cast<float*>(aligned + 2 * kKvBytes + s * kStageBytes + 2 * kTileBytes);
+      return reinterpret_cast<float*>(aligned + (stages - k_tile) + s * kStageBytes +
+                                      2 * kTileBytes);
     };
 
     const int kv_head = blockIdx.y, batch = blockIdx.z;
@@ -212,12 +316,16 @@ struct FlashBackwardKVSm90 {
         }
       } else if (threadIdx.x >= 32) {
         // LSE·log2 e and D of each tile's queries; rows past the sequence get +inf
-        // and 0, so their P (and dS) is 0 whatever the copy brought.
+        // and 0, so their P (and dS) is 0 whatever the copy brought. Item = head
+        // (from first_head) x tiles + tile, counted up rather than divided (the
+        // producer's registers are few).
+        int tile = 0;
+        long long head_row = sequence.lse_start;  // LSE index of the item's head's query 0
         for (int item = 0; item < items; ++item) {
           const int s = item % STAGES;
           sm90::barrier_wait(empty + 8 * s, ((item / STAGES) & 1) ^ 1);
-          const int q0 = item_row0(item);
-          const long long lse0 = lse_row(f, sequence.lse_start, item_head(item) - first_head) + q0;
+          const int q0 = (tile_begin + tile) * BQ;
+          const long long lse0 = head_row + q0;
           float* lse_log2 = stage_floats(s);
           for (int i = static_cast<int>(threadIdx.x) - 32; i < BQ; i += kLoaders) {
             const bool inside = q0 + i < seq_q;
@@ -225,6 +333,10 @@ struct FlashBackwardKVSm90 {
             lse_log2[BQ + i] = inside ? args.delta[lse0 + i] : 0.0f;
           }
           sm90::barrier_arrive(full + 8 * s);
+          if (++tile == tiles) {  // the next head: lse_row(f, lse_start, heads after first)
+            tile = 0;
+            head_row += f.cu_seqlens_q != nullptr ? f.total_q : f.seq_q;
+          }
         }
       }
       return;
@@ -266,6 +378,9 @@ struct FlashBackwardKVSm90 {
           f.window_right >= 0 && warp_key0 + 15 - q0 - offset > f.window_right;
       const bool crosses_left =
           f.window_left >= 0 && warp_key0 - (q0 + BQ - 1) - offset < -f.window_left;
+      // Keys past the sequence: their dK and dV are never written, but the atomic dQ
+      // sums over them (a packed batch's box brings the next sequence's keys): P = 0.
+      const bool past_keys = kAtomicDq && warp_key0 + 15 >= seq_k;
       const int head = item_head(item);
       // A score modifier's mod'(scale · Sᵀ), kept as bf16 pairs in P's fragment
       // layout (half the registers of fp32; dSᵀ is rounded to 16 bits anyway).
@@ -283,7 +398,7 @@ struct FlashBackwardKVSm90 {
             score = MOD::score(f, score * f.scale, query, key, head);
           }
           float p = exp2_approx(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
-          if (crosses_right || crosses_left) {
+          if (crosses_right || crosses_left || past_keys) {
             if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
           }
           if constexpr (MOD::kMask)  // a select, not a branch per score
@@ -338,6 +453,8 @@ struct FlashBackwardKVSm90 {
       }
       u32 ds_frag[BQ / 16][4];
       to_fragments<T, BQ>(dp_acc, ds_frag);
+      const u32 ds_tile = ds_tiles + (item & 1) * kDsBytes;
+      if constexpr (kAtomicDq) store_ds(ds_tile, ds_frag, group, warp, g, t);
 
       // dK += dSᵀ Q (scaled once at the end).
       sm90::fence_accumulators(dk_acc);
@@ -347,6 +464,14 @@ struct FlashBackwardKVSm90 {
       product_registers_mn<WgmmaKV, BQ, D>(dk_acc, ds_frag, q_stage);
       sm90::wgmma_commit();
       turns.yours();
+      if constexpr (kAtomicDq) {
+        // dK's product first: its dSᵀ fragments then free their registers for dQ's
+        // accumulators (held together, ptxas spilled at 232 registers a thread).
+        sm90::wgmma_wait<0>();
+        sm90::fence_accumulators(dk_acc);
+        fence_fragments(ds_frag);
+        add_dq(args, ds_tile, k_tile, group, warp, g, t, head, q0);
+      }
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv_acc);
       sm90::fence_accumulators(dk_acc);

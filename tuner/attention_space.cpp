@@ -84,9 +84,14 @@ constexpr int kWgmmaBackwardOverheadRegisters = 24;
 // EveryConfigWithModifiersCompilesWithoutSpills); the margin they had (bn / 2 in dQ,
 // bm / 4 in dK/dV) kept out bn = 128, 1-3% faster on the H200 (2026-12-01). A
 // heavier modifier that spills is caught when tuning (tune.cpp refuses spills).
+// dq=atomic: the dK/dV consumer also holds its share of dQ (32 floats), with a score
+// modifier its mod'(scale · Sᵀ) as 16-bit pairs (bm / 4), and there is no dQ kernel;
+// its consumers get 240 registers (the producer gives up 8).
+constexpr int kWgmmaAtomicDqRegisterLimit = 240;
 int backward_wgmma_registers(const attention::Problem& p, const attention::Config& c) {
-  const int kv = p.head_dim + 3 * c.bm / 4;
-  const int q = p.head_dim / 2 + c.bn;
+  const int kv =
+      p.head_dim + 3 * c.bm / 4 + (c.atomic_dq ? 32 + (p.score_mod.empty() ? 0 : c.bm / 4) : 0);
+  const int q = c.atomic_dq ? 0 : p.head_dim / 2 + c.bn;
   return std::max(kv, q) + kWgmmaBackwardOverheadRegisters;
 }
 
@@ -117,29 +122,35 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
     }
   }
   // TMA + wgmma (sm_90, head dims 64 and 128): 128 keys (dK/dV) or queries (dQ) per
-  // block; bm queries, bn keys per streamed tile.
+  // block; bm queries, bn keys per streamed tile. The atomic dQ (bm 64, no ping-pong,
+  // not for a deterministic problem) has no dQ kernel, so no use for bn: once, as 128.
   for (int bm : {64, 128}) {
     for (int bn : {64, 128}) {
       for (int stages : {2, 3}) {
-        for (bool pingpong : {false, true}) {
+        for (int mode = 0; mode < 3; ++mode) {  // separate; with ping-pong; atomic dQ
           attention::Config c{bm, bn, stages, 16};
           c.wgmma = true;
-          c.pingpong = pingpong;
+          c.pingpong = mode == 1;
+          c.atomic_dq = mode == 2;
+          if (c.atomic_dq && (bm != 64 || bn != 128)) continue;
           std::string why;
           if (device.cc_major * 10 + device.cc_minor != 90)
             why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
           else if (problem.head_dim != 64 && problem.head_dim != 128)
             why = fmt::format("the wgmma engine takes head dims 64 and 128, not {}",
                               problem.head_dim);
+          else if (c.atomic_dq && problem.deterministic)
+            why = "dq=atomic: the problem asks for the same bits every run";
           else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin)
             why = fmt::format("{} B of shared memory > the device's {} B",
                               attention::shared_bytes(problem, c), device.shared_per_block_optin);
-          else if (backward_wgmma_registers(problem, c) > kWgmmaBackwardRegisterLimit)
+          else if (backward_wgmma_registers(problem, c) >
+                   (c.atomic_dq ? kWgmmaAtomicDqRegisterLimit : kWgmmaBackwardRegisterLimit))
             why = fmt::format(
                 "head dim {}, {} queries and {} keys per tile need ~{} registers per thread "
                 "(> {} for 384 threads)",
                 problem.head_dim, bm, bn, backward_wgmma_registers(problem, c),
-                kWgmmaBackwardRegisterLimit);
+                c.atomic_dq ? kWgmmaAtomicDqRegisterLimit : kWgmmaBackwardRegisterLimit);
           if (why.empty())
             space.push_back(c);
           else if (pruned)
@@ -246,6 +257,11 @@ const char* mask_kind(const attention::Problem& p) {
 double efficiency_prior(const attention::Problem& p, const attention::Config& c,
                         const cuda::DeviceProperties& device) {
   const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
+  // dq=atomic: five products, but the f32 atomics (red.global.add) and the serialized
+  // dQ product cost more than the two saved: 331.2 TFLOP/s against 342.8 for the
+  // separate dQ at D = 128, S = 2k (H200, 2026-12-02), so below it until measured.
+  if (p.backward && c.wgmma && c.atomic_dq)
+    return 0.4 * 1.02 * 0.966 * (c.stages >= 3 ? 0.98 : 1.0);
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
            (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0);
@@ -263,8 +279,9 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
 
 std::string efficiency_key(const attention::Problem& p, const attention::Config& c) {
   if (p.backward)
-    return fmt::format("attention:backward:{}:d{}:{}x{}:s{}{}", c.wgmma ? "wgmma" : "sync",
-                       p.head_dim, c.bm, c.bn, c.stages, c.pingpong ? ":pp1" : "");
+    return fmt::format("attention:backward:{}:d{}:{}x{}:s{}{}{}", c.wgmma ? "wgmma" : "sync",
+                       p.head_dim, c.bm, c.bn, c.stages, c.pingpong ? ":pp1" : "",
+                       c.atomic_dq ? ":dqa" : "");
   return c.wgmma ? fmt::format("attention:wgmma:d{}:bn{}:s{}:pp{}", p.head_dim, c.bn, c.stages,
                                c.pingpong ? 1 : 0)
                  : fmt::format("attention:sync:d{}:{}x{}:w{}:s{}", p.head_dim, c.bm, c.bn,
@@ -314,6 +331,7 @@ nlohmann::json AttentionTuning::spec() const {
     out["window"] = window_side(p.window_left) + ":" + window_side(p.window_right);
   if (p.scale > 0) out["scale"] = p.scale;
   if (p.backward) out["backward"] = true;
+  if (p.backward && p.deterministic) out["deterministic"] = true;
   if (!p.score_mod.empty()) out["score_mod"] = p.score_mod;
   if (!p.mask_mod.empty()) out["mask_mod"] = p.mask_mod;
   return out;
@@ -393,6 +411,7 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b)
     tiles += ceil_div(p.seq_q_of(b), query_block);
   tiles *= p.heads * (p.packed() ? 1 : p.batch);
+  if (p.backward && c.atomic_dq) tiles = 0;  // no dQ kernel: the dK/dV blocks do it all
   if (p.backward) {
     int64_t key_tiles = 0;
     for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b)
@@ -438,7 +457,13 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
               : out.compute_ms >= out.memory_ms                         ? "compute"
                                                                         : "memory";
-  if (p.backward && c.wgmma)
+  if (p.backward && c.atomic_dq)
+    out.notes.push_back(fmt::format(
+        "backward, TMA + wgmma: dK/dV blocks of 128 keys streaming {} queries per tile, {} "
+        "stages, and their share of dQ added with f32 atomics (five products; the last bits "
+        "of dQ vary from run to run)",
+        c.bm, c.stages));
+  else if (p.backward && c.wgmma)
     out.notes.push_back(fmt::format(
         "backward, TMA + wgmma: dK/dV blocks of 128 keys streaming {} queries per tile, dQ "
         "blocks of 128 queries streaming {} keys, {} stages; seven products for the five "
@@ -484,7 +509,8 @@ attention::Config attention_default(const attention::Problem& problem,
 std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec) {
   const SpecReader read(spec, "attention");
   read.only({"batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
-             "window", "scale", "seqlens_q", "seqlens_k", "backward", "score_mod", "mask_mod"});
+             "window", "scale", "seqlens_q", "seqlens_k", "backward", "deterministic", "score_mod",
+             "mask_mod"});
   auto integer = [&](const char* key, int64_t fallback) {
     return read.positive(key, fallback,
                          "give seq_q (or seqlens_q), and optionally batch, heads, ...");
@@ -517,6 +543,11 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
     if (!spec.at("backward").is_boolean())
       throw UserError("attention spec: 'backward' must be true or false");
     p.backward = spec.at("backward").get<bool>();
+  }
+  if (spec.contains("deterministic")) {
+    if (!spec.at("deterministic").is_boolean())
+      throw UserError("attention spec: 'deterministic' must be true or false");
+    p.deterministic = spec.at("deterministic").get<bool>();
   }
   if (spec.contains("window")) {
     const std::string w = spec.at("window").is_string() ? spec.at("window").get<std::string>() : "";
@@ -557,11 +588,11 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
 
 std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& signature) {
   // batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..,
-  // [packed=q:a+b/k:c+d,]dtype=bf16|f16,d=..[,pass=backward]
+  // [packed=q:a+b/k:c+d,]dtype=bf16|f16,d=..[,pass=backward][,deterministic=1]
   static const std::regex form(
       R"(^batch=(\d+),heads=(\d+),kv_heads=(\d+),seq_q=(\d+),seq_k=(\d+),causal=([01]),)"
       R"(window=(inf|\d+):(inf|\d+),scale=([^,]+),(packed=q:([\d+]+)/k:([\d+]+),)?)"
-      R"(dtype=(bf16|f16),d=(\d+)(,pass=backward)?$)");
+      R"(dtype=(bf16|f16),d=(\d+)(,pass=backward)?(,deterministic=1)?$)");
   std::smatch m;
   if (!std::regex_match(signature, m, form)) return nullptr;
   try {
@@ -591,6 +622,7 @@ std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& sig
     p.dtype = m[13] == "f16" ? ir::DType::F16 : ir::DType::BF16;
     p.head_dim = std::stoi(m[14]);
     p.backward = m[15].matched;
+    p.deterministic = m[16].matched;
     attention::validate_problem(p);
     return std::make_unique<AttentionTuning>(std::move(p));
   } catch (const std::exception&) {

@@ -104,18 +104,18 @@ std::string Problem::to_string() const {
              "batch={},heads={},kv_heads={},seq_q={},seq_k={},causal={},window={},scale={},", batch,
              heads, kv_heads, seq_q, seq_k, causal ? 1 : 0, window_text(window_left, window_right),
              softmax_scale()) +
-         packed_text + kernel_class();
+         packed_text + kernel_class() + (backward && deterministic ? ",deterministic=1" : "");
 }
 
 std::string Config::to_string() const {
   if (wgmma)
-    return fmt::format("mma=wgmma,bm={},bn={},stages={}{}", bm, bn, stages,
-                       pingpong ? ",pingpong=1" : "");
+    return fmt::format("mma=wgmma,bm={},bn={},stages={}{}{}", bm, bn, stages,
+                       pingpong ? ",pingpong=1" : "", atomic_dq ? ",dq=atomic" : "");
   return fmt::format("bm={},bn={},stages={},warp_rows={}", bm, bn, stages, warp_rows);
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: mma, bm, bn, stages, warp_rows, pingpong";
+  static const char* kValidKeys = "valid keys: mma, bm, bn, stages, warp_rows, pingpong, dq";
   Config config;
   bool bm_given = false;
   for (const auto& [key, value] :
@@ -132,6 +132,14 @@ Config Config::parse(const std::string& text) {
       if (value != "0" && value != "1")
         throw UserError("attention config pingpong=" + value + " is not 0 or 1");
       config.pingpong = value == "1";
+      continue;
+    }
+    if (key == "dq") {
+      if (value != "separate" && value != "atomic")
+        throw UserError("attention config dq=" + value + " is not a dQ mode",
+                        "dq=separate (its own kernel, the same bits every run) or dq=atomic "
+                        "(summed by the dK/dV kernel with atomics)");
+      config.atomic_dq = value == "atomic";
       continue;
     }
     char* end = nullptr;
@@ -235,6 +243,15 @@ void validate(const Problem& p, const Config& c) {
     if (c.pingpong && !c.wgmma)
       throw UserError("attention backward config " + c.to_string() + " asks for pingpong",
                       "ping-pong applies to mma=wgmma only");
+    if (c.atomic_dq) {
+      if (!c.wgmma || c.bm != 64 || c.pingpong)
+        throw UserError("attention backward config " + c.to_string() + " asks for dq=atomic",
+                        "the atomic dQ takes mma=wgmma,bm=64 without ping-pong");
+      if (p.deterministic)
+        throw UserError("attention backward config dq=atomic for a deterministic problem",
+                        "the atomic dQ's sums vary in their last bits from run to run; "
+                        "dq=separate gives the same bits every run");
+    }
     if (c.wgmma) {
       if (p.head_dim != 64 && p.head_dim != 128)
         throw UserError(
@@ -261,6 +278,7 @@ void validate(const Problem& p, const Config& c) {
       throw UserError(fmt::format("attention backward config stages={} is not 2 or 3", c.stages));
     return;
   }
+  if (c.atomic_dq) throw UserError("attention config dq=atomic applies to the backward pass only");
   if (c.wgmma) {
     if (p.head_dim != 64 && p.head_dim != 128)
       throw UserError(
@@ -351,15 +369,19 @@ int64_t backward_workspace_rows(const Problem& p) {
   return p.heads * p.total_q();
 }
 
+int64_t backward_dq_accum_bytes(const Problem& p, const Config& c) {
+  return c.atomic_dq ? backward_workspace_rows(p) * p.head_dim * 4 : 0;
+}
+
 namespace {
 
 // Shared memory of the backward kernels (attention_backward.cuh's and
 // attention_backward_sm90.cuh's kSharedBytes).
 int backward_kv_shared_bytes(const Problem& p, const Config& c) {
   const int d = p.head_dim;
-  if (c.wgmma)
-    return 1024 + 2 * 128 * d * 2 + c.stages * (2 * c.bm * d * 2 + 2 * c.bm * 4) +
-           8 * (1 + 2 * c.stages);
+  if (c.wgmma)  // K, V, (dq=atomic) two dSᵀ tiles, the stages, mbarriers
+    return 1024 + 2 * 128 * d * 2 + (c.atomic_dq ? 2 * 128 * 128 : 0) +
+           c.stages * (2 * c.bm * d * 2 + 2 * c.bm * 4) + 8 * (1 + 2 * c.stages);
   const int pitch = p.head_dim + 8;
   return (2 * c.bn * pitch + 2 * c.stages * c.bm * pitch) * 2 + c.stages * 2 * c.bm * 4;
 }
@@ -373,7 +395,9 @@ int backward_q_shared_bytes(const Problem& p, const Config& c) {
 }  // namespace
 
 int shared_bytes(const Problem& p, const Config& c) {
-  if (p.backward) return std::max(backward_kv_shared_bytes(p, c), backward_q_shared_bytes(p, c));
+  if (p.backward)
+    return c.atomic_dq ? backward_kv_shared_bytes(p, c)
+                       : std::max(backward_kv_shared_bytes(p, c), backward_q_shared_bytes(p, c));
   if (c.wgmma)  // alignment slack, Q, K and V per stage, mbarriers (attention_sm90.cuh)
     return 1024 + c.bm * p.head_dim * 2 + c.stages * 2 * c.bn * p.head_dim * 2 +
            8 * (1 + 4 * c.stages);
@@ -687,12 +711,15 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
     auto wgmma_kernel = [&](const std::string& role, int stream_rows) {
       const bool kv = role == "kv";
       KernelSource out = skeleton(
-          fmt::format("kjit_attention_bwd_{}_{}_d{}_wgmma_{}_s{}{}{}", kv ? "dkdv" : "dq", type, d,
-                      stream_rows, c.stages, c.pingpong ? "_pingpong" : "", modifier_suffix(p)),
+          fmt::format("kjit_attention_bwd_{}_{}_d{}_wgmma_{}_s{}{}{}{}", kv ? "dkdv" : "dq", type,
+                      d, stream_rows, c.stages, c.pingpong ? "_pingpong" : "",
+                      kv && c.atomic_dq ? "_dqatomic" : "", modifier_suffix(p)),
           384, kv ? backward_kv_shared_bytes(p, c) : backward_q_shared_bytes(p, c));
       out.arch_specific = true;
-      out.source = header(out, kv ? "step 2 of 3, dK and dV for 128 keys per block"
-                                  : "step 3 of 3, dQ for 128 queries per block");
+      out.source = header(out, !kv           ? "step 3 of 3, dQ for 128 queries per block"
+                               : c.atomic_dq ? "step 2 of 3, dK and dV for 128 keys per block, "
+                                               "and their share of dQ"
+                                             : "step 2 of 3, dK and dV for 128 keys per block");
       out.source += fmt::format(
           "// path:      TMA + wgmma {} -> f32 (sm_90a): 2 consumer warpgroups of 64 {} + 1\n"
           "//            producer; tiles of {} {} through {} TMA buffers, {} B of dynamic shared\n"
@@ -708,7 +735,14 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
             "//   dV  += P^T dO                          P^T from registers\n"
             "//   dS^T = P^T * (dP^T - D)\n"
             "//   dK  += dS^T Q                          times scale once at the end\n";
-      else
+      if (kv && c.atomic_dq)
+        out.source +=
+            "//   dQ  += dS K                            dS^T through shared memory (read\n"
+            "//                                          transposed); added into f32 sums with\n"
+            "//                                          red.global.add: blocks of other keys\n"
+            "//                                          add into the same rows (the order, and\n"
+            "//                                          so the last bits, vary run to run)\n";
+      if (!kv)
         out.source +=
             "// Per key tile, each consumer (templates/attention_backward_sm90.cuh):\n"
             "//   S   = Q K^T,  dP = dO V^T              wgmma, operands in shared memory\n"
@@ -738,12 +772,29 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
       gradient.a_in_registers = true;
       gradient.transpose_b = 1;
       out.source += wgmma_struct(gradient);
+      std::string dq_argument;
+      if (kv && c.atomic_dq) {
+        out.source +=
+            "// dQ(64 x 64) += dS(64 x 16) K(16 x 64); dS and K both MN-major (transposed) in "
+            "shared memory.\n";
+        WgmmaInstruction dq_product;
+        dq_product.name = "kjit_wgmma_dq";
+        dq_product.n = 64;
+        dq_product.type = type;
+        dq_product.transpose_a = 1;
+        dq_product.transpose_b = 1;
+        dq_product.accumulate_argument = true;
+        out.source += wgmma_struct(dq_product);
+        dq_argument =
+            fmt::format(",\n                                          {}, kjit_wgmma_dq",
+                        has_modifiers(p) ? "kjit_modifiers" : "kjit::attention::NoModifiers");
+      }
       out.source += fmt::format(
           "typedef kjit::attention::{}<kjit::{}, {}, {}, {}, {}, kjit_wgmma_scores,\n"
           "                                          kjit_wgmma_gradient{}>\n"
           "    kjit_attention_step;\n\n",
           kv ? "FlashBackwardKVSm90" : "FlashBackwardQSm90", type, d, stream_rows, c.stages,
-          c.pingpong ? "true" : "false", modifier_argument(p));
+          c.pingpong ? "true" : "false", dq_argument.empty() ? modifier_argument(p) : dq_argument);
       out.source +=
           kv ? "// grid: (ceil(seq_k / 128), kv_heads, batch); tensor maps of Q, K, V and dO\n"
              : "// grid: (ceil(seq_q / 128), heads, batch); tensor maps of Q, K, V and dO\n";
@@ -758,7 +809,25 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
       kernels.push_back({role, std::move(out)});
     };
     wgmma_kernel("kv", c.bm);
-    wgmma_kernel("q", c.bn);
+    if (!c.atomic_dq) {
+      wgmma_kernel("q", c.bn);
+      return kernels;
+    }
+    // 3. The atomic dQ's sums, scaled and rounded.
+    KernelSource out =
+        skeleton(fmt::format("kjit_attention_bwd_dq_finish_{}_d{}", type, d), 256, 0);
+    out.source = header(out, "step 3 of 3, dQ = scale * (the f32 sums of dS K) per query row");
+    out.source +=
+        "//\n"
+        "// Step 2's blocks added their keys' dS K into f32 sums, one row of head_dim per\n"
+        "// query row (zeroed by step 1). Here each is scaled once and rounded to the output\n"
+        "// type.\n";
+    kernel(out,
+           fmt::format("typedef kjit::attention::FlashBackwardDqFinish<kjit::{}, {}> "
+                       "kjit_attention_step;",
+                       type, d),
+           "(ceil(seq_q / 64), heads, batch), one warp per query row at a time", false);
+    kernels.push_back({"q", std::move(out)});
     return kernels;
   }
 

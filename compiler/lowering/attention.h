@@ -40,6 +40,11 @@ struct Problem {
   // Which pass the kernels compute: false, O and LSE (Attention); true, dQ, dK and
   // dV from dO, O and LSE (AttentionBackward). Part of the tuning key.
   bool backward = false;
+  // Backward: the same bits on every run. Then dQ has a kernel of its own (seven
+  // products); otherwise the tuner may also pick the atomic dQ (Config::atomic_dq:
+  // five products, f32 sums added in whatever order blocks finish). Part of the
+  // tuning key.
+  bool deterministic = false;
   // Packed variable-length batches (FlashAttention's "varlen"): when set, sequence b
   // is tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of Q and O ([total_q, heads, D])
   // and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of K and V; batch is their count and
@@ -69,7 +74,8 @@ struct Problem {
   std::string kernel_class() const;
   // Every field, canonical, for logs and tuning keys:
   // "batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..",
-  // then ",packed=q:1+7+300/k:1+7+300" when packed, then "," + kernel_class().
+  // then ",packed=q:1+7+300/k:1+7+300" when packed, then "," + kernel_class(), then
+  // ",deterministic=1" for a deterministic backward pass.
   std::string to_string() const;
 };
 
@@ -85,16 +91,20 @@ struct Config {
   bool wgmma = false;
   // wgmma: the two consumer warpgroups take turns issuing their products.
   bool pingpong = false;
+  // Backward, wgmma, bm 64, no ping-pong: the dK/dV kernel also computes dQ = dS K
+  // and adds it into f32 sums with atomics (templates/attention_backward_sm90.cuh);
+  // a last small kernel scales and rounds them. Not for problem.deterministic.
+  bool atomic_dq = false;
   int warps() const { return bm / warp_rows; }
   // mma.sync: the warps; wgmma: the consumer warpgroups plus the producer's.
   int threads() const { return wgmma ? (bm / 64 + 1) * 128 : warps() * 32; }
 
   // "bm=64,bn=64,stages=2,warp_rows=16", or "mma=wgmma,bm=128,bn=64,stages=2" (with
-  // ",pingpong=1" when set)
+  // ",pingpong=1" and ",dq=atomic" when set)
   std::string to_string() const;
   // Parses "key=value,..." over the default; keys mma (sync|wgmma) bm bn stages
-  // warp_rows pingpong (0|1) (mma=wgmma: bm defaults to 128). UserError for unknown keys or
-  // malformed values, naming the valid ones.
+  // warp_rows pingpong (0|1) dq (separate|atomic) (mma=wgmma: bm defaults to 128).
+  // UserError for unknown keys or malformed values, naming the valid ones.
   static Config parse(const std::string& text);
   bool operator==(const Config&) const = default;
 };
@@ -109,7 +119,8 @@ void validate_problem(const Problem& problem);
 // 128], bn in {16, 32, 64, 128}, stages 2..4. wgmma: head dim 64 or 128, bm 128, bn
 // 64 or 128, stages 2..4. Backward: mma.sync, warp_rows 16, bm and bn in {16, 32,
 // 64, 128}, stages 2..3; or mma=wgmma (head dims 64 and 128), bm and bn in {64, 128},
-// stages 2..3, pingpong 0|1.
+// stages 2..3, pingpong 0|1, and dq=atomic only with bm 64, without ping-pong, for a
+// problem that is not deterministic.
 void validate(const Problem& problem, const Config& config);
 
 // FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
@@ -143,12 +154,15 @@ int shared_bytes(const Problem& problem, const Config& config);
 // dynamic shared memory. Byte-identical for equal inputs.
 KernelSource lower(const Problem& problem, const Config& config);
 
-// The backward pass (problem.backward), mma.sync only, in launch order:
-//   "prep": D = rowsum(dO ∘ O) and LSE · log2 e per query row; grid (ceil(seq_q / 64),
-//           heads, batch), 256 threads
+// The backward pass (problem.backward), in launch order:
+//   "prep": D = rowsum(dO ∘ O) and LSE · log2 e per query row (and, dq=atomic, the dQ
+//           sums zeroed); grid (ceil(seq_q / 64), heads, batch), 256 threads
 //   "kv":   dK and dV (head dim 256: "kv" computes dV and a second "kv" dK); grid
-//           (ceil(seq_k / bn), kv_heads, batch), bn / 16 warps
-//   "q":    dQ; grid (ceil(seq_q / bm), heads, batch), bm / 16 warps
+//           (ceil(seq_k / bn), kv_heads, batch), bn / 16 warps (wgmma: 128 keys, 384
+//           threads; dq=atomic: and the dQ sums)
+//   "q":    dQ; grid (ceil(seq_q / bm), heads, batch), bm / 16 warps (wgmma: 128
+//           queries, 384 threads; dq=atomic: the sums scaled and rounded, grid
+//           (ceil(seq_q / 64), heads, batch), 256 threads)
 // Each takes kjit::AttentionBackwardArgs (templates/attention_backward.cuh).
 // `config`: bm queries per tile (the "kv" kernel's streamed tiles, the "q" kernel's
 // block), bn keys per tile (the "kv" kernel's block, the "q" kernel's streamed
@@ -159,7 +173,9 @@ struct BackwardKernel {
 };
 std::vector<BackwardKernel> lower_backward(const Problem& problem, const Config& config);
 // Query heads' rows of f32 workspace the backward pass needs: D and LSE · log2 e,
-// each batch x heads x seq_q (heads x total_q packed). Bytes: 8 per row.
+// each batch x heads x seq_q (heads x total_q packed). Bytes: 8 per row, and with
+// dq=atomic 4 · head_dim more (the dQ sums, backward_dq_accum_bytes).
 int64_t backward_workspace_rows(const Problem& problem);
+int64_t backward_dq_accum_bytes(const Problem& problem, const Config& config);
 
 }  // namespace kjit::attention

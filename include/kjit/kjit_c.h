@@ -147,6 +147,9 @@ typedef struct kjit_attention_problem {
    * kv_idx, head and operands ("slope:f32[heads]; s - slope * abs(q_idx - kv_idx)"). */
   const char* score_mod;
   const char* mask_mod;
+  /* Backward: nonzero asks for the same bits every run (dQ in a kernel of its own);
+   * zero lets the tuner sum dQ with atomics (faster; its last bits vary). */
+  int deterministic;
 } kjit_attention_problem;
 typedef struct kjit_attention_strides {
   int64_t batch, seq, head; /* in elements; 0: packed BSHD ([batch, seq, heads, head_dim]) */

@@ -81,7 +81,8 @@ class _AttentionProblem(ctypes.Structure):
                 ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
                 ("scale", ctypes.c_double), ("seqlens_q", ctypes.POINTER(ctypes.c_int64)),
                 ("seqlens_k", ctypes.POINTER(ctypes.c_int64)), ("sequences", ctypes.c_int),
-                ("score_mod", ctypes.c_char_p), ("mask_mod", ctypes.c_char_p)]
+                ("score_mod", ctypes.c_char_p), ("mask_mod", ctypes.c_char_p),
+                ("deterministic", ctypes.c_int)]
 
 
 class _AttentionStrides(ctypes.Structure):
@@ -642,14 +643,16 @@ class Attention:
 
 class AttentionBackward:
     """Flash attention, backward, for one problem: dq, dk, dv from do, recomputing P from
-    the forward's log-sum-exp (deterministic: the same bits every run)."""
+    the forward's log-sum-exp. `deterministic`: the same bits every run (dq in a kernel of
+    its own); otherwise the tuner may sum dq with atomics (faster, its last bits vary)."""
 
     def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
                  causal=False, window=None, scale=None, device=None, score_mod=None,
-                 mask_mod=None):
+                 mask_mod=None, deterministic=False):
         self.device = _device_index(device)
         problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
                                      window, scale, score_mod, mask_mod)
+        problem.deterministic = 1 if deterministic else 0
         handle = ctypes.c_void_p()
         _check(_ab_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
         self._handle = handle
@@ -711,25 +714,27 @@ def _attention_function():
 
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, key, layout, operands):
+        def forward(ctx, q, k, v, key, layout, operands, deterministic):
             o, lse = _attention_cache[key](q, k, v, layout, operands=operands)
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.key, ctx.layout, ctx.operands = key, layout, operands
+            ctx.deterministic = deterministic
             ctx.mark_non_differentiable(lse)
             return o, lse
 
         @staticmethod
         def backward(ctx, d_o, _d_lse):
             q, k, v, o, lse = ctx.saved_tensors
-            kernel = _attention_backward_cache.get(ctx.key)
+            key = ctx.key + (ctx.deterministic,)
+            kernel = _attention_backward_cache.get(key)
             if kernel is None:
                 batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale, \
                     device, score_mod, mask_mod = ctx.key
-                kernel = _attention_backward_cache[ctx.key] = AttentionBackward(
+                kernel = _attention_backward_cache[key] = AttentionBackward(
                     batch, heads, seq_q, head_dim, kv_heads, seq_k, dtype, causal, window, scale,
-                    device, score_mod, mask_mod)
+                    device, score_mod, mask_mod, ctx.deterministic)
             dq, dk, dv = kernel(q, k, v, o, lse, d_o, ctx.layout, ctx.operands)
-            return dq, dk, dv, None, None, None
+            return dq, dk, dv, None, None, None, None
 
     _AttentionFunction = AttentionFunction
     return _AttentionFunction
@@ -739,7 +744,7 @@ _AttentionFunction = None
 
 
 def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", score_mod=None,
-              mask_mod=None, operands=()):
+              mask_mod=None, operands=(), deterministic=False):
     """Flash attention (forward) of bfloat16/float16 q, k, v: layout "bshd" ([batch, seq,
     heads, D], the default) or "bhsd" ([batch, heads, seq, D], as SDPA); fewer K/V heads
     than query heads is grouped-query attention. `window`: (left, right) keys around the
@@ -747,8 +752,9 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     score_mod="slope:f32[heads]; s - slope * abs(q_idx - kv_idx)" with
     operands=(slopes,), a float32 CUDA tensor of one slope per head (the score modifier's
     operands first, in the order it names them). Returns (o, lse). When q, k or v
-    requires grad, o is differentiable: backward runs kjit's (deterministic) backward
-    kernels, through the score modifier's derivative."""
+    requires grad, o is differentiable: backward runs kjit's backward kernels, through
+    the score modifier's derivative (`deterministic`: the same bits every run; otherwise
+    dq may be summed with atomics, faster, its last bits varying)."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -773,7 +779,7 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         # Differentiable: the backward kernels give dq, dk, dv (lse and the modifiers'
         # operands are not differentiated).
-        return _attention_function().apply(q, k, v, key, layout, operands)
+        return _attention_function().apply(q, k, v, key, layout, operands, deterministic)
     return kernel(q, k, v, layout, operands=operands)
 
 

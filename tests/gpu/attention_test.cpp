@@ -116,17 +116,18 @@ class AttentionTest : public testing::GpuTest {
 
   // The forward pass with the tuner's config, then the backward pass (`config`, or
   // the tuner's), checked against the fp64 gradients; a second backward run must
-  // give the same bits.
+  // give the same bits (dq=atomic: dK and dV; dQ within the tolerance again).
   void run_backward(const Case& c, std::optional<Config> config = std::nullopt) {
-    if (!config) {  // the tuner's choice, then each engine it did not pick
+    if (!config) {  // the tuner's choice, then each engine and dQ mode it did not pick
       Problem p = c.problem;
       p.backward = true;
       const Config chosen = tuner::attention_default(p, device());
       run_backward(c, chosen);
       const std::vector<Config> space = tuner::attention_space(p, device());
       for (const Config& other :
-           {Config::parse("bm=32,bn=32"), Config::parse("mma=wgmma,bm=64,bn=64,stages=2")})
-        if (other.wgmma != chosen.wgmma &&
+           {Config::parse("bm=32,bn=32"), Config::parse("mma=wgmma,bm=64,bn=64,stages=2"),
+            Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic")})
+        if ((other.wgmma != chosen.wgmma || other.atomic_dq != chosen.atomic_dq) &&
             std::find(space.begin(), space.end(), other) != space.end())
           run_backward(c, other);
       return;
@@ -188,13 +189,24 @@ class AttentionTest : public testing::GpuTest {
                        gradient_groups_to_check(p, 77));
     EXPECT_TRUE(check.ok(backward_tolerance(p)))
         << check.describe() << " (config " << backward.config().to_string() << ")";
-    // Deterministic: again, the same bits.
+    // Deterministic: again, the same bits. The atomic dQ's sums are added in whatever
+    // order the blocks finish: its dQ is checked against the reference again.
     for (cuda::DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
     backward.launch(bt, stream.get());
     stream.synchronize();
-    EXPECT_TRUE(dq.to_host<unsigned char>() == dq_bytes &&
-                dk.to_host<unsigned char>() == dk_bytes && dv.to_host<unsigned char>() == dv_bytes)
-        << "a second backward run gave other bits";
+    EXPECT_TRUE(dk.to_host<unsigned char>() == dk_bytes && dv.to_host<unsigned char>() == dv_bytes)
+        << "a second backward run gave other bits for dK or dV";
+    const std::vector<unsigned char> dq_again = dq.to_host<unsigned char>();
+    if (!config->atomic_dq) {
+      EXPECT_TRUE(dq_again == dq_bytes) << "a second backward run gave other bits for dQ";
+    } else {
+      const BackwardCheck again =
+          check_backward(host, d_o, matmul::to_doubles(host_dtype(p), dq_again, q_count),
+                         matmul::to_doubles(host_dtype(p), dk_bytes, kv_count),
+                         matmul::to_doubles(host_dtype(p), dv_bytes, kv_count), resolve(p, bt),
+                         gradient_groups_to_check(p, 77));
+      EXPECT_TRUE(again.ok(backward_tolerance(p))) << "again: " << again.describe();
+    }
   }
 
   // The case with the tuner's config, and again on each engine it would not pick:
@@ -538,6 +550,20 @@ TEST_F(AttentionTest, BackwardGroupedStridesF16AndPacked) {
     p.causal = false;
     p.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
     run_backward({p});
+  }
+}
+
+// Asked for the same bits every run, the tuner leaves out the atomic dQ: the checks
+// above then compare dQ's bytes too (the default on an H200 is dq=atomic).
+TEST_F(AttentionTest, BackwardDeterministicProblemsGiveTheSameBits) {
+  for (const int d : {64, 128}) {
+    Problem p = shape(1000, 1000, d, 4, 2);
+    p.kv_heads = 2;
+    p.causal = true;
+    p.backward = p.deterministic = true;
+    const Config chosen = tuner::attention_default(p, device());
+    EXPECT_FALSE(chosen.atomic_dq) << chosen.to_string();
+    run_backward({p}, chosen);
   }
 }
 

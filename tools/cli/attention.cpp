@@ -2,7 +2,8 @@
 //   [--kv-heads G] [--head-dim 64|96|128|256] [--dtype bf16|f16] [--causal]
 //   [--window L:R] [--scale X] [--config bm=..,bn=..,stages=..]
 //   [--seqlens-q 1,7,300 [--seqlens-k ...]]   (a packed batch instead of --batch/--seq-q)
-//   [--backward]   (the backward pass: dQ, dK, dV; its kernels and its config)
+//   [--backward [--deterministic]]   (the backward pass: dQ, dK, dV; its kernels and
+//                  its config; --deterministic: the same bits every run, no atomics)
 //   [--score-mod IR] [--mask-mod IR]   (modifiers fused into every kernel; run and
 //                  bench give their operands random values, make_host_attention)
 //
@@ -115,6 +116,10 @@ Problem problem_from(const KernelCommandOptions& o) {
   }
   p.scale = o.scale;
   p.backward = o.backward;
+  if (o.deterministic && !o.backward)
+    throw UserError("--deterministic applies to --backward",
+                    "the forward pass gives the same bits every run anyway");
+  p.deterministic = o.deterministic;
   p.score_mod = o.score_mod;
   p.mask_mod = o.mask_mod;
   if (packed)

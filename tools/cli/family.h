@@ -36,7 +36,8 @@ struct KernelCommandOptions {
   int64_t heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0;
   int head_dim = 128;
   bool causal = false;
-  bool backward = false;  // attention: the backward pass (dQ, dK, dV)
+  bool backward = false;       // attention: the backward pass (dQ, dK, dV)
+  bool deterministic = false;  // attention --backward: the same bits every run
   std::string window;
   double scale = 0;
   std::string seqlens_q, seqlens_k;  // packed variable-length batches: "1,7,300,2049"

@@ -49,6 +49,7 @@ const std::vector<OptionUse>& option_uses() {
       {"--head-dim", {"attention"}, {}},
       {"--causal", {"attention"}, {}},
       {"--backward", {"attention"}, {}},
+      {"--deterministic", {"attention"}, {}},
       {"--window", {"attention"}, {}},
       {"--scale", {"attention"}, {}},
       {"--seqlens-q", {"attention"}, {}},
@@ -188,6 +189,10 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                       "Attention: the backward pass, dQ, dK and dV from dO (recomputing P from "
                       "the forward's log-sum-exp)"),
         "--backward");
+  noted(cmd->add_flag("--deterministic", o.deterministic,
+                      "Attention --backward: the same bits on every run (dQ in a kernel of its "
+                      "own, no atomics; slower)"),
+        "--deterministic");
   noted(cmd->add_option("--window", o.window,
                         "Attention: sliding window L:R, keys before and after the diagonal a "
                         "query sees (a side may be 'inf'), e.g. 256:0"),

@@ -203,5 +203,53 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
   EXPECT_EQ(tuner::attention_default(big, h200).bm, 128);
 }
 
+// The backward pass's dQ modes: its own kernel (the same bits every run), or summed
+// with atomics by the dK/dV kernel (dq=atomic: three kernels, no dQ blocks).
+TEST(AttentionBackward, AtomicDqIsAConfigTheDeterministicProblemRefuses) {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  Problem p = base();
+  p.backward = true;
+  const Config atomic = Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
+  EXPECT_TRUE(atomic.atomic_dq);
+  EXPECT_EQ(atomic.to_string(), "mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
+  EXPECT_EQ(Config::parse(atomic.to_string()), atomic);
+  EXPECT_FALSE(Config::parse("mma=wgmma,bm=64,dq=separate").atomic_dq);
+  EXPECT_CONTAINS(user_error(p, atomic), "accepted");
+  EXPECT_THROW(Config::parse("dq=fast"), UserError);
+  EXPECT_CONTAINS(user_error(p, Config::parse("mma=wgmma,bm=128,dq=atomic")), "bm=64");
+  EXPECT_CONTAINS(user_error(p, Config::parse("mma=wgmma,bm=64,pingpong=1,dq=atomic")),
+                  "without ping-pong");
+  EXPECT_CONTAINS(user_error(p, Config::parse("bm=64,bn=64,dq=atomic")), "mma=wgmma");
+  EXPECT_CONTAINS(user_error(base(), Config::parse("mma=wgmma,dq=atomic")), "backward pass only");
+  // Three kernels: prep (zeroes the sums), dK/dV with dQ's share, the sums finished.
+  const std::vector<BackwardKernel> kernels = lower_backward(p, atomic);
+  ASSERT_EQ(kernels.size(), 3u);
+  EXPECT_EQ(kernels[1].role, "kv");
+  EXPECT_CONTAINS(kernels[1].source.name, "_dqatomic");
+  EXPECT_CONTAINS(kernels[1].source.source, "kjit::attention::NoModifiers, kjit_wgmma_dq");
+  EXPECT_CONTAINS(kernels[1].source.source, "red.global.add");
+  EXPECT_EQ(kernels[2].role, "q");
+  EXPECT_CONTAINS(kernels[2].source.source, "FlashBackwardDqFinish<kjit::bf16, 128>");
+  EXPECT_EQ(shared_bytes(p, atomic), kernels[1].source.dynamic_shared_bytes);
+  EXPECT_EQ(backward_dq_accum_bytes(p, atomic), p.heads * p.total_q() * 128 * 4);
+  EXPECT_EQ(backward_dq_accum_bytes(p, Config::parse("mma=wgmma,bm=64")), 0);
+  // The tuner's default on an H200 keeps the separate dQ (the atomic one measured
+  // 3% slower: efficiency_prior); asked for the same bits, the atomic configs are
+  // pruned, saying why.
+  EXPECT_FALSE(tuner::attention_default(p, h200).atomic_dq);
+  Problem same_bits = p;
+  same_bits.deterministic = true;
+  EXPECT_CONTAINS(same_bits.to_string(), ",deterministic=1");
+  EXPECT_CONTAINS(user_error(same_bits, atomic), "deterministic");
+  EXPECT_FALSE(tuner::attention_default(same_bits, h200).atomic_dq);
+  std::vector<tuner::Pruned> pruned;
+  for (const Config& c : tuner::attention_space(same_bits, h200, &pruned))
+    EXPECT_FALSE(c.atomic_dq) << c.to_string();
+  EXPECT_TRUE(std::any_of(pruned.begin(), pruned.end(), [](const tuner::Pruned& x) {
+    return x.config.find("dq=atomic") != std::string::npos &&
+           x.reason.find("same bits") != std::string::npos;
+  }));
+}
+
 }  // namespace
 }  // namespace kjit::attention

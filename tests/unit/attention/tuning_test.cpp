@@ -45,6 +45,9 @@ TEST(AttentionTuning, SpecAndSignatureRebuildTheProblem) {
   attention::Problem packed = benchmark_shape(true);
   packed.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
   problems.push_back(packed);
+  attention::Problem same_bits = benchmark_shape(true);
+  same_bits.backward = same_bits.deterministic = true;
+  problems.push_back(same_bits);
   for (const attention::Problem& p : problems) {
     const AttentionTuning tuning(p);
     SCOPED_TRACE(tuning.signature());
