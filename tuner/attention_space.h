@@ -23,7 +23,9 @@ namespace kjit::tuner {
 // and 128): bm 128 x bn in {64, 128} x stages in {2, 3} x pingpong off and on. `pruned`, when
 // given, gets each config left out and why. The backward pass (problem.backward):
 // mma.sync, bm and bn in {32, 64, 128} x stages in {2, 3}, within shared memory and
-// registers (its dK/dV kernel holds both gradients of 16 keys per warp).
+// registers (its dK/dV kernel holds both gradients of 16 keys per warp); then wgmma
+// (sm_90, head dims 64 and 128): bm and bn in {64, 128} x stages in {2, 3} x pingpong
+// off and on, and dq=atomic (bm 64, no ping-pong; not for a deterministic problem).
 std::vector<attention::Config> attention_space(const attention::Problem& problem,
                                                const cuda::DeviceProperties& device,
                                                std::vector<Pruned>* pruned = nullptr);
