@@ -469,9 +469,10 @@ __device__ __forceinline__ void write_chunk(const MatmulArgs& args, const Epilog
 // read past L1 (ld.global.cg), which is not coherent with other SMs' writes.
 //
 // Each thread sums 4 consecutive columns at a time (16-byte loads where N allows)
-// and issues the loads of SPLIT_LOADS splits before it adds any of them. (H200, 4096 x 128 x 16384,
-// 128 x 128 tiles, 5 stages, 4 splits: the last split summing, one group a thread 0.0615 ms, four
-// 0.0603; the splits sharing the sum, four 0.0551, one 0.0552.)
+// and issues the loads of SPLIT_LOADS splits before it adds any of them. (H200,
+// 4096 x 128 x 16384, 128 x 128 tiles, 5 stages, 4 splits: the last split summing,
+// one group a thread 0.0615 ms, four 0.0603; the splits sharing the sum, four
+// 0.0551, one 0.0552.)
 template <typename TC, typename Epilogue, int BM, int BN>
 __device__ __forceinline__ void finish_split(const MatmulArgs& args, const EpilogueOperands& ops,
                                              const BlockWork& w) {

@@ -85,9 +85,7 @@ constexpr int kWgmmaBackwardOverheadRegisters = 24;
 // bm / 4 in dK/dV) kept out bn = 128, 1-3% faster on the H200 (2026-12-01). A
 // heavier modifier that spills is caught when tuning (tune.cpp refuses spills).
 // dq=atomic: the dK/dV consumer also holds its share of dQ (32 floats), with a score
-// modifier its mod'(scale · Sᵀ) as 16-bit pairs (bm / 4), and there is no dQ kernel;
-// its consumers get 240 registers (the producer gives up 8).
-constexpr int kWgmmaAtomicDqRegisterLimit = 240;
+// modifier its mod'(scale · Sᵀ) as 16-bit pairs (bm / 4), and there is no dQ kernel.
 int backward_wgmma_registers(const attention::Problem& p, const attention::Config& c) {
   const int kv =
       p.head_dim + 3 * c.bm / 4 + (c.atomic_dq ? 32 + (p.score_mod.empty() ? 0 : c.bm / 4) : 0);
@@ -144,13 +142,12 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
           else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin)
             why = fmt::format("{} B of shared memory > the device's {} B",
                               attention::shared_bytes(problem, c), device.shared_per_block_optin);
-          else if (backward_wgmma_registers(problem, c) >
-                   (c.atomic_dq ? kWgmmaAtomicDqRegisterLimit : kWgmmaBackwardRegisterLimit))
+          else if (backward_wgmma_registers(problem, c) > kWgmmaBackwardRegisterLimit)
             why = fmt::format(
                 "head dim {}, {} queries and {} keys per tile need ~{} registers per thread "
                 "(> {} for 384 threads)",
                 problem.head_dim, bm, bn, backward_wgmma_registers(problem, c),
-                c.atomic_dq ? kWgmmaAtomicDqRegisterLimit : kWgmmaBackwardRegisterLimit);
+                kWgmmaBackwardRegisterLimit);
           if (why.empty())
             space.push_back(c);
           else if (pruned)

@@ -148,7 +148,7 @@ typedef struct kjit_attention_problem {
   const char* score_mod;
   const char* mask_mod;
   /* Backward: nonzero asks for the same bits every run (dQ in a kernel of its own);
-   * zero lets the tuner sum dQ with atomics (faster; its last bits vary). */
+   * zero lets the tuner pick a config that sums dQ with atomics (its last bits vary). */
   int deterministic;
 } kjit_attention_problem;
 typedef struct kjit_attention_strides {

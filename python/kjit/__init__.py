@@ -644,7 +644,8 @@ class Attention:
 class AttentionBackward:
     """Flash attention, backward, for one problem: dq, dk, dv from do, recomputing P from
     the forward's log-sum-exp. `deterministic`: the same bits every run (dq in a kernel of
-    its own); otherwise the tuner may sum dq with atomics (faster, its last bits vary)."""
+    its own); otherwise the tuner may pick a config that sums dq with atomics (its last
+    bits then vary from run to run)."""
 
     def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
                  causal=False, window=None, scale=None, device=None, score_mod=None,
@@ -754,7 +755,7 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     operands first, in the order it names them). Returns (o, lse). When q, k or v
     requires grad, o is differentiable: backward runs kjit's backward kernels, through
     the score modifier's derivative (`deterministic`: the same bits every run; otherwise
-    dq may be summed with atomics, faster, its last bits varying)."""
+    dq may be summed with atomics, its last bits varying)."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:

@@ -191,7 +191,7 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
         "--backward");
   noted(cmd->add_flag("--deterministic", o.deterministic,
                       "Attention --backward: the same bits on every run (dQ in a kernel of its "
-                      "own, no atomics; slower)"),
+                      "own: the tuner leaves out dq=atomic)"),
         "--deterministic");
   noted(cmd->add_option("--window", o.window,
                         "Attention: sliding window L:R, keys before and after the diagonal a "
