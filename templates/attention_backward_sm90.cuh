@@ -152,13 +152,22 @@ struct FlashBackwardKVSm90 {
   // still read the previous one): [128 keys][64 queries], one 128-byte swizzled
   // line per key, as wgmma reads an MN-major A.
   static constexpr int kDsBytes = kAtomicDq ? BK * 128 : 0;
+  // The atomic dQ's f32 tile of a query tile, [64 queries][128 floats + 4] (rows
+  // padded 16 bytes: the accumulator layout's float2 stores hit 32 different banks):
+  // the consumers store their shares, producer warp 1 adds it into args.dq_accum.
+  static constexpr int kDqPitch = 132;
+  static constexpr int kDqBytes = kAtomicDq ? 64 * kDqPitch * 4 : 0;  // 33 KiB
   // Per stage: Q, dO, then LSE·log2 e and D of its BQ queries.
   static constexpr int kStageBytes = 2 * kTileBytes + 2 * BQ * 4;
-  // mbarriers: kv_full, then full and empty per stage.
-  static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES);
+  // mbarriers: kv_full, then full and empty per stage, then (the atomic dQ) dq_full
+  // and dq_empty.
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES) + (kAtomicDq ? 16 : 0);
   static constexpr int kSharedBytes =
-      1024 + 2 * kKvBytes + 2 * kDsBytes + STAGES * kStageBytes + kBarrierBytes;
-  static constexpr int kLoaders = 96;  // producer warps 1..3 copy LSE and D
+      1024 + 2 * kKvBytes + 2 * kDsBytes + kDqBytes + STAGES * kStageBytes + kBarrierBytes;
+  // Producer warps 1..3 copy LSE and D (the atomic dQ: warps 2 and 3; warp 1 adds
+  // the dQ tiles into the sums).
+  static constexpr int kLoaderFirst = kAtomicDq ? 64 : 32;
+  static constexpr int kLoaders = 128 - kLoaderFirst;
   // The atomic dQ per warpgroup: 64 queries x 64 columns of the head dim (32
   // accumulators a thread), over kDqKeys keys: D = 128, all 128 keys of the block
   // and head-dim columns 64 g ..; D = 64, the warpgroup's own 64 keys, all columns.
@@ -190,14 +199,13 @@ struct FlashBackwardKVSm90 {
   //   D = 128: dQ[:, 64 group ..] = dS (64 x 128 keys) K[:, 64 group ..]
   //   D = 64:  dQ = dS[:, keys of the group] K[keys of the group, :]
   // A = dS read transposed from the dSᵀ tile (a k16 step is 16 key lines, 2048 bytes),
-  // B = K MN-major (16 key rows a step; column chunk 64 group / 64 of D), and adds it
-  // into args.dq_accum's rows (two floats per red.global.add). Rows past the
-  // sequence have dS = 0 and are skipped. Where the rows are is worked out here again
-  // from the block's coordinates (the consumers' registers are all taken: kept live
-  // across the loop, ptxas spilled them).
-  __device__ __forceinline__ static void add_dq(const AttentionBackwardArgs& args, u32 ds_tile,
-                                                u32 k_tile, int group, int warp, int g, int t,
-                                                int head, int q0) {
+  // B = K MN-major (16 key rows a step; column chunk 64 group / 64 of D). The result
+  // goes to the f32 dQ tile (columns 64 group ..; D = 64 both warpgroups' partial sums
+  // side by side), for producer warp 1 to add into the sums (add_dq_tiles). `use`
+  // counts the tiles so far: the tile's previous contents must have been read.
+  __device__ __forceinline__ static void add_dq(u32 ds_tile, u32 k_tile, u32 dq_tile, u32 dq_full,
+                                                u32 dq_empty, int use, int group, int warp, int g,
+                                                int t) {
     // The generic-proxy stores above must be visible to wgmma's (async-proxy) reads,
     // and D = 128 reads the other warpgroup's half: both warpgroups' 256 threads
     // meet at named barrier 3 (1 and 2 are the ping-pong's turns); D = 64 reads only
@@ -222,21 +230,61 @@ struct FlashBackwardKVSm90 {
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(dq);
-    // dq[4j + e]: query q0 + 16 warp + g + 8 (e / 2), column 64 chunk + 8j + 2t + e % 2.
-    int batch;
-    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(batch));  // not the copy the loop keeps
-    const BlockSequence sequence = block_sequence(args.forward, batch, head);
+    // dq[4j + e]: query 16 warp + g + 8 (e / 2), column 8j + 2t + e % 2 of the
+    // warpgroup's 64 (at 64 group in the tile).
+    if (use > 0) sm90::barrier_wait(dq_empty, (use - 1) & 1);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int query = q0 + warp * 16 + g + 8 * h;
-      if (query >= sequence.seq_q) continue;
-      float* row = args.dq_accum + (sequence.lse_start + query) * D + 64 * chunk + 2 * t;
+      const u32 row = dq_tile + (warp * 16 + g + 8 * h) * kDqPitch * 4 + (64 * group + 2 * t) * 4;
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row + 8 * j),
-                     "f"(dq[4 * j + 2 * h]), "f"(dq[4 * j + 2 * h + 1])
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row + 32 * j), "f"(dq[4 * j + 2 * h]),
+                     "f"(dq[4 * j + 2 * h + 1])
                      : "memory");
     }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // for the bulk copies
+    sm90::barrier_arrive(dq_full);
+  }
+
+  // Producer warp 1 of the atomic dQ: each query tile's f32 dQ tile, as the consumers
+  // finish it, added into args.dq_accum by the copy engine (cp.reduce.async.bulk
+  // .add.f32: whole rows of 512 bytes, D = 128, or two halves of 256, D = 64, into
+  // the same row, reduced in L2), rows past the sequence left out; a lane's rows
+  // are lane and lane + 32. Once the copies have read the tile, it is free again.
+  // Items: head (from the block's first) x tiles + tile, as the loaders count them.
+  __device__ __forceinline__ static void add_dq_tiles(const AttentionBackwardArgs& args,
+                                                      u32 dq_tile, u32 dq_full, u32 dq_empty,
+                                                      long long lse_start, int tile_begin,
+                                                      int tiles, int items, int seq_q) {
+    const AttentionArgs& f = args.forward;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    int tile = 0;
+    long long head_row = lse_start;  // LSE (and sums) row of the item's head's query 0
+    for (int item = 0; item < items; ++item) {
+      const int q0 = (tile_begin + tile) * BQ;
+      sm90::barrier_wait(dq_full, item & 1);
+#pragma unroll
+      for (int r = lane; r < 64; r += 32) {
+        if (q0 + r >= seq_q) continue;
+        float* sums = args.dq_accum + (head_row + q0 + r) * D;
+#pragma unroll
+        for (int part = 0; part < 128 / D; ++part)  // D = 64: each warpgroup's sums
+          asm volatile(
+              "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                  sums),
+              "r"(dq_tile + r * kDqPitch * 4 + part * D * 4), "n"(D * 4)
+              : "memory");
+      }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the tile is read
+      __syncwarp();
+      if (lane == 0) sm90::barrier_arrive(dq_empty);
+      if (++tile == tiles) {
+        tile = 0;
+        head_row += f.cu_seqlens_q != nullptr ? f.total_q : f.seq_q;
+      }
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the sums are written
   }
 
   __device__ static void run(const AttentionBackwardArgs& args, const TensorMap& map_q,
@@ -249,9 +297,11 @@ struct FlashBackwardKVSm90 {
     unsigned char* aligned = kjit_attention_shared + (k_tile - base);  // its generic address
     const u32 v_tile = k_tile + kKvBytes;
     const u32 ds_tiles = v_tile + kKvBytes;  // the atomic dQ's two dSᵀ tiles
-    const u32 stages = ds_tiles + 2 * kDsBytes;
+    const u32 dq_tile = ds_tiles + 2 * kDsBytes;
+    const u32 stages = dq_tile + kDqBytes;
     const u32 kv_full = stages + STAGES * kStageBytes;
     const u32 full = kv_full + 8, empty = full + 8 * STAGES;
+    const u32 dq_full = empty + 8 * STAGES, dq_empty = dq_full + 8;  // the atomic dQ's
     auto stage_floats = [&](int s) {  // LSE·log2 e, then D, of stage s
       return reinterpret_cast<float*>(aligned + (stages - k_tile) + s * kStageBytes +
                                       2 * kTileBytes);
@@ -282,6 +332,10 @@ struct FlashBackwardKVSm90 {
         // Every consumer thread arrives: each reads the stage's LSE and D with its own
         // loads, and an arrive releases only the arriving thread's reads.
         sm90::barrier_init(empty + 8 * s, 256);
+      }
+      if (kAtomicDq) {
+        sm90::barrier_init(dq_full, 256);  // every consumer thread stored its share
+        sm90::barrier_init(dq_empty, 1);   // warp 1's copies have read the tile
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -314,7 +368,10 @@ struct FlashBackwardKVSm90 {
                               map_batch);
           }
         }
-      } else if (threadIdx.x >= 32) {
+      } else if (kAtomicDq && threadIdx.x >= 32 && threadIdx.x < 64) {  // warp 1
+        add_dq_tiles(args, dq_tile, dq_full, dq_empty, sequence.lse_start, tile_begin, tiles, items,
+                     seq_q);
+      } else if (threadIdx.x >= kLoaderFirst) {
         // LSE·log2 e and D of each tile's queries; rows past the sequence get +inf
         // and 0, so their P (and dS) is 0 whatever the copy brought. Item = head
         // (from first_head) x tiles + tile, counted up rather than divided (the
@@ -327,7 +384,7 @@ struct FlashBackwardKVSm90 {
           const int q0 = (tile_begin + tile) * BQ;
           const long long lse0 = head_row + q0;
           float* lse_log2 = stage_floats(s);
-          for (int i = static_cast<int>(threadIdx.x) - 32; i < BQ; i += kLoaders) {
+          for (int i = static_cast<int>(threadIdx.x) - kLoaderFirst; i < BQ; i += kLoaders) {
             const bool inside = q0 + i < seq_q;
             lse_log2[i] = inside ? args.lse_log2[lse0 + i] : plus_infinity();
             lse_log2[BQ + i] = inside ? args.delta[lse0 + i] : 0.0f;
@@ -470,7 +527,7 @@ struct FlashBackwardKVSm90 {
         sm90::wgmma_wait<0>();
         sm90::fence_accumulators(dk_acc);
         fence_fragments(ds_frag);
-        add_dq(args, ds_tile, k_tile, group, warp, g, t, head, q0);
+        add_dq(ds_tile, k_tile, dq_tile, dq_full, dq_empty, item, group, warp, g, t);
       }
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv_acc);

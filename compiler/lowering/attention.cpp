@@ -379,8 +379,8 @@ namespace {
 // attention_backward_sm90.cuh's kSharedBytes).
 int backward_kv_shared_bytes(const Problem& p, const Config& c) {
   const int d = p.head_dim;
-  if (c.wgmma)  // K, V, (dq=atomic) two dSᵀ tiles, the stages, mbarriers
-    return 1024 + 2 * 128 * d * 2 + (c.atomic_dq ? 2 * 128 * 128 : 0) +
+  if (c.wgmma)  // K, V, (dq=atomic) two dSᵀ tiles and the f32 dQ tile, the stages, mbarriers
+    return 1024 + 2 * 128 * d * 2 + (c.atomic_dq ? 2 * 128 * 128 + 64 * 132 * 4 + 16 : 0) +
            c.stages * (2 * c.bm * d * 2 + 2 * c.bm * 4) + 8 * (1 + 2 * c.stages);
   const int pitch = p.head_dim + 8;
   return (2 * c.bn * pitch + 2 * c.stages * c.bm * pitch) * 2 + c.stages * 2 * c.bm * 4;
@@ -738,10 +738,12 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
       if (kv && c.atomic_dq)
         out.source +=
             "//   dQ  += dS K                            dS^T through shared memory (read\n"
-            "//                                          transposed); added into f32 sums with\n"
-            "//                                          red.global.add: blocks of other keys\n"
-            "//                                          add into the same rows (the order, and\n"
-            "//                                          so the last bits, vary run to run)\n";
+            "//                                          transposed); the f32 tile added into\n"
+            "//                                          the sums by the copy engine\n"
+            "//                                          (cp.reduce.async.bulk .add.f32): blocks\n"
+            "//                                          of other keys add into the same rows\n"
+            "//                                          (the order, and so the last bits,\n"
+            "//                                          vary run to run)\n";
       if (!kv)
         out.source +=
             "// Per key tile, each consumer (templates/attention_backward_sm90.cuh):\n"

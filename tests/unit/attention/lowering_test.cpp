@@ -227,7 +227,7 @@ TEST(AttentionBackward, AtomicDqIsAConfigTheDeterministicProblemRefuses) {
   EXPECT_EQ(kernels[1].role, "kv");
   EXPECT_CONTAINS(kernels[1].source.name, "_dqatomic");
   EXPECT_CONTAINS(kernels[1].source.source, "kjit::attention::NoModifiers, kjit_wgmma_dq");
-  EXPECT_CONTAINS(kernels[1].source.source, "red.global.add");
+  EXPECT_CONTAINS(kernels[1].source.source, "cp.reduce.async.bulk");
   EXPECT_EQ(kernels[2].role, "q");
   EXPECT_CONTAINS(kernels[2].source.source, "FlashBackwardDqFinish<kjit::bf16, 128>");
   EXPECT_EQ(shared_bytes(p, atomic), kernels[1].source.dynamic_shared_bytes);
