@@ -134,11 +134,11 @@ struct AtomicDq<SeparateDq> {
 // MOD: the score and mask modifiers (attention.cuh): P from mod(scale · S), dS times
 // mod'(scale · S).
 // WgmmaDQ: SeparateDq, or the atomic dQ (config dq=atomic): the block also computes
-// its keys' share of dQ = dS K for every query tile it streams, and adds it into
-// the f32 sums args.dq_accum (red.global.add: blocks of other keys add into the
-// same rows, in whatever order they come, so the sums' last bits vary from run to
-// run). Five products per tile in all, where the separate dQ kernel recomputes S
-// and dP: seven.
+// its keys' share of dQ = dS K for every query tile it streams, stores it to shared
+// memory, and producer warp 1 adds it into the f32 sums args.dq_accum with the copy
+// engine (cp.reduce.async.bulk .add.f32: blocks of other keys add into the same rows,
+// in whatever order they come, so the sums' last bits vary from run to run). Five
+// products per tile in all, where the separate dQ kernel recomputes S and dP: seven.
 template <typename T, int D, int BQ, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaKV,
           typename MOD = NoModifiers, typename WgmmaDQ = SeparateDq>
 struct FlashBackwardKVSm90 {

@@ -254,11 +254,13 @@ const char* mask_kind(const attention::Problem& p) {
 double efficiency_prior(const attention::Problem& p, const attention::Config& c,
                         const cuda::DeviceProperties& device) {
   const bool hopper = device.cc_major * 10 + device.cc_minor == 90;
-  // dq=atomic: five products, but the f32 atomics (red.global.add) and the serialized
-  // dQ product cost more than the two saved: 331.2 TFLOP/s against 342.8 for the
-  // separate dQ at D = 128, S = 2k (H200, 2026-12-02), so below it until measured.
+  // dq=atomic: five products instead of seven, the f32 dQ tile added into the sums by
+  // the copy engine (cp.reduce.async.bulk). H200, 2026-12-02, S = 2k: at D = 128
+  // 378.0 TFLOP/s against 341.9 for the separate dQ (1.105x); at D = 64, where each
+  // warpgroup's 64 keys add their own partial tile (twice the reductions for half the
+  // products), 138.4 against 219.3 (0.63x).
   if (p.backward && c.wgmma && c.atomic_dq)
-    return 0.4 * 1.02 * 0.966 * (c.stages >= 3 ? 0.98 : 1.0);
+    return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.105 : 0.63) * (c.stages >= 3 ? 0.98 : 1.0);
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
            (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0);
@@ -457,7 +459,8 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   if (p.backward && c.atomic_dq)
     out.notes.push_back(fmt::format(
         "backward, TMA + wgmma: dK/dV blocks of 128 keys streaming {} queries per tile, {} "
-        "stages, and their share of dQ added with f32 atomics (five products; the last bits "
+        "stages, and their share of dQ added into f32 sums by the copy engine (five products; the "
+        "last bits "
         "of dQ vary from run to run)",
         c.bm, c.stages));
   else if (p.backward && c.wgmma)
