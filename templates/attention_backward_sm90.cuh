@@ -182,7 +182,11 @@ struct FlashBackwardKVSm90 {
   // into the tile, a 4-byte pair at a time: key row `key`, 16-byte unit j of it
   // swizzled as the copy engine would (j ^ key % 8). A warp's 32 stores hit 32
   // different banks.
-  __device__ __forceinline__ static void store_ds(u32 ds_tile, const u32 (&ds)[BQ / 16][4],
+  // Then (D = 128, where the other warpgroup reads this half) it tells the other
+  // warpgroup, without waiting: bar.arrive on this warpgroup's barrier for the item's
+  // parity, ds_barrier(group, use). The generic-proxy stores must first be made
+  // visible to wgmma's (async-proxy) reads.
+  __device__ __forceinline__ static void store_ds(u32 ds_tile, const u32 (&ds)[BQ / 16][4], int use,
                                                   int group, int warp, int g, int t) {
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk)
@@ -192,6 +196,18 @@ struct FlashBackwardKVSm90 {
         const u32 at = ds_tile + key * 128 + ((j ^ (key % 8)) << 4) + 4 * t;
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(ds[kk][r]) : "memory");
       }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if constexpr (kDqKeys == 128) sm90::named_barrier_arrive(ds_barrier(group, use), 256);
+  }
+
+  // D = 128: named barriers 3..6, one per (warpgroup, item parity): warpgroup `group`
+  // arrives on its own after storing its half of item `use`'s dSᵀ, the other one
+  // waits on it before reading (128 + 128 threads). Two parities, so a warpgroup
+  // can never arrive twice on a barrier the other has not yet waited on: to reach
+  // item use + 2 it must have waited for the other's item use + 1, stored after the
+  // other's wait for item use. (1 and 2 are the ping-pong's turns.)
+  __device__ __forceinline__ static int ds_barrier(int group, int use) {
+    return 3 + 2 * (use & 1) + group;
   }
 
   // The atomic dQ, step 2: once every dSᵀ value it reads is in the tile, the
@@ -206,13 +222,11 @@ struct FlashBackwardKVSm90 {
   __device__ __forceinline__ static void add_dq(u32 ds_tile, u32 k_tile, u32 dq_tile, u32 dq_full,
                                                 u32 dq_empty, int use, int group, int warp, int g,
                                                 int t) {
-    // The generic-proxy stores above must be visible to wgmma's (async-proxy) reads,
-    // and D = 128 reads the other warpgroup's half: both warpgroups' 256 threads
-    // meet at named barrier 3 (1 and 2 are the ping-pong's turns); D = 64 reads only
-    // its own: its 128 threads at barrier 3 + group.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    // D = 128 reads the other warpgroup's half: wait for its arrival (store_ds); the
+    // wait also orders this warpgroup's own stores. D = 64 reads only its own half:
+    // its 128 threads meet at barrier 3 + group.
     if constexpr (kDqKeys == 128)
-      sm90::named_barrier_sync(3, 256);
+      sm90::named_barrier_sync(ds_barrier(1 - group, use), 256);
     else
       sm90::named_barrier_sync(3 + group, 128);
     const int key0 = kDqKeys == 128 ? 0 : 64 * group;
@@ -287,6 +301,32 @@ struct FlashBackwardKVSm90 {
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the sums are written
   }
 
+  // Which keys a block takes. Blocks are started in launch order (x fastest), and
+  // the grid is (key blocks, K/V heads, batch). Without a causal mask every block has
+  // the same work. With one (keys left of the diagonal see more queries) key block 0
+  // of a head has the most, the last the least: launched head by head, the last
+  // wave still holds heavy blocks of the last heads, and the SMs that drew them run
+  // on alone. So a causal launch is cut into chunks of (batch, K/V head) pairs,
+  // about 128 blocks a chunk, and a chunk's blocks go by key block: every pair's
+  // block 0, then every pair's block 1, ... The last blocks started are light ones,
+  // and a chunk's pairs share their Q and dO tiles in L2 as before.
+  struct BlockOrder {
+    int key_block, kv_head, batch;
+  };
+  __device__ __forceinline__ static BlockOrder block_order(const AttentionArgs& f) {
+    if (!(f.window_left < 0 && f.window_right >= 0))
+      return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+              static_cast<int>(blockIdx.z)};
+    const int blocks = gridDim.x, heads = gridDim.y, all_pairs = gridDim.y * gridDim.z;
+    const int per_chunk = blocks >= 128 ? 1 : 128 / blocks;  // pairs a chunk
+    const int linear = blockIdx.x + blocks * (blockIdx.y + heads * blockIdx.z);
+    const int first_pair = linear / (blocks * per_chunk) * per_chunk;
+    const int pairs = min(per_chunk, all_pairs - first_pair);  // the last chunk's fewer
+    const int within = linear - first_pair * blocks;
+    const int pair = first_pair + within % pairs;
+    return {within / pairs, pair % heads, pair / heads};
+  }
+
   __device__ static void run(const AttentionBackwardArgs& args, const TensorMap& map_q,
                              const TensorMap& map_k, const TensorMap& map_v,
                              const TensorMap& map_do) {
@@ -307,11 +347,12 @@ struct FlashBackwardKVSm90 {
                                       2 * kTileBytes);
     };
 
-    const int kv_head = blockIdx.y, batch = blockIdx.z;
+    const BlockOrder order = block_order(f);
+    const int kv_head = order.kv_head, batch = order.batch;
     const int first_head = kv_head * f.kv_group;
     const BlockSequence sequence = block_sequence(f, batch, first_head);
     const int seq_q = sequence.seq_q, seq_k = sequence.seq_k;
-    const int key0 = blockIdx.x * BK;
+    const int key0 = order.key_block * BK;
     if (key0 >= seq_k) return;  // a shorter sequence of a packed batch
     const int q_token0 = static_cast<int>(sequence.q_start);
     const int k_token0 = static_cast<int>(sequence.k_start);
@@ -511,7 +552,7 @@ struct FlashBackwardKVSm90 {
       u32 ds_frag[BQ / 16][4];
       to_fragments<T, BQ>(dp_acc, ds_frag);
       const u32 ds_tile = ds_tiles + (item & 1) * kDsBytes;
-      if constexpr (kAtomicDq) store_ds(ds_tile, ds_frag, group, warp, g, t);
+      if constexpr (kAtomicDq) store_ds(ds_tile, ds_frag, item, group, warp, g, t);
 
       // dK += dSᵀ Q (scaled once at the end).
       sm90::fence_accumulators(dk_acc);
