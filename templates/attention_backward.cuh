@@ -211,25 +211,31 @@ __device__ __forceinline__ void store_rows(T* out, long long row_stride, int fir
 }
 
 // ---- kernel 1: D_i = Σ_d dO_id · O_id, and LSE in log2 units, per query row ----
-// grid (ceil(seq_q / kRows), heads, batch), kThreads threads: one warp per row at a time.
+// grid (ceil(seq_q / kRows), heads, batch), kThreads threads. A row is D / 8 chunks
+// of 16 bytes; a warp takes 32 / (D / 8) rows at a time where that divides (D = 64:
+// 4 rows, 128: 2, 256: 1), so every lane has a load in flight, else one row (D = 96:
+// 12 lanes of 32). This kernel is memory-bound: the loads in flight set its speed.
 template <typename T, int D>
 struct FlashBackwardPrep {
   static constexpr int kThreads = 256, kRows = 64;
+  static constexpr int kLanesPerRow = 32 % (D / 8) == 0 ? D / 8 : 32;
+  static constexpr int kRowsPerWarp = 32 / kLanesPerRow;
 
   __device__ static void run(const AttentionBackwardArgs& args) {
     const AttentionArgs& f = args.forward;
     const int head = blockIdx.y, batch = blockIdx.z;
     const BlockSequence sequence = block_sequence(f, batch, head);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int part = lane % kLanesPerRow;  // this lane's first chunk of its row
     const T* o = static_cast<const T*>(f.o) + batch * f.o_batch + sequence.q_start * f.o_seq +
                  head * f.o_head;
     const T* d_o = static_cast<const T*>(args.d_o) + batch * args.do_batch +
                    sequence.q_start * args.do_seq + head * args.do_head;
-    for (int r = warp; r < kRows; r += kThreads / 32) {
-      const int row = blockIdx.x * kRows + r;
-      if (row >= sequence.seq_q) break;
+    for (int r = warp * kRowsPerWarp; r < kRows; r += kThreads / 32 * kRowsPerWarp) {
+      const int row = blockIdx.x * kRows + r + lane / kLanesPerRow;
+      const bool inside = row < sequence.seq_q;  // every lane still takes the shuffles
       float sum = 0.0f;
-      for (int c = lane; c < D / 8; c += 32) {  // 16-byte chunks of the row
+      for (int c = part; inside && c < D / 8; c += kLanesPerRow) {
         const uint4 o_chunk = *reinterpret_cast<const uint4*>(o + row * f.o_seq + c * 8);
         const uint4 do_chunk = *reinterpret_cast<const uint4*>(d_o + row * args.do_seq + c * 8);
         const T* oe = reinterpret_cast<const T*>(&o_chunk);
@@ -237,9 +243,12 @@ struct FlashBackwardPrep {
 #pragma unroll
         for (int i = 0; i < 8; ++i) sum = fmaf(to_f32(oe[i]), to_f32(de[i]), sum);
       }
+      // Sum over the row's lanes (aligned groups of kLanesPerRow).
 #pragma unroll
-      for (int width = 16; width >= 1; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
-      if (lane == 0) {
+      for (int width = kLanesPerRow / 2; width >= 1; width /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, width);
+      if (!inside) continue;
+      if (part == 0) {
         const long long at = sequence.lse_start + row;
         const float lse = f.lse[at];
         args.delta[at] = sum;
@@ -247,10 +256,10 @@ struct FlashBackwardPrep {
         // exp2(s·scale·log2 e − inf) = 0 for every one of its scores.
         args.lse_log2[at] = lse == minus_infinity() ? plus_infinity() : lse * 1.4426950408889634f;
       }
-      // The atomic dQ's row starts at zero (one 16-byte store of 4 floats a lane).
+      // The atomic dQ's row starts at zero (16-byte stores of 4 floats).
       if (args.dq_accum != nullptr) {
         float* accum = args.dq_accum + (sequence.lse_start + row) * D;
-        for (int c = lane; c < D / 4; c += 32)
+        for (int c = part; c < D / 4; c += kLanesPerRow)
           *reinterpret_cast<float4*>(accum + 4 * c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
     }
