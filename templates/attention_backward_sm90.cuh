@@ -309,12 +309,14 @@ struct FlashBackwardKVSm90 {
   // on alone. So a causal launch is cut into chunks of (batch, K/V head) pairs,
   // about 128 blocks a chunk, and a chunk's blocks go by key block: every pair's
   // block 0, then every pair's block 1, ... The last blocks started are light ones,
-  // and a chunk's pairs share their Q and dO tiles in L2 as before.
+  // and a chunk's pairs share their Q and dO tiles in L2 as before. Only the atomic
+  // dQ's kernel (measured there); in the others, whose registers a score modifier
+  // fills, the order's few live values made ptxas spill.
   struct BlockOrder {
     int key_block, kv_head, batch;
   };
   __device__ __forceinline__ static BlockOrder block_order(const AttentionArgs& f) {
-    if (!(f.window_left < 0 && f.window_right >= 0))
+    if (!kAtomicDq || !(f.window_left < 0 && f.window_right >= 0))
       return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
               static_cast<int>(blockIdx.z)};
     const int blocks = gridDim.x, heads = gridDim.y, all_pairs = gridDim.y * gridDim.z;

@@ -745,7 +745,7 @@ _AttentionFunction = None
 
 
 def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", score_mod=None,
-              mask_mod=None, operands=(), deterministic=False):
+              mask_mod=None, operands=(), deterministic=None):
     """Flash attention (forward) of bfloat16/float16 q, k, v: layout "bshd" ([batch, seq,
     heads, D], the default) or "bhsd" ([batch, heads, seq, D], as SDPA); fewer K/V heads
     than query heads is grouped-query attention. `window`: (left, right) keys around the
@@ -754,8 +754,10 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     operands=(slopes,), a float32 CUDA tensor of one slope per head (the score modifier's
     operands first, in the order it names them). Returns (o, lse). When q, k or v
     requires grad, o is differentiable: backward runs kjit's backward kernels, through
-    the score modifier's derivative (`deterministic`: the same bits every run; otherwise
-    dq may be summed with atomics, its last bits varying)."""
+    the score modifier's derivative. `deterministic`: True gives the same bits every run;
+    False lets dq be summed with atomics (at head dim 128 the tuner's choice: faster, its
+    last bits varying); None (the default) follows torch.use_deterministic_algorithms,
+    as PyTorch's own kernels do."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -777,6 +779,8 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
                                                    score_mod, mask_mod)
     operands = tuple(operands)
     torch = _torch()
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         # Differentiable: the backward kernels give dq, dk, dv (lse and the modifiers'
         # operands are not differentiated).

@@ -159,6 +159,11 @@ TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
     if (jobs[i].source.name.find("dqatomic") != std::string::npos) {  // the sums added
       EXPECT_NE(programs[i].ptx.find("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"),
                 std::string::npos);
+      // D = 128: each warpgroup publishes its half of dSᵀ without waiting (bar.arrive)
+      // and waits only for the other's before the dQ product.
+      if (jobs[i].label.rfind("d=128", 0) == 0) {
+        EXPECT_NE(programs[i].ptx.find("bar.arrive"), std::string::npos);
+      }
     }
     if (jobs[i].source.arch_specific) {  // every product on wgmma, nothing serialized
       EXPECT_NE(programs[i].ptx.find("wgmma.mma_async.sync.aligned"), std::string::npos);
