@@ -263,7 +263,7 @@ void check_fits_device(const Problem& p, const Config& config,
   if (shared > device.shared_per_block_optin)
     throw UserError(fmt::format("attention config {} needs {} bytes of shared memory per block "
                                 "at head dim {}; {} allows at most {}",
-                                config.to_string(), p.head_dim, shared, device.name,
+                                config.to_string(), shared, p.head_dim, device.name,
                                 device.shared_per_block_optin),
                     "use fewer stages or a smaller bn");
   if (device.max_threads_per_block > 0 && config.threads() > device.max_threads_per_block)
