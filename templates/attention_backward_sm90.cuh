@@ -260,6 +260,21 @@ struct FlashBackwardKVSm90 {
     sm90::barrier_arrive(dq_full);
   }
 
+  // A producer warp's walk over the block's items (head, from the block's first, x
+  // tiles + tile), counted up rather than divided (the producer's registers are
+  // few): the item's first query, and the LSE (and dQ sums) row of its head's query 0.
+  struct ItemWalk {
+    int tile_begin, tiles, tile;
+    long long head_row;
+    __device__ __forceinline__ int q0() const { return (tile_begin + tile) * BQ; }
+    __device__ __forceinline__ void next(const AttentionArgs& f) {
+      if (++tile == tiles) {  // the next head: lse_row(f, lse_start, heads after first)
+        tile = 0;
+        head_row += f.cu_seqlens_q != nullptr ? f.total_q : f.seq_q;
+      }
+    }
+  };
+
   // Producer warp 1 of the atomic dQ: each query tile's f32 dQ tile, as the consumers
   // finish it, added into args.dq_accum by the copy engine (cp.reduce.async.bulk
   // .add.f32: whole rows of 512 bytes, D = 128, or two halves of 256, D = 64, into
@@ -268,19 +283,15 @@ struct FlashBackwardKVSm90 {
   // Items: head (from the block's first) x tiles + tile, as the loaders count them.
   __device__ __forceinline__ static void add_dq_tiles(const AttentionBackwardArgs& args,
                                                       u32 dq_tile, u32 dq_full, u32 dq_empty,
-                                                      long long lse_start, int tile_begin,
-                                                      int tiles, int items, int seq_q) {
-    const AttentionArgs& f = args.forward;
+                                                      ItemWalk walk, int items, int seq_q) {
     const int lane = static_cast<int>(threadIdx.x) % 32;
-    int tile = 0;
-    long long head_row = lse_start;  // LSE (and sums) row of the item's head's query 0
-    for (int item = 0; item < items; ++item) {
-      const int q0 = (tile_begin + tile) * BQ;
+    for (int item = 0; item < items; ++item, walk.next(args.forward)) {
+      const int q0 = walk.q0();
       sm90::barrier_wait(dq_full, item & 1);
 #pragma unroll
       for (int r = lane; r < 64; r += 32) {
         if (q0 + r >= seq_q) continue;
-        float* sums = args.dq_accum + (head_row + q0 + r) * D;
+        float* sums = args.dq_accum + (walk.head_row + q0 + r) * D;
 #pragma unroll
         for (int part = 0; part < 128 / D; ++part)  // D = 64: each warpgroup's sums
           asm volatile(
@@ -293,10 +304,6 @@ struct FlashBackwardKVSm90 {
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the tile is read
       __syncwarp();
       if (lane == 0) sm90::barrier_arrive(dq_empty);
-      if (++tile == tiles) {
-        tile = 0;
-        head_row += f.cu_seqlens_q != nullptr ? f.total_q : f.seq_q;
-      }
     }
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the sums are written
   }
@@ -412,20 +419,17 @@ struct FlashBackwardKVSm90 {
           }
         }
       } else if (kAtomicDq && threadIdx.x >= 32 && threadIdx.x < 64) {  // warp 1
-        add_dq_tiles(args, dq_tile, dq_full, dq_empty, sequence.lse_start, tile_begin, tiles, items,
-                     seq_q);
+        add_dq_tiles(args, dq_tile, dq_full, dq_empty,
+                     ItemWalk{tile_begin, tiles, 0, sequence.lse_start}, items, seq_q);
       } else if (threadIdx.x >= kLoaderFirst) {
         // LSE·log2 e and D of each tile's queries; rows past the sequence get +inf
-        // and 0, so their P (and dS) is 0 whatever the copy brought. Item = head
-        // (from first_head) x tiles + tile, counted up rather than divided (the
-        // producer's registers are few).
-        int tile = 0;
-        long long head_row = sequence.lse_start;  // LSE index of the item's head's query 0
-        for (int item = 0; item < items; ++item) {
+        // and 0, so their P (and dS) is 0 whatever the copy brought.
+        ItemWalk walk{tile_begin, tiles, 0, sequence.lse_start};
+        for (int item = 0; item < items; ++item, walk.next(f)) {
           const int s = item % STAGES;
           sm90::barrier_wait(empty + 8 * s, ((item / STAGES) & 1) ^ 1);
-          const int q0 = (tile_begin + tile) * BQ;
-          const long long lse0 = head_row + q0;
+          const int q0 = walk.q0();
+          const long long lse0 = walk.head_row + q0;
           float* lse_log2 = stage_floats(s);
           for (int i = static_cast<int>(threadIdx.x) - kLoaderFirst; i < BQ; i += kLoaders) {
             const bool inside = q0 + i < seq_q;
@@ -433,10 +437,6 @@ struct FlashBackwardKVSm90 {
             lse_log2[BQ + i] = inside ? args.delta[lse0 + i] : 0.0f;
           }
           sm90::barrier_arrive(full + 8 * s);
-          if (++tile == tiles) {  // the next head: lse_row(f, lse_start, heads after first)
-            tile = 0;
-            head_row += f.cu_seqlens_q != nullptr ? f.total_q : f.seq_q;
-          }
         }
       }
       return;

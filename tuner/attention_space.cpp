@@ -459,9 +459,8 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   if (p.backward && c.atomic_dq)
     out.notes.push_back(fmt::format(
         "backward, TMA + wgmma: dK/dV blocks of 128 keys streaming {} queries per tile, {} "
-        "stages, and their share of dQ added into f32 sums by the copy engine (five products; the "
-        "last bits "
-        "of dQ vary from run to run)",
+        "stages, and their share of dQ added into f32 sums by the copy engine (five products; "
+        "the last bits of dQ vary from run to run)",
         c.bm, c.stages));
   else if (p.backward && c.wgmma)
     out.notes.push_back(fmt::format(
