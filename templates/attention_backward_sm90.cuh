@@ -152,11 +152,11 @@ struct FlashBackwardKVSm90 {
   // still read the previous one): [128 keys][64 queries], one 128-byte swizzled
   // line per key, as wgmma reads an MN-major A.
   static constexpr int kDsBytes = kAtomicDq ? BK * 128 : 0;
-  // The atomic dQ's f32 tile of a query tile, [64 queries][128 floats + 4] (rows
+  // The atomic dQ's f32 tile of a query tile, [64 queries][D floats + 4] (rows
   // padded 16 bytes: the accumulator layout's float2 stores hit 32 different banks):
-  // the consumers store their shares, producer warp 1 adds it into args.dq_accum.
-  static constexpr int kDqPitch = 132;
-  static constexpr int kDqBytes = kAtomicDq ? 64 * kDqPitch * 4 : 0;  // 33 KiB
+  // the consumers store their halves, producer warp 1 adds it into args.dq_accum.
+  static constexpr int kDqPitch = D + 4;
+  static constexpr int kDqBytes = kAtomicDq ? 64 * kDqPitch * 4 : 0;  // D = 128: 33 KiB
   // Per stage: Q, dO, then LSE·log2 e and D of its BQ queries.
   static constexpr int kStageBytes = 2 * kTileBytes + 2 * BQ * 4;
   // mbarriers: kv_full, then full and empty per stage, then (the atomic dQ) dq_full
@@ -168,10 +168,9 @@ struct FlashBackwardKVSm90 {
   // the dQ tiles into the sums).
   static constexpr int kLoaderFirst = kAtomicDq ? 64 : 32;
   static constexpr int kLoaders = 128 - kLoaderFirst;
-  // The atomic dQ per warpgroup: 64 queries x 64 columns of the head dim (32
-  // accumulators a thread), over kDqKeys keys: D = 128, all 128 keys of the block
-  // and head-dim columns 64 g ..; D = 64, the warpgroup's own 64 keys, all columns.
-  static constexpr int kDqKeys = D == 128 ? 128 : 64;
+  // The atomic dQ per warpgroup: 64 queries x D / 2 columns of the head dim (D / 4
+  // accumulators a thread: columns kDqCols group ..), over all 128 keys of the block.
+  static constexpr int kDqCols = D / 2;
   static_assert(D == 64 || D == 128, "whole 128-byte chunks of the head dim");
   static_assert(BQ % 16 == 0 && BQ <= 256, "wgmma N");
   static_assert(!kAtomicDq || (BQ == 64 && !PINGPONG),
@@ -182,10 +181,10 @@ struct FlashBackwardKVSm90 {
   // into the tile, a 4-byte pair at a time: key row `key`, 16-byte unit j of it
   // swizzled as the copy engine would (j ^ key % 8). A warp's 32 stores hit 32
   // different banks.
-  // Then (D = 128, where the other warpgroup reads this half) it tells the other
-  // warpgroup, without waiting: bar.arrive on this warpgroup's barrier for the item's
-  // parity, ds_barrier(group, use). The generic-proxy stores must first be made
-  // visible to wgmma's (async-proxy) reads.
+  // Then it tells the other warpgroup, which reads this half, without waiting:
+  // bar.arrive on this warpgroup's barrier for the item's parity, ds_barrier(group,
+  // use). The generic-proxy stores must first be made visible to wgmma's
+  // (async-proxy) reads.
   __device__ __forceinline__ static void store_ds(u32 ds_tile, const u32 (&ds)[BQ / 16][4], int use,
                                                   int group, int warp, int g, int t) {
 #pragma unroll
@@ -197,10 +196,10 @@ struct FlashBackwardKVSm90 {
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(ds[kk][r]) : "memory");
       }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    if constexpr (kDqKeys == 128) sm90::named_barrier_arrive(ds_barrier(group, use), 256);
+    sm90::named_barrier_arrive(ds_barrier(group, use), 256);
   }
 
-  // D = 128: named barriers 3..6, one per (warpgroup, item parity): warpgroup `group`
+  // Named barriers 3..6, one per (warpgroup, item parity): warpgroup `group`
   // arrives on its own after storing its half of item `use`'s dSᵀ, the other one
   // waits on it before reading (128 + 128 threads). Two parities, so a warpgroup
   // can never arrive twice on a barrier the other has not yet waited on: to reach
@@ -211,47 +210,43 @@ struct FlashBackwardKVSm90 {
   }
 
   // The atomic dQ, step 2: once every dSᵀ value it reads is in the tile, the
-  // warpgroup computes its share of this query tile's dQ (64 queries x 64 columns):
-  //   D = 128: dQ[:, 64 group ..] = dS (64 x 128 keys) K[:, 64 group ..]
-  //   D = 64:  dQ = dS[:, keys of the group] K[keys of the group, :]
+  // warpgroup computes its half of this query tile's dQ (64 queries x D / 2 columns):
+  //   dQ[:, c0 ..] = dS (64 x 128 keys) K[:, c0 ..],  c0 = kDqCols group
   // A = dS read transposed from the dSᵀ tile (a k16 step is 16 key lines, 2048 bytes),
-  // B = K MN-major (16 key rows a step; column chunk 64 group / 64 of D). The result
-  // goes to the f32 dQ tile (columns 64 group ..; D = 64 both warpgroups' partial sums
-  // side by side), for producer warp 1 to add into the sums (add_dq_tiles). `use`
-  // counts the tiles so far: the tile's previous contents must have been read.
+  // B = K MN-major (16 key rows a step) from column c0: 128-byte chunk c0 / 64 of the
+  // K tile, (c0 % 64) * 2 bytes into its swizzled lines (D = 64: 64 bytes, a 16-byte
+  // multiple inside the first line, so the descriptor's base offset stays 0). The
+  // result goes to the f32 dQ tile (columns c0 ..), for producer warp 1 to add into
+  // the sums (add_dq_tiles). `use` counts the tiles so far: the tile's previous
+  // contents must have been read.
   __device__ __forceinline__ static void add_dq(u32 ds_tile, u32 k_tile, u32 dq_tile, u32 dq_full,
                                                 u32 dq_empty, int use, int group, int warp, int g,
                                                 int t) {
-    // D = 128 reads the other warpgroup's half: wait for its arrival (store_ds); the
-    // wait also orders this warpgroup's own stores. D = 64 reads only its own half:
-    // its 128 threads meet at barrier 3 + group.
-    if constexpr (kDqKeys == 128)
-      sm90::named_barrier_sync(ds_barrier(1 - group, use), 256);
-    else
-      sm90::named_barrier_sync(3 + group, 128);
-    const int key0 = kDqKeys == 128 ? 0 : 64 * group;
-    const int chunk = kDqKeys == 128 ? group : 0;
-    float dq[32];
+    // The other warpgroup's half: wait for its arrival (store_ds); the wait also
+    // orders this warpgroup's own stores.
+    sm90::named_barrier_sync(ds_barrier(1 - group, use), 256);
+    const int c0 = kDqCols * group;
+    const u32 b_start = k_tile + (c0 / 64) * BK * 128 + (c0 % 64) * 2;
+    float dq[kDqCols / 2];
     sm90::fence_accumulators(dq);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kDqKeys / 16; ++kk) {
-      const u32 a = ds_tile + (key0 + 16 * kk) * 128;
-      const u32 b = k_tile + chunk * BK * 128 + (key0 + 16 * kk) * 128;
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      const u32 a = ds_tile + 16 * kk * 128;
+      const u32 b = b_start + 16 * kk * 128;
       WgmmaDQ::run(dq, sm90::descriptor(a, 64 * 128, 1024), sm90::descriptor(b, BK * 128, 1024),
                    kk > 0 ? 1 : 0);
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(dq);
-    // dq[4j + e]: query 16 warp + g + 8 (e / 2), column 8j + 2t + e % 2 of the
-    // warpgroup's 64 (at 64 group in the tile).
+    // dq[4j + e]: query 16 warp + g + 8 (e / 2), column c0 + 8j + 2t + e % 2.
     if (use > 0) sm90::barrier_wait(dq_empty, (use - 1) & 1);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const u32 row = dq_tile + (warp * 16 + g + 8 * h) * kDqPitch * 4 + (64 * group + 2 * t) * 4;
+      const u32 row = dq_tile + (warp * 16 + g + 8 * h) * kDqPitch * 4 + (c0 + 2 * t) * 4;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < kDqCols / 8; ++j)
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row + 32 * j), "f"(dq[4 * j + 2 * h]),
                      "f"(dq[4 * j + 2 * h + 1])
                      : "memory");
@@ -277,10 +272,10 @@ struct FlashBackwardKVSm90 {
 
   // Producer warp 1 of the atomic dQ: each query tile's f32 dQ tile, as the consumers
   // finish it, added into args.dq_accum by the copy engine (cp.reduce.async.bulk
-  // .add.f32: whole rows of 512 bytes, D = 128, or two halves of 256, D = 64, into
-  // the same row, reduced in L2), rows past the sequence left out; a lane's rows
-  // are lane and lane + 32. Once the copies have read the tile, it is free again.
-  // Items: head (from the block's first) x tiles + tile, as the loaders count them.
+  // .add.f32: a whole row, D * 4 bytes, a copy, reduced in L2), rows past the
+  // sequence left out; a lane's rows are lane and lane + 32. Once the copies have
+  // read the tile, it is free again. Items: head (from the block's first) x tiles +
+  // tile, as the loaders count them.
   __device__ __forceinline__ static void add_dq_tiles(const AttentionBackwardArgs& args,
                                                       u32 dq_tile, u32 dq_full, u32 dq_empty,
                                                       ItemWalk walk, int items, int seq_q) {
@@ -292,13 +287,11 @@ struct FlashBackwardKVSm90 {
       for (int r = lane; r < 64; r += 32) {
         if (q0 + r >= seq_q) continue;
         float* sums = args.dq_accum + (walk.head_row + q0 + r) * D;
-#pragma unroll
-        for (int part = 0; part < 128 / D; ++part)  // D = 64: each warpgroup's sums
-          asm volatile(
-              "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
-                  sums),
-              "r"(dq_tile + r * kDqPitch * 4 + part * D * 4), "n"(D * 4)
-              : "memory");
+        asm volatile(
+            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                sums),
+            "r"(dq_tile + r * kDqPitch * 4), "n"(D * 4)
+            : "memory");
       }
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the tile is read

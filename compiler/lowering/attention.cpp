@@ -380,7 +380,7 @@ namespace {
 int backward_kv_shared_bytes(const Problem& p, const Config& c) {
   const int d = p.head_dim;
   if (c.wgmma)  // K, V, (dq=atomic) two dSᵀ tiles and the f32 dQ tile, the stages, mbarriers
-    return 1024 + 2 * 128 * d * 2 + (c.atomic_dq ? 2 * 128 * 128 + 64 * 132 * 4 + 16 : 0) +
+    return 1024 + 2 * 128 * d * 2 + (c.atomic_dq ? 2 * 128 * 128 + 64 * (d + 4) * 4 + 16 : 0) +
            c.stages * (2 * c.bm * d * 2 + 2 * c.bm * 4) + 8 * (1 + 2 * c.stages);
   const int pitch = p.head_dim + 8;
   return (2 * c.bn * pitch + 2 * c.stages * c.bm * pitch) * 2 + c.stages * 2 * c.bm * 4;
@@ -703,7 +703,7 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
         out,
         fmt::format("typedef kjit::attention::FlashBackwardPrep<kjit::{}, {}> kjit_attention_step;",
                     type, d),
-        "(ceil(seq_q / 64), heads, batch), one warp per query row at a time", false);
+        "(ceil(seq_q / 64), heads, batch), D / 8 lanes a query row (D = 96: 32)", false);
     kernels.push_back({"prep", std::move(out)});
   }
 
@@ -776,12 +776,13 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
       out.source += wgmma_struct(gradient);
       std::string dq_argument;
       if (kv && c.atomic_dq) {
-        out.source +=
-            "// dQ(64 x 64) += dS(64 x 16) K(16 x 64); dS and K both MN-major (transposed) in "
-            "shared memory.\n";
+        out.source += fmt::format(
+            "// dQ(64 x {0}) += dS(64 x 16) K(16 x {0}), each warpgroup half of the head dim; "
+            "dS and K both MN-major (transposed) in shared memory.\n",
+            d / 2);
         WgmmaInstruction dq_product;
         dq_product.name = "kjit_wgmma_dq";
-        dq_product.n = 64;
+        dq_product.n = d / 2;
         dq_product.type = type;
         dq_product.transpose_a = 1;
         dq_product.transpose_b = 1;
@@ -828,7 +829,7 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
            fmt::format("typedef kjit::attention::FlashBackwardDqFinish<kjit::{}, {}> "
                        "kjit_attention_step;",
                        type, d),
-           "(ceil(seq_q / 64), heads, batch), one warp per query row at a time", false);
+           "(ceil(seq_q / 64), heads, batch), D / 8 lanes a query row (D = 96: 32)", false);
     kernels.push_back({"q", std::move(out)});
     return kernels;
   }
