@@ -28,7 +28,9 @@ struct DeviceArgs {
   float scale, scale_log2;
   int window_left, window_right;
   int total_q;
+  int batch;
 };
+// (ten 4-byte fields: no padding)
 static_assert(sizeof(DeviceArgs) == (7 + kMaxKernelModifierOperands) * 8 + 12 * 8 + 10 * 4,
               "DeviceArgs must mirror kjit::AttentionArgs");
 
@@ -82,6 +84,7 @@ DeviceArgs forward_args(const Problem& p, CUdeviceptr q, CUdeviceptr k, CUdevice
   args.window_left = static_cast<int>(p.window_left);
   args.window_right = static_cast<int>(p.right());
   args.total_q = static_cast<int>(p.total_q());
+  args.batch = static_cast<int>(p.batch);
   if (p.packed()) {
     args.cu_seqlens_q = offsets.get();
     args.cu_seqlens_k = offsets.get() + p.cu_seqlens_q.size() * sizeof(int32_t);
@@ -317,8 +320,12 @@ void Attention::launch(const Tensors& given, CUstream stream) {
   DeviceArgs args = forward_args(p, t.q, t.k, t.v, t.o, t.lse, t.q_strides, t.k_strides,
                                  t.v_strides, t.o_strides, offsets_, t.modifier_operands);
   const auto tiles = static_cast<unsigned>((p.seq_q + config_.bm - 1) / config_.bm);
-  const std::array<unsigned, 3> grid = {tiles, static_cast<unsigned>(p.heads),
-                                        static_cast<unsigned>(p.batch)};
+  std::array<unsigned, 3> grid = {tiles, static_cast<unsigned>(p.heads),
+                                  static_cast<unsigned>(p.batch)};
+  if (config_.persistent) {  // one block per SM walks the items (at most one per item)
+    const int64_t items = int64_t{tiles} * p.heads * p.batch;
+    grid = {static_cast<unsigned>(std::min<int64_t>(items, runtime_->device().sm_count)), 1, 1};
+  }
   if (!config_.wgmma) {
     void* params[] = {&args};
     kernel_->launch(grid, params, stream);

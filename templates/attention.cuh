@@ -65,6 +65,7 @@ struct AttentionArgs {
   int window_left;      // keys before the diagonal a query sees; -1: all
   int window_right;     // keys after the diagonal; 0: causal, -1: all
   int total_q;          // packed: all query tokens (LSE's row length); else seq_q
+  int batch;            // sequences (packed: entries of cu_seqlens_q less one)
 };
 
 namespace attention {

@@ -193,35 +193,39 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
       }
     }
   }
-  // The TMA + wgmma engine (sm_90): 128 rows per block, 64 or 128 keys per tile.
+  // The TMA + wgmma engine (sm_90): 128 rows per block, 64 or 128 keys per tile, a
+  // block per query tile or persistent blocks.
   for (int bn : {64, 128}) {
     for (int stages : {2, 3}) {
       for (bool pingpong : {false, true}) {
-        attention::Config c;
-        c.wgmma = true;
-        c.bm = 128;
-        c.bn = bn;
-        c.stages = stages;
-        c.pingpong = pingpong;
-        std::string why;
-        if (device.cc_major * 10 + device.cc_minor != 90) {
-          why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
-        } else if (problem.head_dim != 64 && problem.head_dim != 128) {
-          why =
-              fmt::format("the wgmma engine takes head dims 64 and 128, not {}", problem.head_dim);
-        } else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin) {
-          why = fmt::format("{} B of shared memory > the device's {} B",
-                            attention::shared_bytes(problem, c), device.shared_per_block_optin);
-        } else if (wgmma_registers(problem, c) > kWgmmaRegisterLimit) {
-          why = fmt::format(
-              "head dim {} and {} keys per tile need ~{} registers per thread (> {} "
-              "for 384 threads)",
-              problem.head_dim, bn, wgmma_registers(problem, c), kWgmmaRegisterLimit);
-        }
-        if (why.empty()) {
-          space.push_back(c);
-        } else if (pruned) {
-          pruned->push_back({c.to_string(), why});
+        for (bool persistent : {false, true}) {
+          attention::Config c;
+          c.wgmma = true;
+          c.bm = 128;
+          c.bn = bn;
+          c.stages = stages;
+          c.pingpong = pingpong;
+          c.persistent = persistent;
+          std::string why;
+          if (device.cc_major * 10 + device.cc_minor != 90) {
+            why = "wgmma and TMA need an sm_90 GPU; " + device.arch() + " has neither";
+          } else if (problem.head_dim != 64 && problem.head_dim != 128) {
+            why = fmt::format("the wgmma engine takes head dims 64 and 128, not {}",
+                              problem.head_dim);
+          } else if (attention::shared_bytes(problem, c) > device.shared_per_block_optin) {
+            why = fmt::format("{} B of shared memory > the device's {} B",
+                              attention::shared_bytes(problem, c), device.shared_per_block_optin);
+          } else if (wgmma_registers(problem, c) > kWgmmaRegisterLimit) {
+            why = fmt::format(
+                "head dim {} and {} keys per tile need ~{} registers per thread (> {} "
+                "for 384 threads)",
+                problem.head_dim, bn, wgmma_registers(problem, c), kWgmmaRegisterLimit);
+          }
+          if (why.empty()) {
+            space.push_back(c);
+          } else if (pruned) {
+            pruned->push_back({c.to_string(), why});
+          }
         }
       }
     }
@@ -235,6 +239,9 @@ constexpr double kLaunchSeconds = 2.5e-6;
 // Per query tile, not overlapped with its own main loop: Q's load and the first
 // scores before the pipeline runs, and the write-out.
 constexpr double kTileFillSeconds = 1.5e-6;
+// Persistent blocks (wgmma forward): the next item's loads run under this one's
+// compute; what is left per item is its softmax's last rows and the write-out.
+constexpr double kPersistentItemSeconds = 0.4e-6;
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -266,9 +273,16 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
            (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0);
   if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
+  // Persistent blocks: two buffers suffice (the next item's loads overlap this one's
+  // compute), the saved prologues are the model's serial term; but with a causal-
+  // style mask the items' lengths differ and a block's share is fixed in advance
+  // (H200, S = 2k, D = 128, bn 128: 1.04x the block per tile with 3 buffers without a
+  // mask, 1.12x at S = 512, 1.11x with a 255:0 window, 0.95x causal).
+  const bool uneven = p.window_left < 0 && p.right() >= 0;
   if (c.wgmma)
-    return 0.5 * (c.bn >= 128 ? 1.15 : 1.0) * (c.stages >= 3 ? 1.1 : 0.85) *
-           (c.pingpong ? 1.05 : 1.0) * (p.head_dim >= 128 ? 1.0 : 0.75);
+    return 0.5 * (c.bn >= 128 ? 1.15 : 1.0) * (c.stages >= 3 || c.persistent ? 1.1 : 0.85) *
+           (c.pingpong ? 1.05 : 1.0) * (p.head_dim >= 128 ? 1.0 : 0.75) *
+           (c.persistent && uneven ? 0.9 : 1.0);
   return (hopper ? 0.2 : 0.5) * (c.warp_rows == 32 ? 1.2 : 1.0) *
          (c.bn >= 128  ? 1.04
           : c.bn >= 64 ? 1.0
@@ -281,8 +295,8 @@ std::string efficiency_key(const attention::Problem& p, const attention::Config&
     return fmt::format("attention:backward:{}:d{}:{}x{}:s{}{}{}", c.wgmma ? "wgmma" : "sync",
                        p.head_dim, c.bm, c.bn, c.stages, c.pingpong ? ":pp1" : "",
                        c.atomic_dq ? ":dqa" : "");
-  return c.wgmma ? fmt::format("attention:wgmma:d{}:bn{}:s{}:pp{}", p.head_dim, c.bn, c.stages,
-                               c.pingpong ? 1 : 0)
+  return c.wgmma ? fmt::format("attention:wgmma:d{}:bn{}:s{}:pp{}{}", p.head_dim, c.bn, c.stages,
+                               c.pingpong ? 1 : 0, c.persistent ? ":ps1" : "")
                  : fmt::format("attention:sync:d{}:{}x{}:w{}:s{}", p.head_dim, c.bm, c.bn,
                                c.warp_rows, c.stages);
 }
@@ -441,7 +455,9 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   const double tile_seconds = flops / static_cast<double>(std::max<int64_t>(tiles, 1)) / sm_rate;
   const int64_t tiles_per_sm = ceil_div(tiles, sms);
   const double compute = static_cast<double>(tiles_per_sm) * tile_seconds;
-  const double serial = static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
+  const double serial =
+      c.persistent ? kTileFillSeconds + static_cast<double>(tiles_per_sm) * kPersistentItemSeconds
+                   : static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
 
   // Memory: Q, K, V, O and the LSE once from DRAM; K and V once per query tile
   // through L2 (the keys each tile sees: the FLOPs say how many).
@@ -476,8 +492,9 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   else if (c.wgmma)
     out.notes.push_back(
         fmt::format("TMA + wgmma: {} query tiles of {} rows, {} keys per tile, "
-                    "{} buffers{}",
-                    tiles, c.bm, c.bn, c.stages, c.pingpong ? ", consumers in ping-pong" : ""));
+                    "{} buffers{}{}",
+                    tiles, c.bm, c.bn, c.stages, c.pingpong ? ", consumers in ping-pong" : "",
+                    c.persistent ? ", persistent blocks (one per SM) walking the tiles" : ""));
   else
     out.notes.push_back(
         fmt::format("mma.sync: {} query tiles of {} rows ({} warps of {}), {} "

@@ -20,7 +20,8 @@ namespace kjit::tuner {
 // (opt-in limit), or whose per-thread state (per 16 rows of a warp: the O
 // accumulators, head_dim / 2 floats, plus the scores, bn / 2) leaves too few of the
 // 255 registers (those spill); then the TMA + wgmma engine (sm_90, head dims 64
-// and 128): bm 128 x bn in {64, 128} x stages in {2, 3} x pingpong off and on. `pruned`, when
+// and 128): bm 128 x bn in {64, 128} x stages in {2, 3} x pingpong off and on x persistent
+// blocks or not. `pruned`, when
 // given, gets each config left out and why. The backward pass (problem.backward):
 // mma.sync, bm and bn in {32, 64, 128} x stages in {2, 3}, within shared memory and
 // registers (its dK/dV kernel holds both gradients of 16 keys per warp); then wgmma

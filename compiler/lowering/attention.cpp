@@ -109,13 +109,15 @@ std::string Problem::to_string() const {
 
 std::string Config::to_string() const {
   if (wgmma)
-    return fmt::format("mma=wgmma,bm={},bn={},stages={}{}{}", bm, bn, stages,
-                       pingpong ? ",pingpong=1" : "", atomic_dq ? ",dq=atomic" : "");
+    return fmt::format("mma=wgmma,bm={},bn={},stages={}{}{}{}", bm, bn, stages,
+                       pingpong ? ",pingpong=1" : "", persistent ? ",persistent=1" : "",
+                       atomic_dq ? ",dq=atomic" : "");
   return fmt::format("bm={},bn={},stages={},warp_rows={}", bm, bn, stages, warp_rows);
 }
 
 Config Config::parse(const std::string& text) {
-  static const char* kValidKeys = "valid keys: mma, bm, bn, stages, warp_rows, pingpong, dq";
+  static const char* kValidKeys =
+      "valid keys: mma, bm, bn, stages, warp_rows, pingpong, persistent, dq";
   Config config;
   bool bm_given = false;
   for (const auto& [key, value] :
@@ -132,6 +134,12 @@ Config Config::parse(const std::string& text) {
       if (value != "0" && value != "1")
         throw UserError("attention config pingpong=" + value + " is not 0 or 1");
       config.pingpong = value == "1";
+      continue;
+    }
+    if (key == "persistent") {
+      if (value != "0" && value != "1")
+        throw UserError("attention config persistent=" + value + " is not 0 or 1");
+      config.persistent = value == "1";
       continue;
     }
     if (key == "dq") {
@@ -240,6 +248,9 @@ void validate_problem(const Problem& p) {
 void validate(const Problem& p, const Config& c) {
   validate_problem(p);
   if (p.backward) {
+    if (c.persistent)
+      throw UserError("attention backward config " + c.to_string() + " asks for persistent",
+                      "the persistent schedule is the forward pass's (mma=wgmma)");
     if (c.pingpong && !c.wgmma)
       throw UserError("attention backward config " + c.to_string() + " asks for pingpong",
                       "ping-pong applies to mma=wgmma only");
@@ -295,8 +306,16 @@ void validate(const Problem& p, const Config& c) {
     if (c.warp_rows != 16)
       throw UserError("attention config warp_rows applies to mma=sync only",
                       "a wgmma warpgroup owns 64 rows, 16 per warp");
-  } else if (c.pingpong) {
-    throw UserError("attention config pingpong applies to mma=wgmma only",
+    const int64_t items = (p.seq_q + c.bm - 1) / c.bm * p.heads * p.batch;
+    if (c.persistent && items > std::numeric_limits<int32_t>::max())
+      throw UserError(
+          fmt::format("attention config persistent=1: {} work items (query tiles x heads x "
+                      "batch) are over 2^31 - 1",
+                      items),
+          "persistent=0 launches a block per item");
+  } else if (c.pingpong || c.persistent) {
+    throw UserError(fmt::format("attention config {} applies to mma=wgmma only",
+                                c.pingpong ? "pingpong" : "persistent"),
                     "the mma.sync engine's warps are not specialized");
   } else {
     if (c.warp_rows != 16 && c.warp_rows != 32)
@@ -398,9 +417,11 @@ int shared_bytes(const Problem& p, const Config& c) {
   if (p.backward)
     return c.atomic_dq ? backward_kv_shared_bytes(p, c)
                        : std::max(backward_kv_shared_bytes(p, c), backward_q_shared_bytes(p, c));
-  if (c.wgmma)  // alignment slack, Q, K and V per stage, mbarriers (attention_sm90.cuh)
-    return 1024 + c.bm * p.head_dim * 2 + c.stages * 2 * c.bn * p.head_dim * 2 +
-           8 * (1 + 4 * c.stages);
+  if (c.wgmma) {  // alignment slack, Q, K and V per stage, mbarriers (attention_sm90.cuh)
+    const int q_buffers = c.persistent ? 2 : 1;  // persistent: and q_empty per Q buffer
+    return 1024 + q_buffers * c.bm * p.head_dim * 2 + c.stages * 2 * c.bn * p.head_dim * 2 +
+           8 * ((c.persistent ? 2 : 1) * q_buffers + 4 * c.stages);
+  }
   const int pitch = p.head_dim + 8;
   return (c.bm * pitch + 2 * c.stages * c.bn * pitch) * 2;
 }
@@ -550,8 +571,9 @@ std::string modifier_lines(const Problem& p) {
 KernelSource lower_wgmma(const Problem& p, const Config& c) {
   KernelSource out = kernel_skeleton(
       p, c,
-      fmt::format("kjit_attention_fwd_{}_d{}_wgmma_{}x{}_s{}{}{}", dtype_name(p.dtype), p.head_dim,
-                  c.bm, c.bn, c.stages, c.pingpong ? "_pingpong" : "", modifier_suffix(p)));
+      fmt::format("kjit_attention_fwd_{}_d{}_wgmma_{}x{}_s{}{}{}{}", dtype_name(p.dtype),
+                  p.head_dim, c.bm, c.bn, c.stages, c.pingpong ? "_pingpong" : "",
+                  c.persistent ? "_persistent" : "", modifier_suffix(p)));
   const char* type = dtype_name(p.dtype);
   std::string s = source_header(out) + modifier_lines(p);
   s += fmt::format(
@@ -559,6 +581,10 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
       "//            in 2 consumer warpgroups + 1 producer, tiles of {} keys through {} TMA\n"
       "//            buffers, {} B of dynamic shared memory; S never leaves registers\n",
       type, c.bm, c.bn, c.stages, out.dynamic_shared_bytes);
+  if (c.persistent)
+    s += "// schedule:  persistent: one block per SM walks the (query tile, head, batch) items;\n"
+         "//            the next item's Q (two buffers) and first K/V tiles load while this one\n"
+         "//            computes, and its O is written out under the next one's loads\n";
   s += "//\n";
   s += "// Per tile of keys, each consumer warpgroup (64 rows; templates/attention_sm90.cuh):\n";
   s += "//   S   = Q K^T                          wgmma, Q and K from shared memory\n";
@@ -588,13 +614,27 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
   values.a_in_registers = true;
   values.transpose_b = 1;
   s += wgmma_struct(values);
+  // Persistent: the modifiers' argument is spelled out (the default's) before the flag.
+  const std::string mod_argument =
+      c.persistent ? (has_modifiers(p) ? ", kjit_modifiers" : ", kjit::attention::NoModifiers") +
+                         std::string(", true")
+                   : modifier_argument(p);
   s += fmt::format(
       "typedef kjit::attention::FlashForwardSm90<kjit::{}, {}, {}, {}, {}, kjit_wgmma_scores,\n"
       "                                          kjit_wgmma_values{}>\n"
       "    kjit_attention_tile;\n\n",
-      type, p.head_dim, c.bn, c.stages, c.pingpong ? "true" : "false", modifier_argument(p));
-  s += "// grid: (ceil(seq_q / 128), heads, batch); the tensor maps describe Q, K and V for\n";
-  s += "// the copy engine (runtime/attention.cpp encodes them)\n";
+      type, p.head_dim, c.bn, c.stages, c.pingpong ? "true" : "false", mod_argument);
+  s += fmt::format(
+      "static_assert(kjit_attention_tile::kSharedBytes == {},\n"
+      "              \"the launch's dynamic shared memory (attention::shared_bytes)\");\n\n",
+      out.dynamic_shared_bytes);
+  s +=
+      c.persistent
+          ? "// grid: (min(items, SMs), 1, 1), items = ceil(seq_q / 128) x heads x batch; the\n"
+          : "// grid: (ceil(seq_q / 128), heads, batch); the tensor maps describe Q, K and V for\n";
+  s += c.persistent
+           ? "// tensor maps describe Q, K and V for the copy engine (runtime/attention.cpp)\n"
+           : "// the copy engine (runtime/attention.cpp encodes them)\n";
   s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1)\n", c.threads());
   s += out.name + "(kjit::AttentionArgs args,\n";
   s += "    const __grid_constant__ kjit::TensorMap map_q,\n";

@@ -91,6 +91,10 @@ struct Config {
   bool wgmma = false;
   // wgmma: the two consumer warpgroups take turns issuing their products.
   bool pingpong = false;
+  // wgmma forward: one block per SM walks the (query tile, head, batch) items, the
+  // next item's loads overlapping this one's compute and write-out
+  // (templates/attention_sm90.cuh); grid (min(items, SMs), 1, 1).
+  bool persistent = false;
   // Backward, wgmma, bm 64, no ping-pong: the dK/dV kernel also computes dQ = dS K
   // and adds it into f32 sums with atomics (templates/attention_backward_sm90.cuh);
   // a last small kernel scales and rounds them. Not for problem.deterministic.
@@ -100,10 +104,11 @@ struct Config {
   int threads() const { return wgmma ? (bm / 64 + 1) * 128 : warps() * 32; }
 
   // "bm=64,bn=64,stages=2,warp_rows=16", or "mma=wgmma,bm=128,bn=64,stages=2" (with
-  // ",pingpong=1" and ",dq=atomic" when set)
+  // ",pingpong=1", ",persistent=1" and ",dq=atomic" when set)
   std::string to_string() const;
   // Parses "key=value,..." over the default; keys mma (sync|wgmma) bm bn stages
-  // warp_rows pingpong (0|1) dq (separate|atomic) (mma=wgmma: bm defaults to 128).
+  // warp_rows pingpong (0|1) persistent (0|1) dq (separate|atomic) (mma=wgmma: bm defaults
+  // to 128).
   // UserError for unknown keys or malformed values, naming the valid ones.
   static Config parse(const std::string& text);
   bool operator==(const Config&) const = default;
@@ -150,7 +155,8 @@ int shared_bytes(const Problem& problem, const Config& config);
 
 // The forward kernel: extern "C" void name(kjit::AttentionArgs) (wgmma: then the
 // tensor maps of Q, K and V, 4-D: head dim, sequence, head, batch), grid
-// (ceil(seq_q / bm), heads, batch), config.threads() threads, shared_bytes() of
+// (ceil(seq_q / bm), heads, batch) (persistent: (min(that many blocks, SMs), 1, 1)),
+// config.threads() threads, shared_bytes() of
 // dynamic shared memory. Byte-identical for equal inputs.
 KernelSource lower(const Problem& problem, const Config& config);
 

@@ -218,8 +218,10 @@ class AttentionTest : public testing::GpuTest {
     const Config chosen = tuner::attention_default(c.problem, device());
     std::vector<Config> others = {Config::parse("bm=64,bn=64,warp_rows=16"),
                                   Config::parse("bm=128,bn=32,warp_rows=32")};
-    if (device().cc_major == 9 && (c.problem.head_dim == 64 || c.problem.head_dim == 128))
+    if (device().cc_major == 9 && (c.problem.head_dim == 64 || c.problem.head_dim == 128)) {
       others.push_back(Config::parse("mma=wgmma,bn=64"));
+      others.push_back(Config::parse("mma=wgmma,bn=128,stages=2,pingpong=1,persistent=1"));
+    }
     for (const Config& other : others) {
       if (other == chosen) continue;
       const std::vector<Config> space = tuner::attention_space(c.problem, device());
@@ -381,6 +383,53 @@ TEST_F(AttentionTest, EveryConfigOfTheSpace) {
 const char* const kSoftCap = "tanh(s / 50) * 50";
 const char* const kAlibi = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
 const char* const kSlidingWindow = "(kv_idx <= q_idx) * (q_idx - kv_idx < 100)";
+
+// Persistent blocks (wgmma forward): more items than SMs (132 on an H200), so
+// blocks walk two or three items, through both Q buffers and across the K/V
+// stages' phases: causal (items of every length), a window, a packed batch whose
+// short sequences leave items empty or without keys, a mask modifier that skips
+// tiles. Every persistent config of the space on the causal problems, the
+// ping-pong and plain ones on the others.
+TEST_F(AttentionTest, PersistentBlocksWalkManyItems) {
+  if (device().cc_major != 9) GTEST_SKIP() << "the persistent schedule is the wgmma engine's";
+  struct Walk {
+    Problem problem;
+    bool every_config;
+  };
+  std::vector<Walk> walks;
+  for (const int d : {64, 128}) {
+    Problem causal = shape(1100, 1100, d, 16, 2);  // 9 x 16 x 2 = 288 items
+    causal.causal = true;
+    walks.push_back({causal, true});
+  }
+  Problem window = shape(1000, 1000, 128, 24, 2);  // 8 x 24 x 2 = 384 items
+  window.window_left = 64;
+  window.window_right = 0;
+  walks.push_back({window, false});
+  Problem packed = shape(1, 1, 128, 40);  // 17 x 40 x 4 items, most past their sequence
+  packed.kv_heads = 10;
+  packed.causal = true;  // query 2049 of 17 keys: its first 2032 rows see none
+  packed.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
+  walks.push_back({packed, false});
+  Problem modified = shape(1000, 1300, 128, 24, 2);  // 384 items
+  modified.kv_heads = 8;
+  modified.score_mod = kAlibi;
+  modified.mask_mod = kSlidingWindow;
+  walks.push_back({modified, false});
+  for (const Walk& walk : walks) {
+    std::vector<bool> pingpong_seen;
+    for (const Config& c : tuner::attention_space(walk.problem, device())) {
+      if (!c.persistent) continue;
+      if (!walk.every_config &&
+          (c.bn != 128 || std::find(pingpong_seen.begin(), pingpong_seen.end(), c.pingpong) !=
+                              pingpong_seen.end()))
+        continue;
+      pingpong_seen.push_back(c.pingpong);
+      run_case({walk.problem, c});
+    }
+    EXPECT_GE(pingpong_seen.size(), 2u) << walk.problem.to_string();
+  }
+}
 
 TEST_F(AttentionTest, ScoreAndMaskModifiers) {
   struct Modifiers {

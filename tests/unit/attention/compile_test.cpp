@@ -218,9 +218,13 @@ TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
     EXPECT_EQ(k.spill_load_bytes, 0);
     EXPECT_EQ(k.stack_bytes, 0);
     std::printf("  %-80s %3d regs\n", jobs[i].label.c_str(), k.registers);
-    // The modifiers are in the kernel: the tanh of soft-capping or ALiBi's slope load.
-    EXPECT_TRUE(jobs[i].source.source.find("kjit_modifiers>") != std::string::npos ||
-                jobs[i].source.source.find("kjit_modifiers, kjit_wgmma_dq>") != std::string::npos);
+    // The modifiers are the kernel's MOD (then, maybe, the dQ product or the
+    // persistent flag).
+    const std::string& text = jobs[i].source.source;
+    EXPECT_TRUE(text.find("kjit_modifiers>") != std::string::npos ||
+                text.find("kjit_modifiers, kjit_wgmma_dq>") != std::string::npos ||
+                text.find("kjit_modifiers, true>") != std::string::npos)
+        << jobs[i].label;
     if (jobs[i].source.arch_specific) {
       EXPECT_EQ(programs[i].log.find("serialized"), std::string::npos) << programs[i].log;
     }

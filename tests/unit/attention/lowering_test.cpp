@@ -133,6 +133,39 @@ TEST(AttentionConfig, ParsesChecksAndPrints) {
   EXPECT_CONTAINS(user_error(base(), Config{16, 64, 2, 32}), "bm=16");
 }
 
+TEST(AttentionConfig, PersistentIsTheWgmmaForwardsSchedule) {
+  const Config walk = Config::parse("mma=wgmma,bn=128,stages=2,pingpong=1,persistent=1");
+  EXPECT_EQ(walk.to_string(), "mma=wgmma,bm=128,bn=128,stages=2,pingpong=1,persistent=1");
+  EXPECT_EQ(Config::parse(walk.to_string()), walk);
+  EXPECT_THROW(Config::parse("mma=wgmma,persistent=yes"), UserError);
+  EXPECT_EQ(user_error(base(), walk), "accepted");
+  EXPECT_CONTAINS(user_error(base(), Config::parse("persistent=1")), "mma=wgmma only");
+  Problem backward = base();
+  backward.backward = true;
+  EXPECT_CONTAINS(user_error(backward, Config::parse("mma=wgmma,bm=64,persistent=1")),
+                  "persistent");
+  // Work items (query tiles x heads x batch) are counted in 32 bits in the kernel.
+  Problem huge = base();
+  huge.seq_q = huge.seq_k = 1 << 30;
+  huge.heads = huge.kv_heads = 512;
+  EXPECT_CONTAINS(user_error(huge, walk), "over 2^31 - 1");
+  EXPECT_EQ(user_error(huge, Config::parse("mma=wgmma,bn=128,stages=2")), "accepted");
+
+  // Two Q buffers and their q_empty barriers; the kernel's own count is pinned to
+  // the launch's by a static_assert in the source.
+  const Problem p = base();
+  const Config tiles = Config::parse("mma=wgmma,bn=128,stages=2,pingpong=1");
+  EXPECT_EQ(shared_bytes(p, walk), shared_bytes(p, tiles) + 128 * p.head_dim * 2 + 3 * 8);
+  const KernelSource s = lower(p, walk);
+  EXPECT_EQ(s.name, "kjit_attention_fwd_bf16_d128_wgmma_128x128_s2_pingpong_persistent");
+  EXPECT_EQ(s.dynamic_shared_bytes, shared_bytes(p, walk));
+  EXPECT_CONTAINS(s.source, "kjit_wgmma_values, kjit::attention::NoModifiers, true>");
+  EXPECT_CONTAINS(s.source, "kSharedBytes == " + std::to_string(s.dynamic_shared_bytes));
+  EXPECT_CONTAINS(s.source, "// grid: (min(items, SMs), 1, 1)");
+  EXPECT_NE(lower(p, tiles).source, s.source);
+  EXPECT_CONTAINS(lower(p, tiles).source, "kjit_wgmma_values>");
+}
+
 TEST(AttentionLowering, GlueNamesTheConfigAndIsDeterministic) {
   Problem p = base();
   p.dtype = ir::DType::F16;
@@ -170,7 +203,7 @@ TEST(AttentionSpace, PrunesWhatDoesNotFitAndSaysWhy) {
     std::vector<tuner::Pruned> pruned;
     const std::vector<Config> space = tuner::attention_space(p, h200, &pruned);
     EXPECT_FALSE(space.empty()) << d;
-    EXPECT_EQ(space.size() + pruned.size(), 32u) << d;  // 24 mma.sync + 8 wgmma
+    EXPECT_EQ(space.size() + pruned.size(), 40u) << d;  // 24 mma.sync + 16 wgmma
     for (const Config& c : space) {
       EXPECT_EQ(user_error(p, c), "accepted");
       EXPECT_LE(shared_bytes(p, c), h200.shared_per_block_optin);

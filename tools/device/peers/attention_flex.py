@@ -50,7 +50,7 @@ def median_ms(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
-def kjit_bench(kjit, case, seq, backward):
+def kjit_bench(kjit, case, seq, backward, config=None):
     cmd = [kjit, "bench", "attention", "--json", "--batch", str(TOKENS // seq), "--heads",
            str(HEADS), "--seq-q", str(seq), "--head-dim", str(HEAD_DIM), "--repeats", "30"]
     for key, flag in (("score_mod", "--score-mod"), ("mask_mod", "--mask-mod")):
@@ -58,6 +58,8 @@ def kjit_bench(kjit, case, seq, backward):
             cmd += [flag, CASES[case][key]]
     if backward:
         cmd.append("--backward")
+    if config:
+        cmd += ["--config", config]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
@@ -124,6 +126,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="S = 2k only")
     parser.add_argument("--only", default=None, help="cases: softcap, alibi, window")
     parser.add_argument("--backward", action="store_true", help="time dQ, dK, dV instead")
+    parser.add_argument("--config", default=None,
+                        help="kjit's config (default: the tuner's choice from a fresh store)")
     args = parser.parse_args()
     direction = "backward" if args.backward else "forward"
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {direction}", flush=True)
@@ -135,7 +139,7 @@ def main():
             credited = 4.0 * (TOKENS // seq) * HEADS * pairs(case, seq) * HEAD_DIM
             credited *= 2.5 if args.backward else 1.0
             row = dict(case=case, seq=seq, direction=direction, flops=credited,
-                       kjit=kjit_bench(args.kjit, case, seq, args.backward))
+                       kjit=kjit_bench(args.kjit, case, seq, args.backward, args.config))
             try:
                 row["flex"] = flex_peer(case, seq, args.backward)
             except Exception as error:  # noqa: BLE001 - report, keep the other rows
