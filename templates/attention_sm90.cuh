@@ -64,6 +64,13 @@ struct FlashForwardSm90 {
   static constexpr int kKvBytes = BN * D * 2;  // one K (or V) tile
   static constexpr int kStageBytes = 2 * kKvBytes;
   static constexpr int kQBuffers = PERSISTENT ? 2 : 1;
+  // Registers per thread after setmaxnreg (128 x producer + 256 x consumer <= 65536).
+  // Persistent blocks with a mask modifier: the producer's warp runs the modifier's
+  // tile analysis per item (narrow_tiles, interval arithmetic in doubles), which
+  // spills in 40.
+  static constexpr int kProducerRegisters = PERSISTENT && MOD::kMask ? 56 : 40;
+  static constexpr int kConsumerRegisters = PERSISTENT && MOD::kMask ? 224 : 232;
+  static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536);
   // mbarriers: q_full per Q buffer (persistent: then q_empty per Q buffer), then
   // k_full, v_full, k_empty, v_empty per stage.
   static constexpr int kBarrierBytes = 8 * ((PERSISTENT ? 2 : 1) * kQBuffers + 4 * STAGES);
@@ -201,49 +208,55 @@ struct FlashForwardSm90 {
     const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer
     if (group < 0) {
       // The producer needs few registers: it hands most of its share to the
-      // consumers (128 x 40 + 256 x 232 <= 65536), whose accumulators need them.
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-      if (threadIdx.x == 0) {
+      // consumers (kProducerRegisters, kConsumerRegisters), whose accumulators need them.
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
+      // Warp 0 walks the items (all its lanes: a mask modifier's narrow_tiles takes a
+      // ballot of the warp); lane 0 issues the copies.
+      if (threadIdx.x < 32) {
         int fill = 0;   // K/V tiles loaded so far, over the block's items
         int local = 0;  // the block's items so far
         for (int n = item_first; n < item_end; n += item_step) {
           Item item;
           if (!plan_item(n, item)) continue;
-          // Copy coordinates: packed batches are one sequence of tokens (batch 0 of
-          // the tensor map) starting at their offsets.
-          const int q_token0 = static_cast<int>(item.sequence.q_start) + item.row0;
-          const int k_token0 = static_cast<int>(item.sequence.k_start);
-          const int map_batch = args.cu_seqlens_q != nullptr ? 0 : item.batch;
-          // Q: per 64-row half and per column chunk, one box of 64 rows x 64 columns,
-          // into Q buffer `local` mod kQBuffers once the consumers are done with the
-          // item it held (persistent).
-          const int qb = local % kQBuffers;
-          const u32 q_tile = q_tiles + qb * kQBytes, q_full = q_fulls + 8 * qb;
-          if constexpr (PERSISTENT)
-            sm90::barrier_wait(q_empties + 8 * qb, ((local / kQBuffers) & 1) ^ 1);
-          sm90::barrier_arrive_expect_bytes(q_full, kQBytes);
-          for (int half = 0; half < 2; ++half)
-            for (int c = 0; c < kChunks; ++c)
-              sm90::tma_load_4d(q_tile + c * BM * 128 + half * 64 * 128, map_q, q_full, 64 * c,
-                                q_token0 + 64 * half, item.head, map_batch);
-          for (int i = 0; i < item.tiles; ++i, ++fill) {
-            const int s = fill % STAGES;
-            const int key0 = (item.tile_begin + i) * BN;
-            const u32 k_stage = stages + s * kStageBytes, v_stage = k_stage + kKvBytes;
-            // Wait until both consumers released K of tile fill - STAGES (its scores
-            // are done), then V (its P V is done).
-            const unsigned free_phase = ((fill / STAGES) & 1) ^ 1;
-            sm90::barrier_wait(k_empty + 8 * s, free_phase);
-            sm90::barrier_arrive_expect_bytes(k_full + 8 * s, kKvBytes);
-            for (int c = 0; c < kChunks; ++c)
-              sm90::tma_load_4d(k_stage + c * BN * 128, map_k, k_full + 8 * s, 64 * c,
-                                k_token0 + key0, item.kv_head, map_batch);
-            sm90::barrier_wait(v_empty + 8 * s, free_phase);
-            sm90::barrier_arrive_expect_bytes(v_full + 8 * s, kKvBytes);
-            for (int c = 0; c < kChunks; ++c)
-              sm90::tma_load_4d(v_stage + c * BN * 128, map_v, v_full + 8 * s, 64 * c,
-                                k_token0 + key0, item.kv_head, map_batch);
+          if (threadIdx.x == 0) {
+            // Copy coordinates: packed batches are one sequence of tokens (batch 0 of
+            // the tensor map) starting at their offsets.
+            const int q_token0 = static_cast<int>(item.sequence.q_start) + item.row0;
+            const int k_token0 = static_cast<int>(item.sequence.k_start);
+            const int map_batch = args.cu_seqlens_q != nullptr ? 0 : item.batch;
+            // Q: per 64-row half and per column chunk, one box of 64 rows x 64
+            // columns, into Q buffer `local` mod kQBuffers once the consumers are done
+            // with the item it held (persistent).
+            const int qb = local % kQBuffers;
+            const u32 q_tile = q_tiles + qb * kQBytes, q_full = q_fulls + 8 * qb;
+            if constexpr (PERSISTENT)
+              sm90::barrier_wait(q_empties + 8 * qb, ((local / kQBuffers) & 1) ^ 1);
+            sm90::barrier_arrive_expect_bytes(q_full, kQBytes);
+            for (int half = 0; half < 2; ++half)
+              for (int c = 0; c < kChunks; ++c)
+                sm90::tma_load_4d(q_tile + c * BM * 128 + half * 64 * 128, map_q, q_full, 64 * c,
+                                  q_token0 + 64 * half, item.head, map_batch);
+            for (int i = 0; i < item.tiles; ++i) {
+              const int f = fill + i;  // the block's K/V tile: its buffer and phase
+              const int s = f % STAGES;
+              const int key0 = (item.tile_begin + i) * BN;
+              const u32 k_stage = stages + s * kStageBytes, v_stage = k_stage + kKvBytes;
+              // Wait until both consumers released K of tile f - STAGES (its scores
+              // are done), then V (its P V is done).
+              const unsigned free_phase = ((f / STAGES) & 1) ^ 1;
+              sm90::barrier_wait(k_empty + 8 * s, free_phase);
+              sm90::barrier_arrive_expect_bytes(k_full + 8 * s, kKvBytes);
+              for (int c = 0; c < kChunks; ++c)
+                sm90::tma_load_4d(k_stage + c * BN * 128, map_k, k_full + 8 * s, 64 * c,
+                                  k_token0 + key0, item.kv_head, map_batch);
+              sm90::barrier_wait(v_empty + 8 * s, free_phase);
+              sm90::barrier_arrive_expect_bytes(v_full + 8 * s, kKvBytes);
+              for (int c = 0; c < kChunks; ++c)
+                sm90::tma_load_4d(v_stage + c * BN * 128, map_v, v_full + 8 * s, 64 * c,
+                                  k_token0 + key0, item.kv_head, map_batch);
+            }
           }
+          fill += item.tiles;
           ++local;
         }
       }
@@ -251,7 +264,7 @@ struct FlashForwardSm90 {
     }
 
     // ---- a consumer warpgroup: 64 query rows ----
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const float scale_log2 = softmax_log2<MOD>(args);  // scores to log2 units
