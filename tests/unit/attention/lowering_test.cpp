@@ -164,6 +164,25 @@ TEST(AttentionConfig, PersistentIsTheWgmmaForwardsSchedule) {
   EXPECT_CONTAINS(s.source, "// grid: (min(items, SMs), 1, 1)");
   EXPECT_NE(lower(p, tiles).source, s.source);
   EXPECT_CONTAINS(lower(p, tiles).source, "kjit_wgmma_values>");
+
+  // The model's choice on an H200 (docs/perf/2026-12-02-h200-attention-persistent.md):
+  // persistent blocks without a mask and with a window; causal, where items differ
+  // in length and a block's share is fixed in advance, a block per query tile, at
+  // every length (S = 512 measured 0.85x persistent).
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  for (const int64_t seq : {512, 2048, 8192}) {
+    Problem shape = base();
+    shape.heads = shape.kv_heads = 16;
+    shape.batch = 16384 / seq;
+    shape.seq_q = shape.seq_k = seq;
+    EXPECT_TRUE(tuner::attention_default(shape, h200).persistent) << seq;
+    shape.window_left = 255;
+    shape.window_right = 0;
+    EXPECT_TRUE(tuner::attention_default(shape, h200).persistent) << seq;
+    shape.window_left = -1;
+    shape.causal = true;
+    EXPECT_FALSE(tuner::attention_default(shape, h200).persistent) << seq;
+  }
 }
 
 TEST(AttentionLowering, GlueNamesTheConfigAndIsDeterministic) {
