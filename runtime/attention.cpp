@@ -322,8 +322,9 @@ void Attention::launch(const Tensors& given, CUstream stream) {
   const auto tiles = static_cast<unsigned>((p.seq_q + config_.bm - 1) / config_.bm);
   std::array<unsigned, 3> grid = {tiles, static_cast<unsigned>(p.heads),
                                   static_cast<unsigned>(p.batch)};
-  if (config_.persistent) {  // one block per SM walks the items (at most one per item)
-    const int64_t items = int64_t{tiles} * p.heads * p.batch;
+  if (config_.persistent) {  // one block per SM walks the items (at most one per item:
+                             // pairs of query tiles, so an odd count has an empty one)
+    const int64_t items = int64_t{(tiles + 1) / 2 * 2} * p.heads * p.batch;
     grid = {static_cast<unsigned>(std::min<int64_t>(items, runtime_->device().sm_count)), 1, 1};
   }
   if (!config_.wgmma) {

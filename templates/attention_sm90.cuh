@@ -26,9 +26,10 @@
 //   other's tensor-core time.
 //
 // PERSISTENT: one block per SM walks the work items (query tile, head, batch) in
-// steps of the grid, so the copy engine loads the next item's Q (two Q buffers) and
-// first K/V tiles while the consumers still compute this one, and the write-out of
-// O overlaps the next item's loads: what a short item (a sliding window, a short
+// steps of the grid, two at a time (query tiles j and last - j of a head: equal work
+// under a causal mask), so the copy engine loads the next item's Q (two Q buffers)
+// and first K/V tiles while the consumers still compute this one, and the write-out
+// of O overlaps the next item's loads: what a short item (a sliding window, a short
 // sequence) otherwise pays in every block's prologue and epilogue.
 //
 // Packed variable-length batches (cu_seqlens) read each sequence at its token
@@ -122,11 +123,15 @@ struct FlashForwardSm90 {
     BlockSequence sequence;
     int tile_begin, tiles;  // the key tiles any row of the item sees
   };
-  // The work items, numbered as the hardware numbers a grid's blocks: the query
-  // tile fastest (the items running together share K and V in L2), then the head,
-  // then the batch.
-  __device__ __forceinline__ static int item_count(const AttentionArgs& args) {
-    return ((args.seq_q - 1) / BM + 1) * args.heads * args.batch;
+  // Persistent blocks take the work items in pairs: pair c of a (batch, head) is its
+  // query tiles j and x_tiles - 1 - j, whose key tiles add up to the same count under
+  // a causal mask, so every pair is the same work and a block's fixed share of pairs
+  // (every gridDim.x-th) is as long as any other's. Pairs go by query tile, then
+  // head, then batch: the items running together share K and V in L2. Item n is
+  // half n % 2 of pair n / 2 (an odd tile count leaves the middle tile unpaired).
+  __device__ __forceinline__ static int pair_count(const AttentionArgs& args) {
+    const int x_tiles = (args.seq_q - 1) / BM + 1;
+    return (x_tiles + 1) / 2 * args.heads * args.batch;
   }
   // Item n (x: its query tile's position, hb: head + heads · batch); false when
   // its rows are past its sequence's end (a shorter sequence of a packed batch).
@@ -172,15 +177,24 @@ struct FlashForwardSm90 {
     const u32 k_full = q_empties + (PERSISTENT ? 8 * kQBuffers : 0), v_full = k_full + 8 * STAGES;
     const u32 k_empty = v_full + 8 * STAGES, v_empty = k_empty + 8 * STAGES;
 
-    // This block's items: persistent, every gridDim.x-th from blockIdx.x; otherwise
-    // the one the block's index names (grid: query tiles, heads, batch).
-    const int item_first = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;
-    const int item_end = PERSISTENT ? item_count(args) : 1;
-    const int item_step = PERSISTENT ? static_cast<int>(gridDim.x) : 1;
+    // This block's items (its k-th is item_of(k), while below item_end): persistent,
+    // both halves of every gridDim.x-th pair from blockIdx.x, or item blockIdx.x alone
+    // when there is a block for every item; otherwise the one the block's index names
+    // (grid: query tiles, heads, batch).
+    const int item_end = PERSISTENT ? 2 * pair_count(args) : 1;
+    auto item_of = [&](int k) {
+      if (!PERSISTENT) return k;
+      const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
+      if (blocks >= item_end) return k == 0 ? block : item_end;
+      return 2 * (block + k / 2 * blocks) + k % 2;
+    };
     auto plan_item = [&](int n, Item& item) {
       if constexpr (PERSISTENT) {
-        const int x_tiles = (args.seq_q - 1) / BM + 1;
-        return plan(args, n % x_tiles, n / x_tiles, item);
+        const int x_tiles = (args.seq_q - 1) / BM + 1, pairs = (x_tiles + 1) / 2;
+        const int pair = n / 2, j = pair % pairs;
+        const int x = n % 2 == 0 ? j : x_tiles - 1 - j;
+        if (n % 2 == 1 && x == j) return false;  // the unpaired middle tile
+        return plan(args, x, pair / pairs, item);
       } else {
         return plan(args, blockIdx.x, blockIdx.y + args.heads * blockIdx.z, item);
       }
@@ -215,9 +229,9 @@ struct FlashForwardSm90 {
       if (threadIdx.x < 32) {
         int fill = 0;   // K/V tiles loaded so far, over the block's items
         int local = 0;  // the block's items so far
-        for (int n = item_first; n < item_end; n += item_step) {
+        for (int k = 0; item_of(k) < item_end; ++k) {
           Item item;
-          if (!plan_item(n, item)) continue;
+          if (!plan_item(item_of(k), item)) continue;
           if (threadIdx.x == 0) {
             // Copy coordinates: packed batches are one sequence of tokens (batch 0 of
             // the tensor map) starting at their offsets.
@@ -270,9 +284,9 @@ struct FlashForwardSm90 {
     const float scale_log2 = softmax_log2<MOD>(args);  // scores to log2 units
     int consumed = 0;  // K/V tiles of the block's earlier items (their buffers' uses)
     int local = 0;     // the block's items so far (Q buffer uses)
-    for (int n = item_first; n < item_end; n += item_step) {
+    for (int k = 0; item_of(k) < item_end; ++k) {
       Item item;
-      if (!plan_item(n, item)) continue;
+      if (!plan_item(item_of(k), item)) continue;
       const int head = item.head, batch = item.batch, row0 = item.row0;
       const BlockSequence& sequence = item.sequence;
       const int seq_q = sequence.seq_q, seq_k = sequence.seq_k, offset = seq_k - seq_q;

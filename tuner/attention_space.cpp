@@ -247,12 +247,6 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// A causal-style mask (keys up to the diagonal, no left edge): query tiles see
-// different numbers of key tiles, so items differ in length.
-bool uneven_items(const attention::Problem& p) {
-  return p.window_left < 0 && p.right() >= 0;
-}
-
 const char* mask_kind(const attention::Problem& p) {
   if (p.window_left >= 0) return "window";
   if (p.right() >= 0) return "causal";
@@ -280,16 +274,13 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   // Persistent blocks: two buffers suffice (the next item's loads overlap this one's
-  // compute), the saved prologues are the model's serial term; but with a causal-
-  // style mask the items' lengths differ and a block's share is fixed in advance:
-  // the imbalance costs more than the prologues save (H200, D = 128, bn 128, against
-  // the block per tile with 3 buffers: 1.04x at S = 2k without a mask, 1.12x at
-  // S = 512, 1.11x with a 255:0 window; causal 0.95x at S = 2k, 0.85x at S = 512).
-  const bool uneven = uneven_items(p);
+  // compute); the saved prologues are the model's serial term (H200, D = 128, bn 128,
+  // against the block per tile with 3 buffers: 1.04x at S = 2k without a mask, 1.12x
+  // at S = 512, 1.11x with a 255:0 window; causal, with query tiles taken in pairs of
+  // equal work, 1.06x at S = 512, 1.04x at 2k, 1.02x at 8k).
   if (c.wgmma)
     return 0.5 * (c.bn >= 128 ? 1.15 : 1.0) * (c.stages >= 3 || c.persistent ? 1.1 : 0.85) *
-           (c.pingpong ? 1.05 : 1.0) * (p.head_dim >= 128 ? 1.0 : 0.75) *
-           (c.persistent && uneven ? 0.9 : 1.0);
+           (c.pingpong ? 1.05 : 1.0) * (p.head_dim >= 128 ? 1.0 : 0.75);
   return (hopper ? 0.2 : 0.5) * (c.warp_rows == 32 ? 1.2 : 1.0) *
          (c.bn >= 128  ? 1.04
           : c.bn >= 64 ? 1.0
@@ -462,12 +453,9 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   const double tile_seconds = flops / static_cast<double>(std::max<int64_t>(tiles, 1)) / sm_rate;
   const int64_t tiles_per_sm = ceil_div(tiles, sms);
   const double compute = static_cast<double>(tiles_per_sm) * tile_seconds;
-  // (Persistent blocks with uneven items: what the prologues save, the imbalance
-  // costs again; efficiency_prior has the rest.)
   const double serial =
-      c.persistent && !uneven_items(p)
-          ? kTileFillSeconds + static_cast<double>(tiles_per_sm) * kPersistentItemSeconds
-          : static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
+      c.persistent ? kTileFillSeconds + static_cast<double>(tiles_per_sm) * kPersistentItemSeconds
+                   : static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
 
   // Memory: Q, K, V, O and the LSE once from DRAM; K and V once per query tile
   // through L2 (the keys each tile sees: the FLOPs say how many).

@@ -306,11 +306,13 @@ void validate(const Problem& p, const Config& c) {
     if (c.warp_rows != 16)
       throw UserError("attention config warp_rows applies to mma=sync only",
                       "a wgmma warpgroup owns 64 rows, 16 per warp");
-    const int64_t items = (p.seq_q + c.bm - 1) / c.bm * p.heads * p.batch;
-    if (c.persistent && items > std::numeric_limits<int32_t>::max())
+    // The kernel numbers the items (pairs of query tiles x heads x batch, two items
+    // a pair) and steps over them by the grid in 32 bits.
+    const int64_t items = ((p.seq_q + c.bm - 1) / c.bm + 1) / 2 * 2 * p.heads * p.batch;
+    if (c.persistent && items > int64_t{1} << 30)
       throw UserError(
           fmt::format("attention config persistent=1: {} work items (query tiles x heads x "
-                      "batch) are over 2^31 - 1",
+                      "batch) are over 2^30",
                       items),
           "persistent=0 launches a block per item");
   } else if (c.pingpong || c.persistent) {
@@ -628,13 +630,11 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
       "static_assert(kjit_attention_tile::kSharedBytes == {},\n"
       "              \"the launch's dynamic shared memory (attention::shared_bytes)\");\n\n",
       out.dynamic_shared_bytes);
-  s +=
-      c.persistent
-          ? "// grid: (min(items, SMs), 1, 1), items = ceil(seq_q / 128) x heads x batch; the\n"
-          : "// grid: (ceil(seq_q / 128), heads, batch); the tensor maps describe Q, K and V for\n";
   s += c.persistent
-           ? "// tensor maps describe Q, K and V for the copy engine (runtime/attention.cpp)\n"
-           : "// the copy engine (runtime/attention.cpp encodes them)\n";
+           ? "// grid: (min(items, SMs), 1, 1); items: query tiles rounded up to pairs x heads\n"
+             "// x batch; the tensor maps describe Q, K and V for the copy engine\n"
+           : "// grid: (ceil(seq_q / 128), heads, batch); the tensor maps describe Q, K and V for\n"
+             "// the copy engine (runtime/attention.cpp encodes them)\n";
   s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1)\n", c.threads());
   s += out.name + "(kjit::AttentionArgs args,\n";
   s += "    const __grid_constant__ kjit::TensorMap map_q,\n";

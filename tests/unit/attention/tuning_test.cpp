@@ -111,10 +111,8 @@ TEST(AttentionTuning, TheModelRanksTheMeasuredBestFirst) {
     const Space space = tuning.space(h200);
     EXPECT_EQ(space.candidates.size(), attention_space(tuning.problem(), h200).size());
     for (const Pruned& p : space.pruned) EXPECT_FALSE(p.reason.empty()) << p.config;
-    // The H200's fastest configs (docs/perf/2026-11-30-h200-attention.md, and
-    // docs/perf/2026-12-02-h200-attention-persistent.md for the persistent blocks):
-    // without a mask persistent blocks, causal a block per query tile (whose
-    // hardware scheduling balances the items' different lengths).
+    // The H200's fastest config (docs/perf/2026-12-02-h200-attention-persistent.md):
+    // persistent blocks, causal too (query tiles in pairs of equal work).
     const Efficiencies priors;
     std::string best;
     double best_ms = 0;
@@ -126,8 +124,7 @@ TEST(AttentionTuning, TheModelRanksTheMeasuredBestFirst) {
         best_ms = prediction.ms;
       }
     }
-    EXPECT_EQ(best, causal ? "mma=wgmma,bm=128,bn=128,stages=3,pingpong=1"
-                           : "mma=wgmma,bm=128,bn=128,stages=2,pingpong=1,persistent=1");
+    EXPECT_EQ(best, "mma=wgmma,bm=128,bn=128,stages=2,pingpong=1,persistent=1");
     EXPECT_EQ(attention_default(tuning.problem(), h200).to_string(), best);
     // The chooser with nothing tuned takes the model's choice.
     Chooser chooser(std::shared_ptr<cache::Store>(cache::Store::disabled("a test")),
