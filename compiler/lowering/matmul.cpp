@@ -367,6 +367,12 @@ void validate(const Problem& problem, const Config& config) {
   }
   if (config.bk != 32 && config.bk != 64)
     throw UserError(fmt::format("bk={} is not supported: bk must be 32 or 64", config.bk), hint);
+  // (Checked before any byte count: larger tiles never fit in shared memory, and
+  // their sizes would overflow the arithmetic.)
+  if (config.bm < 16 || config.bm > 256 || config.bn < 16 || config.bn > 256)
+    throw UserError(fmt::format("mma.sync tiles are 16 to 256 rows and columns; got bm={}, bn={}",
+                                config.bm, config.bn),
+                    hint);
   if (config.warps < 1 || config.warps > 32 || config.warps % config.warps_m != 0)
     throw UserError(fmt::format("warps={} with wm={}: wm must divide warps, warps <= 32",
                                 config.warps, config.warps_m),

@@ -81,6 +81,11 @@ TEST(MatmulConfig, ValidationSaysWhichConstraintFailed) {
     return "";
   };
   EXPECT_NE(message("bk=16").find("bk must be 32 or 64"), std::string::npos);
+  // A tile too large for shared memory (found by the config fuzzer: its byte count
+  // overflowed 32 bits in lower() after validate() let it through).
+  EXPECT_NE(message(",bn=5120,,bm=256512,stages=2,,").find("16 to 256 rows and columns"),
+            std::string::npos);
+  EXPECT_NE(message("bm=512,bn=64").find("bm=512"), std::string::npos);
   EXPECT_NE(message("bm=48,warps=4,wm=2").find("multiple of 16 * wm"), std::string::npos);
   EXPECT_NE(message("stages=1").find("stages=1"), std::string::npos);
   EXPECT_EQ(message("bm=128,bn=128,bk=32,warps=8,stages=3"), "");
