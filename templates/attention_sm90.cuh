@@ -28,9 +28,11 @@
 // PERSISTENT: one block per SM walks the work items (query tile, head, batch) in
 // steps of the grid, two at a time (query tiles j and last - j of a head: equal work
 // under a causal mask), so the copy engine loads the next item's Q (two Q buffers)
-// and first K/V tiles while the consumers still compute this one, and the write-out
-// of O overlaps the next item's loads: what a short item (a sliding window, a short
-// sequence) otherwise pays in every block's prologue and epilogue.
+// and first K/V tiles while the consumers still compute this one; the consumers
+// issue the next item's first scores together with this item's last P V (their
+// software pipeline runs on across items), and the write-out of O overlaps the next
+// item's loads: what a short item (a sliding window, a short sequence) otherwise
+// pays in every block's prologue and epilogue.
 //
 // Packed variable-length batches (cu_seqlens) read each sequence at its token
 // offset in the same tensor maps; a block past its sequence's end returns at once.
@@ -199,9 +201,17 @@ struct FlashForwardSm90 {
         return plan(args, blockIdx.x, blockIdx.y + args.heads * blockIdx.z, item);
       }
     };
+    // The block's next item with rows, from its k-th on (k moves to it); false when
+    // there is none.
+    auto next_item = [&](int& k, Item& item) {
+      for (; item_of(k) < item_end; ++k)
+        if (plan_item(item_of(k), item)) return true;
+      return false;
+    };
     if constexpr (!PERSISTENT) {
+      int k = 0;
       Item item;
-      if (!plan_item(0, item)) return;  // a shorter sequence of a packed batch: nothing here
+      if (!next_item(k, item)) return;  // past a shorter packed sequence's end: nothing here
     }
 
     if (threadIdx.x == 0) {
@@ -229,9 +239,9 @@ struct FlashForwardSm90 {
       if (threadIdx.x < 32) {
         int fill = 0;   // K/V tiles loaded so far, over the block's items
         int local = 0;  // the block's items so far
-        for (int k = 0; item_of(k) < item_end; ++k) {
-          Item item;
-          if (!plan_item(item_of(k), item)) continue;
+        int k = 0;
+        Item item;
+        while (next_item(k, item)) {
           if (threadIdx.x == 0) {
             // Copy coordinates: packed batches are one sequence of tokens (batch 0 of
             // the tensor map) starting at their offsets.
@@ -272,6 +282,7 @@ struct FlashForwardSm90 {
           }
           fill += item.tiles;
           ++local;
+          ++k;
         }
       }
       return;
@@ -282,239 +293,288 @@ struct FlashForwardSm90 {
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const float scale_log2 = softmax_log2<MOD>(args);  // scores to log2 units
-    int consumed = 0;  // K/V tiles of the block's earlier items (their buffers' uses)
-    int local = 0;     // the block's items so far (Q buffer uses)
-    for (int k = 0; item_of(k) < item_end; ++k) {
-      Item item;
-      if (!plan_item(item_of(k), item)) continue;
-      const int head = item.head, batch = item.batch, row0 = item.row0;
-      const BlockSequence& sequence = item.sequence;
-      const int seq_q = sequence.seq_q, seq_k = sequence.seq_k, offset = seq_k - seq_q;
-      const int tile_begin = item.tile_begin, tiles = item.tiles;
-      const int qb = local % kQBuffers;
-      const u32 q_tile = q_tiles + qb * kQBytes, q_full = q_fulls + 8 * qb;
-      const int thread_row0 = row0 + group * 64 + warp * 16 + g;  // rows +0 (h = 0), +8 (h = 1)
-      const int group_first = row0 + group * 64, group_last = group_first + 63;
 
-      float o_acc[D / 2];  // O: 64 x D over the warpgroup, the wgmma accumulator layout
+    // The software pipeline runs across key tiles, and (persistent) across items:
+    // while the tensor cores compute O += P V of one tile, this warpgroup's CUDA
+    // cores run the softmax of the next tile, whose scores were issued just before;
+    // the next tile may be the next item's first. O is rescaled only once that P V
+    // has completed.
+    //
+    //   an item's tile 0:  S0 = Q K0ᵀ; softmax(S0) -> P0    (unless the previous
+    //                                                        item's tail did it)
+    //   tile i > 0:        issue Si = Q Kiᵀ; issue O += P(i-1) V(i-1)
+    //                      wait for Si; softmax(Si) -> Pi and the factor c
+    //                      wait for P V; release buffer i - 1; O *= c
+    //   the tail:          issue the next item's S0 (persistent); issue O += P(last) V(last)
+    //                      wait for S0; the next item's softmax(S0) -> P0
+    //                      wait for P V; write this item's O and LSE
+    u32 p[BN / 16][4];  // P of the previous tile, the A fragments of P V
+    float s_acc[BN / 2];
+    float o_acc[D / 2];  // O: 64 x D over the warpgroup, the wgmma accumulator layout
+    float rescale[2] = {1.0f, 1.0f};
+    // The running row max and sum: of the item whose tiles are in flight, and of the
+    // next one while the tail overlaps them.
+    float row_max[2], row_sum[2], next_max[2], next_sum[2];
+    // The tail runs the next item's first softmax under the last P V, except with a
+    // mask modifier: its tile tests would hold registers next to both items' state
+    // (spills), so there the softmax waits for the write-out.
+    constexpr bool kEarlySoftmax = !MOD::kMask;
+
+    // Block K/V tile f (counted over the block's items): its buffer and phase.
+    // Issues S = Q Kᵀ for it with the Q tile at `q_tile`: D / 16 wgmma k steps, the
+    // first overwriting S.
+    auto issue_scores = [&](u32 q_tile, int f) {
+      const int s = f % STAGES;
+      const u32 k_stage = stages + s * kStageBytes;
+      sm90::barrier_wait(k_full + 8 * s, (f / STAGES) & 1);
+      sm90::fence_accumulators(s_acc);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        // Chunk kk / 4 of the head dim; a k16 step is 32 bytes along a 128-byte row.
+        const u32 chunk = kk / 4, step = (kk % 4) * 32;
+        const unsigned long long desc_q =
+            sm90::descriptor(q_tile + chunk * BM * 128 + group * 64 * 128 + step, 16, 1024);
+        const unsigned long long desc_k =
+            sm90::descriptor(k_stage + chunk * BN * 128 + step, 16, 1024);
+        WgmmaS::run(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+      }
+      sm90::wgmma_commit();
+    };
+    // Issues O += P V for block tile f (its V buffer).
+    auto issue_tile_values = [&](int f) {
+      const int s = f % STAGES;
+      issue_values(o_acc, p, stages + s * kStageBytes + kKvBytes, v_full + 8 * s, (f / STAGES) & 1);
+    };
+    // Once block tile f's scores are done, this warp releases its K buffer; once its
+    // P V is done, its V buffer.
+    auto release_k = [&](int f) {
+      if (lane == 0) sm90::barrier_arrive(k_empty + 8 * (f % STAGES));
+    };
+    auto release_v = [&](int f) {
+      sm90::fence_accumulators(o_acc);
+      fence_fragments(p);
+      if (lane == 0) sm90::barrier_arrive(v_empty + 8 * (f % STAGES));
+    };
+
+    // Masks and the online softmax of the scores of `item`'s tile i (attention.cuh,
+    // stages 4 and 5): S becomes P (fp32), the row sums are updated, and O's factor
+    // is kept in `rescale` for when O is free. `mx`, `sum`: the item's row max and sum.
+    auto softmax = [&](const Item& item, int i, float(&mx)[2], float(&sum)[2]) {
+      const int seq_q = item.sequence.seq_q, seq_k = item.sequence.seq_k;
+      const int offset = seq_k - seq_q, head = item.head;
+      const int thread_row0 = item.row0 + group * 64 + warp * 16 + g;  // rows +0 (h = 0), +8
+      const int group_first = item.row0 + group * 64, group_last = group_first + 63;
+      const int key0 = (item.tile_begin + i) * BN;
+      // s_acc[4j + e]: row thread_row0 + 8 (e / 2), key key0 + 8j + 2t + e % 2.
+      if constexpr (MOD::kScore) {  // s = mod(scale · s)
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s_acc[4 * j + e] =
+                MOD::score(args, s_acc[4 * j + e] * args.scale, thread_row0 + 8 * (e / 2),
+                           key0 + 8 * j + 2 * t + (e % 2), head);
+      }
+      const bool crosses_end = key0 + BN > seq_k;
+      const bool crosses_right =
+          args.window_right >= 0 && key0 + BN - 1 > group_first + offset + args.window_right;
+      const bool crosses_left =
+          args.window_left >= 0 && key0 < group_last + offset - args.window_left;
+      // A mask modifier is tested where it does not keep the warpgroup's whole tile.
+      const bool test_mask =
+          MOD::kMask && !mask_keeps_all<MOD>(args, group_first, min(group_last, seq_q - 1), key0,
+                                             min(key0 + BN, seq_k) - 1, head);
+      if (crosses_end || crosses_right || crosses_left) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 8 * j + 2 * t + (e % 2), row = thread_row0 + 8 * (e / 2);
+            const int rel = key - row - offset;
+            const bool visible = key < seq_k &&
+                                 (args.window_right < 0 || rel <= args.window_right) &&
+                                 (args.window_left < 0 || rel >= -args.window_left);
+            if (!visible) s_acc[4 * j + e] = minus_infinity();
+          }
+        }
+      }
+      // The mask modifier in a loop of its own: one branch around it and a select
+      // per score (in the test above, short-circuit evaluation made a branch per
+      // score: a sliding window's kernel ran 1.7x as long as the built-in window's).
+      if (test_mask) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const bool keep =
+                MOD::keep(args, thread_row0 + 8 * (e / 2), key0 + 8 * j + 2 * t + (e % 2), head);
+            s_acc[4 * j + e] = keep ? s_acc[4 * j + e] : minus_infinity();
+          }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = minus_infinity();
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+          tile_max = fmaxf(tile_max, fmaxf(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        // The running max moves only when the tile's max exceeds it by more than
+        // 2^kRescaleLog2 once scaled: below that every p = 2^(s·c - m·c) stays under
+        // 2^kRescaleLog2 (safe in fp32 and in 16-bit P), and O and l need no
+        // rescaling. O / l and the LSE at the end use the same m: still exact.
+        const float old_max = mx[h];
+        const bool fresh = old_max == minus_infinity();
+        const float new_max =
+            fresh || (tile_max - old_max) * scale_log2 > kRescaleLog2 ? tile_max : old_max;
+        const float scaled_max = new_max == minus_infinity() ? 0.0f : new_max * scale_log2;
+        rescale[h] =
+            fresh || new_max == old_max ? 1.0f : fast_exp2(old_max * scale_log2 - scaled_max);
+        mx[h] = new_max;
+        sum[h] *= rescale[h];
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          s_acc[4 * j + 2 * h] = fast_exp2(fmaf(s_acc[4 * j + 2 * h], scale_log2, -scaled_max));
+          s_acc[4 * j + 2 * h + 1] =
+              fast_exp2(fmaf(s_acc[4 * j + 2 * h + 1], scale_log2, -scaled_max));
+          sum[h] += s_acc[4 * j + 2 * h] + s_acc[4 * j + 2 * h + 1];
+        }
+      }
+    };
+    // O *= its factor, then P (rounded to 16 bits) into the A fragments: keys [16 kk,
+    // 16 kk + 16) of the warp's rows are a0 (row g, keys 2t..), a1 (row g + 8), a2
+    // and a3 the same 8 keys further: accumulators 8kk .. 8kk + 7.
+    auto rescale_and_keep_p = [&]() {
+      if (rescale[0] != 1.0f || rescale[1] != 1.0f) {  // rare: the max moved a lot
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          o_acc[4 * j + 0] *= rescale[0];
+          o_acc[4 * j + 1] *= rescale[0];
+          o_acc[4 * j + 2] *= rescale[1];
+          o_acc[4 * j + 3] *= rescale[1];
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        p[kk][0] = pack2<T>(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);
+        p[kk][1] = pack2<T>(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);
+        p[kk][2] = pack2<T>(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);
+        p[kk][3] = pack2<T>(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);
+      }
+    };
+    // A new item's running max and sum.
+    auto reset_rows = [&](float(&mx)[2], float(&sum)[2]) {
+      mx[0] = mx[1] = minus_infinity();
+      sum[0] = sum[1] = 0.0f;
+    };
+    auto zero_o = [&]() {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.0f;
-      float row_max[2] = {minus_infinity(), minus_infinity()};
-      float row_sum[2] = {0.0f, 0.0f};
+    };
 
-      // The loop is software-pipelined across key tiles: while the tensor cores
-      // compute O += P V of tile i - 1, this warpgroup's CUDA cores run the softmax
-      // of tile i (whose scores were issued just before). O is rescaled only once
-      // that P V has completed.
-      //
-      //   tile 0:      S0 = Q K0ᵀ; softmax(S0) -> P0
-      //   tile i > 0:  issue Si = Q Kiᵀ; issue O += P(i-1) V(i-1)
-      //                wait for Si; softmax(Si) -> Pi and the factor c
-      //                wait for P V; release buffer i - 1; O *= c
-      //   after:       O += P(last) V(last)
-      u32 p[BN / 16][4];  // P of the previous tile, the A fragments of P V
-      float s_acc[BN / 2];
-      float rescale[2] = {1.0f, 1.0f};
+    // Ping-pong: consumer g issues its products after barrier 1 + g and then lets
+    // the other go (barrier 2 - g). The rounds of a chain (items whose tails overlap
+    // the next item's first scores) run back to back: at a chain's first round
+    // consumer 1 lets consumer 0 start, and it does not let it go after the chain's
+    // last, so the arrivals and waits of both barriers pair up.
+    auto my_turn = [&](bool chain_start) {
+      if (PINGPONG) {
+        if (chain_start && group == 1) sm90::named_barrier_arrive(1, 256);
+        sm90::named_barrier_sync(1 + group, 256);
+      }
+    };
+    auto your_turn = [&](bool chain_end) {
+      if (PINGPONG && !(group == 1 && chain_end)) sm90::named_barrier_arrive(2 - group, 256);
+    };
 
-      // Tile i of the item is the block's K/V tile consumed + i: its buffer and phase.
-      // Issues S = Q Kᵀ for tile i: D / 16 wgmma k steps, the first overwriting S.
-      auto issue_scores = [&](int i) {
-        const int s = (consumed + i) % STAGES;
-        const u32 k_stage = stages + s * kStageBytes;
-        sm90::barrier_wait(k_full + 8 * s, ((consumed + i) / STAGES) & 1);
-        sm90::fence_accumulators(s_acc);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          // Chunk kk / 4 of the head dim; a k16 step is 32 bytes along a 128-byte row.
-          const u32 chunk = kk / 4, step = (kk % 4) * 32;
-          const unsigned long long desc_q =
-              sm90::descriptor(q_tile + chunk * BM * 128 + group * 64 * 128 + step, 16, 1024);
-          const unsigned long long desc_k =
-              sm90::descriptor(k_stage + chunk * BN * 128 + step, 16, 1024);
-          WgmmaS::run(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+    int consumed = 0;  // K/V tiles of the block's earlier items (their buffers' uses)
+    int local = 0;     // the block's items so far (Q buffer uses)
+    int k = 0;
+    Item item;
+    if (!next_item(k, item)) return;
+    bool started = false;  // the previous item's tail ran this item's tile 0
+    for (;;) {
+      const int tiles = item.tiles;
+      const int qb = local % kQBuffers;
+      const u32 q_tile = q_tiles + qb * kQBytes;
+      // The block's next item, planned here, where few registers are live.
+      Item next;
+      bool have_next = false;
+      if constexpr (PERSISTENT) {
+        ++k;
+        have_next = next_item(k, next);
+      }
+      if (!started) {  // tile 0: nothing to overlap with yet
+        zero_o();
+        reset_rows(row_max, row_sum);
+        sm90::barrier_wait(q_fulls + 8 * qb, (local / kQBuffers) & 1);
+        if (tiles > 0) {
+          my_turn(true);
+          issue_scores(q_tile, consumed);
+          your_turn(false);
+          sm90::wgmma_wait<0>();
+          sm90::fence_accumulators(s_acc);
+          release_k(consumed);
+          softmax(item, 0, row_max, row_sum);
+          rescale_and_keep_p();
         }
-        sm90::wgmma_commit();
-      };
-      // Issues O += P V for tile i (its V buffer).
-      auto issue_tile_values = [&](int i) {
-        const int s = (consumed + i) % STAGES;
-        issue_values(o_acc, p, stages + s * kStageBytes + kKvBytes, v_full + 8 * s,
-                     ((consumed + i) / STAGES) & 1);
-      };
-      // Once tile i's scores are done, this warp releases its K buffer; once its P V
-      // is done, its V buffer.
-      auto release_k = [&](int i) {
-        if (lane == 0) sm90::barrier_arrive(k_empty + 8 * ((consumed + i) % STAGES));
-      };
-      auto release_v = [&](int i) {
-        sm90::fence_accumulators(o_acc);
-        fence_fragments(p);
-        if (lane == 0) sm90::barrier_arrive(v_empty + 8 * ((consumed + i) % STAGES));
-      };
-
-      // Masks and the online softmax of tile i's scores (attention.cuh, stages 4
-      // and 5): S becomes P (fp32), l is updated, and O's factor is kept in
-      // `rescale` for when O is free.
-      auto softmax = [&](int i) {
-        const int key0 = (tile_begin + i) * BN;
-        // s_acc[4j + e]: row thread_row0 + 8 (e / 2), key key0 + 8j + 2t + e % 2.
-        if constexpr (MOD::kScore) {  // s = mod(scale · s)
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              s_acc[4 * j + e] =
-                  MOD::score(args, s_acc[4 * j + e] * args.scale, thread_row0 + 8 * (e / 2),
-                             key0 + 8 * j + 2 * t + (e % 2), head);
-        }
-        const bool crosses_end = key0 + BN > seq_k;
-        const bool crosses_right =
-            args.window_right >= 0 && key0 + BN - 1 > group_first + offset + args.window_right;
-        const bool crosses_left =
-            args.window_left >= 0 && key0 < group_last + offset - args.window_left;
-        // A mask modifier is tested where it does not keep the warpgroup's whole tile.
-        const bool test_mask =
-            MOD::kMask && !mask_keeps_all<MOD>(args, group_first, min(group_last, seq_q - 1), key0,
-                                               min(key0 + BN, seq_k) - 1, head);
-        if (crosses_end || crosses_right || crosses_left) {
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int key = key0 + 8 * j + 2 * t + (e % 2), row = thread_row0 + 8 * (e / 2);
-              const int rel = key - row - offset;
-              const bool visible = key < seq_k &&
-                                   (args.window_right < 0 || rel <= args.window_right) &&
-                                   (args.window_left < 0 || rel >= -args.window_left);
-              if (!visible) s_acc[4 * j + e] = minus_infinity();
-            }
-          }
-        }
-        // The mask modifier in a loop of its own: one branch around it and a select
-        // per score (in the test above, short-circuit evaluation made a branch per
-        // score: a sliding window's kernel ran 1.7x as long as the built-in window's).
-        if (test_mask) {
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const bool keep =
-                  MOD::keep(args, thread_row0 + 8 * (e / 2), key0 + 8 * j + 2 * t + (e % 2), head);
-              s_acc[4 * j + e] = keep ? s_acc[4 * j + e] : minus_infinity();
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float tile_max = minus_infinity();
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-            tile_max = fmaxf(tile_max, fmaxf(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]));
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-          // The running max moves only when the tile's max exceeds it by more than
-          // 2^kRescaleLog2 once scaled: below that every p = 2^(s·c - m·c) stays under
-          // 2^kRescaleLog2 (safe in fp32 and in 16-bit P), and O and l need no
-          // rescaling. O / l and the LSE at the end use the same m: still exact.
-          const float old_max = row_max[h];
-          const bool first = old_max == minus_infinity();
-          const float new_max =
-              first || (tile_max - old_max) * scale_log2 > kRescaleLog2 ? tile_max : old_max;
-          const float scaled_max = new_max == minus_infinity() ? 0.0f : new_max * scale_log2;
-          rescale[h] =
-              first || new_max == old_max ? 1.0f : fast_exp2(old_max * scale_log2 - scaled_max);
-          row_max[h] = new_max;
-          row_sum[h] *= rescale[h];
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j) {
-            s_acc[4 * j + 2 * h] = fast_exp2(fmaf(s_acc[4 * j + 2 * h], scale_log2, -scaled_max));
-            s_acc[4 * j + 2 * h + 1] =
-                fast_exp2(fmaf(s_acc[4 * j + 2 * h + 1], scale_log2, -scaled_max));
-            row_sum[h] += s_acc[4 * j + 2 * h] + s_acc[4 * j + 2 * h + 1];
-          }
-        }
-      };
-      // O *= its factor, then P (rounded to 16 bits) into the A fragments: keys [16 kk,
-      // 16 kk + 16) of the warp's rows are a0 (row g, keys 2t..), a1 (row g + 8), a2
-      // and a3 the same 8 keys further: accumulators 8kk .. 8kk + 7.
-      auto rescale_and_keep_p = [&]() {
-        if (rescale[0] != 1.0f || rescale[1] != 1.0f) {  // rare: the max moved a lot
-#pragma unroll
-          for (int j = 0; j < D / 8; ++j) {
-            o_acc[4 * j + 0] *= rescale[0];
-            o_acc[4 * j + 1] *= rescale[0];
-            o_acc[4 * j + 2] *= rescale[1];
-            o_acc[4 * j + 3] *= rescale[1];
-          }
-        }
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-          p[kk][0] = pack2<T>(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);
-          p[kk][1] = pack2<T>(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);
-          p[kk][2] = pack2<T>(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);
-          p[kk][3] = pack2<T>(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);
-        }
-      };
-
-      // Ping-pong: consumer g issues its products after barrier 1 + g and then lets
-      // the other go (barrier 2 - g); consumer 1 lets consumer 0 start. Each issues
-      // tiles + 1 rounds, so the arrivals and waits of both barriers pair up.
-      const int rounds = tiles > 0 ? tiles + 1 : 0;
-      auto my_turn = [&](int round) {
-        if (PINGPONG) {
-          if (round == 0 && group == 1) sm90::named_barrier_arrive(1, 256);
-          sm90::named_barrier_sync(1 + group, 256);
-        }
-      };
-      auto your_turn = [&](int round) {
-        if (PINGPONG && !(group == 1 && round == rounds - 1))
-          sm90::named_barrier_arrive(2 - group, 256);
-      };
-
-      sm90::barrier_wait(q_full, (local / kQBuffers) & 1);
-      if (tiles > 0) {  // tile 0: nothing to overlap with yet
-        my_turn(0);
-        issue_scores(0);
-        your_turn(0);
-        sm90::wgmma_wait<0>();
-        sm90::fence_accumulators(s_acc);
-        release_k(0);
-        softmax(0);
-        rescale_and_keep_p();
       }
       for (int i = 1; i < tiles; ++i) {
-        my_turn(i);
-        issue_scores(i);
-        issue_tile_values(i - 1);
-        your_turn(i);
+        my_turn(false);
+        issue_scores(q_tile, consumed + i);
+        issue_tile_values(consumed + i - 1);
+        your_turn(false);
         sm90::wgmma_wait<1>();  // the scores (the older group) are done
         sm90::fence_accumulators(s_acc);
-        release_k(i);
-        softmax(i);  // ... while P V of tile i - 1 runs
+        release_k(consumed + i);
+        softmax(item, i, row_max, row_sum);  // ... while P V of tile i - 1 runs
         sm90::wgmma_wait<0>();
-        release_v(i - 1);
+        release_v(consumed + i - 1);
         rescale_and_keep_p();
       }
-      if (tiles > 0) {  // the last tile's P V
-        my_turn(tiles);
-        issue_tile_values(tiles - 1);
-        your_turn(tiles);
+      // The tail. Persistent: the next item's first scores go with the last P V.
+      // Two whole branches, not an `if` around the extra product: ptxas serializes
+      // every wgmma of the kernel (warning C7515) when one is issued conditionally
+      // inside a group.
+      const bool overlap = have_next && tiles > 0 && next.tiles > 0;
+      const int next_qb = (local + 1) % kQBuffers;
+      if (overlap) {
+        my_turn(false);
+        reset_rows(next_max, next_sum);  // (O is still this item's)
+        sm90::barrier_wait(q_fulls + 8 * next_qb, ((local + 1) / kQBuffers) & 1);
+        issue_scores(q_tiles + next_qb * kQBytes, consumed + tiles);
+        issue_tile_values(consumed + tiles - 1);
+        your_turn(false);
+        sm90::wgmma_wait<1>();
+        sm90::fence_accumulators(s_acc);
+        release_k(consumed + tiles);
+        if constexpr (kEarlySoftmax)
+          softmax(next, 0, next_max, next_sum);  // ... while the last P V runs
         sm90::wgmma_wait<0>();
-        release_v(tiles - 1);
+        release_v(consumed + tiles - 1);
+      } else if (tiles > 0) {
+        my_turn(false);
+        issue_tile_values(consumed + tiles - 1);
+        your_turn(true);
+        sm90::wgmma_wait<0>();
+        release_v(consumed + tiles - 1);
       }
       // Persistent: every product that read this Q is done; its buffer may be refilled.
       if (PERSISTENT && lane == 0) sm90::barrier_arrive(q_empties + 8 * qb);
 
       // ---- O / l and the log-sum-exp (attention.cuh, stage 7) ----
-      T* o = static_cast<T*>(args.o) + batch * args.o_batch + sequence.q_start * args.o_seq +
-             head * args.o_head;
+      const BlockSequence& sequence = item.sequence;
+      const int thread_row0 = item.row0 + group * 64 + warp * 16 + g;
+      T* o = static_cast<T*>(args.o) + item.batch * args.o_batch + sequence.q_start * args.o_seq +
+             item.head * args.o_head;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float sum = row_sum[h];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int row = thread_row0 + 8 * h;
-        if (row >= seq_q) continue;
+        if (row >= sequence.seq_q) continue;
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
         T* out = o + row * args.o_seq;
 #pragma unroll
@@ -525,8 +585,22 @@ struct FlashForwardSm90 {
           args.lse[sequence.lse_start + row] =
               sum > 0.0f ? row_max[h] * softmax_units<MOD>(args) + logf(sum) : minus_infinity();
       }
+      if (!have_next) break;
+      if (overlap) {  // the next item's tile 0 is in s_acc: O starts from zero
+        zero_o();
+        if constexpr (kEarlySoftmax) {
+          row_max[0] = next_max[0], row_max[1] = next_max[1];
+          row_sum[0] = next_sum[0], row_sum[1] = next_sum[1];
+        } else {
+          reset_rows(row_max, row_sum);
+          softmax(next, 0, row_max, row_sum);
+        }
+        rescale_and_keep_p();
+      }
       consumed += tiles;
       ++local;
+      item = next;
+      started = overlap;
     }
   }
 };

@@ -586,7 +586,8 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
   if (c.persistent)
     s += "// schedule:  persistent: one block per SM walks the (query tile, head, batch) items;\n"
          "//            the next item's Q (two buffers) and first K/V tiles load while this one\n"
-         "//            computes, and its O is written out under the next one's loads\n";
+         "//            computes; the next item's first scores go to the tensor cores with this\n"
+         "//            one's last P V, and its O is written out under the next one's loads\n";
   s += "//\n";
   s += "// Per tile of keys, each consumer warpgroup (64 rows; templates/attention_sm90.cuh):\n";
   s += "//   S   = Q K^T                          wgmma, Q and K from shared memory\n";
