@@ -84,11 +84,12 @@ constexpr int kWgmmaBackwardOverheadRegisters = 24;
 // EveryConfigWithModifiersCompilesWithoutSpills); the margin they had (bn / 2 in dQ,
 // bm / 4 in dK/dV) kept out bn = 128, 1-3% faster on the H200 (2026-12-01). A
 // heavier modifier that spills is caught when tuning (tune.cpp refuses spills).
-// dq=atomic: the dK/dV consumer also holds its share of dQ (32 floats), with a score
-// modifier its mod'(scale · Sᵀ) as 16-bit pairs (bm / 4), and there is no dQ kernel.
+// dq=atomic: the dK/dV consumer also holds its share of dQ (32 floats), and there is
+// no dQ kernel. (A score modifier's mod'(scale · Sᵀ) was counted as bm / 4 more, which
+// kept dq=atomic out with modifiers at head dim 128; it compiles without spills with
+// soft-capping and ALiBi, with and without a window mask: the compile test.)
 int backward_wgmma_registers(const attention::Problem& p, const attention::Config& c) {
-  const int kv =
-      p.head_dim + 3 * c.bm / 4 + (c.atomic_dq ? 32 + (p.score_mod.empty() ? 0 : c.bm / 4) : 0);
+  const int kv = p.head_dim + 3 * c.bm / 4 + (c.atomic_dq ? 32 : 0);
   const int q = c.atomic_dq ? 0 : p.head_dim / 2 + c.bn;
   return std::max(kv, q) + kWgmmaBackwardOverheadRegisters;
 }

@@ -295,6 +295,14 @@ TEST(AttentionBackward, AtomicDqIsAConfigTheDeterministicProblemRefuses) {
   const std::vector<BackwardKernel> d64_kernels = lower_backward(d64, atomic);
   EXPECT_CONTAINS(d64_kernels[1].source.source, "m64n32k16");  // dQ: 32 columns a warpgroup
   EXPECT_EQ(shared_bytes(d64, atomic), d64_kernels[1].source.dynamic_shared_bytes);
+  // With a score modifier too (ALiBi, D = 128: a register estimate kept it out; it
+  // compiles without spills, EveryConfigWithModifiersCompilesWithoutSpills).
+  Problem alibi = p;
+  alibi.score_mod = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
+  const std::vector<Config> alibi_space = tuner::attention_space(alibi, h200);
+  EXPECT_TRUE(std::any_of(alibi_space.begin(), alibi_space.end(),
+                          [](const Config& c) { return c.atomic_dq; }));
+  EXPECT_TRUE(tuner::attention_default(alibi, h200).atomic_dq);
   Problem same_bits = p;
   same_bits.deterministic = true;
   EXPECT_CONTAINS(same_bits.to_string(), ",deterministic=1");
