@@ -431,6 +431,7 @@ Prediction AttentionTuning::predict(const attention::Config& c,
     tiles += key_tiles * p.kv_heads * (p.packed() ? 1 : p.batch);
   }
   out.waves = waves_of(tiles, sms * resident);
+  if (c.persistent) out.persistent_blocks = std::min<int64_t>(tiles, sms * resident);
 
   out.efficiency_key = efficiency_key(p, c);
   out.group = fmt::format("{}:{}x{}",

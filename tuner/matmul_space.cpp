@@ -342,6 +342,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   const int64_t tiles_m = ceil_div(p.m, c.bm), tiles_n = ceil_div(p.n, c.bn);
   const int64_t tiles = tiles_m * tiles_n * p.batch;
   out.waves = waves_of(tiles * splits, sms * resident);
+  if (c.wgmma && c.persistent) out.persistent_blocks = std::min<int64_t>(tiles, sms * resident);
 
   // Compute: one unit's multiply-adds at the SM's rate times the efficiency; the
   // busiest SM runs ceil(units / SMs) of them (resident blocks share its rate).

@@ -103,6 +103,9 @@ struct Prediction {
   KernelResources resources;
   Occupancy occupancy;
   Waves waves;
+  // Persistent schedules: the blocks launched, each walking several of the
+  // waves.units work items (0: one block per item).
+  int64_t persistent_blocks = 0;
   std::string efficiency_key;
   // The kernel's coarse shape (engine and block tile): configs of one group differ
   // only in finer knobs (stages, split-K, raster, grid). The model strategy

@@ -202,13 +202,22 @@ void print_emitted(const std::string& source, const std::string& plan, bool temp
 }
 
 std::string plan_comment(const std::string& gpu, const tuner::Prediction& p) {
-  std::string s = fmt::format(
-      "// on {}: {} thread blocks, {} resident per SM (limited by {}) -> {:.2f} waves -> {}, the "
-      "last {:.0f}% full\n",
-      gpu, p.waves.units, p.occupancy.blocks_per_sm, p.occupancy.limiter,
-      p.waves.slots > 0 ? static_cast<double>(p.waves.units) / static_cast<double>(p.waves.slots)
-                        : 0.0,
-      p.waves.waves, 100.0 * p.waves.last_fill);
+  std::string s =
+      p.persistent_blocks > 0
+          ? fmt::format(
+                "// on {}: {} persistent blocks ({} resident per SM, limited by {}) walk {} work "
+                "items, {:.2f} each\n",
+                gpu, p.persistent_blocks, p.occupancy.blocks_per_sm, p.occupancy.limiter,
+                p.waves.units,
+                static_cast<double>(p.waves.units) / static_cast<double>(p.persistent_blocks))
+          : fmt::format(
+                "// on {}: {} thread blocks, {} resident per SM (limited by {}) -> {:.2f} waves "
+                "-> {}, the last {:.0f}% full\n",
+                gpu, p.waves.units, p.occupancy.blocks_per_sm, p.occupancy.limiter,
+                p.waves.slots > 0
+                    ? static_cast<double>(p.waves.units) / static_cast<double>(p.waves.slots)
+                    : 0.0,
+                p.waves.waves, 100.0 * p.waves.last_fill);
   s += fmt::format(
       "// roofline: {:.3g} GFLOP over {:.4g} MB = {:.0f} FLOP/B -> {}-bound; the model "
       "predicts {:.4f} ms (kjit explain says why)\n",
