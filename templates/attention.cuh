@@ -115,6 +115,18 @@ __device__ __forceinline__ bool key_visible(const AttentionArgs& args, int seq_k
          (args.window_left < 0 || rel >= -args.window_left);
 }
 
+// Whether rows [first_row, last_row] x keys [key0, key0 + bn) cross an edge of the
+// built-in masks: the end of the keys, or a side of the window. Only such tiles test
+// each score with key_visible.
+__device__ __forceinline__ bool crosses_edge(const AttentionArgs& args, int seq_k, int offset,
+                                             int first_row, int last_row, int key0, int bn) {
+  const bool crosses_end = key0 + bn > seq_k;
+  const bool crosses_right =
+      args.window_right >= 0 && key0 + bn - 1 > first_row + offset + args.window_right;
+  const bool crosses_left = args.window_left >= 0 && key0 < last_row + offset - args.window_left;
+  return crosses_end || crosses_right || crosses_left;
+}
+
 // ---- score and mask modifiers ----
 // FlexAttention's score_mod and mask_mod, written in kjit's IR: the generated glue
 // defines a struct like this one around the fused functions
@@ -390,16 +402,11 @@ struct FlashForward {
       // ---- stage 4: masks, only where the tile crosses a boundary (a mask
       // modifier: everywhere) ----
       const int warp_first = row0 + warp * kWarpRows, warp_last = warp_first + kWarpRows - 1;
-      const bool crosses_end = key0 + BN > seq_k;
-      const bool crosses_right =
-          args.window_right >= 0 && key0 + BN - 1 > warp_first + offset + args.window_right;
-      const bool crosses_left =
-          args.window_left >= 0 && key0 < warp_last + offset - args.window_left;
       // A mask modifier is tested where it does not keep the warp's whole tile.
       const bool test_mask =
           MOD::kMask && !mask_keeps_all<MOD>(args, warp_first, min(warp_last, seq_q - 1), key0,
                                              min(key0 + BN, seq_k) - 1, head);
-      if (crosses_end || crosses_right || crosses_left) {
+      if (crosses_edge(args, seq_k, offset, warp_first, warp_last, key0, BN)) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll

@@ -201,18 +201,24 @@ struct FlashForwardSm90 {
         return plan(args, blockIdx.x, blockIdx.y + args.heads * blockIdx.z, item);
       }
     };
+    // A block of the one-item grid plans its item once, here, for every role (planned
+    // per role instead, a persistent block keeps fewer registers live across the split).
+    Item only;
+    if constexpr (!PERSISTENT) {
+      if (!plan_item(0, only)) return;  // past a shorter packed sequence's end: nothing here
+    }
     // The block's next item with rows, from its k-th on (k moves to it); false when
     // there is none.
     auto next_item = [&](int& k, Item& item) {
-      for (; item_of(k) < item_end; ++k)
-        if (plan_item(item_of(k), item)) return true;
-      return false;
+      if constexpr (!PERSISTENT) {
+        item = only;
+        return k == 0;
+      } else {
+        for (; item_of(k) < item_end; ++k)
+          if (plan_item(item_of(k), item)) return true;
+        return false;
+      }
     };
-    if constexpr (!PERSISTENT) {
-      int k = 0;
-      Item item;
-      if (!next_item(k, item)) return;  // past a shorter packed sequence's end: nothing here
-    }
 
     if (threadIdx.x == 0) {
       for (int b = 0; b < kQBuffers; ++b) {
@@ -376,21 +382,18 @@ struct FlashForwardSm90 {
                 MOD::score(args, s_acc[4 * j + e] * args.scale, thread_row0 + 8 * (e / 2),
                            key0 + 8 * j + 2 * t + (e % 2), head);
       }
-      const bool crosses_end = key0 + BN > seq_k;
-      const bool crosses_right =
-          args.window_right >= 0 && key0 + BN - 1 > group_first + offset + args.window_right;
-      const bool crosses_left =
-          args.window_left >= 0 && key0 < group_last + offset - args.window_left;
       // A mask modifier is tested where it does not keep the warpgroup's whole tile.
       const bool test_mask =
           MOD::kMask && !mask_keeps_all<MOD>(args, group_first, min(group_last, seq_q - 1), key0,
                                              min(key0 + BN, seq_k) - 1, head);
-      if (crosses_end || crosses_right || crosses_left) {
+      if (crosses_edge(args, seq_k, offset, group_first, group_last, key0, BN)) {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int key = key0 + 8 * j + 2 * t + (e % 2), row = thread_row0 + 8 * (e / 2);
+            // (Written out: key_visible(args, seq_k, key, row + offset), the same test,
+            // spilled 96 bytes in the persistent 128 x 128 kernel.)
             const int rel = key - row - offset;
             const bool visible = key < seq_k &&
                                  (args.window_right < 0 || rel <= args.window_right) &&
@@ -541,7 +544,7 @@ struct FlashForwardSm90 {
       const int next_qb = (local + 1) % kQBuffers;
       if (overlap) {
         my_turn(false);
-        reset_rows(next_max, next_sum);  // (O is still this item's)
+        if constexpr (kEarlySoftmax) reset_rows(next_max, next_sum);  // (O is still this item's)
         sm90::barrier_wait(q_fulls + 8 * next_qb, ((local + 1) / kQBuffers) & 1);
         issue_scores(q_tiles + next_qb * kQBytes, consumed + tiles);
         issue_tile_values(consumed + tiles - 1);
