@@ -140,6 +140,9 @@ __device__ __forceinline__ bool crosses_edge(const AttentionArgs& args, int seq_
 struct NoModifiers {
   static constexpr bool kScore = false;  // a score modifier is applied
   static constexpr bool kMask = false;   // a mask modifier is tested
+  // The score modifier reads the positions only as q - kv (ALiBi), exact in float for
+  // this problem: the forward kernels call score_relative(args, s, float q - kv, head).
+  static constexpr bool kRelative = false;
   __device__ __forceinline__ static float score(const AttentionArgs&, float s, int, int, int) {
     return s;
   }
@@ -388,7 +391,20 @@ struct FlashForward {
       }
 
       // ---- the score modifier, if any: s = mod(scale · s) ----
-      if constexpr (MOD::kScore) {
+      if constexpr (MOD::kScore && MOD::kRelative) {
+        // q - kv of each row's first score, then a constant per score: one float add
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float row_minus_key0 = static_cast<float>(my_row(m, e / 2) - key0 - 2 * t);
+#pragma unroll
+            for (int n = 0; n < BN / 8; ++n)
+              s[m][n][e] =
+                  MOD::score_relative(args, s[m][n][e] * args.scale,
+                                      row_minus_key0 - static_cast<float>(n * 8 + e % 2), head);
+          }
+      } else if constexpr (MOD::kScore) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll

@@ -373,7 +373,18 @@ struct FlashForwardSm90 {
       const int group_first = item.row0 + group * 64, group_last = group_first + 63;
       const int key0 = (item.tile_begin + i) * BN;
       // s_acc[4j + e]: row thread_row0 + 8 (e / 2), key key0 + 8j + 2t + e % 2.
-      if constexpr (MOD::kScore) {  // s = mod(scale · s)
+      if constexpr (MOD::kScore && MOD::kRelative) {  // s = mod(scale · s) over q - kv
+        // q - kv of the thread's first score in each row, then a constant per score:
+        // one float add, where q_idx and kv_idx would cost a subtract, abs and convert.
+        const float row_minus_key0 = static_cast<float>(thread_row0 - key0 - 2 * t);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s_acc[4 * j + e] = MOD::score_relative(
+                args, s_acc[4 * j + e] * args.scale,
+                row_minus_key0 + static_cast<float>(8 * (e / 2) - 8 * j - e % 2), head);
+      } else if constexpr (MOD::kScore) {  // s = mod(scale · s)
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll

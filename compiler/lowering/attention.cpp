@@ -440,6 +440,15 @@ bool has_modifiers(const Problem& p) {
   return !p.score_mod.empty() || !p.mask_mod.empty();
 }
 
+// Whether the forward kernels give the score modifier q_idx - kv_idx as a float
+// (Modifier::relative): exact where every position a kernel evaluates, padded rows
+// and keys of the last tiles included, is below 2^24.
+bool relative_positions(const Problem& p) {
+  constexpr int64_t kExactInFloat = int64_t{1} << 24, kLastTilesPadding = 512;
+  return !p.score_mod.empty() && cached_score_mod(p.score_mod)->relative &&
+         std::max(p.seq_q, p.seq_k) + kLastTilesPadding <= kExactInFloat;
+}
+
 // The kernels' MOD policy (templates/attention.cuh, NoModifiers) around the fused
 // modifier functions: each operand read from its slot of args.modifier_operands at
 // the head or position it is indexed by (positions clamped to the tensors: padded
@@ -482,6 +491,18 @@ std::string modifier_glue(const Problem& p) {
         "    return kjit_score_mod_grad(s, q_idx, kv_idx, head{0});\n"
         "  }}\n",
         args);
+    if (relative_positions(p))
+      members += fmt::format(
+          "  // The same over q_idx - kv_idx as a float (exact: every position of this\n"
+          "  // problem is below 2^24): the kernels add a constant to it per score.\n"
+          "  static constexpr bool kRelative = true;\n"
+          "  __device__ __forceinline__ static float score_relative(const kjit::AttentionArgs& "
+          "args,\n"
+          "                                                         float s, float q_minus_kv,\n"
+          "                                                         int head) {{\n"
+          "    return kjit_score_mod_relative(s, q_minus_kv, head{0});\n"
+          "  }}\n",
+          args);
   }
   if (!p.mask_mod.empty()) {
     const std::shared_ptr<const Modifier> m = cached_mask_mod(p.mask_mod);
@@ -532,6 +553,7 @@ std::string modifier_suffix(const Problem& p) {
   const std::string key = KeyHasher()
                               .add(p.score_mod.empty() ? "" : cached_score_mod(p.score_mod)->key)
                               .add(p.mask_mod.empty() ? "" : cached_mask_mod(p.mask_mod)->key)
+                              .add(relative_positions(p) ? "relative" : "")
                               .hex();
   return "_mod" + key.substr(0, 8);
 }

@@ -12,6 +12,7 @@
 #include "kjit/compiler/interpreter/interpreter.h"
 #include "kjit/compiler/ir/parser.h"
 #include "kjit/compiler/ir/printer.h"
+#include "kjit/compiler/ir/verifier.h"
 #include "kjit/compiler/lowering/elementwise.h"
 #include "kjit/compiler/passes/derivative.h"
 #include "kjit/compiler/passes/pipeline.h"
@@ -316,6 +317,144 @@ std::string emit_tile_function(const Graph& graph, const std::vector<ModifierOpe
       parameters, body, graph.outputs()[0].second);
 }
 
+// ---- relative positions: ALiBi-like modifiers at one float add per score ----
+
+// Integers below 2^24 are whole floats, and so is every sum, difference, product,
+// min and max of them that stays below it.
+constexpr double kExactInFloat = 16777216.0;  // 2^24
+
+bool within_exact_float(const iv::Range& r) {
+  return r.lo >= -kExactInFloat && r.hi <= kExactInFloat;
+}
+
+bool is_comparison(ir::OpCode op) {
+  using ir::OpCode;
+  return op == OpCode::Lt || op == OpCode::Le || op == OpCode::Gt || op == OpCode::Ge ||
+         op == OpCode::Eq || op == OpCode::Ne;
+}
+
+// A score modifier that reads q_idx and kv_idx only as their difference (ALiBi's
+// abs(q_idx - kv_idx), a relative bias), rewritten over `q_minus_kv`, an f32 input,
+// with the integer arithmetic on it done in f32: the same values wherever positions
+// are below 2^24, since every integer computed from the difference (by add, sub, mul,
+// neg, abs, min, max or select) must stay within +-2^24, where f32 holds integers
+// exactly, and is read only by such ops, comparisons or float ops (which converted
+// it anyway). The kernels then form the difference once per tile and add a constant
+// per score, instead of an integer subtract, abs and conversion per score. nullopt
+// where that does not hold (a position read otherwise, a cast to int, a value that
+// may leave the range, an i32 operand in the arithmetic).
+std::optional<Graph> relative_form(const Graph& graph) {
+  using ir::OpCode;
+  const std::vector<Node>& nodes = graph.nodes();
+  const int q = graph.find_input("q_idx"), kv = graph.find_input("kv_idx");
+  std::vector<iv::Range> range(nodes.size(), iv::unknown());
+  std::vector<int> sign(nodes.size(), 0);            // +1: q_idx - kv_idx; -1: kv_idx - q_idx
+  std::vector<bool> converted(nodes.size(), false);  // an integer computed from the difference
+  bool reads_difference = false;
+  for (size_t id = 0; id < nodes.size(); ++id) {
+    const Node& n = nodes[id];
+    if (n.op == OpCode::Input) {
+      if (n.name == "q_idx" || n.name == "kv_idx") range[id] = iv::between(0, kExactInFloat - 1);
+      if (n.name == "head") range[id] = iv::between(0, 65535);
+      continue;
+    }
+    if (n.op == OpCode::Const) {
+      range[id] = iv::exact(n.value);
+      continue;
+    }
+    range[id] = iv::result(range_of_op(n, range), integral(n.dtype));
+    const bool reads_position =
+        std::any_of(n.operands.begin(), n.operands.end(), [&](int o) { return o == q || o == kv; });
+    if (reads_position) {
+      if (n.op != OpCode::Sub || n.dtype != DType::I32) return std::nullopt;
+      if (n.operands[0] == q && n.operands[1] == kv) sign[id] = 1;
+      if (n.operands[0] == kv && n.operands[1] == q) sign[id] = -1;
+      if (sign[id] == 0) return std::nullopt;  // q_idx - q_idx: not a difference
+      converted[id] = reads_difference = true;
+      continue;
+    }
+    bool reads_converted = false;
+    for (int operand : n.operands) reads_converted = reads_converted || converted[operand];
+    if (!reads_converted) continue;
+    if (n.dtype == DType::I32) {
+      const bool arithmetic = n.op == OpCode::Add || n.op == OpCode::Sub || n.op == OpCode::Mul ||
+                              n.op == OpCode::Neg || n.op == OpCode::Abs || n.op == OpCode::Min ||
+                              n.op == OpCode::Max || n.op == OpCode::Select;
+      if (!arithmetic || !within_exact_float(range[id])) return std::nullopt;
+      for (size_t k = 0; k < n.operands.size(); ++k) {
+        const Node& operand = nodes[static_cast<size_t>(n.operands[k])];
+        const bool condition = n.op == OpCode::Select && k == 0;
+        if (!condition && !converted[n.operands[k]] &&
+            !(operand.op == OpCode::Const && within_exact_float(iv::exact(operand.value))))
+          return std::nullopt;  // e.g. head or an i32 operand: it would need converting too
+      }
+      converted[id] = true;
+    } else if (n.dtype == DType::Bool) {
+      if (!is_comparison(n.op) && !(n.op == OpCode::Cast && n.cast_to == DType::Bool))
+        return std::nullopt;
+    }
+    // A float op converted its integer operands to float: now they arrive as floats.
+  }
+  if (!reads_difference) return std::nullopt;
+  Graph out;
+  std::vector<int> id_of(nodes.size(), -1);
+  std::map<int, int> float_constant;  // an i32 literal read by converted arithmetic
+  int difference = -1;
+  for (size_t id = 0; id < nodes.size(); ++id) {
+    Node n = nodes[id];
+    if (static_cast<int>(id) == kv) continue;  // read only through the difference
+    if (static_cast<int>(id) == q) {
+      Node input;
+      input.op = OpCode::Input;
+      input.name = "q_minus_kv";
+      input.dtype = DType::F32;
+      input.shape = {};
+      difference = id_of[id] = out.add_node_unchecked(input);
+      continue;
+    }
+    if (sign[id] != 0) {
+      if (sign[id] > 0) {
+        id_of[id] = difference;
+      } else {
+        Node negated;
+        negated.op = OpCode::Neg;
+        negated.operands = {difference};
+        negated.dtype = DType::F32;
+        negated.shape = {};
+        id_of[id] = out.add_node_unchecked(negated);
+      }
+      continue;
+    }
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      const int old = n.operands[k];
+      const Node& operand = nodes[static_cast<size_t>(old)];
+      if (converted[id] && operand.op == OpCode::Const && operand.dtype == DType::I32) {
+        auto found = float_constant.find(old);
+        if (found == float_constant.end()) {
+          Node literal = operand;
+          literal.dtype = DType::F32;
+          found = float_constant.emplace(old, out.add_node_unchecked(literal)).first;
+        }
+        n.operands[k] = found->second;
+      } else {
+        n.operands[k] = id_of[static_cast<size_t>(old)];
+      }
+    }
+    if (converted[id]) n.dtype = DType::F32;
+    id_of[id] = out.add_node_unchecked(n);
+  }
+  std::vector<std::pair<std::string, int>> outputs;
+  for (const auto& [name, id] : graph.outputs()) outputs.push_back({name, id_of[id]});
+  out.set_outputs(outputs);
+  try {
+    ir::verify(out);
+  } catch (const UserError& e) {
+    throw InternalError(std::string("the relative form of a score modifier is invalid: ") +
+                        e.what());
+  }
+  return out;
+}
+
 Modifier make(const std::string& text, bool score) {
   Modifier m;
   m.text = text;
@@ -336,6 +475,17 @@ Modifier make(const std::string& text, bool score) {
                ir::emit_scalar_function(slope, 0, "kjit_score_mod_grad",
                                         "Its derivative with respect to s, kjit_score_mod_grad",
                                         ir::ScalarMath::Fast);
+    bool per_position_operand = false;
+    for (const ModifierOperand& o : m.operands)
+      per_position_operand = per_position_operand || o.kind != ModifierOperandKind::PerHead;
+    if (!per_position_operand) {
+      if (const std::optional<Graph> relative = relative_form(value)) {
+        m.relative = true;
+        m.source += "\n" + ir::emit_scalar_function(*relative, 0, "kjit_score_mod_relative",
+                                                    "kjit_score_mod over q_idx - kv_idx in float",
+                                                    ir::ScalarMath::Fast);
+      }
+    }
     m.reference = [value](const ScorePoint& p) { return evaluate(value, 0, true, p); };
     m.gradient = [slope](const ScorePoint& p) { return evaluate(slope, 0, true, p); };
   } else {

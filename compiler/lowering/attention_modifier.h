@@ -66,6 +66,13 @@ struct Modifier {
   // that order: kjit_score_mod and kjit_score_mod_grad (float), or kjit_mask_mod
   // (bool). `source` holds all of them.
   std::string source;
+  // A score modifier that reads the positions only as q_idx - kv_idx (ALiBi), with
+  // arithmetic on it that is exact in float below 2^24, and no operand per position:
+  // `source` also holds kjit_score_mod_relative(s, q_minus_kv as a float, head,
+  // operands), the same function. The forward kernels call it for problems whose
+  // sequences are shorter than 2^24 (compiler/lowering/attention.cpp): the difference
+  // is formed once per tile, and a constant added per score.
+  bool relative = false;
   std::function<double(const ScorePoint&)> reference;  // the value (a mask: 1 or 0)
   std::function<double(const ScorePoint&)> gradient;   // d value / ds (score modifiers)
   // Mask modifiers: kjit_mask_tile(q_lo, q_hi, kv_lo, kv_hi, head, the per-head

@@ -82,6 +82,60 @@ TEST(AttentionModifier, AlibiReadsAPerHeadSlope) {
   EXPECT_EQ(positions.operands[1].kind, ModifierOperandKind::PerKey);
 }
 
+// Score modifiers that read the positions only as q_idx - kv_idx, with arithmetic on
+// it exact in float, also come over the difference as a float (one add per score in
+// the forward kernels instead of an integer subtract, abs and conversion).
+TEST(AttentionModifier, RelativeFormWhereExact) {
+  const Modifier alibi = score_mod_from_ir("slope:f32[heads]; s - slope * abs(q_idx - kv_idx)");
+  EXPECT_TRUE(alibi.relative);
+  EXPECT_NE(alibi.source.find("float kjit_score_mod_relative(float in_s, float in_q_minus_kv, "
+                              "int in_head, float in_slope)"),
+            std::string::npos)
+      << alibi.source;
+  EXPECT_NE(alibi.source.find("fabsf(in_q_minus_kv)"), std::string::npos) << alibi.source;
+  expect_compiles(alibi, "kjit_score_mod_relative(out[q], float(q - kv), head, operand[head])");
+  // Both orders of the difference, comparisons, integer literals (made f32), min, max
+  // and true division stay exact.
+  for (const char* text : {
+           "s - 0.1 * abs(kv_idx - q_idx) + (q_idx - kv_idx > 10)",
+           "s + max(q_idx - kv_idx, 0) * 0.5",
+           "s - abs(q_idx - kv_idx) / 2",
+       }) {
+    const Modifier m = score_mod_from_ir(text);
+    EXPECT_TRUE(m.relative) << text;
+    expect_compiles(m, "kjit_score_mod_relative(out[q], float(q - kv), head)");
+  }
+  // Not where float could differ (or the rule does not cover an op), nor where the
+  // positions are read otherwise.
+  for (const char* text : {
+           "tanh(s / 50) * 50",                               // no positions
+           "s + q_idx * 0.01",                                // a position alone
+           "s - (kv_idx > q_idx)",                            // a comparison of positions
+           "s - cast(q_idx - kv_idx, i32) * 0.5",             // an op it does not cover
+           "s - (q_idx - kv_idx) * (q_idx - kv_idx) * 1e-9",  // a product past 2^24
+           "off:i32[heads]; s - abs(q_idx - kv_idx - off)",   // an i32 operand in it
+           "a:f32[q]; s - a * abs(q_idx - kv_idx)",           // an operand by position
+       })
+    EXPECT_FALSE(score_mod_from_ir(text).relative) << text;
+
+  // The forward kernels take it where every position of the problem, padded tiles
+  // included, is below 2^24; a longer sequence gets the int function, another kernel.
+  Problem p;
+  p.seq_q = p.seq_k = 4096;
+  p.heads = 4;
+  p.score_mod = alibi.text;
+  Problem longer = p;
+  longer.seq_k = (int64_t{1} << 24) - 100;
+  for (const char* config : {"bm=64,bn=64", "mma=wgmma,bn=64"}) {
+    const KernelSource k = lower(p, Config::parse(config));
+    EXPECT_NE(k.source.find("static constexpr bool kRelative = true;"), std::string::npos)
+        << config;
+    const KernelSource l = lower(longer, Config::parse(config));
+    EXPECT_EQ(l.source.find("kRelative = true"), std::string::npos) << config;
+    EXPECT_NE(l.name, k.name);
+  }
+}
+
 TEST(AttentionModifier, SlidingWindowMask) {
   const Modifier m = mask_mod_from_ir("(kv_idx <= q_idx) * (q_idx - kv_idx < 256)");
   EXPECT_NE(m.source.find("bool kjit_mask_mod(int in_q_idx, int in_kv_idx, int in_head)"),
