@@ -99,5 +99,27 @@ struct MmaM16N8K16<f16> {
   }
 };
 
+// ---- C fragments out 16 bytes at a time ----------------------------------------
+// Lane t of a quad (the 4 lanes of one row g) holds, for each of four 8-column chunks
+// i, the packed pair of columns 2t, 2t + 1: a[i]. After this 4 x 4 transpose it holds
+// the four pairs of chunk t, columns 0..7 in order: 16 contiguous bytes, stored at
+// once (where four 4-byte stores fill half of each 32-byte sector). Two rounds of
+// shuffles: with the lane one apart, keep the chunks of my parity and trade the
+// others; with the lane two apart, keep chunk t and trade chunk t ^ 2. All 32 lanes
+// must call it.
+__device__ __forceinline__ uint4 quad_transpose(const u32 (&a)[4], int t) {
+  const bool p = (t & 1) != 0, q = (t & 2) != 0;
+  const u32 keep0 = p ? a[1] : a[0], keep1 = p ? a[3] : a[2];           // my chunks p, p + 2
+  const u32 got0 = __shfl_xor_sync(0xffffffffu, p ? a[0] : a[1], 1);    // lane t ^ 1's chunk p
+  const u32 got1 = __shfl_xor_sync(0xffffffffu, p ? a[2] : a[3], 1);    // ... and p + 2
+  const u32 mine = q ? keep1 : keep0, partner = q ? got1 : got0;        // chunk t of t, t ^ 1
+  const u32 far0 = __shfl_xor_sync(0xffffffffu, q ? keep0 : keep1, 2);  // of lane t ^ 2
+  const u32 far1 = __shfl_xor_sync(0xffffffffu, q ? got0 : got1, 2);    // of lane t ^ 3
+  // The pair of lane s goes to place s: lane t ^ x's pair is [mine, partner, far0, far1][x].
+  const u32 c0 = p ? partner : mine, c1 = p ? mine : partner;
+  const u32 c2 = p ? far1 : far0, c3 = p ? far0 : far1;
+  return q ? make_uint4(c2, c3, c0, c1) : make_uint4(c0, c1, c2, c3);
+}
+
 }  // namespace mma
 }  // namespace kjit
