@@ -444,7 +444,7 @@ bool has_modifiers(const Problem& p) {
 // (Modifier::relative): exact where every position a kernel evaluates, padded rows
 // and keys of the last tiles included, is below 2^24.
 bool relative_positions(const Problem& p) {
-  constexpr int64_t kExactInFloat = int64_t{1} << 24, kLastTilesPadding = 512;
+  constexpr int64_t kLastTilesPadding = 512;
   return !p.score_mod.empty() && cached_score_mod(p.score_mod)->relative &&
          std::max(p.seq_q, p.seq_k) + kLastTilesPadding <= kExactInFloat;
 }

@@ -319,18 +319,9 @@ std::string emit_tile_function(const Graph& graph, const std::vector<ModifierOpe
 
 // ---- relative positions: ALiBi-like modifiers at one float add per score ----
 
-// Integers below 2^24 are whole floats, and so is every sum, difference, product,
-// min and max of them that stays below it.
-constexpr double kExactInFloat = 16777216.0;  // 2^24
-
 bool within_exact_float(const iv::Range& r) {
-  return r.lo >= -kExactInFloat && r.hi <= kExactInFloat;
-}
-
-bool is_comparison(ir::OpCode op) {
-  using ir::OpCode;
-  return op == OpCode::Lt || op == OpCode::Le || op == OpCode::Gt || op == OpCode::Ge ||
-         op == OpCode::Eq || op == OpCode::Ne;
+  const auto limit = static_cast<double>(kExactInFloat);
+  return r.lo >= -limit && r.hi <= limit;
 }
 
 // A score modifier that reads q_idx and kv_idx only as their difference (ALiBi's
@@ -354,7 +345,8 @@ std::optional<Graph> relative_form(const Graph& graph) {
   for (size_t id = 0; id < nodes.size(); ++id) {
     const Node& n = nodes[id];
     if (n.op == OpCode::Input) {
-      if (n.name == "q_idx" || n.name == "kv_idx") range[id] = iv::between(0, kExactInFloat - 1);
+      if (n.name == "q_idx" || n.name == "kv_idx")
+        range[id] = iv::between(0, static_cast<double>(kExactInFloat - 1));
       if (n.name == "head") range[id] = iv::between(0, 65535);
       continue;
     }
@@ -390,7 +382,8 @@ std::optional<Graph> relative_form(const Graph& graph) {
       }
       converted[id] = true;
     } else if (n.dtype == DType::Bool) {
-      if (!is_comparison(n.op) && !(n.op == OpCode::Cast && n.cast_to == DType::Bool))
+      if (ir::op_info(n.op).rule != ir::TypeRule::Compare &&
+          !(n.op == OpCode::Cast && n.cast_to == DType::Bool))
         return std::nullopt;
     }
     // A float op converted its integer operands to float: now they arrive as floats.
@@ -475,9 +468,9 @@ Modifier make(const std::string& text, bool score) {
                ir::emit_scalar_function(slope, 0, "kjit_score_mod_grad",
                                         "Its derivative with respect to s, kjit_score_mod_grad",
                                         ir::ScalarMath::Fast);
-    bool per_position_operand = false;
-    for (const ModifierOperand& o : m.operands)
-      per_position_operand = per_position_operand || o.kind != ModifierOperandKind::PerHead;
+    const bool per_position_operand = std::any_of(
+        m.operands.begin(), m.operands.end(),
+        [](const ModifierOperand& o) { return o.kind != ModifierOperandKind::PerHead; });
     if (!per_position_operand) {
       if (const std::optional<Graph> relative = relative_form(value)) {
         m.relative = true;

@@ -83,6 +83,11 @@ struct Modifier {
   std::function<TileState(const TileBox&)> tile;
 };
 
+// Integers below 2^24 are whole numbers in f32, and so is every sum, difference,
+// product, min and max of them that stays below it: where the relative form of a
+// score modifier (Modifier::relative) is exact.
+constexpr int64_t kExactInFloat = int64_t{1} << 24;
+
 // At most this many extra operands per modifier, and per kernel (both modifiers:
 // AttentionArgs::modifier_operands in templates/attention.cuh).
 constexpr int kMaxModifierOperands = 4;
