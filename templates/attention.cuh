@@ -227,6 +227,26 @@ __device__ __forceinline__ u32 pack2<f16>(float a, float b) {
   return pack_f16x2(a, b);
 }
 
+// One row of an mma accumulator tile out to global memory, 16 bytes per lane. Lane
+// t of the row's quad holds columns 8n + 2t, 8n + 2t + 1 of every 8-column chunk n:
+// pair(n) packs them. Stored as they are, a warp's 4-byte stores would fill half of
+// each 32-byte sector; instead, four chunks at a time, the quad trades its pairs
+// (mma::quad_transpose) and lane t stores chunk 4k + t whole. Every lane of the warp
+// must call it (shuffles); `inside`: whether this lane's row is stored. `row`'s
+// address and D are multiples of 16 bytes (the API checks strides and pointers).
+template <typename T, int D, typename Pair>
+__device__ __forceinline__ void store_row(T* row, bool inside, int t, Pair pair) {
+  static_assert(D % 32 == 0, "four 8-column chunks at a time");
+#pragma unroll
+  for (int k = 0; k < D / 32; ++k) {
+    u32 pairs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pairs[i] = pair(4 * k + i);
+    const uint4 chunk = mma::quad_transpose(pairs, t);
+    if (inside) *reinterpret_cast<uint4*>(row + 8 * (4 * k + t)) = chunk;
+  }
+}
+
 template <typename T, int D, int BM, int BN, int WARPS, int STAGES, typename MOD = NoModifiers>
 struct FlashForward {
   // Each warp owns MT tiles of 16 query rows: with two, every K and V fragment
@@ -534,15 +554,12 @@ struct FlashForward {
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int row = my_row(m, h);
-        if (row >= seq_q) continue;
+        const bool in_sequence = row < seq_q;
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // every key masked: O = 0
-        T* out = o + row * args.o_seq;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          *reinterpret_cast<u32*>(out + n * 8 + 2 * t) =
-              pack2<T>(o_acc[m][n][2 * h] * inverse, o_acc[m][n][2 * h + 1] * inverse);
-        }
-        if (args.lse != nullptr && t == 0) {
+        store_row<T, D>(o + row * args.o_seq, in_sequence, t, [&](int n) {
+          return pack2<T>(o_acc[m][n][2 * h] * inverse, o_acc[m][n][2 * h + 1] * inverse);
+        });
+        if (in_sequence && args.lse != nullptr && t == 0) {
           args.lse[sequence.lse_start + row] =
               sum > 0.0f ? row_max[m][h] * softmax_units<MOD>(args) + logf(sum) : minus_infinity();
         }

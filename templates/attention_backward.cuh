@@ -192,7 +192,8 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 }
 
 // Writes 16 accumulator rows (this thread's rows g and g + 8, columns 2t, 2t + 1 of
-// every 8) times `factor` to rows first + g (+ 8) of `out`, those below `valid`.
+// every 8) times `factor` to rows first + g (+ 8) of `out`, those below `valid`
+// (store_row: 16 bytes per lane; every lane of the warp calls it).
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(T* out, long long row_stride, int first, int valid,
                                            const float (&acc)[D / 8][4], float factor, int lane) {
@@ -200,13 +201,9 @@ __device__ __forceinline__ void store_rows(T* out, long long row_stride, int fir
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = first + g + 8 * h;
-    if (row >= valid) continue;
-    T* dst = out + row * row_stride;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<u32*>(dst + n * 8 + 2 * t) =
-          pack2<T>(acc[n][2 * h] * factor, acc[n][2 * h + 1] * factor);
-    }
+    store_row<T, D>(out + row * row_stride, row < valid, t, [&](int n) {
+      return pack2<T>(acc[n][2 * h] * factor, acc[n][2 * h + 1] * factor);
+    });
   }
 }
 

@@ -71,6 +71,21 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[N / 2], u32 (&f)
     for (int r = 0; r < 4; ++r) f[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
+// A thread's two rows of a wgmma accumulator (acc[4j + 2h + e]: row `row0` + 8h,
+// column 8j + 2t + e) times `factor` to `out`, rows below `valid` (store_row: 16
+// bytes per lane; every lane of the warp calls it).
+template <typename T, int D>
+__device__ __forceinline__ void store_wgmma_rows(T* out, long long row_stride, int row0, int valid,
+                                                 const float (&acc)[D / 2], float factor, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    store_row<T, D>(out + row * row_stride, row < valid, t, [&](int j) {
+      return pack2<T>(acc[4 * j + 2 * h] * factor, acc[4 * j + 2 * h + 1] * factor);
+    });
+  }
+}
+
 // acc (64 x N) = A Bᵀ over the head dim D, both K-major in shared memory as column
 // chunks of 64 (128-byte swizzled rows): A is rows a_row0 .. a_row0 + 63 of a tile of
 // A_ROWS rows, B a tile of N rows. D / 16 wgmma k steps, the first overwriting acc.
@@ -580,18 +595,8 @@ struct FlashBackwardKVSm90 {
             kv_head * args.dv_head;
     T* dk = static_cast<T*>(args.dk) + batch * args.dk_batch + key_start * args.dk_seq +
             kv_head * args.dk_head;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int key = warp_key0 + g + 8 * h;
-      if (key >= seq_k) continue;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        *reinterpret_cast<u32*>(dv + key * args.dv_seq + 8 * j + 2 * t) =
-            pack2<T>(dv_acc[4 * j + 2 * h], dv_acc[4 * j + 2 * h + 1]);
-        *reinterpret_cast<u32*>(dk + key * args.dk_seq + 8 * j + 2 * t) =
-            pack2<T>(dk_acc[4 * j + 2 * h] * f.scale, dk_acc[4 * j + 2 * h + 1] * f.scale);
-      }
-    }
+    store_wgmma_rows<T, D>(dv, args.dv_seq, warp_key0 + g, seq_k, dv_acc, 1.0f, t);
+    store_wgmma_rows<T, D>(dk, args.dk_seq, warp_key0 + g, seq_k, dk_acc, f.scale, t);
   }
 };
 
@@ -774,15 +779,7 @@ struct FlashBackwardQSm90 {
 
     T* dq = static_cast<T*>(args.dq) + batch * args.dq_batch + sequence.q_start * args.dq_seq +
             head * args.dq_head;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = thread_row0 + 8 * h;
-      if (row >= seq_q) continue;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j)
-        *reinterpret_cast<u32*>(dq + row * args.dq_seq + 8 * j + 2 * t) =
-            pack2<T>(dq_acc[4 * j + 2 * h] * f.scale, dq_acc[4 * j + 2 * h + 1] * f.scale);
-    }
+    store_wgmma_rows<T, D>(dq, args.dq_seq, thread_row0, seq_q, dq_acc, f.scale, t);
   }
 };
 

@@ -590,20 +590,9 @@ struct FlashForwardSm90 {
         const int row = thread_row0 + 8 * h;
         const bool in_sequence = row < sequence.seq_q;
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        T* out = o + row * args.o_seq;
-        // Four chunks of 8 columns at a time: the quad trades its pairs
-        // (mma::quad_transpose) so that each lane stores 16 bytes of one chunk.
-#pragma unroll
-        for (int k = 0; k < D / 32; ++k) {
-          u32 pairs[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int j = 4 * k + i;
-            pairs[i] = pack2<T>(o_acc[4 * j + 2 * h] * inverse, o_acc[4 * j + 2 * h + 1] * inverse);
-          }
-          const uint4 chunk = mma::quad_transpose(pairs, t);
-          if (in_sequence) *reinterpret_cast<uint4*>(out + 8 * (4 * k + t)) = chunk;
-        }
+        store_row<T, D>(o + row * args.o_seq, in_sequence, t, [&](int j) {
+          return pack2<T>(o_acc[4 * j + 2 * h] * inverse, o_acc[4 * j + 2 * h + 1] * inverse);
+        });
         if (in_sequence && args.lse != nullptr && t == 0)
           args.lse[sequence.lse_start + row] =
               sum > 0.0f ? row_max[h] * softmax_units<MOD>(args) + logf(sum) : minus_infinity();
