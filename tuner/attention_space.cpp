@@ -442,10 +442,11 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, efficiency_prior(p, c, device));
   const double sm_rate = rates.tensor_flops_per_sm_clock * rates.sm_clock_hz * out.efficiency;
-  // A mask modifier: the key tiles its tile analysis lets the kernels skip are not
-  // computed (work() counts every pair: the mask's own are not known).
+  // A mask modifier: the kernels compute whole tiles, those its tile analysis does not
+  // let them skip (work() credits the pairs it keeps).
   const double visited = attention::mask_tile_fraction(p, query_block, c.bn);
-  const double flops = out.work.flops * visited;
+  const double flops =
+      p.mask_mod.empty() ? out.work.flops : attention::visited_flops(p, query_block, c.bn);
   out.work.flops = flops;  // what the kernel computes, for the roofline and TFLOP/s
   if (visited < 1.0)
     out.notes.push_back(fmt::format(

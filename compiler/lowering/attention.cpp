@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include "kjit/compiler/lowering/wgmma.h"
@@ -335,7 +338,109 @@ void validate(const Problem& p, const Config& c) {
     throw UserError(fmt::format("attention config stages={} is not in [2, 4]", c.stages));
 }
 
+namespace {
+
+// Tile analyses one count of a mask modifier's pairs may spend (about a second): a
+// mask whose analysis cannot decide big boxes would otherwise be split down to every
+// pair.
+constexpr int64_t kPairCountBudget = int64_t{1} << 21;
+
+// The (query, key) pairs of one sequence and head that the built-in masks (keys
+// [i + offset - left, i + offset + right] of query i; < 0: unbounded) and the mask
+// modifier both keep. A box of queries x keys is counted whole where both say None
+// or All of it (the modifier by its tile analysis, as the kernels skip tiles), split
+// in half along its longer side otherwise, and a single pair is evaluated.
+// `budget` counts the analyses; past it, `spent` is set and the count is void.
+struct KeptPairs {
+  const Modifier& mask;
+  int64_t left, right, offset, head;
+  int64_t budget = kPairCountBudget;
+  bool spent = false;
+
+  TileState window(const TileBox& b) const {
+    if ((right >= 0 && b.kv_lo > b.q_hi + offset + right) ||
+        (left >= 0 && b.kv_hi < b.q_lo + offset - left))
+      return TileState::None;
+    if ((right < 0 || b.kv_hi <= b.q_lo + offset + right) &&
+        (left < 0 || b.kv_lo >= b.q_hi + offset - left))
+      return TileState::All;
+    return TileState::Some;
+  }
+
+  double count(const TileBox& b) {
+    if (spent || --budget < 0) {
+      spent = true;
+      return 0;
+    }
+    const TileState w = window(b);
+    if (w == TileState::None) return 0;
+    const TileState m = mask.tile(b);
+    if (m == TileState::None) return 0;
+    const double area =
+        static_cast<double>(b.q_hi - b.q_lo + 1) * static_cast<double>(b.kv_hi - b.kv_lo + 1);
+    if (w == TileState::All && m == TileState::All) return area;
+    if (area == 1) {  // one pair: the window is exact there; the mask's value decides
+      ScorePoint point;
+      point.q_idx = b.q_lo, point.kv_idx = b.kv_lo, point.head = head;
+      return mask.reference(point) != 0 ? 1 : 0;
+    }
+    TileBox first = b, second = b;
+    if (b.q_hi - b.q_lo >= b.kv_hi - b.kv_lo) {
+      first.q_hi = b.q_lo + (b.q_hi - b.q_lo) / 2;
+      second.q_lo = first.q_hi + 1;
+    } else {
+      first.kv_hi = b.kv_lo + (b.kv_hi - b.kv_lo) / 2;
+      second.kv_lo = first.kv_hi + 1;
+    }
+    return count(first) + count(second);
+  }
+};
+
+// The pairs of every sequence and head the mask modifier and the built-in masks keep
+// (per head only when the modifier reads `head`), or nullopt where they cannot be
+// counted: the modifier reads operands (their values come with the launch), or its
+// analysis spends the budget. Remembered per problem: the tuner asks per config.
+std::optional<double> masked_pairs(const Problem& p) {
+  const std::shared_ptr<const Modifier> m = cached_mask_mod(p.mask_mod);
+  if (!m->operands.empty()) return std::nullopt;
+  static std::mutex mutex;
+  static std::map<std::string, std::optional<double>> counted;
+  const std::string key = p.to_string();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = counted.find(key); it != counted.end()) return it->second;
+  }
+  std::optional<double> pairs = 0.0;
+  int64_t budget = kPairCountBudget;
+  const int64_t heads = m->reads_head ? p.heads : 1;
+  for (int64_t b = 0; b < (p.packed() ? p.batch : 1) && pairs; ++b) {
+    const int64_t seq_q = p.seq_q_of(b), seq_k = p.seq_k_of(b);
+    for (int64_t head = 0; head < heads && pairs; ++head) {
+      KeptPairs counter{*m, p.window_left, p.right(), seq_k - seq_q, head, budget};
+      TileBox all;
+      all.q_hi = seq_q - 1, all.kv_hi = seq_k - 1, all.head = head;
+      const double n = counter.count(all);
+      budget = counter.budget;
+      if (counter.spent)
+        pairs = std::nullopt;
+      else
+        *pairs += n;
+    }
+  }
+  if (pairs && !m->reads_head) *pairs *= static_cast<double>(p.heads);
+  std::lock_guard<std::mutex> lock(mutex);
+  counted.emplace(key, pairs);
+  return pairs;
+}
+
+}  // namespace
+
 double forward_flops(const Problem& p) {
+  const double batches = p.packed() ? 1.0 : static_cast<double>(p.batch);
+  if (!p.mask_mod.empty()) {
+    if (const std::optional<double> pairs = masked_pairs(p))
+      return 4.0 * batches * *pairs * static_cast<double>(p.head_dim);
+  }
   const int64_t left = p.window_left, right = p.right();
   double pairs = 0;
   for (int64_t b = 0; b < (p.packed() ? p.batch : 1); ++b) {
@@ -354,7 +459,6 @@ double forward_flops(const Problem& p) {
       }
     }
   }
-  const double batches = p.packed() ? 1.0 : static_cast<double>(p.batch);
   return 4.0 * batches * static_cast<double>(p.heads) * pairs * p.head_dim;
 }
 
@@ -384,6 +488,12 @@ double mask_tile_fraction(const Problem& p, int rows, int keys) {
 
 double flops(const Problem& p) {
   return forward_flops(p) * (p.backward ? 2.5 : 1.0);
+}
+
+double visited_flops(const Problem& p, int rows, int keys) {
+  Problem without_mask = p;
+  without_mask.mask_mod.clear();
+  return flops(without_mask) * mask_tile_fraction(p, rows, keys);
 }
 
 int64_t backward_workspace_rows(const Problem& p) {

@@ -131,9 +131,13 @@ void validate(const Problem& problem, const Config& config);
 // FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
 // sequence (the two matmuls; the softmax is not counted), as FlashAttention counts
 // them: all S_q · S_k pairs, half of them for causal with S_q = S_k, and the pairs
-// the masks leave otherwise. A mask modifier's pairs are not known without
-// evaluating it at every pair, so they are all counted: with one, TFLOP/s are those
-// of the dense problem (compare times).
+// the masks leave otherwise. A mask modifier's pairs are counted by its tile
+// analysis (boxes it keeps whole or drops are counted at once, the rest split down
+// to single pairs, which are evaluated), once per problem. Where that cannot be
+// done — the modifier reads operands, whose values come with the launch, or its
+// analysis cannot decide boxes, so that the count would take over 2^21 analyses —
+// its pairs are all counted: TFLOP/s are then those of the problem without it
+// (compare times).
 double forward_flops(const Problem& problem);
 // The fraction of the (query tile, key tile) pairs a kernel with `rows` x `keys`
 // tiles visits under the problem's mask modifier: per query tile, from the first to
@@ -147,6 +151,9 @@ double mask_tile_fraction(const Problem& problem, int rows, int keys);
 // for the backward pass (its five products to the forward's two, as FlashAttention
 // counts it; kjit's deterministic backward does seven: see attention_backward.cuh).
 double flops(const Problem& problem);
+// What the kernels compute with `rows` x `keys` tiles: flops() of the problem
+// without its mask modifier, times mask_tile_fraction (the tiles they visit).
+double visited_flops(const Problem& problem, int rows, int keys);
 
 // Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles (mma.sync:
 // rows padded by 16 bytes; wgmma: swizzled rows, 1 KiB of alignment slack and the

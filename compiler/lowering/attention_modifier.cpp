@@ -453,6 +453,11 @@ Modifier make(const std::string& text, bool score) {
   m.text = text;
   const Graph graph = parse_modifier(text, score, &m.operands);
   m.canonical = ir::print(graph);
+  const int head = graph.find_input("head");
+  m.reads_head =
+      head >= 0 && std::any_of(graph.nodes().begin(), graph.nodes().end(), [&](const Node& n) {
+        return std::find(n.operands.begin(), n.operands.end(), head) != n.operands.end();
+      });
   m.key = KeyHasher().add(score ? "score_mod" : "mask_mod").add(m.canonical).hex();
   if (score) {
     // One graph with the modifier and its derivative: outputs y, d_y.

@@ -73,6 +73,7 @@ struct Modifier {
   // sequences are shorter than 2^24 (compiler/lowering/attention.cpp): the difference
   // is formed once per tile, and a constant added per score.
   bool relative = false;
+  bool reads_head = false;  // the value depends on `head` (not counting per-head operands)
   std::function<double(const ScorePoint&)> reference;  // the value (a mask: 1 or 0)
   std::function<double(const ScorePoint&)> gradient;   // d value / ds (score modifiers)
   // Mask modifiers: kjit_mask_tile(q_lo, q_hi, kv_lo, kv_hi, head, the per-head

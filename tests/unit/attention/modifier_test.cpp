@@ -355,5 +355,56 @@ TEST(AttentionModifier, TileFractionFollowsTheMask) {
   EXPECT_EQ(mask_tile_fraction(p, 128, 128), 1.0);
 }
 
+// FLOPs credit the pairs a mask modifier keeps, counted by its tile analysis: the
+// same as the built-in window it spells, and as counting every pair by its value.
+TEST(AttentionModifier, FlopsCountTheKeptPairs) {
+  Problem builtin;
+  builtin.batch = 2, builtin.heads = 3, builtin.head_dim = 64;
+  builtin.seq_q = 1000, builtin.seq_k = 1300;  // bottom-right aligned: offset 300
+  builtin.window_left = 255, builtin.window_right = 0;
+  Problem mask = builtin;
+  mask.window_left = mask.window_right = -1;
+  mask.mask_mod = "(kv_idx <= q_idx + 300) * (q_idx + 300 - kv_idx < 256)";
+  EXPECT_EQ(forward_flops(mask), forward_flops(builtin));
+  mask.backward = true;
+  EXPECT_EQ(flops(mask), 2.5 * forward_flops(builtin));
+
+  // A mask its analysis cannot decide over boxes (split to single pairs), one that
+  // reads the head, and a built-in window beside it; packed sequences.
+  for (const char* text : {"sin(q_idx * 0.37 + kv_idx) > 0.2", "kv_idx * 3 <= q_idx * 2 + head"}) {
+    Problem p;
+    p.heads = p.kv_heads = 3, p.head_dim = 64;
+    p.set_lengths({37, 5, 64}, {53, 20, 1});
+    p.window_left = 20, p.window_right = 5;
+    p.mask_mod = text;
+    const std::shared_ptr<const Modifier> m = cached_mask_mod(text);
+    double pairs = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t offset = p.seq_k_of(b) - p.seq_q_of(b);
+      for (int64_t head = 0; head < p.heads; ++head)
+        for (int64_t i = 0; i < p.seq_q_of(b); ++i)
+          for (int64_t j = 0; j < p.seq_k_of(b); ++j) {
+            ScorePoint point;
+            point.q_idx = i, point.kv_idx = j, point.head = head;
+            const int64_t d = j - i - offset;
+            pairs += d >= -20 && d <= 5 && m->reference(point) != 0 ? 1 : 0;
+          }
+    }
+    EXPECT_GT(pairs, 0) << text;
+    EXPECT_EQ(forward_flops(p), 4.0 * 64 * pairs) << text;
+  }
+
+  // Not countable: operands (their values come with the launch), or more analyses
+  // than the budget (a mask split to every one of 2^26 pairs): every pair counts.
+  Problem dense;
+  dense.seq_q = dense.seq_k = 8192, dense.head_dim = 64;
+  const double all = forward_flops(dense);
+  for (const char* text :
+       {"limit:i32[heads]; kv_idx < limit", "sin(q_idx * 0.37 + kv_idx) > 0.2"}) {
+    dense.mask_mod = text;
+    EXPECT_EQ(forward_flops(dense), all) << text;
+  }
+}
+
 }  // namespace
 }  // namespace kjit::attention
