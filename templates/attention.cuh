@@ -141,7 +141,7 @@ struct NoModifiers {
   static constexpr bool kScore = false;  // a score modifier is applied
   static constexpr bool kMask = false;   // a mask modifier is tested
   // The score modifier reads the positions only as q - kv (ALiBi), exact in float for
-  // this problem: the forward kernels call score_relative(args, s, float q - kv, head).
+  // this problem: the kernels call score_relative(args, s, float q - kv, head).
   static constexpr bool kRelative = false;
   __device__ __forceinline__ static float score(const AttentionArgs&, float s, int, int, int) {
     return s;
@@ -191,6 +191,18 @@ __device__ __forceinline__ void narrow_tiles(const AttentionArgs& args, bool ove
     begin = first;
     end = last + 1 > first ? last + 1 : first;
   }
+}
+
+// The score modifier at scale · s for query q, key kv: over q - kv as a float
+// (`q_minus_kv`, formed once per tile plus a constant per score) where it reads the
+// positions only so and they are exact in float (MOD::kRelative), else over q and kv.
+template <typename MOD>
+__device__ __forceinline__ float modified_score(const AttentionArgs& args, float s,
+                                                float q_minus_kv, int q, int kv, int head) {
+  if constexpr (MOD::kRelative)
+    return MOD::score_relative(args, s * args.scale, q_minus_kv, head);
+  else
+    return MOD::score(args, s * args.scale, q, kv, head);
 }
 
 // Whether the mask modifier keeps every score of queries [q_lo, q_hi] x keys

@@ -409,6 +409,9 @@ struct FlashBackwardKV {
       const bool crosses_left =
           f.window_left >= 0 && warp_key0 - (q0 + BM - 1) - offset < -f.window_left;
       float slope[MOD::kScore ? BM / 8 : 1][4];  // mod'(scale·Sᵀ)
+      // A modifier over q - kv (MOD::kRelative): q - kv of the thread's first score,
+      // then a constant per score.
+      auto query0_minus_key = [&] { return static_cast<float>(q0 + 2 * t - warp_key0 - g); };
 #pragma unroll
       for (int n = 0; n < BM / 8; ++n) {
         const float2 l = *reinterpret_cast<const float2*>(lse_log2 + n * 8 + 2 * t);
@@ -418,7 +421,9 @@ struct FlashBackwardKV {
           float score = p[n][e];
           if constexpr (MOD::kScore) {
             slope[n][e] = MOD::score_grad(f, score * f.scale, query, key, head);
-            score = MOD::score(f, score * f.scale, query, key, head);
+            score = modified_score<MOD>(
+                f, score, query0_minus_key() + static_cast<float>(8 * n + e % 2 - 8 * (e / 2)),
+                query, key, head);
           }
           float value = exp2f(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
           if (crosses_right || crosses_left) {
@@ -577,7 +582,11 @@ struct FlashBackwardQ {
           float score = p[n][e], slope = 1.0f;
           if constexpr (MOD::kScore) {
             slope = MOD::score_grad(f, score * f.scale, row(), key(), head);
-            score = MOD::score(f, score * f.scale, row(), key(), head);
+            // q - kv: that of the thread's first score in the row, plus a constant.
+            score = modified_score<MOD>(f, score,
+                                        static_cast<float>(warp_row0 + g - key0 - 2 * t) +
+                                            static_cast<float>(8 * (e / 2) - 8 * n - e % 2),
+                                        row(), key(), head);
           }
           float value = exp2f(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
           if (crosses_end || crosses_right || crosses_left) {

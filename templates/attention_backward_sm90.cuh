@@ -71,18 +71,52 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[N / 2], u32 (&f)
     for (int r = 0; r < 4; ++r) f[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
-// A thread's two rows of a wgmma accumulator (acc[4j + 2h + e]: row `row0` + 8h,
-// column 8j + 2t + e) times `factor` to `out`, rows below `valid` (store_row: 16
-// bytes per lane; every lane of the warp calls it).
+// A warp's 16 rows of a wgmma accumulator times `factor` (the thread's rows g and
+// g + 8: acc[4j + 2h + e] at column 8j + 2t + e) to rows warp_row0 .. + 15 of `out`,
+// those below `valid`. The accumulator layout gives a lane 4 bytes of each 8-column
+// chunk, and 4-byte stores fill half of each 32-byte sector; so the rows go through
+// shared memory this warp alone uses now (its 16 rows of `tile`: 128-byte lines per
+// 64 columns, the chunks `chunk_stride` bytes apart, the copy engine's layout) and
+// leave it 16 bytes a lane, consecutive lanes along a row. The 16-byte units of a
+// line are XOR-swizzled by row (unit u of row r at u ^ r % 8), so that neither the
+// 4-byte stores (8 rows x 4 lanes) nor the 16-byte loads (8 units of a row) meet in
+// a bank. (In registers, with a quad's shuffles as for the forward's O, the tightest
+// dK/dV kernels spilled.)
 template <typename T, int D>
-__device__ __forceinline__ void store_wgmma_rows(T* out, long long row_stride, int row0, int valid,
-                                                 const float (&acc)[D / 2], float factor, int t) {
+__device__ __forceinline__ void store_rows_through(T* out, long long row_stride, int warp_row0,
+                                                   int valid, const float (&acc)[D / 2],
+                                                   float factor, u32 tile, int chunk_stride) {
+  // The thread's place, read here (volatile: not computed ahead, in the main loop,
+  // where one more live register spilled the tightest dK/dV kernel).
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  const int lane = static_cast<int>(tid % 32), g = lane / 4, t = lane % 4;
+  const u32 scratch = tile + (tid / 32 % 4 + 4 * (tid / 128 - 1)) * 16 * 128;
+  auto at = [&](int row, int unit) {  // unit: 16 bytes, 8 columns
+    return scratch + (unit / 8) * chunk_stride + row * 128 + (((unit % 8) ^ (row % 8)) << 4);
+  };
+  // The scratch's last readers (wgmma through the async proxy, or this warp's own
+  // loads of an earlier call) are done before it is written.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncwarp();
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    store_row<T, D>(out + row * row_stride, row < valid, t, [&](int j) {
-      return pack2<T>(acc[4 * j + 2 * h] * factor, acc[4 * j + 2 * h + 1] * factor);
-    });
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const u32 pair = pack2<T>(acc[4 * j + 2 * h] * factor, acc[4 * j + 2 * h + 1] * factor);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(at(g + 8 * h, j) + 4 * t), "r"(pair) : "memory");
+    }
+  __syncwarp();
+#pragma unroll
+  for (int i = lane; i < 16 * D / 8; i += 32) {
+    const int row = i / (D / 8), unit = i % (D / 8);
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(at(row, unit))
+                 : "memory");
+    if (warp_row0 + row < valid)
+      *reinterpret_cast<uint4*>(out + (warp_row0 + row) * row_stride + 8 * unit) = v;
   }
 }
 
@@ -493,6 +527,9 @@ struct FlashBackwardKVSm90 {
       // A score modifier's mod'(scale · Sᵀ), kept as bf16 pairs in P's fragment
       // layout (half the registers of fp32; dSᵀ is rounded to 16 bits anyway).
       u32 slope_frag[MOD::kScore ? BQ / 16 : 1][4];
+      // A modifier over q - kv (MOD::kRelative): q - kv of the thread's first score
+      // of the item, then a constant per score (as in the forward kernels).
+      auto query0_minus_key = [&] { return static_cast<float>(q0 + 2 * t - warp_key0 - g); };
 #pragma unroll
       for (int j = 0; j < BQ / 8; ++j) {
         const float2 l = *reinterpret_cast<const float2*>(lse_log2 + 8 * j + 2 * t);
@@ -503,7 +540,9 @@ struct FlashBackwardKVSm90 {
           float score = s_acc[4 * j + e];
           if constexpr (MOD::kScore) {
             slope[e] = MOD::score_grad(f, score * f.scale, query, key, head);
-            score = MOD::score(f, score * f.scale, query, key, head);
+            score = modified_score<MOD>(
+                f, score, query0_minus_key() + static_cast<float>(8 * j + e % 2 - 8 * (e / 2)),
+                query, key, head);
           }
           float p = exp2_approx(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
           if (crosses_right || crosses_left || past_keys) {
@@ -595,8 +634,10 @@ struct FlashBackwardKVSm90 {
             kv_head * args.dv_head;
     T* dk = static_cast<T*>(args.dk) + batch * args.dk_batch + key_start * args.dk_seq +
             kv_head * args.dk_head;
-    store_wgmma_rows<T, D>(dv, args.dv_seq, warp_key0 + g, seq_k, dv_acc, 1.0f, t);
-    store_wgmma_rows<T, D>(dk, args.dk_seq, warp_key0 + g, seq_k, dk_acc, f.scale, t);
+    // Through this warp's rows of the V tile: only this warpgroup's products read them
+    // (dPᵀ = V dOᵀ), and they are done.
+    store_rows_through<T, D>(dv, args.dv_seq, warp_key0, seq_k, dv_acc, 1.0f, v_tile, BK * 128);
+    store_rows_through<T, D>(dk, args.dk_seq, warp_key0, seq_k, dk_acc, f.scale, v_tile, BK * 128);
   }
 };
 
@@ -727,6 +768,9 @@ struct FlashBackwardQSm90 {
       sm90::wgmma_wait<1>();
       sm90::fence_accumulators(s_acc);
       const bool crosses_end = key0 + BKT > seq_k;
+      // A modifier over q - kv (MOD::kRelative): that of the thread's first score in
+      // each row of the tile.
+      auto row_minus_key0 = [&] { return static_cast<float>(thread_row0 - key0 - 2 * t); };
       const bool crosses_right =
           f.window_right >= 0 && key0 + BKT - 1 > warp_first + offset + f.window_right;
       const bool crosses_left = f.window_left >= 0 && key0 < warp_last + offset - f.window_left;
@@ -743,7 +787,9 @@ struct FlashBackwardQSm90 {
           float score = s_acc[4 * j + e], slope = 1.0f;
           if constexpr (MOD::kScore) {
             slope = MOD::score_grad(f, score * f.scale, row(), key(), head);
-            score = MOD::score(f, score * f.scale, row(), key(), head);
+            score = modified_score<MOD>(
+                f, score, row_minus_key0() + static_cast<float>(8 * (e / 2) - 8 * j - e % 2), row(),
+                key(), head);
           }
           float p = exp2_approx(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
           if (crosses_end || crosses_right || crosses_left) {
@@ -779,7 +825,9 @@ struct FlashBackwardQSm90 {
 
     T* dq = static_cast<T*>(args.dq) + batch * args.dq_batch + sequence.q_start * args.dq_seq +
             head * args.dq_head;
-    store_wgmma_rows<T, D>(dq, args.dq_seq, thread_row0, seq_q, dq_acc, f.scale, t);
+    // Through this warp's rows of the Q tile: only this warpgroup's products read them
+    // (S = Q Kᵀ), and they are done.
+    store_rows_through<T, D>(dq, args.dq_seq, warp_first, seq_q, dq_acc, f.scale, q_tile, BM * 128);
   }
 };
 
