@@ -170,6 +170,56 @@ void resolve_strides(const Problem& p, const char* name, Strides& s, int64_t hea
   }
 }
 
+// Positions a query (key) tensor holds per batch: the sequence, or every packed token.
+int64_t positions(const Problem& p, bool query) {
+  if (p.packed()) return query ? p.total_q() : p.total_k();
+  return query ? p.seq_q : p.seq_k;
+}
+
+// A tensor of `batches` x `seq` x `heads` rows of D elements (16-bit) at `s`: every
+// byte offset the kernels form must fit 64 bits; and an output's rows must not share
+// an element (two blocks would write it; which value is left depends on timing).
+// Sorted by stride, each dimension must step past everything the smaller ones span.
+void check_layout(const Problem& p, const char* name, CUdeviceptr pointer, const Strides& s,
+                  int64_t heads, int64_t seq, bool output) {
+  const int64_t batches = p.packed() ? 1 : p.batch;
+  struct Dim {
+    const char* what;
+    int64_t count, stride;
+  };
+  Dim dims[] = {
+      {"batch", batches, s.batch}, {"sequence position", seq, s.seq}, {"head", heads, s.head}};
+  int64_t last = p.head_dim - 1, term = 0, bytes = 0, end = 0;
+  for (const Dim& d : dims) {
+    if (__builtin_mul_overflow(d.count - 1, d.stride, &term) ||
+        __builtin_add_overflow(last, term, &last))
+      last = -1;
+    if (last < 0) break;
+  }
+  if (last < 0 || __builtin_mul_overflow(last + 1, int64_t{2}, &bytes) ||
+      __builtin_add_overflow(static_cast<int64_t>(pointer), bytes, &end))
+    throw UserError(fmt::format("attention {} spans more than 2^63 bytes: {} batches of stride "
+                                "{}, {} positions of stride {}, {} heads of stride {}",
+                                name, batches, s.batch, seq, s.seq, heads, s.head),
+                    "offsets are 64-bit byte counts; check the sizes and strides");
+  if (!output) return;
+  std::sort(std::begin(dims), std::end(dims),
+            [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  int64_t span = p.head_dim;  // elements the smaller dimensions cover, from the first
+  const char* inner = "row of D elements";
+  for (const Dim& d : dims) {
+    if (d.count <= 1) continue;
+    if (d.stride < span)
+      throw UserError(
+          fmt::format("attention output {}: its {} stride {} is less than the {} elements "
+                      "one {} covers, so two {}s share elements",
+                      name, d.what, d.stride, span, inner, d.what),
+          "give each output row its own elements (packed BSHD: strides 0)");
+    span += (d.count - 1) * d.stride;
+    inner = d.what;
+  }
+}
+
 void check_pointer(const char* name, CUdeviceptr pointer) {
   if (pointer == 0) throw UserError(fmt::format("attention needs a device pointer for {}", name));
   if (pointer % 16 != 0)
@@ -216,6 +266,10 @@ Tensors resolve(const Problem& p, Tensors t) {
   check_pointer("K", t.k);
   check_pointer("V", t.v);
   check_pointer("O", t.o);
+  check_layout(p, "Q", t.q, t.q_strides, p.heads, positions(p, true), false);
+  check_layout(p, "K", t.k, t.k_strides, p.kv_heads, positions(p, false), false);
+  check_layout(p, "V", t.v, t.v_strides, p.kv_heads, positions(p, false), false);
+  check_layout(p, "O", t.o, t.o_strides, p.heads, positions(p, true), true);
   if (t.lse % 4 != 0)
     throw UserError(fmt::format("attention LSE pointer 0x{:x} is not 4-byte aligned",
                                 static_cast<unsigned long long>(t.lse)));
@@ -229,19 +283,22 @@ BackwardTensors resolve(const Problem& p, BackwardTensors t) {
     CUdeviceptr pointer;
     Strides* strides;
     int64_t heads, seq;
+    bool query, output;
   } tensors[] = {
-      {"Q", t.q, &t.q_strides, p.heads, p.seq_q},
-      {"K", t.k, &t.k_strides, p.kv_heads, p.seq_k},
-      {"V", t.v, &t.v_strides, p.kv_heads, p.seq_k},
-      {"O", t.o, &t.o_strides, p.heads, p.seq_q},
-      {"dO", t.d_o, &t.do_strides, p.heads, p.seq_q},
-      {"dQ", t.dq, &t.dq_strides, p.heads, p.seq_q},
-      {"dK", t.dk, &t.dk_strides, p.kv_heads, p.seq_k},
-      {"dV", t.dv, &t.dv_strides, p.kv_heads, p.seq_k},
+      {"Q", t.q, &t.q_strides, p.heads, p.seq_q, true, false},
+      {"K", t.k, &t.k_strides, p.kv_heads, p.seq_k, false, false},
+      {"V", t.v, &t.v_strides, p.kv_heads, p.seq_k, false, false},
+      {"O", t.o, &t.o_strides, p.heads, p.seq_q, true, false},
+      {"dO", t.d_o, &t.do_strides, p.heads, p.seq_q, true, false},
+      {"dQ", t.dq, &t.dq_strides, p.heads, p.seq_q, true, true},
+      {"dK", t.dk, &t.dk_strides, p.kv_heads, p.seq_k, false, true},
+      {"dV", t.dv, &t.dv_strides, p.kv_heads, p.seq_k, false, true},
   };
   for (const auto& tensor : tensors) {
     resolve_strides(p, tensor.name, *tensor.strides, tensor.heads, tensor.seq);
     check_pointer(tensor.name, tensor.pointer);
+    check_layout(p, tensor.name, tensor.pointer, *tensor.strides, tensor.heads,
+                 positions(p, tensor.query), tensor.output);
   }
   if (t.lse == 0)
     throw UserError("attention backward needs the forward pass's LSE",

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kjit/compiler/lowering/attention.h"
+#include "kjit/runtime/attention.h"
 #include "kjit/runtime/cuda/device.h"
 #include "kjit/support/error.h"
 #include "kjit/tuner/attention_space.h"
@@ -315,6 +316,61 @@ TEST(AttentionBackward, AtomicDqIsAConfigTheDeterministicProblemRefuses) {
     return x.config.find("dq=atomic") != std::string::npos &&
            x.reason.find("same bits") != std::string::npos;
   }));
+}
+
+// Launch tensors are checked on the host before any kernel runs (no GPU needed):
+// outputs whose rows share elements, and layouts past 64-bit offsets, are user errors
+// naming the tensor; strided layouts that do not overlap pass.
+TEST(AttentionTensors, OverlappingOutputsAndHugeStridesAreUserErrors) {
+  Problem p;
+  p.batch = 2, p.heads = p.kv_heads = 4, p.seq_q = p.seq_k = 100, p.head_dim = 64;
+  const CUdeviceptr base = 1 << 20;
+  Tensors t{.q = base, .k = base, .v = base, .o = base + (1 << 24)};
+  EXPECT_NO_THROW(resolve(p, t));  // packed BSHD; inputs may share memory
+  Tensors bhsd = t;                // heads-major O: [batch, heads, seq, D]
+  bhsd.o_strides = {4 * 100 * 64, 64, 100 * 64};
+  EXPECT_NO_THROW(resolve(p, bhsd));
+  Tensors heads_overlap = t;  // heads 8 elements apart: rows of 64 share 56
+  heads_overlap.o_strides.head = 8;
+  EXPECT_THROW(
+      {
+        try {
+          resolve(p, heads_overlap);
+        } catch (const UserError& e) {
+          EXPECT_NE(std::string(e.what()).find("output O"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("head stride 8"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      UserError);
+  Tensors batches_overlap = t;  // the second batch starts inside the first
+  batches_overlap.o_strides.batch = 64 * 4 * 50;
+  EXPECT_THROW(resolve(p, batches_overlap), UserError);
+  Tensors huge = t;  // 2^62 elements between batches
+  huge.q_strides.batch = int64_t{1} << 62;
+  EXPECT_THROW(resolve(p, huge), UserError);
+
+  // The backward's outputs dQ, dK, dV; its inputs may overlap each other.
+  BackwardTensors g{.q = base,
+                    .k = base,
+                    .v = base,
+                    .o = base,
+                    .lse = base,
+                    .d_o = base,
+                    .dq = base + (1 << 24),
+                    .dk = base + (2 << 24),
+                    .dv = base + (3 << 24)};
+  EXPECT_NO_THROW(resolve(p, g));
+  BackwardTensors dk_overlap = g;
+  dk_overlap.dk_strides.seq = 64;  // positions 64 apart, but 4 heads of 64 a position
+  EXPECT_THROW(resolve(p, dk_overlap), UserError);
+  // A packed batch: positions over every token, no batch stride.
+  Problem packed = p;
+  packed.set_lengths({30, 70});
+  EXPECT_NO_THROW(resolve(packed, t));
+  Tensors packed_overlap = t;
+  packed_overlap.o_strides.seq = 128;  // 4 heads x 64 elements need 256
+  EXPECT_THROW(resolve(packed, packed_overlap), UserError);
 }
 
 }  // namespace
