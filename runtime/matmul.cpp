@@ -29,6 +29,7 @@ struct DeviceArgs {
   int c_pairs;
   int raster;
   int splits_resident;
+  int splits_cluster;
   float alpha, beta;
 };
 static_assert(sizeof(DeviceArgs) == 160, "DeviceArgs must mirror kjit::MatmulArgs");
@@ -561,13 +562,20 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   } else {
     launch.grid = {static_cast<unsigned>(tiles), static_cast<unsigned>(splits),
                    static_cast<unsigned>(p.batch)};
-    // Split-K on a grid that fits on the GPU at once: launched cooperatively (the
+    // Split-K on the wgmma engine (sm_90): a tile's splits are one thread-block
+    // cluster and sum each other's partials through distributed shared memory
+    // (WgmmaMatmul::finish_split_in_cluster). Clusters hold at most 8 blocks.
+    if (splits_in_cluster(config, splits)) {
+      args.splits_cluster = 1;
+      launch.cluster = {1, static_cast<unsigned>(splits), 1};
+    }
+    // Otherwise, on a grid that fits on the GPU at once: launched cooperatively (the
     // driver guarantees every block is resident), a tile's splits wait for each
     // other and each sums a slice of the tile, rather than the last one the whole.
     // Not while the stream is being captured into a CUDA graph: there the last
     // split sums, a plain launch that any graph holds and any replay runs.
-    if (splits > 1 &&
-        tiles * splits * p.batch <= static_cast<int64_t>(device.sm_count) * v->resident) {
+    else if (splits > 1 &&
+             tiles * splits * p.batch <= static_cast<int64_t>(device.sm_count) * v->resident) {
       CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
       KJIT_CU(cuStreamIsCapturing, stream, &capture);
       args.splits_resident = capture == CU_STREAM_CAPTURE_STATUS_NONE;
@@ -597,10 +605,16 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     v->main->function().launch(launch, kernel_args);
   } catch (const CudaError& e) {
     // Fewer SMs than the device has (MPS, a green context): the cooperative grid
-    // does not fit after all, and the last split of each tile sums it instead.
-    if (!launch.cooperative || e.code() != CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) throw;
+    // does not fit after all, or the device refuses a cluster of this size; the
+    // last split of each tile sums it instead (the workspace way).
+    const bool cluster = args.splits_cluster != 0;
+    if (!(launch.cooperative && e.code() == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) &&
+        !(cluster && e.code() == CUDA_ERROR_INVALID_CLUSTER_SIZE))
+      throw;
     args.splits_resident = 0;
+    args.splits_cluster = 0;
     launch.cooperative = false;
+    launch.cluster = {1, 1, 1};
     v->main->function().launch(launch, kernel_args);
   }
 }

@@ -54,6 +54,9 @@ struct MatmulArgs {
   int raster;           // tile rows per group of the block order (>= 1; config raster)
   int splits_resident;  // split-K: 1 when every block is resident at once (a cooperative
                         // launch): a tile's splits wait for each other and share its sum
+  int splits_cluster;   // split-K on sm_90: 1 when a tile's splits are one thread-block
+                        // cluster (dims 1 x splits x 1): they sum each other's staged
+                        // partials through distributed shared memory, no workspace
   float alpha, beta;
 };
 
@@ -443,6 +446,41 @@ __device__ __forceinline__ void write_chunk(const MatmulArgs& args, const Epilog
   write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, valid, acc, columns);
 }
 
+// ---- split-K: a quad of summed partials becomes 4 outputs ---------------------------
+// acc: the K sums of outputs (row, col .. col + 3), of which `valid` lie inside N;
+// alpha, beta * C0 and the epilogue, then one 8- or 16-byte store where the row allows.
+// Shared by both ways of finishing a split tile (finish_split below, and the sm_90
+// cluster's WgmmaMatmul::finish_split_in_cluster).
+template <typename TC, typename Epilogue>
+__device__ __forceinline__ void finish_quad(const MatmulArgs& args, const EpilogueOperands& ops,
+                                            long long batch, int row, int col, int valid,
+                                            float (&acc)[4]) {
+  const TC* c0 = static_cast<const TC*>(args.c0) + batch * args.stride_c0;
+  TC* c = static_cast<TC*>(args.c) + batch * args.stride_c;
+  // The epilogue once in the code, in a rolled loop: each pass finishes acc[0] and
+  // shifts the quad's values one place (constant indices: registers only).
+  float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+  for (int q = 0; q < 4; ++q) {
+    const float c0q = args.beta != 0.0f && q < valid ? to_f32(c0[row * args.ldc0 + col + q]) : 0.0f;
+    const float value =
+        q < valid ? finish<TC, Epilogue>(acc[0], c0q, args, batch, row, col + q, ops) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+      out[r] = out[r + 1];
+      acc[r] = acc[r + 1];
+    }
+    out[3] = value;
+  }
+  if (valid == 4) {
+    store_four(c + row * args.ldc + col, out);
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (q < valid) c[row * args.ldc + col + q] = from_f32<TC>(out[q]);
+  }
+}
+
 // ---- split-K: the tile's splits finish it ---------------------------------------------
 // Stage 6. Every split of a tile has written its fp32 partial to the workspace;
 // now each block counts itself in the tile's arrival counter. The partials are
@@ -519,8 +557,6 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
   const long long per_split = static_cast<long long>(args.batch) * args.m * args.n;
   // 16-byte loads when every row of the workspace starts 16-byte aligned.
   const bool wide = args.n % 4 == 0;
-  const TC* c0 = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
-  TC* c = static_cast<TC*>(args.c) + w.batch * args.stride_c;
   // Consecutive threads take consecutive quads (4 columns of a row): coalesced
   // reads of the partials and writes of C.
 #pragma unroll 1
@@ -564,29 +600,7 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
         for (int q = 0; q < 4; ++q) acc[q] += v[q];
       }
     }
-    // The epilogue once in the code, in a rolled loop: each pass finishes acc[0]
-    // and shifts the quad's values one place (constant indices: registers only).
-    float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 1
-    for (int q = 0; q < 4; ++q) {
-      const float c0q =
-          args.beta != 0.0f && q < valid ? to_f32(c0[row * args.ldc0 + col + q]) : 0.0f;
-      const float value =
-          q < valid ? finish<TC, Epilogue>(acc[0], c0q, args, w.batch, row, col + q, ops) : 0.0f;
-#pragma unroll
-      for (int r = 0; r < 3; ++r) {
-        out[r] = out[r + 1];
-        acc[r] = acc[r + 1];
-      }
-      out[3] = value;
-    }
-    if (valid == 4) {
-      store_four(c + row * args.ldc + col, out);
-    } else {
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        if (q < valid) c[row * args.ldc + col + q] = from_f32<TC>(out[q]);
-    }
+    finish_quad<TC, Epilogue>(args, ops, w.batch, row, col, valid, acc);
   }
 }
 

@@ -252,6 +252,8 @@ struct WgmmaMatmul {
     const int k_tiles = (k_end - k_begin + BK - 1) / BK;  // the copy engine zero-fills past K
 
     if (threadIdx.x == 0) {
+      prefetch_tensor_map(map_a);
+      prefetch_tensor_map(map_b);
       for (int s = 0; s < STAGES; ++s) {
         barrier_init(full + 8 * s, 1);               // the producer's arrive + the bytes
         barrier_init(empty + 8 * s, 4 * CONSUMERS);  // one arrive per consumer warp
@@ -279,8 +281,59 @@ struct WgmmaMatmul {
     __syncthreads();
     if (group >= 0) stage_accumulators(staged, acc, group);
     __syncthreads();
+    if (args.splits > 1 && args.splits_cluster) {
+      finish_split_in_cluster<Epilogue>(args, ops, w, stages);
+      return;
+    }
     write_tile<Epilogue>(args, ops, staged, tile_m, tile_n, batch, split);
     if (args.splits > 1) matmul::finish_split<TC, Epilogue, BM, BN>(args, ops, w);
+  }
+
+  // Split-K through distributed shared memory (stage 6 on sm_90). The S splits of a
+  // tile are one thread-block cluster (the runtime launches clusters of 1 x S x 1,
+  // so cluster rank = blockIdx.y = split), and every split has just staged its fp32
+  // partial tile in its own shared memory (`staged`: BM rows of STAGED_STRIDE
+  // floats). After a cluster barrier each block sums 1/S of the tile, reading the
+  // same 4 floats from every split's shared memory over the SM-to-SM network, in
+  // split order 0, 1, ..., S - 1 (deterministic), and finishes and stores them.
+  // Against the workspace way (finish_split): no fp32 partials written to and read
+  // back from L2, no __threadfence, no arrival counter to spin on, and no
+  // cooperative launch (a cluster is resident as a whole by construction). A second
+  // cluster barrier keeps every block's shared memory alive until its peers have
+  // read it.
+  template <typename Epilogue>
+  __device__ __forceinline__ static void finish_split_in_cluster(const MatmulArgs& args,
+                                                                 const EpilogueOperands& ops,
+                                                                 const matmul::BlockWork& w,
+                                                                 u32 staged) {
+    constexpr int MAX_SPLITS = 8;  // a portable cluster holds at most 8 blocks
+    cluster_sync();
+    const int rows = min(BM, args.m - w.tile_m * BM), cols = min(BN, args.n - w.tile_n * BN);
+    const int quads = (cols + 3) / 4;  // groups of 4 columns per row
+    const int total = rows * quads;
+    const int begin = total * w.split / args.splits;
+    const int end = total * (w.split + 1) / args.splits;
+#pragma unroll 1
+    for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += THREADS) {
+      const int r = i / quads, col = 4 * (i % quads);
+      const u32 mine = staged + static_cast<u32>((r * STAGED_STRIDE + col) * 4);
+      float4 v[MAX_SPLITS];
+#pragma unroll
+      for (int s = 0; s < MAX_SPLITS; ++s)  // every load in flight before the first add
+        if (s < args.splits) v[s] = load_cluster_f32x4(cluster_address(mine, s));
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int s = 0; s < MAX_SPLITS; ++s)
+        if (s < args.splits) {
+          acc[0] += v[s].x;
+          acc[1] += v[s].y;
+          acc[2] += v[s].z;
+          acc[3] += v[s].w;
+        }
+      matmul::finish_quad<TC, Epilogue>(args, ops, w.batch, w.tile_m * BM + r, w.tile_n * BN + col,
+                                        min(4, cols - col), acc);
+    }
+    cluster_sync();
   }
 
   // ---- the persistent schedule ---------------------------------------------------
@@ -595,6 +648,8 @@ struct WgmmaMatmul {
     const u32 full = stages + STAGES * STAGE_BYTES;
     const u32 empty = full + 8 * STAGES;
     if (threadIdx.x == 0) {
+      prefetch_tensor_map(map_a);
+      prefetch_tensor_map(map_b);
       for (int s = 0; s < STAGES; ++s) {
         barrier_init(full + 8 * s, 1);
         barrier_init(empty + 8 * s, 4 * CONSUMERS);
@@ -696,6 +751,8 @@ struct WgmmaMatmul {
     const u32 empty = full + 8 * STAGES;
     const u32 order = empty + 8 * STAGES;  // order[g]: warpgroup g may start its next tile
     if (threadIdx.x == 0) {
+      prefetch_tensor_map(map_a);
+      prefetch_tensor_map(map_b);
       for (int s = 0; s < STAGES; ++s) {
         barrier_init(full + 8 * s, 1);
         barrier_init(empty + 8 * s, 4);  // one warpgroup reads a stage: its 4 warps release it

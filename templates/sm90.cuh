@@ -43,6 +43,16 @@ __device__ __forceinline__ void barrier_wait(u32 bar, unsigned parity) {
   }
 }
 
+// ---- TMA: fetch a tensor map's descriptor ahead of the first copy -----------------
+// The copy engine reads the 128-byte map from memory the first time a copy names it;
+// asked for at the kernel's start (one thread, before the mbarriers are set up), that
+// fetch overlaps the set-up instead of delaying the main loop's first copy: a fixed
+// cost that a short kernel (a decode-sized matmul, ~15 us) feels.
+__device__ __forceinline__ void prefetch_tensor_map(const TensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&map))
+               : "memory");
+}
+
 // ---- TMA: a box of a 3-D tensor (inner dim, rows, batch) -> shared memory -------
 __device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar, int x, int y,
                                          int z) {
@@ -61,6 +71,31 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, u32 b
       " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
       "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(x), "r"(y), "r"(z), "r"(w)
       : "memory");
+}
+
+// ---- thread-block clusters: barrier and distributed shared memory ---------------
+// Every thread of every block of the cluster arrives; release/acquire order the
+// shared-memory writes before the barrier with the reads of other blocks after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
+}
+// The address of this block's shared-memory byte `address` in the block of the
+// cluster with rank `rank` (a shared::cluster address, for ld.shared::cluster).
+__device__ __forceinline__ u32 cluster_address(u32 address, unsigned rank) {
+  u32 out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(address), "r"(rank));
+  return out;
+}
+__device__ __forceinline__ float4 load_cluster_f32x4(u32 address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
 }
 
 // ---- named barriers: a subset of the block's warps meets (id 1..15; 0 is

@@ -403,7 +403,10 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
       std::min(4.0 * rates.dram_bytes_per_s / sms, in_flight / kDramLatencySeconds);
   const double pull_bytes_per_s =
       std::min(rates.dram_bytes_per_s, per_sm * static_cast<double>(active));
-  double dram = out.work.bytes + (splits > 1 ? 4.0 * splits * p.m * p.n * p.batch : 0);
+  // Split-K partials through an fp32 workspace, unless the splits are a cluster
+  // (wgmma, at most 8): then they stay in shared memory.
+  const bool cluster = matmul::splits_in_cluster(c, splits);
+  double dram = out.work.bytes + (splits > 1 && !cluster ? 4.0 * splits * p.m * p.n * p.batch : 0);
   const double l2 =
       p.batch * in *
       (static_cast<double>(p.m) * k * tiles_n + static_cast<double>(k) * p.n * tiles_m);
@@ -421,7 +424,15 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
     const double copy = 2.0 * 4 * p.batch * (p.m * p.k + p.k * p.n);
     extra += kLaunchSeconds + copy / rates.dram_bytes_per_s;
   }
-  if (splits > 1) {
+  if (splits > 1 && cluster) {
+    // Summed in the same kernel after the main loops, each split of the cluster a
+    // slice of the tile, from the splits' shared memory: only C leaves the SMs.
+    extra += p.batch * p.m * p.n * matmul::dtype_bytes(p.output) / rates.dram_bytes_per_s;
+    out.notes.push_back(
+        fmt::format("split-K: {} splits of {} (k-tiles of {}), each tile's splits one thread-block "
+                    "cluster: partials summed in split order through distributed shared memory",
+                    splits, k_per_split, c.bk));
+  } else if (splits > 1) {
     const double partials = 4.0 * splits * p.m * p.n * p.batch;
     // Read back and summed in the same kernel (no launch) after the main loops: by
     // all of a tile's splits, a slice each, when the grid fits on the GPU at once

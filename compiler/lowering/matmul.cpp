@@ -267,6 +267,10 @@ int epilogue_passes(const Problem& problem, const Config& config) {
   return mma_rows;
 }
 
+bool splits_in_cluster(const Config& config, int64_t splits) {
+  return config.wgmma && !config.persistent && splits > 1 && splits <= kMaxClusterSplits;
+}
+
 int shared_bytes(const Problem& problem, const Config& config) {
   if (problem.input == DType::F32) return 0;
   if (config.wgmma) return wgmma_shared_bytes(problem, config);

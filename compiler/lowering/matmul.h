@@ -146,6 +146,13 @@ int epilogue_passes(const Problem& problem, const Config& config);
 // and narrow loads read them in place.
 bool pads_operands(const Problem& problem, const Config& config);
 
+// Split-K on the wgmma engine's one-tile-per-block grid: a tile's splits are one
+// thread-block cluster (at most this many blocks, the portable cluster size) and sum
+// each other's partials through distributed shared memory. More splits, and the
+// other engines and schedules, go through an fp32 workspace in global memory.
+constexpr int kMaxClusterSplits = 8;
+bool splits_in_cluster(const Config& config, int64_t splits);
+
 // Dynamic shared memory the kernel needs (0 for the SIMT path's static tiles): the
 // pipeline's buffers, or one epilogue pass if that is larger (only when even a
 // single mma row per warp does not fit the buffers).

@@ -70,6 +70,7 @@ struct DriverApi {
   X(cuFuncSetAttribute)                          \
   X(cuLaunchKernel)                              \
   X(cuLaunchCooperativeKernel)                   \
+  X(cuLaunchKernelEx)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(cuPointerGetAttribute)                       \
   X(cuTensorMapEncodeTiled)

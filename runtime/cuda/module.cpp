@@ -1,5 +1,7 @@
 #include "kjit/runtime/cuda/module.h"
 
+#include <fmt/format.h>
+
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/support/error.h"
 
@@ -59,7 +61,33 @@ void Function::launch(const LaunchConfig& c, void** args) const {
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0)
       throw UserError("launch of '" + name_ + "' with an empty grid or block dimension");
-  if (c.cooperative)
+  if (c.cluster[0] * c.cluster[1] * c.cluster[2] > 1) {
+    if (c.cooperative)
+      throw UserError("launch of '" + name_ + "': a cooperative launch with thread-block clusters");
+    for (int i = 0; i < 3; ++i)
+      if (c.grid[i] % c.cluster[i] != 0)
+        throw UserError(
+            fmt::format("launch of '{}': grid dimension {} ({}) is not a multiple of "
+                        "the cluster's ({})",
+                        name_, i, c.grid[i], c.cluster[i]));
+    CUlaunchAttribute cluster{};
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = c.cluster[0];
+    cluster.value.clusterDim.y = c.cluster[1];
+    cluster.value.clusterDim.z = c.cluster[2];
+    CUlaunchConfig config{};
+    config.gridDimX = c.grid[0];
+    config.gridDimY = c.grid[1];
+    config.gridDimZ = c.grid[2];
+    config.blockDimX = c.block[0];
+    config.blockDimY = c.block[1];
+    config.blockDimZ = c.block[2];
+    config.sharedMemBytes = c.dynamic_shared_bytes;
+    config.hStream = c.stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    KJIT_CU(cuLaunchKernelEx, &config, function_, args, nullptr);
+  } else if (c.cooperative)
     KJIT_CU(cuLaunchCooperativeKernel, function_, c.grid[0], c.grid[1], c.grid[2], c.block[0],
             c.block[1], c.block[2], c.dynamic_shared_bytes, c.stream, args);
   else

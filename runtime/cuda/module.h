@@ -28,6 +28,10 @@ struct LaunchConfig {
   // Launch cooperatively: every block resident at once, or the launch fails
   // (a kernel whose blocks wait for each other needs it).
   bool cooperative = false;
+  // Thread-block cluster dimensions (sm_90): {1, 1, 1} is no cluster. Each grid
+  // dimension must be a multiple of the cluster's; a cluster's blocks run at the
+  // same time on one GPC and may read each other's shared memory.
+  std::array<unsigned, 3> cluster{1, 1, 1};
 };
 
 class Module;

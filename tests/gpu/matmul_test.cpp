@@ -632,6 +632,40 @@ TEST_F(MatmulGpu, SplitK) {
   run_all(SplitKCases());
 }
 
+// The wgmma engine's split-K through thread-block clusters: a tile's S splits are
+// one cluster of 1 x S x 1 blocks and sum each other's staged partials through
+// distributed shared memory (WgmmaMatmul::finish_split_in_cluster). Every cluster
+// size from 2 to 8 (uneven splits, the last shorter), decode-like M = 16, edges in M
+// and N (N odd: 2-byte columns), every layout, a batch, f32 and f16 outputs, beta
+// with C0, an IR epilogue; and 12 splits, more than a cluster holds, through the
+// workspace on the same engine.
+TEST_F(MatmulGpu, SplitKInClusters) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "thread-block clusters of the wgmma engine need sm_90";
+  std::vector<Case> cases;
+  const char* layouts[] = {"nn", "nt", "tn", "tt"};
+  for (int splits = 2; splits <= 8; ++splits)
+    cases.push_back({.m = splits % 2 ? 16 : 129,
+                     .n = splits % 3 ? 4099 : 300,
+                     .k = 1000 + 257 * splits,
+                     .batch = splits == 5 ? 3 : 1,
+                     .layout = layouts[splits % 4],
+                     .output = splits == 7 ? DType::F32 : DType::BF16,
+                     .config = std::string("mma=wgmma,bn=128,stages=4,bm=") +
+                               (splits == 6 ? "128" : "64") + ",splitk=" + std::to_string(splits)});
+  cases.push_back({.m = 100,
+                   .n = 200,
+                   .k = 4096,
+                   .input = DType::F16,
+                   .output = DType::F16,
+                   .epilogue = "bias:f32[n]; y = silu(acc * 0.5 + bias)",
+                   .ir = true,
+                   .config = "mma=wgmma,bm=128,bn=64,stages=5,splitk=4",
+                   .beta = 0.25f});
+  cases.push_back(
+      {.m = 77, .n = 333, .k = 8192, .config = "mma=wgmma,bm=64,bn=128,stages=4,splitk=12"});
+  run_all(cases);
+}
+
 // Split-K finishes in the kernel: the partials are summed in split order, either
 // by the last split of each tile to arrive (a grid larger than the GPU holds at
 // once) or by all of a tile's splits, a slice each (a cooperative launch), and the
@@ -696,8 +730,9 @@ TEST_F(MatmulGpu, SplitKIsDeterministicAcrossLaunches) {
 
 // A split-K matmul captured into a CUDA graph (after a first launch has allocated
 // its workspace, as for any capture): the runtime does not launch cooperatively
-// while the stream is capturing, so the graph holds the last-split way. Both ways
-// sum in split order: every replay gives the bits of the direct launch.
+// while the stream is capturing, so the graph holds the last-split way (mma.sync);
+// the wgmma engine's cluster launch is captured as it is. Every way sums in split
+// order: every replay gives the bits of the direct launch.
 TEST_F(MatmulGpu, SplitKInACudaGraphMatchesTheDirectLaunch) {
   const Case c{.m = 256,
                .n = 384,

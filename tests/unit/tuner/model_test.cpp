@@ -119,17 +119,28 @@ TEST(Model, FewTilesWithLongKSplitK) {
   EXPECT_GT(c.splitk, 1) << c.to_string();
   const Prediction split = MatmulTuning(p).predict(c, h200, Efficiencies(), nullptr);
   EXPECT_FALSE(split.notes.empty());  // says what the partials cost
-  // Who sums them: the splits together when the grid fits on the GPU at once (a
-  // cooperative launch), else each tile's last split.
+  // Who sums them: on the wgmma engine a tile's splits as one cluster (up to 8),
+  // through shared memory; otherwise through the workspace, the splits together
+  // when the grid fits on the GPU at once (a cooperative launch), else each tile's
+  // last split.
   auto who = [](const matmul::Problem& q, const std::string& config) {
     for (const std::string& note : MatmulTuning(q).predict(config, h200, Efficiencies()).notes)
       if (note.rfind("split-K:", 0) == 0)
-        return note.find("together") != std::string::npos ? "together" : "last";
+        return note.find("cluster") != std::string::npos    ? "cluster"
+               : note.find("together") != std::string::npos ? "together"
+                                                            : "last";
     return "none";
   };
-  const std::string split4 = "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=4,mma=wgmma";
+  const std::string split4 = "bm=128,bn=128,bk=64,warps=8,wm=2,stages=4,splitk=4";
   EXPECT_STREQ(who(matmul_problem(256, 256, 16384), split4), "together");  // 4 x 4 blocks
   EXPECT_STREQ(who(matmul_problem(4096, 4096, 16384), split4), "last");    // 4096 blocks
+  const std::string wgmma4 = "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=4,mma=wgmma";
+  EXPECT_STREQ(who(matmul_problem(256, 256, 16384), wgmma4), "cluster");
+  EXPECT_STREQ(who(matmul_problem(4096, 4096, 16384), wgmma4), "cluster");
+  // More splits than a cluster holds: the workspace.
+  EXPECT_STREQ(who(matmul_problem(256, 256, 16384),
+                   "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=16,mma=wgmma"),
+               "together");
   EXPECT_STREQ(who(matmul_problem(256, 256, 16384),
                    "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma"),
                "none");
