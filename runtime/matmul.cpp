@@ -524,7 +524,9 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   args.k_per_split = static_cast<int>(k_per_split);
   args.raster = config.raster;
   args.splits = static_cast<int>(splits);
-  if (splits > 1) {
+  // The fp32 partials and per-tile arrival counters of split-K through global memory
+  // (not needed when the splits are a cluster: allocated if that launch is refused).
+  auto use_workspace = [&] {
     const size_t bytes = static_cast<size_t>(splits * p.batch * p.m * p.n * 4);
     if (workspace_.bytes() < bytes) workspace_ = cuda::DeviceBuffer(bytes);
     args.workspace = workspace_.get();
@@ -535,7 +537,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       KJIT_CU(cuMemsetD32Async, arrivals_.get(), 0, counters / sizeof(unsigned), stream);
     }
     args.arrivals = arrivals_.get();
-  }
+  };
+  if (splits > 1 && !splits_in_cluster(config, splits)) use_workspace();
   // Two-element stores need even leading dimensions and pair-aligned pointers.
   const int out_pair = 2 * dtype_bytes(p.output);
   const bool c0_pairs = args.c0 == 0 || (t.c0 % out_pair == 0 && t.ldc0 % 2 == 0 &&
@@ -611,6 +614,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     if (!(launch.cooperative && e.code() == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) &&
         !(cluster && e.code() == CUDA_ERROR_INVALID_CLUSTER_SIZE))
       throw;
+    if (cluster) use_workspace();
     args.splits_resident = 0;
     args.splits_cluster = 0;
     launch.cooperative = false;
