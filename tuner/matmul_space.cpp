@@ -96,6 +96,17 @@ int register_limit(const cuda::DeviceProperties& d, int threads) {
   return static_cast<int>(std::min<int64_t>(255, per_block / threads / 8 * 8));
 }
 
+// Blocks that run at once when they come in clusters of `size`: a cluster's blocks
+// share one GPC, so each GPC holds whole clusters only. Hopper GPCs have up to 18
+// SMs (H100 / H200 SXM: 132 SMs in 8 GPCs of 16 to 18); the datasheet gives no GPC
+// sizes, so the SMs are taken as spread evenly over ceil(SMs / 18) GPCs. For 132 SMs
+// and one block a SM: clusters of 2, 4 or 8 fill 128 SMs, of 3 120, of 6 only 96.
+int64_t cluster_slots(int64_t sms, int64_t resident, int64_t size) {
+  const int64_t gpcs = ceil_div(sms, 18);
+  const int64_t per_gpc = sms * resident / gpcs;
+  return std::max<int64_t>(size, per_gpc / size * size * gpcs);
+}
+
 int64_t actual_splits(const Config& c, int64_t k) {
   const int64_t k_per_split = (ceil_div(k, c.splitk) + c.bk - 1) / c.bk * c.bk;
   return ceil_div(k, k_per_split);
@@ -341,7 +352,12 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   const int64_t k_per_split = ceil_div(ceil_div(k, splits), c.bk) * c.bk;
   const int64_t tiles_m = ceil_div(p.m, c.bm), tiles_n = ceil_div(p.n, c.bn);
   const int64_t tiles = tiles_m * tiles_n * p.batch;
-  out.waves = waves_of(tiles * splits, sms * resident);
+  // Split-K on the wgmma tile grid: each tile's splits are one cluster, which fills
+  // whole GPCs only (cluster_slots); the SMs left over in each GPC stay idle.
+  const bool cluster = matmul::splits_in_cluster(c, splits);
+  const int64_t slots = cluster ? cluster_slots(sms, resident, splits) : sms * resident;
+  const int64_t busy_sms = std::max<int64_t>(1, slots / resident);
+  out.waves = waves_of(tiles * splits, slots);
   if (c.wgmma && c.persistent) out.persistent_blocks = std::min<int64_t>(tiles, sms * resident);
 
   // Compute: one unit's multiply-adds at the SM's rate times the efficiency; the
@@ -359,7 +375,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                                                     : rates.tensor_flops_per_sm_clock;
   const double sm_rate = per_clock * rates.sm_clock_hz * out.efficiency;
   const double unit_seconds = 2.0 * c.bm * c.bn * k_per_split / sm_rate;
-  const int64_t units_per_sm = ceil_div(tiles * splits, sms);
+  const int64_t units_per_sm = ceil_div(tiles * splits, busy_sms);
   const double compute = static_cast<double>(units_per_sm) * unit_seconds;
 
   // Per unit, serial with its own main loop: the pipeline fill and the write-out of
@@ -394,10 +410,10 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // pipeline's stages ahead x a stage's bytes x its resident blocks, over the DRAM
   // latency) and at most 4x its fair share; fewer busy SMs pull less in all.
   const double in = matmul::dtype_bytes(p.input);
-  const int64_t active = std::min<int64_t>(tiles * splits, sms);
+  const int64_t active = std::min<int64_t>(tiles * splits, busy_sms);
   const double stage_bytes = static_cast<double>(c.bm + c.bn) * c.bk * in;
   const double blocks_here = std::min<double>(
-      resident, std::max(1.0, static_cast<double>(tiles * splits) / static_cast<double>(sms)));
+      resident, std::max(1.0, static_cast<double>(tiles * splits) / static_cast<double>(busy_sms)));
   const double in_flight = std::max(1, c.stages - 1) * stage_bytes * blocks_here;
   const double per_sm =
       std::min(4.0 * rates.dram_bytes_per_s / sms, in_flight / kDramLatencySeconds);
@@ -405,7 +421,6 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
       std::min(rates.dram_bytes_per_s, per_sm * static_cast<double>(active));
   // Split-K partials through an fp32 workspace, unless the splits are a cluster
   // (wgmma, at most 8): then they stay in shared memory.
-  const bool cluster = matmul::splits_in_cluster(c, splits);
   double dram = out.work.bytes + (splits > 1 && !cluster ? 4.0 * splits * p.m * p.n * p.batch : 0);
   const double l2 =
       p.batch * in *

@@ -144,6 +144,19 @@ TEST(Model, FewTilesWithLongKSplitK) {
   EXPECT_STREQ(who(matmul_problem(256, 256, 16384),
                    "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma"),
                "none");
+  // Clusters fill whole GPCs only: 22 tiles x 6 splits are 132 blocks (one a SM),
+  // but clusters of 6 fit 96 of the 132 SMs at once, so two waves; clusters of 4
+  // (32 tiles x 4) fit 128 SMs in one.
+  const matmul::Problem skinny = matmul_problem(4096, 128, 16384);
+  const Waves six = MatmulTuning(skinny)
+                        .predict("bm=192,bn=128,bk=64,warps=16,wm=3,stages=4,splitk=6,mma=wgmma",
+                                 h200, Efficiencies())
+                        .waves;
+  EXPECT_EQ(six.slots, 96);
+  EXPECT_EQ(six.waves, 2);
+  const Waves four = MatmulTuning(skinny).predict(wgmma4, h200, Efficiencies()).waves;
+  EXPECT_EQ(four.slots, 128);
+  EXPECT_EQ(four.waves, 1);
 }
 
 TEST(Model, SkinnyProblemsAreMemoryBound) {
