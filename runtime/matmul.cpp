@@ -257,6 +257,7 @@ struct Matmul::Variant {
   cuda::KernelStats stats;
   std::shared_ptr<const CompiledKernel> main, pad, stage;  // hold the modules
   int resident = 1;  // blocks of `main` per SM (the persistent grid; split-K's co-residency)
+  int clusters_at_once = -1;  // split-K clusters of `main` that run at once; -1: not asked yet
 };
 
 Matmul::Matmul(Runtime& runtime, Problem problem)
@@ -538,7 +539,26 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     }
     args.arrivals = arrivals_.get();
   };
-  if (splits > 1 && !splits_in_cluster(config, splits)) use_workspace();
+  // Split-K on the wgmma tile grid: a tile's splits are one cluster when every
+  // cluster of the grid runs at once. A GPC holds whole clusters only and the H200's
+  // GPCs differ in size, so fewer clusters fit than SMs / size (the driver's
+  // occupancy calculator knows); a grid of more runs in waves, and there the
+  // workspace way was faster (H200, 4096 x 128 x 16384, 128 x 128 tiles, 4 splits:
+  // 32 clusters of 4, 0.0768 ms against 0.0574).
+  const int64_t tiles = ceil_div(p.m, config.bm) * ceil_div(p.n, config.bn);
+  bool cluster = false;
+  if (splits_in_cluster(config, splits)) {
+    if (v->clusters_at_once < 0) {
+      cuda::LaunchConfig probe;
+      probe.grid = {1, static_cast<unsigned>(splits), 1};
+      probe.block = {static_cast<unsigned>(v->source.block_threads), 1, 1};
+      probe.dynamic_shared_bytes = static_cast<unsigned>(v->source.dynamic_shared_bytes);
+      probe.cluster = {1, static_cast<unsigned>(splits), 1};
+      v->clusters_at_once = v->main->function().max_active_clusters(probe);
+    }
+    cluster = tiles * p.batch <= v->clusters_at_once;
+  }
+  if (splits > 1 && !cluster) use_workspace();
   // Two-element stores need even leading dimensions and pair-aligned pointers.
   const int out_pair = 2 * dtype_bytes(p.output);
   const bool c0_pairs = args.c0 == 0 || (t.c0 % out_pair == 0 && t.ldc0 % 2 == 0 &&
@@ -554,7 +574,6 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   }
 
   cuda::LaunchConfig launch;
-  const int64_t tiles = ceil_div(p.m, config.bm) * ceil_div(p.n, config.bn);
   if (config.persistent) {
     // As many blocks as fit on the GPU at once, each walking units (the tiles of
     // every batch; validate() refuses split-K here) blockIdx.x + i * gridDim.x.
@@ -567,8 +586,9 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
                    static_cast<unsigned>(p.batch)};
     // Split-K on the wgmma engine (sm_90): a tile's splits are one thread-block
     // cluster and sum each other's partials through distributed shared memory
-    // (WgmmaMatmul::finish_split_in_cluster). Clusters hold at most 8 blocks.
-    if (splits_in_cluster(config, splits)) {
+    // (WgmmaMatmul::finish_split_in_cluster): when all of the grid's clusters run at
+    // once (above).
+    if (cluster) {
       args.splits_cluster = 1;
       launch.cluster = {1, static_cast<unsigned>(splits), 1};
     }
@@ -604,13 +624,16 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     kernel_args[2] = &map_a;
     kernel_args[3] = &map_b;
   }
+  split_way_ = splits == 1            ? "none"
+               : args.splits_cluster  ? "cluster"
+               : args.splits_resident ? "together"
+                                      : "last";
   try {
     v->main->function().launch(launch, kernel_args);
   } catch (const CudaError& e) {
     // Fewer SMs than the device has (MPS, a green context): the cooperative grid
     // does not fit after all, or the device refuses a cluster of this size; the
     // last split of each tile sums it instead (the workspace way).
-    const bool cluster = args.splits_cluster != 0;
     if (!(launch.cooperative && e.code() == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) &&
         !(cluster && e.code() == CUDA_ERROR_INVALID_CLUSTER_SIZE))
       throw;
@@ -619,6 +642,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     args.splits_cluster = 0;
     launch.cooperative = false;
     launch.cluster = {1, 1, 1};
+    split_way_ = "last";
     v->main->function().launch(launch, kernel_args);
   }
 }

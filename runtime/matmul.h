@@ -83,6 +83,11 @@ class Matmul {
   std::string config_source() const;
   // Where the main kernel's binary came from: "compiled" (NVRTC), "store", "memory".
   std::string kernel_origin() const;
+  // How the last launch finished split-K: "none" (one split), "cluster" (a tile's
+  // splits one thread-block cluster, through shared memory), "together" (the splits
+  // through the workspace, each summing a slice: a cooperative launch) or "last"
+  // (through the workspace, the last split of each tile summing it).
+  const char* split_way() const { return split_way_; }
 
  private:
   struct Variant;
@@ -95,6 +100,7 @@ class Matmul {
   bool fixed_ = false;
   std::unique_ptr<Variant> variants_[2];  // [aligned]
   Variant* last_ = nullptr;
+  const char* split_way_ = "none";
   cuda::DeviceBuffer scratch_a_, scratch_b_, workspace_;
   // Split-K arrival counters, one per (batch, tile); zero between launches (the
   // last split of each tile sets its counter back).

@@ -96,15 +96,20 @@ int register_limit(const cuda::DeviceProperties& d, int threads) {
   return static_cast<int>(std::min<int64_t>(255, per_block / threads / 8 * 8));
 }
 
-// Blocks that run at once when they come in clusters of `size`: a cluster's blocks
-// share one GPC, so each GPC holds whole clusters only. Hopper GPCs have up to 18
-// SMs (H100 / H200 SXM: 132 SMs in 8 GPCs of 16 to 18); the datasheet gives no GPC
-// sizes, so the SMs are taken as spread evenly over ceil(SMs / 18) GPCs. For 132 SMs
-// and one block a SM: clusters of 2, 4 or 8 fill 128 SMs, of 3 120, of 6 only 96.
-int64_t cluster_slots(int64_t sms, int64_t resident, int64_t size) {
-  const int64_t gpcs = ceil_div(sms, 18);
-  const int64_t per_gpc = sms * resident / gpcs;
-  return std::max<int64_t>(size, per_gpc / size * size * gpcs);
+// Clusters of `size` blocks that run at once. A cluster's blocks share one GPC and
+// a GPC holds whole clusters only, so fewer than SMs x resident / size fit; how many
+// depends on the GPCs' sizes, which no datasheet gives. The fractions of the SM
+// slots that clusters of each size fill were measured on the H200 (132 SMs, one
+// block a SM: 132, 66, 39, 30, 22, 17, 15 and 15 clusters of 1 to 8;
+// tools/device/experiments/cluster_occupancy.cu) and stand for every sm_90 part
+// here; with more blocks a SM the H200 fits a little more (two a SM: 79 clusters of
+// 3, 62 of 4, 30 of 8), so this errs low. The runtime asks the driver instead
+// (cuOccupancyMaxActiveClusters).
+int64_t clusters_at_once(int64_t sms, int64_t resident, int64_t size) {
+  // Of the H200's 132 SM slots, the blocks in clusters of 0 (unused), 1, ..., 8.
+  constexpr int64_t kFilled[] = {0, 132, 132, 117, 120, 110, 102, 105, 120};
+  if (size < 1 || size > 8) return 0;
+  return sms * resident * kFilled[size] / (132 * size);
 }
 
 int64_t actual_splits(const Config& c, int64_t k) {
@@ -352,12 +357,11 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   const int64_t k_per_split = ceil_div(ceil_div(k, splits), c.bk) * c.bk;
   const int64_t tiles_m = ceil_div(p.m, c.bm), tiles_n = ceil_div(p.n, c.bn);
   const int64_t tiles = tiles_m * tiles_n * p.batch;
-  // Split-K on the wgmma tile grid: each tile's splits are one cluster, which fills
-  // whole GPCs only (cluster_slots); the SMs left over in each GPC stay idle.
-  const bool cluster = matmul::splits_in_cluster(c, splits);
-  const int64_t slots = cluster ? cluster_slots(sms, resident, splits) : sms * resident;
-  const int64_t busy_sms = std::max<int64_t>(1, slots / resident);
-  out.waves = waves_of(tiles * splits, slots);
+  // Split-K on the wgmma tile grid: each tile's splits one cluster, when every
+  // cluster of the grid runs at once (as the runtime decides); else the workspace.
+  const bool cluster =
+      matmul::splits_in_cluster(c, splits) && tiles <= clusters_at_once(sms, resident, splits);
+  out.waves = waves_of(tiles * splits, sms * resident);
   if (c.wgmma && c.persistent) out.persistent_blocks = std::min<int64_t>(tiles, sms * resident);
 
   // Compute: one unit's multiply-adds at the SM's rate times the efficiency; the
@@ -375,7 +379,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                                                     : rates.tensor_flops_per_sm_clock;
   const double sm_rate = per_clock * rates.sm_clock_hz * out.efficiency;
   const double unit_seconds = 2.0 * c.bm * c.bn * k_per_split / sm_rate;
-  const int64_t units_per_sm = ceil_div(tiles * splits, busy_sms);
+  const int64_t units_per_sm = ceil_div(tiles * splits, sms);
   const double compute = static_cast<double>(units_per_sm) * unit_seconds;
 
   // Per unit, serial with its own main loop: the pipeline fill and the write-out of
@@ -410,10 +414,10 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // pipeline's stages ahead x a stage's bytes x its resident blocks, over the DRAM
   // latency) and at most 4x its fair share; fewer busy SMs pull less in all.
   const double in = matmul::dtype_bytes(p.input);
-  const int64_t active = std::min<int64_t>(tiles * splits, busy_sms);
+  const int64_t active = std::min<int64_t>(tiles * splits, sms);
   const double stage_bytes = static_cast<double>(c.bm + c.bn) * c.bk * in;
   const double blocks_here = std::min<double>(
-      resident, std::max(1.0, static_cast<double>(tiles * splits) / static_cast<double>(busy_sms)));
+      resident, std::max(1.0, static_cast<double>(tiles * splits) / static_cast<double>(sms)));
   const double in_flight = std::max(1, c.stages - 1) * stage_bytes * blocks_here;
   const double per_sm =
       std::min(4.0 * rates.dram_bytes_per_s / sms, in_flight / kDramLatencySeconds);
@@ -443,10 +447,11 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
     // Summed in the same kernel after the main loops, each split of the cluster a
     // slice of the tile, from the splits' shared memory: only C leaves the SMs.
     extra += p.batch * p.m * p.n * matmul::dtype_bytes(p.output) / rates.dram_bytes_per_s;
-    out.notes.push_back(
-        fmt::format("split-K: {} splits of {} (k-tiles of {}), each tile's splits one thread-block "
-                    "cluster: partials summed in split order through distributed shared memory",
-                    splits, k_per_split, c.bk));
+    out.notes.push_back(fmt::format(
+        "split-K: {} splits of {} (k-tiles of {}), each tile's splits one thread-block "
+        "cluster ({} clusters; about {} clusters of {} blocks run at once): partials "
+        "summed in split order through distributed shared memory",
+        splits, k_per_split, c.bk, tiles, clusters_at_once(sms, resident, splits), splits));
   } else if (splits > 1) {
     const double partials = 4.0 * splits * p.m * p.n * p.batch;
     // Read back and summed in the same kernel (no launch) after the main loops: by

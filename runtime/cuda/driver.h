@@ -72,6 +72,7 @@ struct DriverApi {
   X(cuLaunchCooperativeKernel)                   \
   X(cuLaunchKernelEx)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(cuOccupancyMaxActiveClusters)                \
   X(cuPointerGetAttribute)                       \
   X(cuTensorMapEncodeTiled)
 // clang-format on

@@ -57,6 +57,40 @@ int Function::max_active_blocks_per_sm(int block_threads, size_t dynamic_shared_
   return blocks;
 }
 
+namespace {
+
+// The driver's form of a launch with a cluster dimension; `attribute` must outlive
+// the returned config.
+CUlaunchConfig cluster_launch(const LaunchConfig& c, CUlaunchAttribute& attribute) {
+  attribute = {};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attribute.value.clusterDim.x = c.cluster[0];
+  attribute.value.clusterDim.y = c.cluster[1];
+  attribute.value.clusterDim.z = c.cluster[2];
+  CUlaunchConfig config{};
+  config.gridDimX = c.grid[0];
+  config.gridDimY = c.grid[1];
+  config.gridDimZ = c.grid[2];
+  config.blockDimX = c.block[0];
+  config.blockDimY = c.block[1];
+  config.blockDimZ = c.block[2];
+  config.sharedMemBytes = c.dynamic_shared_bytes;
+  config.hStream = c.stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
+}  // namespace
+
+int Function::max_active_clusters(const LaunchConfig& c) const {
+  CUlaunchAttribute attribute;
+  const CUlaunchConfig config = cluster_launch(c, attribute);
+  int clusters = 0;
+  KJIT_CU(cuOccupancyMaxActiveClusters, &clusters, function_, &config);
+  return clusters;
+}
+
 void Function::launch(const LaunchConfig& c, void** args) const {
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0)
@@ -70,22 +104,8 @@ void Function::launch(const LaunchConfig& c, void** args) const {
             fmt::format("launch of '{}': grid dimension {} ({}) is not a multiple of "
                         "the cluster's ({})",
                         name_, i, c.grid[i], c.cluster[i]));
-    CUlaunchAttribute cluster{};
-    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    cluster.value.clusterDim.x = c.cluster[0];
-    cluster.value.clusterDim.y = c.cluster[1];
-    cluster.value.clusterDim.z = c.cluster[2];
-    CUlaunchConfig config{};
-    config.gridDimX = c.grid[0];
-    config.gridDimY = c.grid[1];
-    config.gridDimZ = c.grid[2];
-    config.blockDimX = c.block[0];
-    config.blockDimY = c.block[1];
-    config.blockDimZ = c.block[2];
-    config.sharedMemBytes = c.dynamic_shared_bytes;
-    config.hStream = c.stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    CUlaunchAttribute attribute;
+    const CUlaunchConfig config = cluster_launch(c, attribute);
     KJIT_CU(cuLaunchKernelEx, &config, function_, args, nullptr);
   } else if (c.cooperative)
     KJIT_CU(cuLaunchCooperativeKernel, function_, c.grid[0], c.grid[1], c.grid[2], c.block[0],

@@ -46,6 +46,10 @@ class Function {
   void set_max_dynamic_shared(int bytes) const;
   // Resident blocks per SM for this block size and shared memory.
   int max_active_blocks_per_sm(int block_threads, size_t dynamic_shared_bytes) const;
+  // Clusters of `config.cluster` that run at once on the whole GPU with this block
+  // size and shared memory (a GPC holds whole clusters only: this depends on how
+  // many SMs each GPC has). 0 when a cluster does not fit at all.
+  int max_active_clusters(const LaunchConfig& config) const;
   // Asynchronous; `args` points at each kernel argument, in order.
   void launch(const LaunchConfig& config, void** args) const;
 

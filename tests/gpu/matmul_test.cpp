@@ -45,6 +45,7 @@ struct Case {
   // Stored rows of A, B and C this many elements longer than the matrix's (lda =
   // row + pad_a, ...); the gaps hold NaN and must stay untouched in C.
   int64_t pad_a = 0, pad_b = 0, pad_c = 0;
+  const char* split_way = nullptr;  // checked against Matmul::split_way() when set
 };
 
 // Stored (rows, cols) of A and B per batch: "t" stores the transpose.
@@ -184,6 +185,9 @@ class MatmulGpu : public testing::GpuTest {
     cuda::Stream stream;
     matmul.launch(t, stream.get());
     stream.synchronize();
+    if (c.split_way) {
+      EXPECT_STREQ(matmul.split_way(), c.split_way);
+    }
     std::vector<unsigned char> stored(out.bytes()), bytes(out_count * element);
     out.download(stored.data(), stored.size());
     int64_t gap_writes = 0;  // bytes changed between a row's end and the next row
@@ -634,24 +638,25 @@ TEST_F(MatmulGpu, SplitK) {
 
 // The wgmma engine's split-K through thread-block clusters: a tile's S splits are
 // one cluster of 1 x S x 1 blocks and sum each other's staged partials through
-// distributed shared memory (WgmmaMatmul::finish_split_in_cluster). Every cluster
-// size from 2 to 8 (uneven splits, the last shorter), decode-like M = 16, edges in M
-// and N (N odd: 2-byte columns), every layout, a batch, f32 and f16 outputs, beta
-// with C0, an IR epilogue; and 12 splits, more than a cluster holds, through the
-// workspace on the same engine.
+// distributed shared memory (WgmmaMatmul::finish_split_in_cluster), when all of the
+// grid's clusters run at once. Every cluster size from 2 to 8 (uneven splits, the
+// last shorter) on grids of at most 9 tiles: decode-like M = 16, edges in M and N
+// (N odd: 2-byte columns), every layout, a batch, an f32 output; f16 with beta, C0
+// and an IR epilogue. Then the workspace on the same engine: 12 splits (more than a
+// cluster holds), and 99 tiles of 8 splits (more clusters than the GPU holds).
 TEST_F(MatmulGpu, SplitKInClusters) {
   if (!gpu_is_sm90()) GTEST_SKIP() << "thread-block clusters of the wgmma engine need sm_90";
   std::vector<Case> cases;
   const char* layouts[] = {"nn", "nt", "tn", "tt"};
   for (int splits = 2; splits <= 8; ++splits)
     cases.push_back({.m = splits % 2 ? 16 : 129,
-                     .n = splits % 3 ? 4099 : 300,
+                     .n = splits % 2 && splits != 5 ? 1101 : 299,  // 9 tiles of 64 x 128
                      .k = 1000 + 257 * splits,
                      .batch = splits == 5 ? 3 : 1,
                      .layout = layouts[splits % 4],
                      .output = splits == 7 ? DType::F32 : DType::BF16,
-                     .config = std::string("mma=wgmma,bn=128,stages=4,bm=") +
-                               (splits == 6 ? "128" : "64") + ",splitk=" + std::to_string(splits)});
+                     .config = "mma=wgmma,bm=64,bn=128,stages=4,splitk=" + std::to_string(splits),
+                     .split_way = "cluster"});
   cases.push_back({.m = 100,
                    .n = 200,
                    .k = 4096,
@@ -660,9 +665,18 @@ TEST_F(MatmulGpu, SplitKInClusters) {
                    .epilogue = "bias:f32[n]; y = silu(acc * 0.5 + bias)",
                    .ir = true,
                    .config = "mma=wgmma,bm=128,bn=64,stages=5,splitk=4",
-                   .beta = 0.25f});
-  cases.push_back(
-      {.m = 77, .n = 333, .k = 8192, .config = "mma=wgmma,bm=64,bn=128,stages=4,splitk=12"});
+                   .beta = 0.25f,
+                   .split_way = "cluster"});
+  cases.push_back({.m = 77,
+                   .n = 333,
+                   .k = 8192,
+                   .config = "mma=wgmma,bm=64,bn=128,stages=4,splitk=12",
+                   .split_way = "together"});
+  cases.push_back({.m = 129,
+                   .n = 4099,
+                   .k = 2048,
+                   .config = "mma=wgmma,bm=64,bn=128,stages=4,splitk=8",
+                   .split_way = "last"});
   run_all(cases);
 }
 
