@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "kjit/support/error.h"
 #include "kjit/support/npy.h"
@@ -10,8 +13,13 @@
 namespace kjit {
 namespace {
 
+// A file of this process's own: ctest runs each test in a process of its own and
+// several at once, and two tests writing one fixed path raced (the sanitizer stage of
+// CI read one test's file while another rewrote or removed it).
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kjit_npy_test_" + name)).string();
+  return (std::filesystem::temp_directory_path() /
+          ("kjit_npy_test_" + std::to_string(getpid()) + "_" + name))
+      .string();
 }
 
 TEST(Npy, RoundTripsEveryDtype) {
