@@ -280,11 +280,12 @@ struct WgmmaMatmul {
     // against the staging writes.)
     __syncthreads();
     if (group >= 0) stage_accumulators(staged, acc, group);
-    __syncthreads();
     if (args.splits > 1 && args.splits_cluster) {
+      // Its first cluster barrier also orders this block's staging before its reads.
       finish_split_in_cluster<Epilogue>(args, ops, w, stages);
       return;
     }
+    __syncthreads();
     write_tile<Epilogue>(args, ops, staged, tile_m, tile_n, batch, split);
     if (args.splits > 1) matmul::finish_split<TC, Epilogue, BM, BN>(args, ops, w);
   }
@@ -299,8 +300,8 @@ struct WgmmaMatmul {
   // Against the workspace way (finish_split): no fp32 partials written to and read
   // back from L2, no __threadfence, no arrival counter to spin on, and no
   // cooperative launch (a cluster is resident as a whole by construction). A second
-  // cluster barrier keeps every block's shared memory alive until its peers have
-  // read it.
+  // cluster barrier, its arrive relaxed (C's stores need not drain first), keeps
+  // every block's shared memory alive until its peers have read it.
   template <typename Epilogue>
   __device__ __forceinline__ static void finish_split_in_cluster(const MatmulArgs& args,
                                                                  const EpilogueOperands& ops,
@@ -333,7 +334,8 @@ struct WgmmaMatmul {
       matmul::finish_quad<TC, Epilogue>(args, ops, w.batch, w.tile_m * BM + r, w.tile_n * BN + col,
                                         min(4, cols - col), acc);
     }
-    cluster_sync();
+    cluster_arrive_relaxed();
+    cluster_wait();
   }
 
   // ---- the persistent schedule ---------------------------------------------------

@@ -82,6 +82,16 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.wait.acquire.aligned;" ::
           : "memory");
 }
+// The same barrier in two halves, the arrive relaxed: for a block that only has to
+// stay until the others are done with its shared memory. Their arrives come after
+// their reads have returned (the values were used), and nothing this block wrote
+// needs to be visible to them, so no release: its global stores need not drain first.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
 // The address of this block's shared-memory byte `address` in the block of the
 // cluster with rank `rank` (a shared::cluster address, for ld.shared::cluster).
 __device__ __forceinline__ u32 cluster_address(u32 address, unsigned rank) {
