@@ -30,9 +30,10 @@ struct DeviceArgs {
   int raster;
   int splits_resident;
   int splits_cluster;
+  int c_tma;
   float alpha, beta;
 };
-static_assert(sizeof(DeviceArgs) == 160, "DeviceArgs must mirror kjit::MatmulArgs");
+static_assert(sizeof(DeviceArgs) == 168, "DeviceArgs must mirror kjit::MatmulArgs");
 
 // Mirror of kjit::EpilogueOperands.
 struct DeviceOperands {
@@ -608,8 +609,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   launch.block = {static_cast<unsigned>(v->source.block_threads), 1, 1};
   launch.dynamic_shared_bytes = static_cast<unsigned>(v->source.dynamic_shared_bytes);
   launch.stream = stream;
-  void* kernel_args[] = {&args, &ops, nullptr, nullptr};
-  CUtensorMap map_a, map_b;
+  void* kernel_args[] = {&args, &ops, nullptr, nullptr, nullptr};
+  CUtensorMap map_a, map_b, map_c{};
   if (config.wgmma) {
     // The copy engine reads A and B (after padding, if any) through tensor maps:
     // stored (inner, rows) = A: (K, M) or, transposed, (M, K); B: (N, K) or (K, N).
@@ -623,6 +624,20 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
             : operand_map(p.input, args.b, p.n, args.k, args.ldb, args.stride_b, p.batch, 64);
     kernel_args[2] = &map_a;
     kernel_args[3] = &map_b;
+    // The persistent schedules store whole tiles of C through the copy engine where
+    // C allows a tensor map (16-byte aligned pointer, rows and batch stride; else
+    // their other write-out, map_c unused). Boxes of 8 rows of one 128-byte line:
+    // half a consumer warp's slab (WgmmaMatmul::write_out_bulk).
+    if (config.persistent) {
+      const int64_t out = dtype_bytes(p.output);
+      const int64_t strides_limit = int64_t{1} << 40;  // a tensor map's stride limit
+      args.c_tma =
+          p.aligned && t.c % 16 == 0 && (t.ldc * out) % 16 == 0 &&
+          t.ldc * out * p.m < strides_limit &&
+          (p.batch == 1 || ((t.stride_c * out) % 16 == 0 && t.stride_c * out < strides_limit));
+      if (args.c_tma) map_c = operand_map(p.output, t.c, p.n, p.m, t.ldc, t.stride_c, p.batch, 8);
+      kernel_args[4] = &map_c;
+    }
   }
   split_way_ = splits == 1            ? "none"
                : args.splits_cluster  ? "cluster"

@@ -57,6 +57,9 @@ struct MatmulArgs {
   int splits_cluster;   // split-K on sm_90: 1 when a tile's splits are one thread-block
                         // cluster (dims 1 x splits x 1): they sum each other's staged
                         // partials through distributed shared memory, no workspace
+  int c_tma;            // sm90 persistent and ping-pong schedules: 1 when C takes bulk
+                        // stores through the kernel's tensor map of C (map_c: 16-byte
+                        // aligned pointer, rows and batch stride)
   float alpha, beta;
 };
 

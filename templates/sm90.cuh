@@ -73,6 +73,37 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, u32 b
       : "memory");
 }
 
+// ---- TMA: shared memory -> a box of a 3-D tensor (a bulk store) -----------------
+// The copy engine reads the box from shared memory (laid out as a load of the same
+// map would have left it: the map's swizzle) and writes it to global memory, clipped
+// to the tensor's bounds, while the issuing warp goes on. Each store is one bulk
+// async-group of the issuing thread (commit); that thread waits on its own groups:
+// wait_read<N> returns once all but the N most recent have read their shared memory
+// (the buffer may be written again), wait_all<0> once every write is done.
+__device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int x, int y, int z) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group"
+      " [%0, {%2, %3, %4}], [%1];" ::"l"(reinterpret_cast<unsigned long long>(&map)),
+      "r"(src), "r"(x), "r"(y), "r"(z)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+// Orders this thread's ordinary shared-memory writes before the copy engine's reads
+// (the "async proxy") of a bulk store issued after a barrier.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // ---- thread-block clusters: barrier and distributed shared memory ---------------
 // Every thread of every block of the cluster arrives; release/acquire order the
 // shared-memory writes before the barrier with the reads of other blocks after it.

@@ -51,7 +51,7 @@ constexpr double kDramLatencySeconds = 2.5e-6;
 
 // The values each dimension of the space takes.
 constexpr int kTileSizes[] = {64, 128, 192, 256};
-constexpr int kWgmmaStages[] = {2, 3, 4, 5, 6};
+constexpr int kWgmmaStages[] = {2, 3, 4, 5, 6, 7, 8};
 constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
 constexpr int kRasters[] = {8, 16};
 

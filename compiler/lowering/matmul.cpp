@@ -607,16 +607,22 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
              "// A and B for the copy engine (runtime/matmul.cpp encodes them)\n"
            : "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block; the tensor\n"
              "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n";
+  // The persistent schedules also take a map of C: where C is 16-byte aligned
+  // (args.c_tma), whole tiles leave through the copy engine (bulk stores).
+  s += config.persistent ? "// map_c: C for the copy engine's bulk stores (used when args.c_tma)\n"
+                         : "";
   s += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 1)\n{}(kjit::MatmulArgs args, "
       "kjit::EpilogueOperands ops,\n"
       "    const __grid_constant__ kjit::TensorMap map_a,\n"
-      "    const __grid_constant__ kjit::TensorMap map_b) {{\n"
-      "  kjit_matmul_tile::{}<kjit_matmul_epilogue>(args, ops, map_a, map_b);\n}}\n\n",
+      "    const __grid_constant__ kjit::TensorMap map_b{}) {{\n"
+      "  kjit_matmul_tile::{}<kjit_matmul_epilogue>(args, ops, map_a, map_b{});\n}}\n\n",
       out.block_threads, out.name,
+      config.persistent ? ",\n    const __grid_constant__ kjit::TensorMap map_c" : "",
       config.pingpong     ? "run_pingpong"
       : config.persistent ? "run_persistent"
-                          : "run");
+                          : "run",
+      config.persistent ? ", map_c" : "");
   out.source = std::move(s);
   return out;
 }

@@ -904,6 +904,35 @@ std::vector<Case> PersistentScheduleCases() {
                    .input = DType::TF32,
                    .output = DType::F32,
                    .config = "mma=wgmma,bm=64,bn=128,bk=32,stages=4,schedule=persistent"});
+  // Whole tiles leave through the copy engine where C is 16-byte aligned
+  // (write_out_bulk), edge tiles and C0 through the warp's own stores, in one block:
+  // rows of C longer than N (the gaps stay NaN), bf16, f16 and f32 outputs, batches,
+  // blocks of many tiles (the slab's halves taking turns across tiles), and a C
+  // that allows no tensor map (rows of an odd length: every tile the warp's way).
+  cases.push_back({.m = 1000,
+                   .n = 1024,
+                   .k = 192,
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent",
+                   .pad_c = 8});
+  cases.push_back({.m = 640,
+                   .n = 512,
+                   .k = 320,
+                   .batch = 3,
+                   .output = DType::F32,
+                   .epilogue = "relu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent",
+                   .pad_c = 4});
+  cases.push_back({.m = 2048,
+                   .n = 2048,
+                   .k = 64,
+                   .input = DType::F16,
+                   .output = DType::F16,
+                   .config = "mma=wgmma,bm=64,bn=64,stages=4,schedule=persistent"});
+  cases.push_back({.m = 1024,
+                   .n = 1024,
+                   .k = 256,
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent",
+                   .pad_c = 3});
   return cases;
 }
 TEST_F(MatmulGpu, PersistentSchedule) {
