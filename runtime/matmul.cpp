@@ -626,14 +626,14 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     kernel_args[3] = &map_b;
     // The persistent schedules store whole tiles of C through the copy engine where
     // C allows a tensor map (16-byte aligned pointer, rows and batch stride; else
-    // their other write-out, map_c unused). Boxes of 8 rows of one 128-byte line:
+    // their other write-out, map_c unused), in either alignment class of A and B
+    // (the padded path may write an aligned C). Boxes of 8 rows of one 128-byte line:
     // half a consumer warp's slab (WgmmaMatmul::write_out_bulk).
     if (config.persistent) {
       const int64_t out = dtype_bytes(p.output);
       const int64_t strides_limit = int64_t{1} << 40;  // a tensor map's stride limit
       args.c_tma =
-          p.aligned && t.c % 16 == 0 && (t.ldc * out) % 16 == 0 &&
-          t.ldc * out * p.m < strides_limit &&
+          t.c % 16 == 0 && (t.ldc * out) % 16 == 0 && t.ldc * out * p.m < strides_limit &&
           (p.batch == 1 || ((t.stride_c * out) % 16 == 0 && t.stride_c * out < strides_limit));
       if (args.c_tma) map_c = operand_map(p.output, t.c, p.n, p.m, t.ldc, t.stride_c, p.batch, 8);
       kernel_args[4] = &map_c;

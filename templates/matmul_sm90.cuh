@@ -691,6 +691,17 @@ struct WgmmaMatmul {
         write_out_16<Epilogue, true>(args, ops, acc, w, group, slab, map_c);
       }
     } else {
+      // The misaligned class (A or B padded) may still write a C whose rows are
+      // aligned (K = 4097, N = 4096; or rows of C padded, ldc = 50304): whole tiles
+      // go out through the copy engine there as well.
+      if (whole && args.beta == 0.0f && args.c_tma) {
+        write_out_16<Epilogue, false>(args, ops, acc, w, group, slab, map_c);
+        return;
+      }
+      if (args.c_tma) {
+        if (threadIdx.x % 32 == 0) bulk_wait_read<0>();
+        __syncwarp();
+      }
       if (whole)
         write_out_f32<Epilogue, false>(args, ops, acc, w, group, slab);
       else

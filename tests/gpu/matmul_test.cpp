@@ -933,6 +933,18 @@ std::vector<Case> PersistentScheduleCases() {
                    .k = 256,
                    .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent",
                    .pad_c = 3});
+  // The misaligned class (A or B padded first) with a C that takes bulk stores: K
+  // odd and N = 1024; N odd with rows of C padded to a multiple of 8.
+  cases.push_back({.m = 1000,
+                   .n = 1024,
+                   .k = 333,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent"});
+  cases.push_back({.m = 600,
+                   .n = 3001,
+                   .k = 160,
+                   .config = "mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent",
+                   .pad_c = 7});
   return cases;
 }
 TEST_F(MatmulGpu, PersistentSchedule) {
