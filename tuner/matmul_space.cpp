@@ -48,6 +48,14 @@ constexpr double kNarrowStoreTile = 0.36;
 constexpr double kNarrowStorePersistent = 1.3;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
+// The time a load in flight takes to come back from L2, seconds. An SM with
+// (stages - 1) stages in flight takes in at most that many bytes per round trip,
+// which is this for L2 hits and kDramLatencySeconds for DRAM, weighted by how much
+// of the operand traffic DRAM serves. Fitted on the H200 to 4096x128x16384, 64 x 128
+// tiles, 2 splits, 128 blocks each bringing in 3.1 MB, a third of it from DRAM (so
+// 1.35 us a round trip): 4 stages 0.0618 ms, 8 stages 0.0490
+// (docs/perf/2026-12-03-h200-bulk-stores.md).
+constexpr double kL2LatencySeconds = 0.75e-6;
 
 // The values each dimension of the space takes.
 constexpr int kTileSizes[] = {64, 128, 192, 256};
@@ -434,7 +442,16 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   const double l2 =
       p.batch * in *
       (static_cast<double>(p.m) * k * tiles_n + static_cast<double>(k) * p.n * tiles_m);
-  double memory = std::max(dram / pull_bytes_per_s, l2 / rates.l2_bytes_per_s);
+  // Feed: an SM takes in every operand byte of its units (from DRAM or L2) through
+  // the loads it keeps in flight, at most in_flight per round trip.
+  const double operands_dram = p.batch * in * (static_cast<double>(p.m) * k + k * p.n);
+  const double dram_share = std::min(1.0, operands_dram / std::max(l2, 1.0));
+  const double round_trip =
+      kL2LatencySeconds + dram_share * (kDramLatencySeconds - kL2LatencySeconds);
+  const double unit_bytes = static_cast<double>(c.bm + c.bn) * k_per_split * in;
+  const double feed =
+      static_cast<double>(units_per_sm) * unit_bytes * round_trip / std::max(in_flight, 1.0);
+  double memory = std::max({dram / pull_bytes_per_s, l2 / rates.l2_bytes_per_s, feed});
 
   // Kernels before: the padding copy, tf32 staging; the split-K reduction after.
   double extra = kLaunchSeconds;
