@@ -505,7 +505,15 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
         std::min<int64_t>(tiles, sms * resident), tiles,
         static_cast<double>(tiles) /
             static_cast<double>(std::min<int64_t>(tiles, sms * resident))));
-  else if (c.wgmma && tiles * splits > sms)
+  if (c.wgmma && c.persistent)
+    out.notes.push_back(
+        p.n * matmul::dtype_bytes(p.output) % 16 == 0
+            ? "write-out: whole tiles through TMA bulk stores (the consumer warps go on to the "
+              "next tile while C drains), edge tiles by the warps' own 16-byte stores"
+            : fmt::format("write-out: by the consumer warps' own stores (rows of {} outputs "
+                          "are not 16-byte aligned: no tensor map of C)",
+                          p.n));
+  if (c.wgmma && !c.persistent && tiles * splits > sms)
     out.notes.push_back(fmt::format(
         "schedule=tile: one tile per block ({} blocks): each pays its pipeline fill and "
         "write-out with the tensor cores idle",

@@ -187,6 +187,21 @@ TEST(Model, LoadsInFlightFeedTheTensorCores) {
   EXPECT_NEAR(pingpong4, pingpong6, 0.01 * pingpong6);
 }
 
+// kjit explain names the persistent write-out: bulk stores where C's rows are
+// 16-byte aligned, the warps' own stores where they are not.
+TEST(Model, PersistentWriteOutIsNamed) {
+  const std::string persistent =
+      "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma,schedule=persistent";
+  auto notes = [&](const matmul::Problem& p) {
+    std::string all;
+    for (const std::string& n : MatmulTuning(p).predict(persistent, h200, Efficiencies()).notes)
+      all += n + "\n";
+    return all;
+  };
+  EXPECT_NE(notes(matmul_problem(4096, 4096, 4096)).find("TMA bulk stores"), std::string::npos);
+  EXPECT_NE(notes(matmul_problem(2048, 50257, 768)).find("not 16-byte aligned"), std::string::npos);
+}
+
 TEST(Space, PrunedConfigsSayWhy) {
   const matmul::Problem p = matmul_problem(4096, 4096, 4096);
   const Space hopper = MatmulTuning(p).space(h200);
