@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "kjit/runtime/compile.h"
 #include "kjit/runtime/cuda/driver.h"
@@ -31,9 +32,11 @@ struct DeviceArgs {
   int splits_resident;
   int splits_cluster;
   int c_tma;
+  int streamk_tiles;
+  int streamk_splits;
   float alpha, beta;
 };
-static_assert(sizeof(DeviceArgs) == 168, "DeviceArgs must mirror kjit::MatmulArgs");
+static_assert(sizeof(DeviceArgs) == 176, "DeviceArgs must mirror kjit::MatmulArgs");
 
 // Mirror of kjit::EpilogueOperands.
 struct DeviceOperands {
@@ -175,6 +178,17 @@ Tensors resolve(const Problem& p, Tensors t) {
                     "batched outputs must not overlap");
   if (t.a == 0 || t.b == 0 || t.c == 0)
     throw UserError("matmul needs device pointers for A, B and C");
+  // Every element the kernels touch is a whole, naturally aligned access (a bf16 at
+  // an odd address faults on the GPU).
+  for (const auto& [name, pointer, bytes] :
+       {std::tuple<const char*, uint64_t, int64_t>{"A", t.a, dtype_bytes(p.input)},
+        {"B", t.b, dtype_bytes(p.input)},
+        {"C", t.c, dtype_bytes(p.output)},
+        {"C0", t.c0, dtype_bytes(p.output)}})
+    if (pointer % static_cast<uint64_t>(bytes) != 0)
+      throw UserError(fmt::format("{}'s pointer 0x{:x} is not aligned to its {}-byte elements",
+                                  name, pointer, bytes),
+                      "pass a pointer to the first element of a tensor of this dtype");
   for (const auto& [name, stride] :
        {std::pair<const char*, int64_t>{"A", t.stride_a}, {"B", t.stride_b}, {"C0", t.stride_c0}})
     if (stride < 0)
@@ -519,9 +533,10 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     }
   }
 
-  // Split-K: K ranges of whole k-tiles; the last split takes the remainder.
+  // Split-K: K ranges of whole k-tiles; the last split takes the remainder. (With
+  // schedule=streamk splitk splits only the last wave's tiles: below.)
   const int bk = config.bk;
-  const int64_t k_per_split = round_up(ceil_div(args.k, config.splitk), bk);
+  const int64_t k_per_split = round_up(ceil_div(args.k, config.streamk ? 1 : config.splitk), bk);
   const int64_t splits = ceil_div(args.k, k_per_split);
   args.k_per_split = static_cast<int>(k_per_split);
   args.raster = config.raster;
@@ -575,13 +590,41 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   }
 
   cuda::LaunchConfig launch;
+  bool streamk = false;
   if (config.persistent) {
     // As many blocks as fit on the GPU at once, each walking units (the tiles of
     // every batch; validate() refuses split-K here) blockIdx.x + i * gridDim.x.
     const int64_t units = tiles * p.batch;
-    launch.grid = {static_cast<unsigned>(std::min<int64_t>(
-                       units, static_cast<int64_t>(device.sm_count) * v->resident)),
-                   1, 1};
+    const int64_t blocks =
+        std::min<int64_t>(units, static_cast<int64_t>(device.sm_count) * v->resident);
+    launch.grid = {static_cast<unsigned>(blocks), 1, 1};
+    // Stream-K: the last wave's tiles split along K over every block, summed by each
+    // tile's last split, which waits for the others: every block must be resident
+    // at once (a cooperative launch). Not while the stream is being captured into a
+    // CUDA graph (a plain launch there: the persistent schedule).
+    const StreamK sk = streamk_split(units, blocks, ceil_div(args.k, bk), config.splitk);
+    if (config.streamk && sk.splits > 1) {
+      CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      KJIT_CU(cuStreamIsCapturing, stream, &capture);
+      streamk = capture == CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    if (streamk) {
+      args.streamk_tiles = static_cast<int>(sk.tiles);
+      args.streamk_splits = sk.splits;
+      // Splits 0 .. S - 2 of each split tile leave a bm x bn fp32 partial; one counter
+      // a tile (0 between launches: the last split sets it back).
+      const size_t bytes =
+          static_cast<size_t>(sk.tiles * (sk.splits - 1) * config.bm * config.bn * 4);
+      if (workspace_.bytes() < bytes) workspace_ = cuda::DeviceBuffer(bytes);
+      args.workspace = workspace_.get();
+      const size_t counters = static_cast<size_t>(sk.tiles) * sizeof(unsigned);
+      if (arrivals_.bytes() < counters) {
+        arrivals_ = cuda::DeviceBuffer(counters);
+        KJIT_CU(cuMemsetD32Async, arrivals_.get(), 0, counters / sizeof(unsigned), stream);
+      }
+      args.arrivals = arrivals_.get();
+      launch.cooperative = true;
+    }
   } else {
     launch.grid = {static_cast<unsigned>(tiles), static_cast<unsigned>(splits),
                    static_cast<unsigned>(p.batch)};
@@ -639,7 +682,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       kernel_args[4] = &map_c;
     }
   }
-  split_way_ = splits == 1            ? "none"
+  split_way_ = streamk                ? "streamk"
+               : splits == 1          ? "none"
                : args.splits_cluster  ? "cluster"
                : args.splits_resident ? "together"
                                       : "last";
@@ -655,9 +699,11 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     if (cluster) use_workspace();
     args.splits_resident = 0;
     args.splits_cluster = 0;
+    args.streamk_tiles = 0;  // stream-K's splits cannot wait for each other: persistent
+    args.streamk_splits = 0;
     launch.cooperative = false;
     launch.cluster = {1, 1, 1};
-    split_way_ = "last";
+    split_way_ = streamk ? "none" : "last";
     v->main->function().launch(launch, kernel_args);
   }
 }

@@ -85,8 +85,9 @@ class Matmul {
   std::string kernel_origin() const;
   // How the last launch finished split-K: "none" (one split), "cluster" (a tile's
   // splits one thread-block cluster, through shared memory), "together" (the splits
-  // through the workspace, each summing a slice: a cooperative launch) or "last"
-  // (through the workspace, the last split of each tile summing it).
+  // through the workspace, each summing a slice: a cooperative launch), "last"
+  // (through the workspace, the last split of each tile summing it) or "streamk"
+  // (schedule=streamk: the last wave's tiles split, each summed by its last split).
   const char* split_way() const { return split_way_; }
 
  private:

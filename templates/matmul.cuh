@@ -60,6 +60,9 @@ struct MatmulArgs {
   int c_tma;            // sm90 persistent and ping-pong schedules: 1 when C takes bulk
                         // stores through the kernel's tensor map of C (map_c: 16-byte
                         // aligned pointer, rows and batch stride)
+  int streamk_tiles;    // sm90 persistent schedule, stream-K: the last streamk_tiles
+  int streamk_splits;   // tiles (past the last full wave) are split into streamk_splits
+                        // K ranges, one work unit each (0 and 1: no split)
   float alpha, beta;
 };
 
@@ -514,6 +517,16 @@ __device__ __forceinline__ void finish_quad(const MatmulArgs& args, const Epilog
 // 4096 x 128 x 16384, 128 x 128 tiles, 5 stages, 4 splits: the last split summing,
 // one group a thread 0.0615 ms, four 0.0603; the splits sharing the sum, four
 // 0.0551, one 0.0552.)
+// Spins until *counter reaches `count`, reading it with acquire semantics at GPU
+// scope: what the blocks that counted themselves wrote before counting is visible
+// to this thread afterwards (and, past a barrier, to its block).
+__device__ __forceinline__ void wait_for_count(const unsigned* counter, unsigned count) {
+  unsigned arrived;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(arrived) : "l"(counter) : "memory");
+  } while (arrived < count);
+}
+
 template <typename TC, typename Epilogue, int BM, int BN>
 __device__ __forceinline__ void finish_split(const MatmulArgs& args, const EpilogueOperands& ops,
                                              const BlockWork& w) {
@@ -536,13 +549,7 @@ __device__ __forceinline__ void finish_split(const MatmulArgs& args, const Epilo
   if (args.splits_resident) {
     if (threadIdx.x == 0) {
       atomicAdd(counter, 1u);
-      unsigned arrived;
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                     : "=r"(arrived)
-                     : "l"(counter)
-                     : "memory");
-      } while (arrived < splits);
+      wait_for_count(counter, splits);
       if (atomicAdd(counter, 1u) == 2 * splits - 1) *counter = 0;  // the last to leave
     }
     __syncthreads();

@@ -355,14 +355,96 @@ struct WgmmaMatmul {
                                                                 long long unit, int tiles_m,
                                                                 int tiles_n) {
     const long long tiles = static_cast<long long>(tiles_m) * tiles_n;
+    long long tile = unit;  // over every batch's tiles
     matmul::BlockWork w;
-    matmul::tile_of_block(static_cast<int>(unit % tiles), tiles_m, tiles_n, args.raster, w.tile_m,
-                          w.tile_n);
-    w.batch = static_cast<int>(unit / tiles);
     w.split = 0;
     w.k_begin = 0;
     w.k_end = args.k;
+    // Stream-K: the last streamk_tiles tiles are streamk_splits units each, split-major.
+    const long long whole = streamk_whole_tiles(args, tiles);
+    if (unit >= whole) {
+      const long long v = unit - whole;
+      tile = whole + v % args.streamk_tiles;
+      w.split = static_cast<int>(v / args.streamk_tiles);
+      const int k_tiles = (args.k + BK - 1) / BK;
+      w.k_begin = w.split * k_tiles / args.streamk_splits * BK;
+      w.k_end = min(args.k, (w.split + 1) * k_tiles / args.streamk_splits * BK);
+    }
+    matmul::tile_of_block(static_cast<int>(tile % tiles), tiles_m, tiles_n, args.raster, w.tile_m,
+                          w.tile_n);
+    w.batch = static_cast<int>(tile / tiles);
     return w;
+  }
+
+  // The tiles computed whole, one unit each (all of them without stream-K).
+  __device__ __forceinline__ static long long streamk_whole_tiles(const MatmulArgs& args,
+                                                                  long long tiles) {
+    return tiles * args.batch - (args.streamk_splits > 1 ? args.streamk_tiles : 0);
+  }
+
+  // ---- stream-K: the last wave shared by every SM ---------------------------------
+  // T tiles on G persistent blocks make T / G full waves and a last one of R = T % G
+  // tiles, during which G - R SMs would idle. With stream-K (schedule=streamk; the
+  // runtime sets streamk_tiles = R and streamk_splits = S when R <= G / 2) each of
+  // those R tiles is S units of 1 / S of its k-tiles, R x S <= G of them: the last
+  // wave takes about 1 / S of a tile's time, plus this meeting of the splits.
+  //
+  // Units are numbered split-major (unit_work), so the units of split S - 1 come
+  // last in every block's walk. Splits 0 .. S - 2 store their fp32 accumulators in
+  // the workspace in the accumulators' own order (consumer thread t's values 4q ..
+  // 4q + 3 as float4 q x CONSUMER_THREADS + t: each warp store one 512-byte run),
+  // make them visible GPU-wide and count themselves in the tile's counter. Split
+  // S - 1 waits until all S - 1 have counted, adds their partials to its own
+  // accumulators in split order (((own + P0) + P1) + ...: the same bits every run,
+  // whichever split finished first) and writes the tile out as any other. No
+  // deadlock: every block is resident at once (a cooperative launch), a waiting
+  // split waits only for splits that come earlier in their blocks' walks, and
+  // those never wait. Returns whether this block writes the tile out.
+  __device__ __forceinline__ static bool finish_streamk(const MatmulArgs& args, float (&acc)[ACC],
+                                                        int split, long long tail) {
+    constexpr int QUADS = ACC / 4;  // float4s a thread, per partial tile
+    constexpr int LOADS = 8;        // float4s in flight a thread while summing
+    static_assert(QUADS % LOADS == 0, "BN is a multiple of 64");
+    const int t = static_cast<int>(threadIdx.x) - 128;  // consumer thread
+    const int splits = args.streamk_splits;
+    float4* partials = reinterpret_cast<float4*>(args.workspace) +
+                       tail * (splits - 1) * QUADS * CONSUMER_THREADS + t;
+    unsigned* counter = args.arrivals + tail;
+    if (split < splits - 1) {
+      float4* mine = partials + split * QUADS * CONSUMER_THREADS;
+#pragma unroll
+      for (int q = 0; q < QUADS; ++q)
+        __stcg(mine + q * CONSUMER_THREADS,
+               make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
+      __threadfence();
+      named_barrier_sync(1, CONSUMER_THREADS);  // every consumer thread's partial is out
+      if (t == 0) atomicAdd(counter, 1u);
+      return false;
+    }
+    if (t == 0) {
+      matmul::wait_for_count(counter, static_cast<unsigned>(splits - 1));
+      *counter = 0;  // every other split has counted itself: ready for the next launch
+    }
+    named_barrier_sync(1, CONSUMER_THREADS);
+    __threadfence();
+#pragma unroll
+    for (int q0 = 0; q0 < QUADS; q0 += LOADS) {
+#pragma unroll 1
+      for (int s = 0; s < splits - 1; ++s) {
+        float4 v[LOADS];
+#pragma unroll
+        for (int i = 0; i < LOADS; ++i)
+          v[i] = __ldcg(partials + (s * QUADS + q0 + i) * CONSUMER_THREADS);
+#pragma unroll
+        for (int i = 0; i < LOADS; ++i) {
+          acc[4 * (q0 + i)] += v[i].x;
+          acc[4 * (q0 + i) + 1] += v[i].y;
+          acc[4 * (q0 + i) + 2] += v[i].z;
+          acc[4 * (q0 + i) + 3] += v[i].w;
+        }
+      }
+    }
+    return true;
   }
 
   // Byte `byte` of row `row` of a warp's slab. Rows are one 128-byte line, unpadded;
@@ -656,6 +738,133 @@ struct WgmmaMatmul {
     }
   }
 
+  // ---- misaligned rows of C, whole 16-byte stores after all -----------------------
+  // Bytes [o, o + 16) of the 32 bytes lo ++ hi, o even and at most 14: a barrel
+  // shifter of selects by 8 and 4 bytes, then a funnel shift by 2 (an index into a
+  // register array that is not a constant would put the words in local memory).
+  __device__ __forceinline__ static matmul::U32x4 window16(const matmul::U32x4& lo,
+                                                           const matmul::U32x4& hi, int o) {
+    const u32 x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    u32 a[6], b[5];
+#pragma unroll
+    for (int i = 0; i < 6; ++i) a[i] = (o & 8) ? x[i + 2] : x[i];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) b[i] = (o & 4) ? a[i + 1] : a[i];
+    const u32 shift = static_cast<u32>(o & 2) * 8;
+    return matmul::U32x4{__funnelshift_r(b[0], b[1], shift), __funnelshift_r(b[1], b[2], shift),
+                         __funnelshift_r(b[2], b[3], shift), __funnelshift_r(b[3], b[4], shift)};
+  }
+
+  // Bytes [from, to) of the 16-byte chunk c to global memory at dst (dst is where
+  // byte `from` goes), in the widest pieces dst's alignment allows: the head of a
+  // row (its bytes up to the first 16-byte boundary) and its tail (after the last).
+  __device__ __forceinline__ static void store_bytes(unsigned char* dst, const matmul::U32x4& c,
+                                                     int from, int to) {
+#pragma unroll 1
+    while (from < to) {
+      const matmul::U32x4 v = window16(c, c, from);
+      const int left = to - from;
+      const auto address = reinterpret_cast<unsigned long long>(dst);
+      int piece = 2;
+      if (left == 16 && (address & 15) == 0) {
+        *reinterpret_cast<matmul::U32x4*>(dst) = v;
+        piece = 16;
+      } else if (left >= 8 && (address & 7) == 0) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(v.x, v.y);
+        piece = 8;
+      } else if (left >= 4 && (address & 3) == 0) {
+        *reinterpret_cast<u32*>(dst) = v.x;
+        piece = 4;
+      } else {
+        *reinterpret_cast<unsigned short*>(dst) = static_cast<unsigned short>(v.x & 0xffffu);
+      }
+      dst += piece;
+      from += piece;
+    }
+  }
+
+  // The write-out of a whole tile without C0 into C whose rows are not 16-byte
+  // aligned (N = 50257, a contiguous C), for 16-bit outputs. Stored 4 outputs a lane
+  // as wide as their address allows (write_out_f32), a row that starts 2 bytes past a
+  // 16-byte boundary takes single-element stores. Here each row is cut at its own
+  // 16-byte boundaries instead, as its address falls, and every piece between two
+  // boundaries is one 16-byte store: only the head (the bytes before the row's first
+  // boundary) and the tail (after its last) are stored narrow, once per row of the
+  // tile. One 128-byte line of 64 columns at a time:
+  //   1. as write_out_bulk: each lane finishes its pairs of outputs (alpha, the
+  //      epilogue) into the warp's slab;
+  //   2. 8 lanes a row, 4 rows a pass: a row whose address is m bytes past a 16-byte
+  //      boundary has its boundaries h = (16 - m) % 16 bytes into the line, and lane
+  //      `slot` stores line bytes [h + 16 slot, h + 16 slot + 16): a window of the
+  //      slab's chunks slot and slot + 1 (window16). The last window of a line runs
+  //      into the next line, so lane 7 keeps the line's last chunk (carry) and stores
+  //      that window one line later, from carry and the next line's first chunk; in
+  //      the first line it stores the row's head, in the last its tail.
+  template <typename Epilogue>
+  __device__ __forceinline__ static void write_out_realigned(const MatmulArgs& args,
+                                                             const EpilogueOperands& ops,
+                                                             const float (&acc)[ACC],
+                                                             const matmul::BlockWork& w, int group,
+                                                             unsigned char* slab) {
+    static_assert(sizeof(TC) == 2, "16-bit outputs: a row's address is a multiple of 2");
+    constexpr int LINES = BN / SLAB_COLUMNS;
+    const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int row0 = w.tile_m * BM + group * 64 + warp * 16;  // the warp's first row
+    const int col0 = w.tile_n * BN;
+    // Phase 1 coordinates: rows lane / 4 and + 8, columns 2 (lane % 4) + {0, 1}.
+    const int r1 = lane / 4, c1 = 2 * (lane % 4);
+    // Phase 2 coordinates: lanes 8i..8i+7 store row i (+ 4, 8, 12), window lane % 8.
+    const int r2 = lane / 8, slot = lane % 8;
+    TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
+    matmul::U32x4 carry[4];  // lane 7: the last chunk of the line before, per pass
+#pragma unroll
+    for (int line = 0; line < LINES; ++line) {
+      const int line_col = col0 + line * SLAB_COLUMNS;  // the line's first column
+      __syncwarp();                                     // the previous line's reads are done
+#pragma unroll
+      for (int jj = 0; jj < SLAB_COLUMNS / 8; ++jj) {
+        const int j = line * (SLAB_COLUMNS / 8) + jj;  // accumulator column group
+        const int col = line_col + 8 * jj + c1;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float v[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            v[e] = matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], 0.0f, args, w.batch,
+                                                row0 + r1 + 8 * half, col + e, ops);
+          matmul::Pair<TC>::store(
+              reinterpret_cast<TC*>(slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * 2)), v[0],
+              v[1]);
+        }
+      }
+      __syncwarp();  // the line is staged
+#pragma unroll
+      for (int pass = 0; pass < 4; ++pass) {
+        const int r = r2 + 4 * pass;
+        unsigned char* out = reinterpret_cast<unsigned char*>(
+            c_base + static_cast<long long>(row0 + r) * args.ldc + line_col);
+        const int h = (16 - static_cast<int>(reinterpret_cast<unsigned long long>(out) & 15)) & 15;
+        const matmul::U32x4 here =
+            *reinterpret_cast<const matmul::U32x4*>(slab + slab_offset(r, 16 * slot));
+        if (slot < 7) {
+          const matmul::U32x4 next =
+              *reinterpret_cast<const matmul::U32x4*>(slab + slab_offset(r, 16 * slot + 16));
+          *reinterpret_cast<matmul::U32x4*>(out + h + 16 * slot) = window16(here, next, h);
+        } else {
+          const matmul::U32x4 first =
+              *reinterpret_cast<const matmul::U32x4*>(slab + slab_offset(r, 0));
+          if (line == 0)
+            store_bytes(out, first, 0, h);  // the row's head
+          else
+            *reinterpret_cast<matmul::U32x4*>(out + h - 16) = window16(carry[pass], first, h);
+          carry[pass] = here;
+          if (line == LINES - 1) store_bytes(out + 112 + h, here, h, 16);  // the row's tail
+        }
+      }
+    }
+  }
+
   // Writes a consumer warp's 16 x BN outputs of a finished tile (`whole`: inside M and
   // N). Two ways, chosen by C's alignment class, both measured on the H200 (4096^3
   // aligned, 2048 x 50257 x 768 not; same process, old and new binaries in turn):
@@ -678,34 +887,31 @@ struct WgmmaMatmul {
                                                    const matmul::BlockWork& w, int group,
                                                    unsigned char* slab, bool whole,
                                                    const TensorMap& map_c) {
+    if (whole && args.beta == 0.0f && args.c_tma) {  // the copy engine stores the tile
+      write_out_16<Epilogue, false>(args, ops, acc, w, group, slab, map_c);
+      return;
+    }
+    // The slab is written with ordinary stores now: the copy engine must have read
+    // what the last bulk stores of this warp left there.
+    if (args.c_tma) {
+      if (threadIdx.x % 32 == 0) bulk_wait_read<0>();
+      __syncwarp();
+    }
     if constexpr (C_ALIGNED) {
-      if (whole && args.beta == 0.0f && args.c_tma) {
-        write_out_16<Epilogue, false>(args, ops, acc, w, group, slab, map_c);
-      } else {
-        // The slab is written with ordinary stores now: the copy engine must have read
-        // what the last bulk stores of this warp left there.
-        if (args.c_tma) {
-          if (threadIdx.x % 32 == 0) bulk_wait_read<0>();
-          __syncwarp();
-        }
-        write_out_16<Epilogue, true>(args, ops, acc, w, group, slab, map_c);
-      }
+      write_out_16<Epilogue, true>(args, ops, acc, w, group, slab, map_c);
+    } else if (!whole) {
+      write_out_f32<Epilogue, true>(args, ops, acc, w, group, slab);
     } else {
       // The misaligned class (A or B padded) may still write a C whose rows are
       // aligned (K = 4097, N = 4096; or rows of C padded, ldc = 50304): whole tiles
-      // go out through the copy engine there as well.
-      if (whole && args.beta == 0.0f && args.c_tma) {
-        write_out_16<Epilogue, false>(args, ops, acc, w, group, slab, map_c);
-        return;
+      // without C0 went out through the copy engine above.
+      if constexpr (sizeof(TC) == 2) {
+        if (args.beta == 0.0f) {
+          write_out_realigned<Epilogue>(args, ops, acc, w, group, slab);
+          return;
+        }
       }
-      if (args.c_tma) {
-        if (threadIdx.x % 32 == 0) bulk_wait_read<0>();
-        __syncwarp();
-      }
-      if (whole)
-        write_out_f32<Epilogue, false>(args, ops, acc, w, group, slab);
-      else
-        write_out_f32<Epilogue, true>(args, ops, acc, w, group, slab);
+      write_out_f32<Epilogue, false>(args, ops, acc, w, group, slab);
     }
   }
 
@@ -753,7 +959,13 @@ struct WgmmaMatmul {
     __syncthreads();
 
     const int tiles_m = (args.m + BM - 1) / BM, tiles_n = (args.n + BN - 1) / BN;
-    const long long units = static_cast<long long>(tiles_m) * tiles_n * args.batch * args.splits;
+    // Every tile once, and stream-K's split tiles S - 1 more times.
+    const long long whole_tiles =
+        streamk_whole_tiles(args, static_cast<long long>(tiles_m) * tiles_n);
+    const long long units =
+        whole_tiles + (args.streamk_splits > 1
+                           ? static_cast<long long>(args.streamk_tiles) * args.streamk_splits
+                           : 0);
     const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer warpgroup
     int first = 0;  // k-tiles through the pipeline so far (both sides count the same)
     if (group < 0) {
@@ -776,6 +988,9 @@ struct WgmmaMatmul {
       for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
       consume(acc, stages, full, empty, group, k_tiles, first);
       first += k_tiles;
+      if (unit >= whole_tiles &&
+          !finish_streamk(args, acc, w.split, (unit - whole_tiles) % args.streamk_tiles))
+        continue;  // a split of a stream-K tile whose last split writes it
       const bool whole = (w.tile_m + 1) * BM <= args.m && (w.tile_n + 1) * BN <= args.n;
       write_out<Epilogue>(args, ops, acc, w, group, slab, whole, map_c);
     }

@@ -163,7 +163,8 @@ std::string matmul_efficiency_key(const Problem& p, const Config& c) {
   // Split-K configs learn apart: their partial tiles and the reduction cost what
   // the model only estimates, and fitting them with the one-pass configs of the
   // same tile dragged those down (seen on the H200: 0.72 -> 0.52).
-  const std::string split = c.splitk > 1 ? ":splitk" : "";
+  // (Stream-K's main loops are the persistent schedule's: the model adds the rest.)
+  const std::string split = c.splitk > 1 && !c.streamk ? ":splitk" : "";
   if (c.wgmma)
     return fmt::format("matmul:wgmma{}:{}x{}:s{}{}{}", type, c.bm, c.bn, c.stages,
                        c.pingpong     ? ":pingpong"
@@ -289,7 +290,24 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
     if (c.narrow && p.aligned)
       return prune("load=narrow reads misaligned operands in place; this problem is aligned");
     const int64_t tiles = ceil_div(p.m, c.bm) * ceil_div(p.n, c.bn) * p.batch;
-    if (c.splitk > 1) {
+    if (c.streamk) {
+      // The last wave's tiles take exactly splitk splits, or this is another config.
+      const int64_t resident =
+          std::max(occupancy({threads, registers, shared, true}, device).blocks_per_sm, 1);
+      const int64_t blocks = std::min<int64_t>(tiles, device.sm_count * resident);
+      const matmul::StreamK sk =
+          matmul::streamk_split(tiles, blocks, ceil_div(kernel_k(p, c), c.bk), c.splitk);
+      if (sk.splits != c.splitk)
+        return prune(
+            sk.splits < 2
+                ? fmt::format("schedule=streamk: the {} tiles on {} blocks leave no last wave "
+                              "of at most half the blocks to split ({} tiles, {} k-tiles each)",
+                              tiles, blocks, tiles % blocks, ceil_div(kernel_k(p, c), c.bk))
+                : fmt::format("schedule=streamk: the last wave's {} tiles split {} ways at "
+                              "most (on {} blocks, {} k-tiles each), not {}",
+                              sk.tiles, sk.splits, blocks, ceil_div(kernel_k(p, c), c.bk),
+                              c.splitk));
+    } else if (c.splitk > 1) {
       const int64_t k = kernel_k(p, c);
       if (actual_splits(c, k) != c.splitk)
         return prune(
@@ -301,7 +319,7 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
         return prune(fmt::format("split-K: the {} tiles already fill {:.1f} waves of {} SMs", tiles,
                                  static_cast<double>(tiles) / device.sm_count, device.sm_count));
     }
-    if (c.persistent && tiles * actual_splits(c, kernel_k(p, c)) <= device.sm_count)
+    if (c.persistent && !c.streamk && tiles * actual_splits(c, kernel_k(p, c)) <= device.sm_count)
       return prune(
           fmt::format("schedule={}: the {} work units fit one wave of {} SMs, one per block "
                       "as with schedule=tile",
@@ -327,10 +345,11 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
   for (int bm : kTileSizes)
     for (int bn : kTileSizes)
       for (int stages : kWgmmaStages)
-        for (const char* schedule : {"tile", "persistent", "pingpong"}) {
+        for (const char* schedule : {"tile", "persistent", "pingpong", "streamk"}) {
           const bool pingpong = schedule == std::string("pingpong");
           Config c = matmul::wgmma_config(bm, bn, stages, 1, p.input, pingpong);
           c.persistent = schedule != std::string("tile");
+          c.streamk = schedule == std::string("streamk");
           with_launch_dims(c);
         }
   if (p.input == DType::TF32) return space;  // the wgmma engine only
@@ -366,7 +385,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
 
   // Work units: output tiles times K splits.
   const int64_t k = kernel_k(p, c);
-  const int64_t splits = c.splitk > 1 ? actual_splits(c, k) : 1;
+  const int64_t splits = c.splitk > 1 && !c.streamk ? actual_splits(c, k) : 1;
   const int64_t k_per_split = ceil_div(ceil_div(k, splits), c.bk) * c.bk;
   const int64_t tiles_m = ceil_div(p.m, c.bm), tiles_n = ceil_div(p.n, c.bn);
   const int64_t tiles = tiles_m * tiles_n * p.batch;
@@ -392,8 +411,21 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                                                     : rates.tensor_flops_per_sm_clock;
   const double sm_rate = per_clock * rates.sm_clock_hz * out.efficiency;
   const double unit_seconds = 2.0 * c.bm * c.bn * k_per_split / sm_rate;
-  const int64_t units_per_sm = ceil_div(tiles * splits, sms);
-  const double compute = static_cast<double>(units_per_sm) * unit_seconds;
+  int64_t units_per_sm = ceil_div(tiles * splits, sms);
+  double compute = static_cast<double>(units_per_sm) * unit_seconds;
+  // Stream-K: the whole tiles' waves, then 1 / S of a tile, and the meeting of the
+  // splits: S - 1 partials written, then read by the tile's last split, at an SM's
+  // share of L2 bandwidth; that split then writes the tile out.
+  const matmul::StreamK sk =
+      c.streamk ? matmul::streamk_split(tiles, std::min<int64_t>(tiles, sms * resident),
+                                        ceil_div(k, c.bk), c.splitk)
+                : matmul::StreamK{};
+  if (sk.splits > 1) {
+    units_per_sm = ceil_div(tiles - sk.tiles, sms) + 1;
+    const double partial_seconds = 4.0 * c.bm * c.bn / (rates.l2_bytes_per_s / sms);
+    compute = (static_cast<double>(units_per_sm - 1) + 1.0 / sk.splits) * unit_seconds +
+              kSplitFinishSeconds + static_cast<double>(sk.splits) * partial_seconds;
+  }
 
   // Per unit, serial with its own main loop: the pipeline fill and the write-out of
   // the tile (at the SM's share of DRAM bandwidth); another resident block's main
@@ -490,6 +522,18 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
         shared ? "by the tile's splits together (the grid fits at once: a cooperative launch)"
                : "by each tile's last split"));
   }
+  if (c.streamk && sk.splits > 1)
+    out.notes.push_back(fmt::format(
+        "schedule=streamk: {} blocks walk the {} whole tiles, then the last wave's {} tiles "
+        "split {} ways along K ({} units of {} k-tiles or so, on every SM), each tile summed "
+        "by its last split in split order (the same bits every run)",
+        std::min<int64_t>(tiles, sms * resident), tiles - sk.tiles, sk.tiles, sk.splits,
+        sk.tiles * sk.splits, ceil_div(k, c.bk) / sk.splits));
+  else if (c.streamk)
+    out.notes.push_back(fmt::format(
+        "schedule=streamk: no last wave to split here ({} tiles on {} blocks), so it runs as "
+        "schedule=persistent",
+        tiles, std::min<int64_t>(tiles, sms * resident)));
   if (c.wgmma && c.pingpong)
     out.notes.push_back(fmt::format(
         "schedule=pingpong: {} blocks walk the {} tiles ({:.1f} each) through one pipeline, "

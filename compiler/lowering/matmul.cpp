@@ -88,7 +88,10 @@ std::string Problem::to_string() const {
 
 namespace {
 const char* schedule_text(const Config& c) {
-  return c.pingpong ? ",schedule=pingpong" : c.persistent ? ",schedule=persistent" : "";
+  return c.pingpong     ? ",schedule=pingpong"
+         : c.streamk    ? ",schedule=streamk"
+         : c.persistent ? ",schedule=persistent"
+                        : "";
 }
 }  // namespace
 
@@ -100,9 +103,22 @@ std::string Config::to_string() const {
 }
 
 std::string Config::source_text() const {
+  Config kernel = *this;
+  kernel.streamk = false;  // a launch argument of the persistent kernel
   return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}", bm, bn, bk, warps, warps_m,
-                     stages, wgmma ? ",mma=wgmma" : "", schedule_text(*this),
+                     stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
                      narrow ? ",load=narrow" : "");
+}
+
+StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) {
+  StreamK s;
+  if (blocks < 1 || tiles <= blocks || tiles % blocks == 0) return s;
+  const int64_t last = tiles % blocks;
+  const int64_t splits = std::min<int64_t>({most, blocks / last, k_tiles / 2});
+  if (splits < 2) return s;
+  s.tiles = last;
+  s.splits = static_cast<int>(splits);
+  return s;
 }
 
 bool pads_operands(const Problem& p, const Config& c) {
@@ -160,14 +176,16 @@ Config Config::parse(const std::string& text) {
       continue;
     }
     if (key == "schedule") {
-      if (value != "tile" && value != "persistent" && value != "pingpong")
+      if (value != "tile" && value != "persistent" && value != "pingpong" && value != "streamk")
         throw UserError(
-            "matmul config schedule='" + value + "' is not tile, persistent or pingpong",
+            "matmul config schedule='" + value + "' is not tile, persistent, pingpong or streamk",
             "schedule=tile: one output tile per block; schedule=persistent: one or "
             "a few blocks per SM walk the tiles; schedule=pingpong: as persistent, "
-            "two consumer warpgroups taking turns (mma=wgmma only)");
+            "two consumer warpgroups taking turns; schedule=streamk: as persistent, the "
+            "last partial wave's tiles split along K over every SM (mma=wgmma only)");
       config.persistent = value != "tile";
       config.pingpong = value == "pingpong";
+      config.streamk = value == "streamk";
       continue;
     }
     if (key == "load") {
@@ -321,20 +339,28 @@ void validate(const Problem& problem, const Config& config) {
     return;
   }
   const std::string hint = "Reducing or reshaping the block tile may help; see docs/matmul.md";
+  const std::string schedule = "schedule=" + std::string(config.pingpong  ? "pingpong"
+                                                         : config.streamk ? "streamk"
+                                                                          : "persistent");
   if (config.persistent && !config.wgmma)
-    throw UserError("schedule=persistent is a schedule of the wgmma engine; config " +
-                        config.to_string() + " is an mma.sync config",
-                    "add mma=wgmma, or drop schedule=persistent");
+    throw UserError(schedule + " is a schedule of the wgmma engine; config " + config.to_string() +
+                        " is an mma.sync config",
+                    "add mma=wgmma, or drop " + schedule);
   if (config.pingpong && config.bm * config.bn > 16384)
     throw UserError(fmt::format("schedule=pingpong: a warpgroup holds a whole {}x{} tile, {} "
                                 "accumulators per thread; at most 128 fit (bm x bn <= 16384)",
                                 config.bm, config.bn, config.bm * config.bn / 128),
                     "use bm=64 with bn <= 256, or bm=128 with bn <= 128");
-  if (config.persistent && config.splitk > 1)
-    throw UserError(fmt::format("schedule=persistent writes whole output tiles; splitk={} "
-                                "needs schedule=tile",
+  if (config.persistent && !config.streamk && config.splitk > 1)
+    throw UserError(fmt::format("{} writes whole output tiles; splitk={} needs schedule=tile "
+                                "(or schedule=streamk, which splits the last wave's tiles)",
+                                schedule, config.splitk),
+                    "drop splitk, or drop " + schedule);
+  if (config.streamk && config.splitk < 2)
+    throw UserError(fmt::format("schedule=streamk splits each tile of the last wave into "
+                                "splitk K ranges; splitk={} splits nothing",
                                 config.splitk),
-                    "drop splitk, or drop schedule=persistent");
+                    "add splitk=2 (or 3, 4, ...), or use schedule=persistent");
   if (config.narrow && config.wgmma)
     throw UserError(
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "

@@ -104,15 +104,21 @@ struct Config {
   // two consumer warpgroups take turns, each computing whole bm x bn tiles (bm x bn
   // <= 16384), one's write-out under the other's main loop. warps = 12.
   bool pingpong = false;
+  // wgmma only, with persistent (not pingpong): stream-K (schedule=streamk). The
+  // tiles of the last partial wave, when it would leave at least half the SMs idle,
+  // are split along K into units that every SM shares, and summed deterministically
+  // (WgmmaMatmul::finish_streamk). A launch argument: the kernel is persistent's.
+  bool streamk = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
-  // 8, ",mma=wgmma", ",schedule=persistent|pingpong" or ",load=narrow")
+  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk" or ",load=narrow")
   std::string to_string() const;
   // The part of to_string() the kernel's source depends on (without splitk and
   // raster, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
-  // raster mma (sync | wgmma) schedule (tile | persistent | pingpong) load (async | narrow). When
+  // raster mma (sync | wgmma) schedule (tile | persistent | pingpong | streamk) load (async |
+  // narrow). When
   // warps is given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk,
   // warps and wm follow from bm. Unknown keys and malformed values are UserErrors naming the valid
   // keys.
@@ -120,6 +126,18 @@ struct Config {
   int threads() const { return warps * 32; }
   bool operator==(const Config&) const = default;
 };
+
+// Stream-K's last wave (schedule=streamk): `tiles` output tiles (every batch's) on
+// `blocks` persistent blocks, `k_tiles` k-tiles a tile, at most `most` splits (the
+// config's splitk). The last wave's tiles % blocks tiles are split
+// min(most, blocks / that, k_tiles / 2) ways, every split at least two k-tiles; none
+// (splits = 1) when the tiles make one wave or less, the last wave is full, or
+// fewer than 2 splits fit (the last wave already fills over half the blocks).
+struct StreamK {
+  int64_t tiles = 0;  // split tiles, the last of the walk
+  int splits = 1;     // units per split tile
+};
+StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most);
 
 // The one tile shape of the exact fp32 SIMT path.
 Config simt_config(int splitk = 1);

@@ -710,6 +710,11 @@ TEST_F(MatmulGpu, SplitKIsDeterministicAcrossLaunches) {
         {.m = 129, .n = 384, .k = 4096, .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=8"});
     cases.push_back(
         {.m = 2048, .n = 2048, .k = 512, .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=2"});
+    // Stream-K: 17 x 9 = 153 tiles on 132 blocks, the last 21 in 4 splits each.
+    cases.push_back({.m = 2176,
+                     .n = 2304,
+                     .k = 1024,
+                     .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk,splitk=4"});
   }
   for (const Case& c : cases) {
     Problem p = shape_of(c);
@@ -945,6 +950,41 @@ std::vector<Case> PersistentScheduleCases() {
                    .k = 160,
                    .config = "mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent",
                    .pad_c = 7});
+  // Rows of C that are not 16-byte aligned, whole tiles cut at each row's own 16-byte
+  // boundaries (write_out_realigned): N = 2049 puts consecutive rows 2 bytes further
+  // along (all 8 alignments, head and tail of every length), with an epilogue (and
+  // with C0, which takes the fp32 write-out);
+  // f16 rows of 1023 with gaps (checked untouched); N = 1002 (4-byte steps);
+  // batches whose C starts at an odd element; 64-column tiles (two lines a row).
+  cases.push_back({.m = 1024,
+                   .n = 2049,
+                   .k = 256,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent",
+                   .alpha = 0.5f,
+                   .beta = 1.0f});
+  cases.push_back({.m = 1024,
+                   .n = 2049,
+                   .k = 256,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent"});
+  cases.push_back({.m = 1024,
+                   .n = 1021,
+                   .k = 200,
+                   .input = DType::F16,
+                   .output = DType::F16,
+                   .config = "mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent",
+                   .pad_c = 2});
+  cases.push_back({.m = 768,
+                   .n = 1002,
+                   .k = 64,
+                   .epilogue = "relu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=192,stages=4,schedule=persistent"});
+  cases.push_back({.m = 512,
+                   .n = 515,
+                   .k = 96,
+                   .batch = 3,
+                   .config = "mma=wgmma,bm=64,bn=64,stages=4,schedule=persistent"});
   return cases;
 }
 TEST_F(MatmulGpu, PersistentSchedule) {
@@ -1008,8 +1048,64 @@ std::vector<Case> PingPongScheduleCases() {
                    .k = 256,
                    .config = "mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong",
                    .pad_c = 3});
+  // Misaligned rows of C, each cut at its own 16-byte boundaries, with an epilogue.
+  cases.push_back({.m = 1024,
+                   .n = 2049,
+                   .k = 192,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=128,stages=5,schedule=pingpong"});
   return cases;
 }
+// schedule=streamk: the tiles past the last full wave split along K, summed by each
+// tile's last split (finish_streamk). One block per SM for these tiles (132 on the
+// H200): 153 tiles leave 21 for the last wave, 4 splits each; batches and edge tiles
+// in the split ones, an epilogue with C0 on the summed tile, the padded path with a
+// misaligned C, f32 outputs, a splitk larger than the last wave allows (fewer
+// splits), and K too short to split (the persistent schedule after all).
+std::vector<Case> StreamKCases() {
+  std::vector<Case> cases;
+  if (!gpu_is_sm90()) return cases;
+  cases.push_back({.m = 2176,
+                   .n = 2304,
+                   .k = 512,
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk,splitk=4",
+                   .split_way = "streamk"});
+  cases.push_back({.m = 1000,
+                   .n = 1000,
+                   .k = 700,
+                   .batch = 3,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=streamk,splitk=2",
+                   .alpha = 0.5f,
+                   .beta = 1.0f,
+                   .split_way = "streamk"});
+  for (const char* layout : {"nt", "tn"})
+    cases.push_back({.m = 2049,
+                     .n = 2049,
+                     .k = 1001,
+                     .layout = layout,
+                     .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk,splitk=3",
+                     .split_way = "streamk"});
+  cases.push_back({.m = 1800,
+                   .n = 2600,
+                   .k = 333,
+                   .input = DType::F16,
+                   .output = DType::F32,
+                   .epilogue = "relu(acc + bias)",
+                   .config = "mma=wgmma,bm=256,bn=128,stages=4,schedule=streamk,splitk=8",
+                   .split_way = "streamk"});
+  cases.push_back({.m = 2176,
+                   .n = 2304,
+                   .k = 96,
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk,splitk=2",
+                   .split_way = "none"});
+  return cases;
+}
+TEST_F(MatmulGpu, StreamK) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "stream-K is a schedule of the wgmma engine (sm_90)";
+  run_all(StreamKCases());
+}
+
 TEST_F(MatmulGpu, PingPongSchedule) {
   if (!gpu_is_sm90()) GTEST_SKIP() << "the ping-pong schedule runs on the wgmma engine (sm_90)";
   run_all(PingPongScheduleCases());
@@ -1037,6 +1133,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"StagedEpilogueStoreWidths", StagedEpilogueStoreWidthsCases},
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
+        {"StreamK", StreamKCases},
         {"PingPongSchedule", PingPongScheduleCases},
         {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };

@@ -147,7 +147,8 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                         "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,"
                         "stream=0|1,per_sm=0 (auto),grid=waves|tiles,align=auto|16|1. Matmul: "
                         "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1,raster=8,"
-                        "mma=sync|wgmma,schedule=tile|persistent,load=async|narrow (no --config: "
+                        "mma=sync|wgmma,schedule=tile|persistent|pingpong|streamk,load=async|"
+                        "narrow (no --config: "
                         "the tuner's choice: the "
                         "store's tuning, the nearest tuned problem, or the model)"),
         "--config");

@@ -156,6 +156,55 @@ TEST(MatmulConfig, PersistentSchedule) {
             std::string::npos);
 }
 
+// schedule=streamk: the persistent kernel with the last wave's tiles split splitk
+// ways at launch; the kernel source is persistent's (one binary for both), and
+// splitk is required (2 or more) rather than refused.
+TEST(MatmulConfig, StreamKSchedule) {
+  const Config c = Config::parse("mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk,splitk=4");
+  EXPECT_TRUE(c.persistent);
+  EXPECT_TRUE(c.streamk);
+  EXPECT_FALSE(c.pingpong);
+  EXPECT_EQ(c.to_string(),
+            "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=4,mma=wgmma,schedule=streamk");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  Config persistent = Config::parse("mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent");
+  EXPECT_EQ(c.source_text(), persistent.source_text());
+  const Problem p = square(4097);
+  EXPECT_NO_THROW(validate(p, c));
+  EXPECT_EQ(lower(p, c).source, lower(p, persistent).source);
+  try {
+    validate(p, Config::parse("mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk"));
+    FAIL() << "schedule=streamk without splits accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("splitk=1"), std::string::npos) << e.what();
+  }
+  persistent.splitk = 2;
+  try {
+    validate(p, persistent);
+    FAIL() << "schedule=persistent with splitk=2 accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("schedule=streamk"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(validate(p, Config::parse("bm=128,bn=128,schedule=streamk,splitk=2")), UserError);
+}
+
+// The last wave's split: tiles % blocks tiles, at most blocks / that splits, two
+// k-tiles a split at least, no split when nothing is left over or it fills over
+// half the blocks.
+TEST(MatmulConfig, StreamKSplitsTheLastWave) {
+  const StreamK a = streamk_split(561, 132, 65, 4);  // 4097^3 in 128 x 256 tiles
+  EXPECT_EQ(a.tiles, 33);
+  EXPECT_EQ(a.splits, 4);
+  EXPECT_EQ(streamk_split(561, 132, 65, 16).splits, 4);   // 33 x 4 = 132 blocks
+  EXPECT_EQ(streamk_split(4096, 132, 16, 16).splits, 8);  // 4 tiles, 16 k-tiles
+  EXPECT_EQ(streamk_split(4096, 132, 16, 16).tiles, 4);
+  EXPECT_EQ(streamk_split(512, 132, 64, 4).splits, 1);  // 116 left: over half
+  EXPECT_EQ(streamk_split(528, 132, 64, 4).splits, 1);  // full waves
+  EXPECT_EQ(streamk_split(100, 132, 64, 4).splits, 1);  // under one wave
+  EXPECT_EQ(streamk_split(561, 132, 3, 4).splits, 1);   // K too short
+  EXPECT_EQ(streamk_split(561, 132, 65, 1).splits, 1);
+}
+
 // schedule=pingpong: persistent with two consumer warpgroups taking turns; 12 warps
 // whatever bm is, tiles of at most 16384 outputs (a warpgroup holds a whole one),
 // no split-K, lowers to run_pingpong with its shared memory.
@@ -385,6 +434,15 @@ TEST(MatmulTensors, StridesAndAliasingAreChecked) {
   Tensors on_b = t;
   on_b.c = on_b.b;
   EXPECT_NE(message(p, on_b).find("overlaps the input B"), std::string::npos);
+  // A pointer inside an element (a bf16 at an odd address) is refused by name.
+  Tensors odd = t;
+  odd.c = t.c + 1;
+  EXPECT_NE(message(p, odd).find("C's pointer 0x30000001 is not aligned to its 2-byte elements"),
+            std::string::npos)
+      << message(p, odd);
+  odd = t;
+  odd.b = t.b + 3;
+  EXPECT_NE(message(p, odd).find("B's pointer"), std::string::npos) << message(p, odd);
   // A in columns 0..15 and C in columns 16..47 of one 64 x 48 bf16 buffer.
   Tensors blocks = t;
   blocks.lda = blocks.ldc = 48;

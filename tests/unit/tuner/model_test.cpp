@@ -282,6 +282,39 @@ TEST(Space, PingPongScheduleIsADimension) {
   EXPECT_TRUE(noted);
 }
 
+// Stream-K is the fourth value of the schedule dimension, with the splits of the
+// last wave's tiles: offered where the last wave leaves over half the SMs idle, with
+// exactly the splits that apply (others pruned, saying why), and predicted faster
+// than the persistent schedule it shares its kernel and efficiency with.
+TEST(Space, StreamKScheduleSplitsTheLastWave) {
+  const MatmulTuning t(matmul_problem(4097, 4097, 4097));  // 561 tiles of 128 x 256
+  const Space s = t.space(h200);
+  const std::string base = "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=";
+  const std::string four = base + "4,mma=wgmma,schedule=streamk";
+  EXPECT_NE(std::find(s.candidates.begin(), s.candidates.end(), four), s.candidates.end());
+  bool pruned = false;
+  for (const Pruned& x : s.pruned)
+    if (x.config == base + "6,mma=wgmma,schedule=streamk") {
+      pruned = true;
+      EXPECT_NE(x.reason.find("33 tiles split 4 ways at most"), std::string::npos) << x.reason;
+    }
+  EXPECT_TRUE(pruned);
+  const Efficiencies none;
+  const std::string persistent = base + "1,mma=wgmma,schedule=persistent";
+  const Prediction sk = t.predict(four, h200, none);
+  EXPECT_LT(sk.ms, t.predict(persistent, h200, none).ms);
+  EXPECT_EQ(sk.efficiency_key, t.predict(persistent, h200, none).efficiency_key);
+  bool noted = false;
+  for (const std::string& note : sk.notes)
+    noted = noted || note.find("33 tiles split 4 ways") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // 4096^3 leaves 116 of 132 SMs busy in its last wave: nothing to share.
+  for (const std::string& c : MatmulTuning(matmul_problem(4096, 4096, 4096)).space(h200).candidates)
+    if (c.find("bm=128,bn=256") != std::string::npos) {
+      EXPECT_EQ(c.find("streamk"), std::string::npos) << c;
+    }
+}
+
 TEST(Space, EveryCandidateIsCanonicalValidAndUnique) {
   for (const matmul::Problem& p :
        {matmul_problem(4096, 4096, 4096), matmul_problem(4097, 4097, 4097),

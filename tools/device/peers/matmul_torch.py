@@ -67,14 +67,20 @@ def measure(shape, epilogue):
     want = fn(*[x.double() for x in args])
     torch._dynamo.reset()
     compiled = torch.compile(fn, dynamic=False)
-    compiled_error = relative_l2(compiled(*args), want)
+    compiled_out = compiled(*args)
+    compiled_error = relative_l2(compiled_out, want)
+    # Inductor pads a misaligned product and may hand back a view into the padded
+    # result: rows of C longer than N (stride[0] > N), not a packed C.
+    compiled_stride = list(compiled_out.stride())
+    del compiled_out
     eager_error = relative_l2(fn(*args), want)
     eager_ms = median_ms(lambda: fn(*args))
     compiled_ms = median_ms(lambda: compiled(*args))
     flops = 2.0 * m * n * k
     row = dict(m=m, n=n, k=k, epilogue=epilogue, eager_ms=eager_ms,
                eager_tflops=flops / eager_ms / 1e9, compile_ms=compiled_ms,
-               compile_tflops=flops / compiled_ms / 1e9, eager_rel_l2=eager_error,
+               compile_tflops=flops / compiled_ms / 1e9, compile_out_stride=compiled_stride,
+               eager_rel_l2=eager_error,
                compile_rel_l2=compiled_error)
     del a, b, args, want
     torch.cuda.empty_cache()
@@ -90,10 +96,11 @@ def main():
     shapes = parse_shapes(args.shapes) if args.shapes else DEFAULT_SHAPES
     epilogues = ["none", "gelu_bias"] if args.epilogue == "both" else [args.epilogue]
     results = [measure(s, e) for s in shapes for e in epilogues]
-    print(f"{'shape':<18} {'epilogue':<10} {'eager TF/s':>10} {'compile TF/s':>12} {'rel l2':>9}")
+    print(f"{'shape':<18} {'epilogue':<10} {'eager TF/s':>10} {'compile TF/s':>12} {'rel l2':>9}"
+          f"  compiled C's strides")
     for r in results:
         print(f"{r['m']}x{r['n']}x{r['k']:<8} {r['epilogue']:<10} {r['eager_tflops']:10.1f} "
-              f"{r['compile_tflops']:12.1f} {r['compile_rel_l2']:9.2e}")
+              f"{r['compile_tflops']:12.1f} {r['compile_rel_l2']:9.2e}  {r['compile_out_stride']}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
