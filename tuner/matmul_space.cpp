@@ -46,6 +46,13 @@ constexpr double kPingPongWriteShare = 0.1;
 // schedule, whose consumer warps alone store, lost about 3.6x as much.
 constexpr double kNarrowStoreTile = 0.36;
 constexpr double kNarrowStorePersistent = 1.3;
+// The persistent schedules' whole tiles of 16-bit outputs are cut at each row's own
+// 16-byte boundaries instead (write_out_realigned: aligned 16-byte windows out of the
+// slab, a few selects and shifts each): what that costs, in the same units, fitted
+// on the H200 to 2048x50257x768 against rows of 50264 (2026-12-03,
+// docs/perf/2026-12-03-h200-realigned-streamk.md): 128x256 0.3775 ms against 0.3432
+// (0.16), 256x128 0.3798 against 0.3063 (0.34).
+constexpr double kNarrowStoreRealigned = 0.25;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 // The time a load in flight takes to come back from L2, seconds. An SM with
@@ -441,14 +448,29 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // them (measured: 2048x50257x768 0.478 ms against 0.535 persistent, 0.433 with
   // one tile per block): its store-bound write-out slows the other warpgroup too.
   const double extra_stores = splits > 1 ? 0.0 : stores_per_chunk(p) - 1;
-  const double narrow_seconds =
-      extra_stores * write_seconds * (c.persistent ? kNarrowStorePersistent : kNarrowStoreTile);
+  // (Fitted without an epilogue function. With one, the consumer warps run it once
+  // per output, inlined: gelu(acc + bias) took the same 128x256 tiles from 0.3768 to
+  // 0.5907 ms, where one tile per block, 256x128, ran 0.5043: the old rate still
+  // ranks those right. Nor is the ping-pong schedule's realigned write-out refitted:
+  // it was measured slower than the cooperative one's with every write-out so far.)
+  const bool realigned = c.persistent && !c.pingpong && matmul::dtype_bytes(p.output) == 2 &&
+                         p.epilogue.function_name.empty();
+  const double narrow_seconds = extra_stores * write_seconds *
+                                (realigned      ? kNarrowStoreRealigned
+                                 : c.persistent ? kNarrowStorePersistent
+                                                : kNarrowStoreTile);
   const double serial =
       c.persistent ? kFillSeconds + static_cast<double>(units_per_sm) *
                                         (write_share * write_seconds + narrow_seconds) / resident
                    : static_cast<double>(units_per_sm) *
                          (kFillSeconds + write_seconds + narrow_seconds) / resident;
-  if (extra_stores > 0)
+  if (extra_stores > 0 && realigned)
+    out.notes.push_back(fmt::format(
+        "C's rows of {} elements are not all 16-byte aligned: whole tiles are stored in "
+        "16-byte pieces cut at each row's own boundaries (realigned through the warp's slab), "
+        "only a row's head and tail narrow",
+        p.n));
+  else if (extra_stores > 0)
     out.notes.push_back(fmt::format(
         "C's rows of {} elements are not all 16-byte aligned: {:.2f} store instructions "
         "per 16-byte chunk on average (1 when aligned)",
@@ -555,8 +577,11 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
             ? "write-out: whole tiles through TMA bulk stores (the consumer warps go on to the "
               "next tile while C drains), edge tiles by the warps' own 16-byte stores"
             : fmt::format("write-out: by the consumer warps' own stores (rows of {} outputs "
-                          "are not 16-byte aligned: no tensor map of C)",
-                          p.n));
+                          "are not 16-byte aligned: no tensor map of C){}",
+                          p.n,
+                          matmul::dtype_bytes(p.output) == 2
+                              ? ", 16 bytes at a time between each row's own boundaries"
+                              : ""));
   if (c.wgmma && !c.persistent && tiles * splits > sms)
     out.notes.push_back(fmt::format(
         "schedule=tile: one tile per block ({} blocks): each pays its pipeline fill and "
