@@ -602,8 +602,10 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     // tile's last split, which waits for the others: every block must be resident
     // at once (a cooperative launch). Not while the stream is being captured into a
     // CUDA graph (a plain launch there: the persistent schedule).
-    const StreamK sk = streamk_split(units, blocks, ceil_div(args.k, bk), config.splitk);
-    if (config.streamk && sk.splits > 1) {
+    const StreamK sk = config.streamk
+                           ? streamk_split(units, blocks, ceil_div(args.k, bk), config.splitk)
+                           : StreamK{};
+    if (sk.splits > 1) {
       CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
       KJIT_CU(cuStreamIsCapturing, stream, &capture);
       streamk = capture == CU_STREAM_CAPTURE_STATUS_NONE;

@@ -302,18 +302,17 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
       const int64_t resident =
           std::max(occupancy({threads, registers, shared, true}, device).blocks_per_sm, 1);
       const int64_t blocks = std::min<int64_t>(tiles, device.sm_count * resident);
-      const matmul::StreamK sk =
-          matmul::streamk_split(tiles, blocks, ceil_div(kernel_k(p, c), c.bk), c.splitk);
+      const int64_t k_tiles = ceil_div(kernel_k(p, c), c.bk);
+      const matmul::StreamK sk = matmul::streamk_split(tiles, blocks, k_tiles, c.splitk);
       if (sk.splits != c.splitk)
         return prune(
             sk.splits < 2
                 ? fmt::format("schedule=streamk: the {} tiles on {} blocks leave no last wave "
                               "of at most half the blocks to split ({} tiles, {} k-tiles each)",
-                              tiles, blocks, tiles % blocks, ceil_div(kernel_k(p, c), c.bk))
+                              tiles, blocks, tiles % blocks, k_tiles)
                 : fmt::format("schedule=streamk: the last wave's {} tiles split {} ways at "
                               "most (on {} blocks, {} k-tiles each), not {}",
-                              sk.tiles, sk.splits, blocks, ceil_div(kernel_k(p, c), c.bk),
-                              c.splitk));
+                              sk.tiles, sk.splits, blocks, k_tiles, c.splitk));
     } else if (c.splitk > 1) {
       const int64_t k = kernel_k(p, c);
       if (actual_splits(c, k) != c.splitk)
