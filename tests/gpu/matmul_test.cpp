@@ -996,9 +996,10 @@ TEST_F(MatmulGpu, PersistentSchedule) {
 // idle), with two, and with dozens (many turns, odd and even counts: 4096 tiles of
 // 64 x 64 over the SMs); K = 1; edges; batched; an epilogue with alpha and beta;
 // f16 in, f32 out; tf32; the padded path; C rows longer than N.
+// The ping-pong cases need no GPU to list (the test checks for sm_90): their count
+// sizes the parameterized test below at static initialization.
 std::vector<Case> PingPongScheduleCases() {
   std::vector<Case> cases;
-  if (!gpu_is_sm90()) return cases;
   for (const char* layout : {"nn", "nt", "tn", "tt"})
     cases.push_back({.m = 1000,
                      .n = 1000,
@@ -1106,10 +1107,21 @@ TEST_F(MatmulGpu, StreamK) {
   run_all(StreamKCases());
 }
 
-TEST_F(MatmulGpu, PingPongSchedule) {
+// One test per ping-pong case (MatmulGpu/PingPongCase.MatchesTheReference/N), so
+// that gtest's sharding spreads them over processes: under compute-sanitizer's
+// racecheck the whole list did not finish in one process within ~430 s on the H200
+// (tools/device/sanitize.sh runs shards side by side).
+class PingPongCase : public MatmulGpu, public ::testing::WithParamInterface<size_t> {};
+
+TEST_P(PingPongCase, MatchesTheReference) {
   if (!gpu_is_sm90()) GTEST_SKIP() << "the ping-pong schedule runs on the wgmma engine (sm_90)";
-  run_all(PingPongScheduleCases());
+  const std::vector<Case> cases = PingPongScheduleCases();
+  ASSERT_LT(GetParam(), cases.size());
+  run_all({cases[GetParam()]});
 }
+
+INSTANTIATE_TEST_SUITE_P(MatmulGpu, PingPongCase,
+                         ::testing::Range<size_t>(0, PingPongScheduleCases().size()));
 
 // Compiles the kernels of every matmul test that is going to run, in parallel,
 // before the first one runs: NVRTC takes 10-30 s for a large tile config.
@@ -1134,13 +1146,24 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
         {"StreamK", StreamKCases},
-        {"PingPongSchedule", PingPongScheduleCases},
         {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };
     std::vector<std::pair<Problem, Config>> work;
     const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
     for (int i = 0; i < unit.total_test_suite_count(); ++i) {
       const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
+      // The parameterized ping-pong cases: the ones this process runs, by index.
+      if (std::string(suite.name()) == "MatmulGpu/PingPongCase") {
+        if (!gpu_is_sm90()) continue;
+        const std::vector<Case> cases = PingPongScheduleCases();
+        for (int j = 0; j < suite.total_test_count(); ++j) {
+          const ::testing::TestInfo& info = *suite.GetTestInfo(j);
+          const std::string name = info.name();  // MatchesTheReference/N
+          const size_t index = std::stoul(name.substr(name.rfind('/') + 1));
+          if (info.should_run() && index < cases.size()) work.push_back(plan(cases[index]));
+        }
+        continue;
+      }
       if (std::string(suite.name()) != "MatmulGpu") continue;
       for (int j = 0; j < suite.total_test_count(); ++j) {
         const ::testing::TestInfo& info = *suite.GetTestInfo(j);

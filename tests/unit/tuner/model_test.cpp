@@ -294,6 +294,24 @@ TEST(Space, PingPongScheduleIsADimension) {
   EXPECT_TRUE(noted);
 }
 
+// Tiles of a single k-tile: ping-pong hung there under compute-sanitizer on the
+// H200, so the space leaves it out, saying why; two k-tiles keep it.
+TEST(Space, PingPongIsNotSearchedForSingleKTileTiles) {
+  const Space one = MatmulTuning(matmul_problem(4096, 4096, 64)).space(h200);
+  for (const std::string& c : one.candidates) EXPECT_EQ(c.find("pingpong"), std::string::npos) << c;
+  bool pruned = false;
+  for (const Pruned& x : one.pruned)
+    if (x.config.find("pingpong") != std::string::npos &&
+        x.reason.find("one k-tile") != std::string::npos)
+      pruned = true;
+  EXPECT_TRUE(pruned);
+  const Space two = MatmulTuning(matmul_problem(4096, 4096, 128)).space(h200);
+  bool offered = false;
+  for (const std::string& c : two.candidates)
+    offered = offered || c.find("pingpong") != std::string::npos;
+  EXPECT_TRUE(offered);
+}
+
 // Stream-K is the fourth value of the schedule dimension, with the splits of the
 // last wave's tiles: offered where the last wave leaves over half the SMs idle, with
 // exactly the splits that apply (others pruned, saying why), and predicted faster
