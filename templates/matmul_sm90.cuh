@@ -1010,8 +1010,18 @@ struct WgmmaMatmul {
   // Whose turn: a warpgroup skips the other's k-tiles in the stage ring, so it
   // could reach a stage's barrier two phases early, and a parity wait cannot tell
   // phase r from phase r - 2. So it starts waiting on its next unit only once the
-  // other warpgroup has seen the last k-tile of its own unit land (order[g], one
-  // arrive per unit): by then every earlier phase of every stage is complete.
+  // other warpgroup has seen the last k-tile of its own unit land (order[g]): by
+  // then every earlier phase of every stage is complete.
+  //
+  // Each of the 4 warps arrives on order[g] (count 4), not one thread for the
+  // warpgroup: the warps wait on their turn independently, so a turn handed over by
+  // one warp could complete two phases of order[] while a slower warp of the same
+  // warpgroup was still waiting on the first, which its parity wait then never sees
+  // (a hang). With a unit of one k-tile the hand-over came before any instruction
+  // that waits for the whole warpgroup; under compute-sanitizer on the H200 such
+  // launches never finished (docs/perf/2026-12-03-h200-decode-pingpong-sanitizer.md).
+  // With every warp arriving, order[g] completes a phase only after all 4 warps of
+  // the other warpgroup passed their own previous wait.
   __device__ __forceinline__ static void consume_tile(float (&acc)[ROWS][ACC], u32 stages, u32 full,
                                                       u32 empty, int k_tiles, int first,
                                                       u32 others_turn) {
@@ -1021,7 +1031,8 @@ struct WgmmaMatmul {
       const u32 a = stages + s * STAGE_BYTES;
       const u32 b = a + A_BYTES;
       barrier_wait(full + 8 * s, ((first + kt) / STAGES) & 1);
-      if (kt == k_tiles - 1 && threadIdx.x % 128 == 0) barrier_arrive(others_turn);
+      // This warp has seen its unit's last k-tile land: its share of the turn is over.
+      if (kt == k_tiles - 1 && warp_leader) barrier_arrive(others_turn);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) fence_accumulators(acc[r]);
       wgmma_fence();
@@ -1072,8 +1083,8 @@ struct WgmmaMatmul {
         barrier_init(full + 8 * s, 1);
         barrier_init(empty + 8 * s, 4);  // one warpgroup reads a stage: its 4 warps release it
       }
-      barrier_init(order, 1);
-      barrier_init(order + 8, 1);
+      barrier_init(order, 4);  // one arrive per warp of the other warpgroup (consume_tile)
+      barrier_init(order + 8, 4);
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();

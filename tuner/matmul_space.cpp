@@ -334,9 +334,11 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
     // Ping-pong over tiles of a single k-tile: on the H200 such launches hung under
     // compute-sanitizer (memcheck and racecheck) once a warpgroup walks several
     // tiles (4096 x 4096 x 64 and 2048 x 2048 x 64 in 64 x 64 tiles; 1024 x 1024 x 64,
-    // and K = 128 or 192, ran clean), while plain runs passed (80 of 80).
-    // docs/perf/2026-12-03-h200-decode-pingpong-sanitizer.md. Not searched there
-    // until the cause is found; the persistent schedule covers those shapes.
+    // and K = 128 or 192, ran clean), while plain runs passed (80 of 80): a turn
+    // barrier one warp could advance past a slower warp of its own warpgroup
+    // (docs/perf/2026-12-03-h200-decode-pingpong-sanitizer.md). The kernel is mended
+    // (WgmmaMatmul::consume_tile); not searched there until the mended kernel has run
+    // under the sanitizers. The persistent schedule covers those shapes.
     if (c.pingpong && kernel_k(p, c) <= c.bk)
       return prune(
           fmt::format("schedule=pingpong: K = {} is one k-tile of {} per tile, where "
