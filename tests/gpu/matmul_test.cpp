@@ -1108,9 +1108,11 @@ TEST_F(MatmulGpu, StreamK) {
 }
 
 // One test per ping-pong case (MatmulGpu/PingPongCase.MatchesTheReference/N), so
-// that gtest's sharding spreads them over processes: under compute-sanitizer's
-// racecheck the whole list did not finish in one process within ~430 s on the H200
-// (tools/device/sanitize.sh runs shards side by side).
+// that gtest's sharding spreads them over processes (tools/device/sanitize.sh) and a
+// case that does not finish is named. Under compute-sanitizer the whole list did not
+// finish in one process on the H200: cases 4 and 7 (one k-tile a tile, several tiles
+// a warpgroup) hung there, a race of the turn barriers that the kernel now mends
+// (WgmmaMatmul::consume_tile; docs/perf/2026-12-03-h200-decode-pingpong-sanitizer.md).
 class PingPongCase : public MatmulGpu, public ::testing::WithParamInterface<size_t> {};
 
 TEST_P(PingPongCase, MatchesTheReference) {
