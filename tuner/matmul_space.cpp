@@ -331,19 +331,6 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
                       "as with schedule=tile",
                       c.pingpong ? "pingpong" : "persistent",
                       tiles * actual_splits(c, kernel_k(p, c)), device.sm_count));
-    // Ping-pong over tiles of a single k-tile: on the H200 such launches hung under
-    // compute-sanitizer (memcheck and racecheck) once a warpgroup walks several
-    // tiles (4096 x 4096 x 64 and 2048 x 2048 x 64 in 64 x 64 tiles; 1024 x 1024 x 64,
-    // and K = 128 or 192, ran clean), while plain runs passed (80 of 80): a turn
-    // barrier one warp could advance past a slower warp of its own warpgroup
-    // (docs/perf/2026-12-03-h200-decode-pingpong-sanitizer.md). The kernel is mended
-    // (WgmmaMatmul::consume_tile); not searched there until the mended kernel has run
-    // under the sanitizers. The persistent schedule covers those shapes.
-    if (c.pingpong && kernel_k(p, c) <= c.bk)
-      return prune(
-          fmt::format("schedule=pingpong: K = {} is one k-tile of {} per tile, where "
-                      "the schedule hung under compute-sanitizer (not searched)",
-                      kernel_k(p, c), c.bk));
     if (c.raster != 8 && ceil_div(p.m, c.bm) <= 8)
       return prune(fmt::format("raster={} orders the blocks as raster=8 with {} tile rows",
                                c.raster, ceil_div(p.m, c.bm)));

@@ -294,22 +294,16 @@ TEST(Space, PingPongScheduleIsADimension) {
   EXPECT_TRUE(noted);
 }
 
-// Tiles of a single k-tile: ping-pong hung there under compute-sanitizer on the
-// H200, so the space leaves it out, saying why; two k-tiles keep it.
-TEST(Space, PingPongIsNotSearchedForSingleKTileTiles) {
+// Ping-pong is searched at every K, a single k-tile too (its turn barriers count
+// every warp of the other warpgroup: that schedule ran clean under the sanitizers
+// there once they did).
+TEST(Space, PingPongIsSearchedForSingleKTileTiles) {
   const Space one = MatmulTuning(matmul_problem(4096, 4096, 64)).space(h200);
-  for (const std::string& c : one.candidates) EXPECT_EQ(c.find("pingpong"), std::string::npos) << c;
-  bool pruned = false;
-  for (const Pruned& x : one.pruned)
-    if (x.config.find("pingpong") != std::string::npos &&
-        x.reason.find("one k-tile") != std::string::npos)
-      pruned = true;
-  EXPECT_TRUE(pruned);
-  const Space two = MatmulTuning(matmul_problem(4096, 4096, 128)).space(h200);
   bool offered = false;
-  for (const std::string& c : two.candidates)
+  for (const std::string& c : one.candidates)
     offered = offered || c.find("pingpong") != std::string::npos;
   EXPECT_TRUE(offered);
+  for (const Pruned& x : one.pruned) EXPECT_EQ(x.reason.find("one k-tile"), std::string::npos);
 }
 
 // Stream-K is the fourth value of the schedule dimension, with the splits of the
