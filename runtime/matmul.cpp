@@ -35,12 +35,8 @@ struct DeviceArgs {
   int streamk_tiles;
   int streamk_splits;
   float alpha, beta;
-  CUdeviceptr pad_a, pad_b;
-  long long pad_lda, pad_ldb, pad_stride_a, pad_stride_b;
-  CUdeviceptr pad_counters;
-  int pad_k;
 };
-static_assert(sizeof(DeviceArgs) == 240, "DeviceArgs must mirror kjit::MatmulArgs");
+static_assert(sizeof(DeviceArgs) == 176, "DeviceArgs must mirror kjit::MatmulArgs");
 
 // Mirror of kjit::EpilogueOperands.
 struct DeviceOperands {
@@ -315,8 +311,7 @@ void Matmul::load(Variant& v) {
   if (v.config.persistent || v.config.splitk > 1)
     v.resident = std::max(1, v.main->function().max_active_blocks_per_sm(
                                  threads, static_cast<size_t>(v.source.dynamic_shared_bytes)));
-  if (pads_in_own_kernel(v.problem, v.config))
-    v.pad = runtime_->compile(lower_pad(v.problem.input));
+  if (pads_operands(v.problem, v.config)) v.pad = runtime_->compile(lower_pad(v.problem.input));
   if (v.problem.input == DType::TF32) v.stage = runtime_->compile(lower_stage_k_major());
 }
 
@@ -473,12 +468,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     }
   }
 
-  // pad=fused (the persistent schedules): the same scratch, filled by the main
-  // kernel's producer warpgroup while it runs (WgmmaMatmul::pad_ahead) instead of by
-  // the padding kernel first; the sources go to the kernel with a counter pair per
-  // piece (cleared here).
   if (pads_operands(p, config)) {
-    const bool fused = !pads_in_own_kernel(p, config);
     const int64_t k_padded = round_up(p.k, config.bk);
     auto operand_aligned = [&](CUdeviceptr ptr, int64_t ld, int64_t stride) {
       const int64_t per16 = 16 / elem;
@@ -515,11 +505,6 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       args.a = job.dst;
       args.lda = job.ld_dst;
       args.stride_a = job.rows_dst * job.ld_dst;
-      if (fused) {
-        args.pad_a = t.a;
-        args.pad_lda = t.lda;
-        args.pad_stride_a = t.stride_a;
-      }
     }
     if (!operand_aligned(t.b, t.ldb, t.stride_b)) {
       const DevicePadJob job =
@@ -527,24 +512,9 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       args.b = job.dst;
       args.ldb = job.ld_dst;
       args.stride_b = job.rows_dst * job.ld_dst;
-      if (fused) {
-        args.pad_b = t.b;
-        args.pad_ldb = t.ldb;
-        args.pad_stride_b = t.stride_b;
-      }
     }
     args.k = static_cast<int>(k_padded);
-    args.pad_k = static_cast<int>(p.k);
-    if (fused && !jobs.empty()) {
-      // Per piece (a k-tile of a tile row of A or tile column of B, per batch): the
-      // slices handed out, then the slices copied.
-      const int64_t pieces =
-          p.batch * (ceil_div(p.m, config.bm) + ceil_div(p.n, config.bn)) * (k_padded / config.bk);
-      const size_t bytes = static_cast<size_t>(2 * pieces) * sizeof(unsigned);
-      if (pad_counters_.bytes() < bytes) pad_counters_ = cuda::DeviceBuffer(bytes);
-      KJIT_CU(cuMemsetD32Async, pad_counters_.get(), 0, bytes / sizeof(unsigned), stream);
-      args.pad_counters = pad_counters_.get();
-    } else if (!jobs.empty()) {
+    if (!jobs.empty()) {
       int64_t most_chunks = 0;
       for (const DevicePadJob& job : jobs)
         most_chunks = std::max<int64_t>(most_chunks, job.rows_dst * job.ld_dst / 8);

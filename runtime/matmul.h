@@ -106,9 +106,6 @@ class Matmul {
   // Split-K arrival counters, one per (batch, tile); zero between launches (the
   // last split of each tile sets its counter back).
   cuda::DeviceBuffer arrivals_;
-  // pad=fused: per piece of the padded operands, slices handed out and copied;
-  // cleared before every launch.
-  cuda::DeviceBuffer pad_counters_;
 };
 
 }  // namespace kjit::matmul

@@ -64,19 +64,6 @@ struct MatmulArgs {
   int streamk_splits;   // tiles (past the last full wave) are split into streamk_splits
                         // K ranges, one work unit each (0 and 1: no split)
   float alpha, beta;
-  // sm90 persistent schedules, pad=fused (WgmmaMatmul::pad_ahead): the misaligned
-  // operands' own storage. a and b are then their 16-byte-aligned scratch (lda, ldb,
-  // stride_a, stride_b, and K = k rounded up to whole k-tiles describe it), which the
-  // producer warpgroup's three spare warps of every block fill one piece (a k-tile of
-  // one tile row of A or tile column of B) at a time, just ahead of the copy engine.
-  // nullptr: that operand is read in place (or was padded by a kernel of its own).
-  const void* pad_a;
-  const void* pad_b;
-  long long pad_lda, pad_ldb, pad_stride_a, pad_stride_b;  // of the sources
-  // Per piece, A's pieces then B's: slices handed out, then (a second array as long)
-  // slices copied. 0 at every launch (the runtime clears them).
-  unsigned* pad_counters;
-  int pad_k;  // K of the sources (args.k is rounded up to whole k-tiles)
 };
 
 // Extra operands of the epilogue, read by the generated Epilogue type.
@@ -1124,10 +1111,6 @@ struct PadJob {
 // bf16 values starts 4-byte aligned on every other row). Indices are 32-bit: the
 // host checks that a matrix has fewer than 2^31 chunks (so i + stride cannot wrap).
 template <typename T>
-__device__ __forceinline__ U32x4 load_padded_chunk(const T* s, bool in_rows, long long c,
-                                                   long long cols);
-
-template <typename T>
 __device__ __forceinline__ void pad_copy(const PadJob job) {
   const unsigned chunks_per_row = static_cast<unsigned>(job.ld_dst / 8);
   const unsigned chunks = static_cast<unsigned>(job.rows_dst) * chunks_per_row;
@@ -1137,52 +1120,33 @@ __device__ __forceinline__ void pad_copy(const PadJob job) {
        i += gridDim.x * blockDim.x) {
     const unsigned r = i / chunks_per_row;
     const unsigned c = (i - r * chunks_per_row) * 8;
-    const U32x4 out = load_padded_chunk(src + r * job.ld_src + c, r < job.rows, c, job.cols);
+    const T* s = src + r * job.ld_src + c;
+    U32x4 out;
+    if (r < job.rows && c + 8 <= job.cols) {
+      if (aligned_to(s, 16)) {
+        out = *reinterpret_cast<const U32x4*>(s);
+      } else if (aligned_to(s, 4)) {
+        const u32* w = reinterpret_cast<const u32*>(s);
+        out = U32x4{w[0], w[1], w[2], w[3]};
+      } else {
+        const u16* h = reinterpret_cast<const u16*>(s);
+        out.x = h[0] | (static_cast<u32>(h[1]) << 16);
+        out.y = h[2] | (static_cast<u32>(h[3]) << 16);
+        out.z = h[4] | (static_cast<u32>(h[5]) << 16);
+        out.w = h[6] | (static_cast<u32>(h[7]) << 16);
+      }
+    } else {  // the right or bottom edge: zeros past the matrix
+      u16 v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        v[j] = r < job.rows && c + j < job.cols ? reinterpret_cast<const u16*>(s)[j] : u16(0);
+      out.x = v[0] | (static_cast<u32>(v[1]) << 16);
+      out.y = v[2] | (static_cast<u32>(v[3]) << 16);
+      out.z = v[4] | (static_cast<u32>(v[5]) << 16);
+      out.w = v[6] | (static_cast<u32>(v[7]) << 16);
+    }
     *reinterpret_cast<U32x4*>(dst + static_cast<long long>(r) * job.ld_dst + c) = out;
   }
-}
-
-// The 16-byte chunk of 8 elements starting at s, column c of its row: zeros past the
-// matrix (a row past its rows: !in_rows; columns from cols on). Read with one
-// 16-byte load, four 4-byte loads, five 4-byte loads shifted by one element, or
-// eight 2-byte loads, whichever the address and the row's ends allow. Shared by the padding kernel
-// and the fused padding (WgmmaMatmul::pad_ahead).
-template <typename T>
-__device__ __forceinline__ U32x4 load_padded_chunk(const T* s, bool in_rows, long long c,
-                                                   long long cols) {
-  U32x4 out;
-  if (in_rows && c + 8 <= cols) {
-    if (aligned_to(s, 16)) {
-      out = *reinterpret_cast<const U32x4*>(s);
-    } else if (aligned_to(s, 4)) {
-      const u32* w = reinterpret_cast<const u32*>(s);
-      out = U32x4{w[0], w[1], w[2], w[3]};
-    } else if (c >= 1 && c + 9 <= cols) {
-      // 2-byte aligned, inside its row with an element to spare on either side: the
-      // five 4-byte words from one element before to one after, shifted by 16 bits
-      // (fewer loads, and registers, than eight 2-byte ones).
-      const u32* w = reinterpret_cast<const u32*>(s - 1);
-      const u32 w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
-      out = U32x4{__funnelshift_r(w0, w1, 16), __funnelshift_r(w1, w2, 16),
-                  __funnelshift_r(w2, w3, 16), __funnelshift_r(w3, w4, 16)};
-    } else {
-      const u16* h = reinterpret_cast<const u16*>(s);
-      out.x = h[0] | (static_cast<u32>(h[1]) << 16);
-      out.y = h[2] | (static_cast<u32>(h[3]) << 16);
-      out.z = h[4] | (static_cast<u32>(h[5]) << 16);
-      out.w = h[6] | (static_cast<u32>(h[7]) << 16);
-    }
-  } else {  // the right or bottom edge: zeros past the matrix
-    u16 v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      v[j] = in_rows && c + j < cols ? reinterpret_cast<const u16*>(s)[j] : u16(0);
-    out.x = v[0] | (static_cast<u32>(v[1]) << 16);
-    out.y = v[2] | (static_cast<u32>(v[3]) << 16);
-    out.z = v[4] | (static_cast<u32>(v[5]) << 16);
-    out.w = v[6] | (static_cast<u32>(v[7]) << 16);
-  }
-  return out;
 }
 
 // Job `index` of two, chosen field by field: selecting a whole kernel parameter by a

@@ -59,11 +59,8 @@ namespace sm90 {
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
 // C_ALIGNED: C's rows are 16-byte aligned (the problem's alignment class); it picks
 // the persistent and ping-pong schedules' write-out (write_out).
-// PAD_FUSED (pad=fused, misaligned problems, persistent schedules): the producer
-// warpgroup's spare warps pad the misaligned operands while the tensor cores run
-// (pad_ahead); they get more registers for it, the consumers fewer.
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
-          typename Wgmma, bool C_ALIGNED = true, bool PAD_FUSED = false>
+          typename Wgmma, bool C_ALIGNED = true>
 struct WgmmaMatmul {
   static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
   static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
@@ -82,9 +79,7 @@ struct WgmmaMatmul {
   static constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8 > 255
                                               ? 255
                                               : (65536 / THREADS) / 8 * 8;
-  // With PAD_FUSED the spare warps keep 4 chunks of 16 bytes a lane in flight and
-  // need 88 (ptxas spilled them at 80); two consumers then keep 208.
-  static constexpr int PRODUCER_REGISTERS = PAD_FUSED ? 88 : 40;
+  static constexpr int PRODUCER_REGISTERS = 40;
   static constexpr int CONSUMER_REGISTERS =
       (LAUNCH_REGISTERS + 128 * (LAUNCH_REGISTERS - PRODUCER_REGISTERS) / CONSUMER_THREADS) / 8 * 8;
   static constexpr int CHUNK_BYTES = 64 * 128;  // one 64-row chunk of an MN-major operand
@@ -124,22 +119,16 @@ struct WgmmaMatmul {
   // the k-tiles this block has loaded before (a persistent block walks several tiles
   // through one pipeline): k-tile kt of this tile uses stage (first + kt) % STAGES,
   // in round (first + kt) / STAGES, whose parity the barriers track.
-  // With pad=fused (args.pad_a / pad_b) it first waits until the spare warps have
-  // copied the pieces of A and B that k-tile reads (pad_ahead).
-  __device__ __forceinline__ static void produce(const MatmulArgs& args, const TensorMap& map_a,
-                                                 const TensorMap& map_b, u32 stages, u32 full,
-                                                 u32 empty, int m0, int n0, int batch, int k_begin,
-                                                 int k_tiles, int first = 0) {
+  __device__ __forceinline__ static void produce(const TensorMap& map_a, const TensorMap& map_b,
+                                                 u32 stages, u32 full, u32 empty, int m0, int n0,
+                                                 int batch, int k_begin, int k_tiles,
+                                                 int first = 0) {
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = (first + kt) % STAGES;
       const u32 a = stages + s * STAGE_BYTES;
       const u32 b = a + A_BYTES;
       const int k0 = k_begin + kt * BK;
       barrier_wait(empty + 8 * s, (((first + kt) / STAGES) & 1) ^ 1);
-      if constexpr (PAD_FUSED) {
-        if (args.pad_a) wait_for_piece(args, piece<0>(args, batch, m0 / BM, k0 / BK));
-        if (args.pad_b) wait_for_piece(args, piece<1>(args, batch, n0 / BN, k0 / BK));
-      }
       barrier_arrive_expect_bytes(full + 8 * s, STAGE_BYTES);
       if (A_K_MAJOR) {
         tma_load(a, map_a, full + 8 * s, k0, m0, batch);  // box: BK k x BM rows
@@ -279,7 +268,7 @@ struct WgmmaMatmul {
     for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
     if (group < 0) {
       if (threadIdx.x == 0)
-        produce(args, map_a, map_b, stages, full, empty, tile_m * BM, tile_n * BN, batch, k_begin,
+        produce(map_a, map_b, stages, full, empty, tile_m * BM, tile_n * BN, batch, k_begin,
                 k_tiles);
     } else {
       consume(acc, stages, full, empty, group, k_tiles);
@@ -926,154 +915,6 @@ struct WgmmaMatmul {
     }
   }
 
-  // ---- fused padding (pad=fused) -------------------------------------------------
-  // A misaligned 16-bit operand cannot be read by the copy engine (its rows must be
-  // 16-byte aligned), so it goes through 16-byte-aligned scratch. pad=copy does that
-  // in a kernel of its own before the matmul, with the tensor cores idle; pad=fused
-  // overlaps it with the matmul: the producer warpgroup's three spare warps (one
-  // thread issues the copies) fill the scratch piece by piece, in the order this
-  // block's copies will need it, while the consumers compute.
-  //
-  // A piece is what one k-tile of one tile reads from one operand: k-tile kt of tile
-  // row `panel` of A (BM rows) or of tile column `panel` of B (BN columns), in one
-  // batch. Every block whose tiles read it helps: a piece is split into slices of
-  // 128 16-byte chunks (4 a lane), handed out by a counter, and a second counter
-  // counts the slices copied. The producer thread waits for that count before it
-  // issues the copies of that k-tile. No deadlock: a slice handed out is copied by a
-  // warp that waits for nothing, and the block's own spare warps reach every piece
-  // its producer waits for.
-  struct Piece {
-    int row0, rows, col0;  // in the source and the scratch alike
-    int chunk_cols;        // 16-byte chunks along the scratch's rows
-    unsigned slices;
-    long long index;  // of its counters
-  };
-  static constexpr int PAD_UNROLL = 4;  // chunks a lane has in flight
-  static constexpr int SLICE_CHUNKS = 32 * PAD_UNROLL;
-
-  template <int OPERAND>  // 0: A, 1: B
-  __device__ __forceinline__ static Piece piece(const MatmulArgs& args, int batch, int panel,
-                                                int kt) {
-    constexpr bool a = OPERAND == 0;
-    constexpr bool k_major = a ? A_K_MAJOR : B_K_MAJOR;
-    constexpr int width = a ? BM : BN;  // the piece's extent along M (A) or N (B)
-    const int mn = a ? args.m : args.n;
-    const long long ld = a ? args.lda : args.ldb;  // the scratch's, a multiple of 8
-    Piece p;
-    if (k_major) {  // stored MN x K: rows of the tile row/column, one k-tile of columns
-      p.row0 = panel * width;
-      p.rows = min(width, mn - p.row0);
-      p.col0 = kt * BK;
-      p.chunk_cols = BK / 8;
-    } else {  // stored K x MN: one k-tile of rows (K is whole k-tiles in the scratch)
-      p.row0 = kt * BK;
-      p.rows = BK;
-      p.col0 = panel * width;
-      p.chunk_cols = static_cast<int>(min(static_cast<long long>(width), ld - p.col0) / 8);
-    }
-    p.slices = static_cast<unsigned>((p.rows * p.chunk_cols + SLICE_CHUNKS - 1) / SLICE_CHUNKS);
-    const int tiles_m = (args.m + BM - 1) / BM, tiles_n = (args.n + BN - 1) / BN;
-    const long long k_tiles = args.k / BK;
-    p.index = a ? (static_cast<long long>(batch) * tiles_m + panel) * k_tiles + kt
-                : (static_cast<long long>(args.batch) * tiles_m +
-                   static_cast<long long>(batch) * tiles_n + panel) *
-                          k_tiles +
-                      kt;
-    return p;
-  }
-
-  // The counters of every piece, twice (handed out, then copied).
-  __device__ __forceinline__ static long long pieces(const MatmulArgs& args) {
-    const int tiles_m = (args.m + BM - 1) / BM, tiles_n = (args.n + BN - 1) / BN;
-    return static_cast<long long>(args.batch) * (tiles_m + tiles_n) * (args.k / BK);
-  }
-
-  // The producer thread: until every slice of the piece is copied. Then a proxy
-  // fence: the copy engine (the async proxy) reads what ordinary stores wrote.
-  __device__ __forceinline__ static void wait_for_piece(const MatmulArgs& args, const Piece& p) {
-    matmul::wait_for_count(args.pad_counters + pieces(args) + p.index, p.slices);
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-  }
-
-  // A spare warp: takes slices of the piece until none is left, copying each (4
-  // chunks a lane, loaded before any is stored so the loads are in flight together)
-  // and then counting it copied, after its stores (release at GPU scope).
-  __device__ __forceinline__ static void next_chunk(int& r, int& c, int dr, int dc, int cols) {
-    c += dc;
-    r += dr;
-    if (c >= cols) {
-      c -= cols;
-      ++r;
-    }
-  }
-
-  template <int OPERAND>  // 0: A, 1: B (a template argument: no selects, fewer registers)
-  __device__ __forceinline__ static void pad_piece(const MatmulArgs& args, int batch,
-                                                   const Piece& p) {
-    if constexpr (sizeof(T) == 2) {
-      constexpr bool a = OPERAND == 0;
-      constexpr bool k_major = a ? A_K_MAJOR : B_K_MAJOR;
-      const long long ld_src = a ? args.pad_lda : args.pad_ldb;
-      const long long ld_dst = a ? args.lda : args.ldb;
-      const int mn = a ? args.m : args.n;
-      // The piece's first element, in the source and in the scratch. (Lean: after
-      // setmaxnreg these warps have 40 registers; offsets are recomputed, not kept.)
-      const T* src = static_cast<const T*>(a ? args.pad_a : args.pad_b) +
-                     batch * (a ? args.pad_stride_a : args.pad_stride_b) + p.row0 * ld_src + p.col0;
-      T* dst = const_cast<T*>(static_cast<const T*>(a ? args.a : args.b)) +
-               batch * (a ? args.stride_a : args.stride_b) + p.row0 * ld_dst + p.col0;
-      // What the source holds past the piece's first row and column.
-      const int rows_left = (k_major ? mn : args.pad_k) - p.row0;
-      const int cols_left = (k_major ? args.pad_k : mn) - p.col0;
-      const int lane = static_cast<int>(threadIdx.x) % 32;
-      // Chunk i of a slice is row i / chunk_cols, chunk i % chunk_cols of the piece; a
-      // lane's next chunk is 32 further on: dr rows and dc chunks on (one division a
-      // slice, none per chunk).
-      const int dr = 32 / p.chunk_cols, dc = 32 % p.chunk_cols;
-      for (;;) {
-        unsigned slice = 0;
-        if (lane == 0) slice = atomicAdd(args.pad_counters + p.index, 1u);
-        slice = __shfl_sync(0xffffffffu, slice, 0);
-        if (slice >= p.slices) return;
-        const int i0 = static_cast<int>(slice) * SLICE_CHUNKS + lane;
-        const int r0 = i0 / p.chunk_cols, c0 = i0 - r0 * p.chunk_cols;
-        matmul::U32x4 v[PAD_UNROLL];
-        int r = r0, c = c0;
-#pragma unroll
-        for (int j = 0; j < PAD_UNROLL; ++j) {
-          if (r < p.rows)
-            v[j] = matmul::load_padded_chunk(src + r * ld_src + 8 * c, r < rows_left, 8 * c,
-                                             cols_left);
-          next_chunk(r, c, dr, dc, p.chunk_cols);
-        }
-        r = r0;
-        c = c0;
-#pragma unroll
-        for (int j = 0; j < PAD_UNROLL; ++j) {
-          if (r < p.rows) *reinterpret_cast<matmul::U32x4*>(dst + r * ld_dst + 8 * c) = v[j];
-          next_chunk(r, c, dr, dc, p.chunk_cols);
-        }
-        asm volatile("fence.proxy.async.global;" ::: "memory");
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) atomicAdd(args.pad_counters + pieces(args) + p.index, 1u);
-      }
-    }
-  }
-
-  // A spare warp of the producer warpgroup: every piece of this block's units, in the
-  // order its producer thread will wait for them.
-  __device__ __forceinline__ static void pad_ahead(const MatmulArgs& args, int tiles_m, int tiles_n,
-                                                   long long units) {
-    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
-      const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
-      for (int kt = w.k_begin / BK; kt < (w.k_end + BK - 1) / BK; ++kt) {
-        if (args.pad_a) pad_piece<0>(args, w.batch, piece<0>(args, w.batch, w.tile_m, kt));
-        if (args.pad_b) pad_piece<1>(args, w.batch, piece<1>(args, w.batch, w.tile_n, kt));
-      }
-    }
-  }
-
   // The producer thread of a persistent block: every unit blockIdx.x, + gridDim.x,
   // ..., in order, k-tile after k-tile through the one stage ring.
   __device__ __forceinline__ static void produce_units(const MatmulArgs& args,
@@ -1085,8 +926,8 @@ struct WgmmaMatmul {
     for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
       const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
-      produce(args, map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch,
-              w.k_begin, k_tiles, first);
+      produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
+              k_tiles, first);
       first += k_tiles;
     }
   }
@@ -1130,12 +971,7 @@ struct WgmmaMatmul {
     if (group < 0) {
       if constexpr (CONSUMERS > 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
-      // The producer's other warps pad the misaligned operands (pad=fused) or rest.
-      if (threadIdx.x >= 32) {
-        if constexpr (PAD_FUSED) pad_ahead(args, tiles_m, tiles_n, units);
-        return;
-      }
-      if (threadIdx.x != 0) return;
+      if (threadIdx.x != 0) return;  // the producer's other warps have nothing to do
       produce_units(args, map_a, map_b, stages, full, empty, tiles_m, tiles_n, units);
       return;
     }
@@ -1259,10 +1095,6 @@ struct WgmmaMatmul {
     int first = 0;    // k-tiles through the pipeline so far, both warpgroups' (the ring is shared)
     if (group < 0) {  // the producer: every unit of the block, in order, as run_persistent
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
-      if (threadIdx.x >= 32) {  // as run_persistent
-        if constexpr (PAD_FUSED) pad_ahead(args, tiles_m, tiles_n, units);
-        return;
-      }
       if (threadIdx.x != 0) return;
       produce_units(args, map_a, map_b, stages, full, empty, tiles_m, tiles_n, units);
       return;

@@ -243,7 +243,7 @@ std::string MatmulTuning::canonical(const std::string& text) const {
 std::vector<KernelSource> MatmulTuning::sources(const std::string& text) const {
   const Config c = Config::parse(text);
   std::vector<KernelSource> out = {matmul::lower(problem_, c)};
-  if (matmul::pads_in_own_kernel(problem_, c)) out.push_back(matmul::lower_pad(problem_.input));
+  if (matmul::pads_operands(problem_, c)) out.push_back(matmul::lower_pad(problem_.input));
   if (problem_.input == DType::TF32) out.push_back(matmul::lower_stage_k_major());
   return out;
 }

@@ -96,19 +96,18 @@ const char* schedule_text(const Config& c) {
 }  // namespace
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}", bm, bn, bk,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}", bm, bn, bk,
                      warps, warps_m, stages, splitk,
                      raster != 8 ? fmt::format(",raster={}", raster) : "",
-                     wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "",
-                     pad_fused ? ",pad=fused" : "");
+                     wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "");
 }
 
 std::string Config::source_text() const {
   Config kernel = *this;
   kernel.streamk = false;  // a launch argument of the persistent kernel
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}{}", bm, bn, bk, warps,
-                     warps_m, stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
-                     narrow ? ",load=narrow" : "", pad_fused ? ",pad=fused" : "");
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}", bm, bn, bk, warps, warps_m,
+                     stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
+                     narrow ? ",load=narrow" : "");
 }
 
 StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) {
@@ -124,10 +123,6 @@ StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) 
 
 bool pads_operands(const Problem& p, const Config& c) {
   return !p.aligned && p.input != DType::F32 && p.input != DType::TF32 && !c.narrow;
-}
-
-bool pads_in_own_kernel(const Problem& p, const Config& c) {
-  return pads_operands(p, c) && !c.pad_fused;
 }
 
 Config wgmma_config(int bm, int bn, int stages, int splitk, DType input, bool pingpong) {
@@ -166,7 +161,7 @@ int square_warps_m(int bm, int bn, int warps) {
 
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
-      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pad";
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -199,15 +194,6 @@ Config Config::parse(const std::string& text) {
                         "load=async: cp.async from 16-byte-aligned (or padded) rows; "
                         "load=narrow: any alignment, through registers (mma.sync only)");
       config.narrow = value == "narrow";
-      continue;
-    }
-    if (key == "pad") {
-      if (value != "copy" && value != "fused")
-        throw UserError("matmul config pad='" + value + "' is not copy or fused",
-                        "pad=copy: misaligned operands are copied into 16-byte-aligned scratch "
-                        "by a kernel of their own first; pad=fused: the persistent schedules' "
-                        "producer warpgroup copies them while the tensor cores run");
-      config.pad_fused = value == "fused";
       continue;
     }
     char* end = nullptr;
@@ -375,19 +361,6 @@ void validate(const Problem& problem, const Config& config) {
                                 "splitk K ranges; splitk={} splits nothing",
                                 config.splitk),
                     "add splitk=2 (or 3, 4, ...), or use schedule=persistent");
-  if (config.pad_fused && !config.persistent)
-    throw UserError(
-        "pad=fused is done by the producer warpgroup of the persistent schedules; "
-        "config " +
-            config.to_string() + " has none",
-        "add mma=wgmma and schedule=persistent (or pingpong, streamk), or drop "
-        "pad=fused");
-  if (config.pad_fused && config.bm > 128)
-    throw UserError(fmt::format("pad=fused: the producer warpgroup's spare warps keep 88 "
-                                "registers a thread for the copy, which leaves the {} consumer "
-                                "warpgroups of bm={} too few",
-                                config.bm / 64, config.bm),
-                    "use bm=64 or bm=128 with pad=fused, or pad=copy");
   if (config.narrow && config.wgmma)
     throw UserError(
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "
@@ -601,16 +574,11 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   out.problem = problem.kernel_class();
   out.config = config.source_text();
   const bool tf32 = problem.input == DType::TF32;
-  // pad=fused: the producer warpgroup pads the misaligned operands itself (only
-  // where there is something to pad).
-  const bool pad_fused = config.pad_fused && pads_operands(problem, config);
-  out.name =
-      fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}{}", matmul::to_string(problem.input),
-                  problem.layout(), config.bm, config.bn, config.bk, config.stages,
-                  config.pingpong     ? "_pingpong"
-                  : config.persistent ? "_persistent"
-                                      : "",
-                  pad_fused ? "_padfused" : "");
+  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.stages,
+                         config.pingpong     ? "_pingpong"
+                         : config.persistent ? "_persistent"
+                                             : "");
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
   out.arch_specific = true;
@@ -640,17 +608,12 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
          ": the runtime transposes the M/N-major operand(s) into K-major scratch first\n";
   s += "// A is " + std::string(a_k_major ? "M x K (K-major)" : "K x M (M-major)") + ", B is " +
        (b_k_major ? "N x K (K-major)" : "K x N (N-major)") + "\n";
-  if (pad_fused)
-    s += "// pad=fused: the runtime passes the misaligned operands' own storage (args.pad_a,\n"
-         "// args.pad_b) and 16-byte-aligned scratch as A and B; the producer warpgroup's\n"
-         "// three spare warps fill the scratch a k-tile of a tile row / column at a time,\n"
-         "// just ahead of the copy engine (WgmmaMatmul::pad_ahead)\n";
   s += fmt::format(
-      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}, {}> "
-      "kjit_matmul_tile;  // ..., C's rows 16-byte aligned, pad=fused\n\n",
+      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}> "
+      "kjit_matmul_tile;  // ..., C's rows 16-byte aligned\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       a_k_major ? "true" : "false", b_k_major ? "true" : "false",
-      problem.aligned ? "true" : "false", pad_fused ? "true" : "false");
+      problem.aligned ? "true" : "false");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",

@@ -109,20 +109,12 @@ struct Config {
   // are split along K into units that every SM shares, and summed deterministically
   // (WgmmaMatmul::finish_streamk). A launch argument: the kernel is persistent's.
   bool streamk = false;
-  // wgmma only, with persistent (pingpong and streamk too), for misaligned problems
-  // (pad=fused): the producer warpgroup's spare warps copy the misaligned operands
-  // into their 16-byte-aligned scratch a k-tile of a tile row / column at a time,
-  // ahead of the copy engine, while the tensor cores run (WgmmaMatmul::pad_ahead;
-  // its own kernel, whose spare warps keep more registers). false (pad=copy): a
-  // kernel of its own copies them first. No effect where nothing is padded.
-  bool pad_fused = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
-  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",load=narrow" or
-  // ",pad=fused")
+  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk" or ",load=narrow")
   std::string to_string() const;
-  // The part of to_string() the kernel's source depends on (without splitk, raster
-  // and stream-K, which are launch arguments).
+  // The part of to_string() the kernel's source depends on (without splitk and
+  // raster, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
   // raster mma (sync | wgmma) schedule (tile | persistent | pingpong | streamk) load (async |
@@ -171,9 +163,6 @@ int epilogue_passes(const Problem& problem, const Config& config);
 // scratch (the padded path of cp.async and TMA configs); f32, tf32 (staged instead)
 // and narrow loads read them in place.
 bool pads_operands(const Problem& problem, const Config& config);
-// Whether that copy is a kernel of its own before the matmul (pad=copy), not done by
-// the persistent kernel's producer warpgroup while it runs (pad=fused).
-bool pads_in_own_kernel(const Problem& problem, const Config& config);
 
 // Split-K on the wgmma engine's one-tile-per-block grid: a tile's splits are one
 // thread-block cluster (at most this many blocks, the portable cluster size) and sum

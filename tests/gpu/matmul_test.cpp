@@ -359,74 +359,6 @@ TEST_F(MatmulGpu, MisalignedPaddedPath) {
   run_all(MisalignedPaddedPathCases());
 }
 
-// pad=fused: the persistent schedules' producer warpgroup pads the misaligned
-// operands itself, piece by piece, while the tensor cores run. Both operands
-// misaligned and K padded (4097), only B (the vocabulary), every layout, batched,
-// one consumer warpgroup (bm = 64: no register hand-over), ping-pong, stream-K's
-// split tiles, f16 in with an f32 out, an epilogue with alpha and beta, rows longer
-// than the matrix's (misaligned leading dimensions), K = 1, edge tiles.
-std::vector<Case> FusedPaddingCases() {
-  std::vector<Case> cases;
-  if (!gpu_is_sm90()) return cases;
-  const std::string fused = ",pad=fused";
-  cases.push_back({.m = 4097,
-                   .n = 4097,
-                   .k = 4097,
-                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent" + fused});
-  cases.push_back({.m = 300,
-                   .n = 50257,
-                   .k = 768,
-                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent" + fused});
-  for (const char* layout : {"nn", "nt", "tn", "tt"})
-    cases.push_back({.m = 333,
-                     .n = 517,
-                     .k = 201,
-                     .layout = layout,
-                     .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent" + fused});
-  cases.push_back({.m = 129,
-                   .n = 127,
-                   .k = 17,
-                   .batch = 3,
-                   .layout = "tt",
-                   .config = "mma=wgmma,bm=64,bn=64,stages=3,schedule=persistent" + fused});
-  cases.push_back({.m = 1000,
-                   .n = 999,
-                   .k = 333,
-                   .layout = "tn",
-                   .config = "mma=wgmma,bm=64,bn=128,stages=4,schedule=pingpong" + fused});
-  cases.push_back({.m = 1500,
-                   .n = 1501,
-                   .k = 3001,
-                   .config = "mma=wgmma,bm=128,bn=128,stages=4,splitk=4,schedule=streamk" + fused,
-                   .split_way = "streamk"});
-  cases.push_back({.m = 700,
-                   .n = 650,
-                   .k = 99,
-                   .input = DType::F16,
-                   .output = DType::F32,
-                   .epilogue = "gelu(acc + bias)",
-                   .config = "mma=wgmma,bm=128,bn=64,stages=4,schedule=persistent" + fused,
-                   .alpha = 0.5f,
-                   .beta = 1.0f});
-  cases.push_back({.m = 500,
-                   .n = 300,
-                   .k = 260,
-                   .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent" + fused,
-                   .pad_a = 3,
-                   .pad_b = 5,
-                   .pad_c = 7});
-  cases.push_back({.m = 300,
-                   .n = 301,
-                   .k = 1,
-                   .config = "mma=wgmma,bm=64,bn=64,stages=3,schedule=pingpong" + fused});
-  return cases;
-}
-TEST_F(MatmulGpu, FusedPadding) {
-  if (!gpu_is_sm90())
-    GTEST_SKIP() << "pad=fused is a mode of the wgmma engine's persistent schedules (sm_90)";
-  run_all(FusedPaddingCases());
-}
-
 // BLAS-style leading dimensions larger than the rows: sub-matrices and padded
 // buffers. C's padded rows (the 50257 vocabulary written with ldc = 50304, a 4096
 // square into rows of 4104) on the default config and on each schedule; A and B
@@ -1216,7 +1148,6 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
         {"StreamK", StreamKCases},
-        {"FusedPadding", FusedPaddingCases},
         {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };
     std::vector<std::pair<Problem, Config>> work;
