@@ -60,6 +60,10 @@ struct DevicePadJob {
 };
 static_assert(sizeof(DevicePadJob) == 64, "DevicePadJob must mirror kjit::matmul::PadJob");
 
+// Bytes of one L2 line, the width of the copy engine's 128-byte-swizzled boxes: the
+// row pitch the padded path gives its scratch operands.
+constexpr int64_t kLinePitch = 128;
+
 int64_t round_up(int64_t x, int64_t to) {
   return (x + to - 1) / to * to;
 }
@@ -404,7 +408,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   args.alpha = t.alpha;
   args.beta = t.beta;
 
-  // The padding path: copy the misaligned operands into scratch with 16-byte rows
+  // The padding path: copy the misaligned operands into scratch with 128-byte rows
   // and K rounded up to a whole k-tile with zeros (every k-tile whole keeps the
   // interior blocks on the unmasked main loop), in one launch, then run the aligned
   // kernel. An operand that is already 16-byte aligned is read in place when K
@@ -423,7 +427,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       job.cols = p.k;
       job.ld_src = ld;
       job.stride_src = stride;
-      job.ld_dst = round_up(p.k, 4);
+      job.ld_dst = round_up(p.k, kLinePitch / 4);  // 128-byte rows, as the padding path
       job.transpose = transpose ? 1 : 0;
       const size_t bytes = static_cast<size_t>(rows * job.ld_dst * p.batch * 4);
       if (scratch.bytes() < bytes) scratch = cuda::DeviceBuffer(bytes);
@@ -469,10 +473,15 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   }
 
   if (pads_operands(p, config)) {
-    const int64_t k_padded = round_up(p.k, config.bk);
-    auto operand_aligned = [&](CUdeviceptr ptr, int64_t ld, int64_t stride) {
+    const int64_t k_padded = pads_k(p, config) ? round_up(p.k, config.bk) : p.k;
+    // Read in place: 16-byte rows, K whole; with pitch=line an M/N-major operand also
+    // needs its rows (and every batch's start) on 128-byte lines.
+    auto operand_aligned = [&](CUdeviceptr ptr, int64_t ld, int64_t stride, bool mn_major) {
       const int64_t per16 = 16 / elem;
-      return ptr % 16 == 0 && ld % per16 == 0 && stride % per16 == 0 && k_padded == p.k;
+      const bool on_lines = ptr % kLinePitch == 0 && ld * elem % kLinePitch == 0 &&
+                            (p.batch == 1 || stride * elem % kLinePitch == 0);
+      return ptr % 16 == 0 && ld % per16 == 0 && stride % per16 == 0 && k_padded == p.k &&
+             (!config.line_pitch || !mn_major || on_lines);
     };
     std::vector<DevicePadJob> jobs;
     auto pad = [&](cuda::DeviceBuffer& scratch, CUdeviceptr src, int64_t rows, int64_t cols,
@@ -484,7 +493,11 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       job.ld_src = ld;
       job.stride_src = stride;
       job.rows_dst = k_is_rows ? k_padded : rows;
-      job.ld_dst = k_is_rows ? round_up(cols, 8) : k_padded;
+      // Rows a whole number of 128-byte lines apart: the copy engine's boxes are one
+      // 128-byte line wide, and a pitch 16 bytes off a line makes each box row straddle
+      // two lines (on the H200, B of 4096^3 with 4104-element rows: 0.224 ms against
+      // 0.179; docs/perf/2026-12-04-h200-operand-pitch.md).
+      job.ld_dst = round_up(k_is_rows ? cols : k_padded, kLinePitch / elem);
       // The copy kernel indexes chunks with 32-bit unsigned integers, and its
       // grid-stride loop must not wrap: fewer than 2^31 chunks (32 GiB).
       if (job.rows_dst * (job.ld_dst / 8) >= (int64_t(1) << 31))
@@ -499,14 +512,14 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       jobs.push_back(job);
       return job;
     };
-    if (!operand_aligned(t.a, t.lda, t.stride_a)) {
+    if (!operand_aligned(t.a, t.lda, t.stride_a, p.a_transposed)) {
       const DevicePadJob job =
           pad(scratch_a_, t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, p.a_transposed);
       args.a = job.dst;
       args.lda = job.ld_dst;
       args.stride_a = job.rows_dst * job.ld_dst;
     }
-    if (!operand_aligned(t.b, t.ldb, t.stride_b)) {
+    if (!operand_aligned(t.b, t.ldb, t.stride_b, !p.b_transposed)) {
       const DevicePadJob job =
           pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
       args.b = job.dst;

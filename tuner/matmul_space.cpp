@@ -137,9 +137,45 @@ int64_t actual_splits(const Config& c, int64_t k) {
   return ceil_div(k, k_per_split);
 }
 
-// K as the kernel sees it: padded to whole k-tiles on the padded path.
+// K as the kernel sees it: padded to whole k-tiles on a misaligned problem's padded path.
 int64_t kernel_k(const Problem& p, const Config& c) {
-  return matmul::pads_operands(p, c) ? ceil_div(p.k, c.bk) * c.bk : p.k;
+  return matmul::pads_k(p, c) ? ceil_div(p.k, c.bk) * c.bk : p.k;
+}
+
+// Packed rows of an operand the copy engine reads M/N-major (A of layout "t?", B of
+// "?n") that are 16-byte aligned but not a whole number of 128-byte lines: each
+// one-line box row straddles two lines. On the H200 (2026-12-04,
+// docs/perf/2026-12-04-h200-operand-pitch.md) B in rows of 4104 took 4096^3 from
+// 0.179 to 0.224 ms with 128x256 persistent tiles, and the vocabulary product
+// 2048x50264x768 from 0.245 to 0.298; a K-major A in rows of 4104 cost 1.5%.
+bool off_line(const Problem& p, int64_t row_elements, bool mn_major) {
+  const int64_t bytes = row_elements * matmul::dtype_bytes(p.input);
+  return mn_major && bytes % 16 == 0 && bytes % 128 != 0;
+}
+bool a_off_line(const Problem& p) {
+  return off_line(p, p.a_transposed ? p.m : p.k, p.a_transposed);
+}
+bool b_off_line(const Problem& p) {
+  return off_line(p, p.b_transposed ? p.k : p.n, !p.b_transposed);
+}
+// How much longer the main loop runs with such an operand read in place (fitted to
+// the B of 4096^3 above).
+constexpr double kOffLineMainLoop = 0.25;
+
+// Which packed operands the launch copies into scratch first, as the runtime
+// decides (runtime/matmul.cpp): those with rows off 16 bytes, every one whose K is
+// padded, and with pitch=line the M/N-major ones off the 128-byte lines.
+struct Copied {
+  bool a = false, b = false;
+};
+Copied copied_operands(const Problem& p, const Config& c) {
+  Copied out;
+  if (!matmul::pads_operands(p, c)) return out;
+  const int64_t per16 = 16 / matmul::dtype_bytes(p.input);
+  const bool k_padded = kernel_k(p, c) != p.k;
+  out.a = k_padded || (p.a_transposed ? p.m : p.k) % per16 != 0 || (c.line_pitch && a_off_line(p));
+  out.b = k_padded || (p.b_transposed ? p.k : p.n) % per16 != 0 || (c.line_pitch && b_off_line(p));
+  return out;
 }
 
 // Store instructions per 16-byte chunk of a packed C (ldc = N), averaged over its
@@ -348,16 +384,24 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
     with_launch_dims(matmul::simt_config(1));
     return space;
   }
+  // pitch=line where it changes what is copied: an M/N-major operand off the lines
+  // that would be read in place (a misaligned K pads, and so copies, every operand).
+  const bool k_padded = !p.aligned && p.k % matmul::wgmma_bk(p.input) != 0;
+  const bool line_pitch_matters =
+      p.input != DType::TF32 && !k_padded && (a_off_line(p) || b_off_line(p));
   for (int bm : kTileSizes)
     for (int bn : kTileSizes)
       for (int stages : kWgmmaStages)
-        for (const char* schedule : {"tile", "persistent", "pingpong", "streamk"}) {
-          const bool pingpong = schedule == std::string("pingpong");
-          Config c = matmul::wgmma_config(bm, bn, stages, 1, p.input, pingpong);
-          c.persistent = schedule != std::string("tile");
-          c.streamk = schedule == std::string("streamk");
-          with_launch_dims(c);
-        }
+        for (const char* schedule : {"tile", "persistent", "pingpong", "streamk"})
+          for (bool line_pitch : {false, true}) {
+            if (line_pitch && !line_pitch_matters) continue;
+            const bool pingpong = schedule == std::string("pingpong");
+            Config c = matmul::wgmma_config(bm, bn, stages, 1, p.input, pingpong);
+            c.persistent = schedule != std::string("tile");
+            c.streamk = schedule == std::string("streamk");
+            c.line_pitch = line_pitch;
+            with_launch_dims(c);
+          }
   if (p.input == DType::TF32) return space;  // the wgmma engine only
   for (const SyncShape& s : kSyncShapes) with_launch_dims(sync_config(s, false));
   for (const SyncShape& s : kNarrowShapes) with_launch_dims(sync_config(s, true));
@@ -431,6 +475,20 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
     const double partial_seconds = 4.0 * c.bm * c.bn / (rates.l2_bytes_per_s / sms);
     compute = (static_cast<double>(units_per_sm - 1) + 1.0 / sk.splits) * unit_seconds +
               kSplitFinishSeconds + static_cast<double>(sk.splits) * partial_seconds;
+  }
+
+  // An M/N-major operand read in place from rows off the 128-byte lines.
+  const Copied copied = copied_operands(p, c);
+  const bool straddles = c.wgmma && ((a_off_line(p) && !copied.a) || (b_off_line(p) && !copied.b));
+  if (straddles) {
+    compute *= 1.0 + kOffLineMainLoop;
+    out.notes.push_back(fmt::format(
+        "{}'s rows of {} elements are read in place, not a whole number of 128-byte lines "
+        "apart: every row of the copy engine's one-line boxes straddles two lines (modelled "
+        "as a {:.2f}x main loop; pitch=line copies it first)",
+        b_off_line(p) && !copied.b ? "B" : "A",
+        b_off_line(p) && !copied.b ? (p.b_transposed ? p.k : p.n) : (p.a_transposed ? p.m : p.k),
+        1.0 + kOffLineMainLoop));
   }
 
   // Per unit, serial with its own main loop: the pipeline fill and the write-out of
@@ -508,11 +566,17 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
 
   // Kernels before: the padding copy, tf32 staging; the split-K reduction after.
   double extra = kLaunchSeconds;
-  if (matmul::pads_operands(p, c)) {
-    const double copy = 2.0 * in * p.batch * (p.m * k + k * p.n);  // read + write, at most
+  if (copied.a || copied.b) {
+    const double copy = 2.0 * in * p.batch *
+                        (static_cast<double>(copied.a ? p.m * k : 0) + (copied.b ? k * p.n : 0));
     extra += kLaunchSeconds + copy / rates.dram_bytes_per_s;
-    out.notes.push_back(
-        fmt::format("padded path: A and B copied into 16-byte rows first ({:.1f} MB)", copy / 2e6));
+    out.notes.push_back(fmt::format(
+        "padded path: {} copied into scratch with 128-byte rows first ({:.1f} MB read){}",
+        copied.a && copied.b ? "A and B"
+        : copied.a           ? "A"
+                             : "B",
+        copy / 2e6,
+        c.line_pitch ? " (pitch=line: the copy engine's boxes then sit on lines)" : ""));
   }
   if (p.input == DType::TF32) {
     const double copy = 2.0 * 4 * p.batch * (p.m * p.k + p.k * p.n);

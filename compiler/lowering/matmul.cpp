@@ -96,10 +96,11 @@ const char* schedule_text(const Config& c) {
 }  // namespace
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}", bm, bn, bk,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}", bm, bn, bk,
                      warps, warps_m, stages, splitk,
                      raster != 8 ? fmt::format(",raster={}", raster) : "",
-                     wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "");
+                     wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "",
+                     line_pitch ? ",pitch=line" : "");
 }
 
 std::string Config::source_text() const {
@@ -122,7 +123,12 @@ StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) 
 }
 
 bool pads_operands(const Problem& p, const Config& c) {
-  return !p.aligned && p.input != DType::F32 && p.input != DType::TF32 && !c.narrow;
+  return (!p.aligned || c.line_pitch) && p.input != DType::F32 && p.input != DType::TF32 &&
+         !c.narrow;
+}
+
+bool pads_k(const Problem& p, const Config& c) {
+  return !p.aligned && pads_operands(p, c);
 }
 
 Config wgmma_config(int bm, int bn, int stages, int splitk, DType input, bool pingpong) {
@@ -161,7 +167,7 @@ int square_warps_m(int bm, int bn, int warps) {
 
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
-      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load";
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -194,6 +200,15 @@ Config Config::parse(const std::string& text) {
                         "load=async: cp.async from 16-byte-aligned (or padded) rows; "
                         "load=narrow: any alignment, through registers (mma.sync only)");
       config.narrow = value == "narrow";
+      continue;
+    }
+    if (key == "pitch") {
+      if (value != "any" && value != "line")
+        throw UserError("matmul config pitch='" + value + "' is not any or line",
+                        "pitch=any: operands read in place at any 16-byte pitch; pitch=line: "
+                        "M/N-major operands whose rows are off the 128-byte lines copied first "
+                        "(mma=wgmma only)");
+      config.line_pitch = value == "line";
       continue;
     }
     char* end = nullptr;
@@ -361,6 +376,12 @@ void validate(const Problem& problem, const Config& config) {
                                 "splitk K ranges; splitk={} splits nothing",
                                 config.splitk),
                     "add splitk=2 (or 3, 4, ...), or use schedule=persistent");
+  if (config.line_pitch && (!config.wgmma || problem.input == DType::TF32))
+    throw UserError(
+        "pitch=line copies operands for the wgmma engine's 128-byte boxes; config " +
+            config.to_string() + " is " +
+            (config.wgmma ? "a tf32 one (staged into K-major rows instead)" : "not a wgmma config"),
+        "drop pitch=line");
   if (config.narrow && config.wgmma)
     throw UserError(
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "

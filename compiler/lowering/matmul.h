@@ -109,16 +109,24 @@ struct Config {
   // are split along K into units that every SM shares, and summed deterministically
   // (WgmmaMatmul::finish_streamk). A launch argument: the kernel is persistent's.
   bool streamk = false;
+  // wgmma only (pitch=line): operands the copy engine reads M/N-major (A of layout
+  // "t?", B of "?n") whose rows are not a whole number of 128-byte lines apart (or
+  // whose start is off a line) are first copied into scratch whose rows are, on the
+  // padded path's copy kernel. The copy engine's boxes are one line wide; rows off
+  // the line make every box row straddle two lines (on the H200, 4096^3 with B in
+  // rows of 4104 ran 1.25x slower). A run-time choice: the kernel is the same.
+  bool line_pitch = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
-  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk" or ",load=narrow")
+  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",load=narrow" or
+  // ",pitch=line")
   std::string to_string() const;
-  // The part of to_string() the kernel's source depends on (without splitk and
-  // raster, which are launch arguments).
+  // The part of to_string() the kernel's source depends on (without splitk, raster
+  // and pitch, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
   // raster mma (sync | wgmma) schedule (tile | persistent | pingpong | streamk) load (async |
-  // narrow). When
+  // narrow) pitch (any | line). When
   // warps is given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk,
   // warps and wm follow from bm. Unknown keys and malformed values are UserErrors naming the valid
   // keys.
@@ -159,10 +167,14 @@ int square_warps_m(int bm, int bn, int warps);
 // 1 for the SIMT path (no staging).
 int epilogue_passes(const Problem& problem, const Config& config);
 
-// Whether the launch first copies misaligned 16-bit operands into 16-byte-aligned
-// scratch (the padded path of cp.async and TMA configs); f32, tf32 (staged instead)
-// and narrow loads read them in place.
+// Whether the launch first copies 16-bit operands into scratch with 128-byte rows
+// (the padded path of cp.async and TMA configs): misaligned ones (f32, tf32, staged
+// instead, and narrow loads read them in place), and with pitch=line the M/N-major
+// ones whose rows are off the 128-byte lines.
 bool pads_operands(const Problem& problem, const Config& config);
+// Whether that copy also rounds K up to whole k-tiles with zeros: on the padded path
+// of a misaligned problem (an aligned one keeps its K, its last k-tile masked).
+bool pads_k(const Problem& problem, const Config& config);
 
 // Split-K on the wgmma engine's one-tile-per-block grid: a tile's splits are one
 // thread-block cluster (at most this many blocks, the portable cluster size) and sum

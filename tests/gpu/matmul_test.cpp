@@ -1107,6 +1107,35 @@ TEST_F(MatmulGpu, StreamK) {
   run_all(StreamKCases());
 }
 
+// pitch=line: M/N-major operands whose rows are off the 128-byte lines are copied
+// into line-pitched scratch first; every schedule, both M/N-major operands (B of
+// "?n", A of "t?"), batched, an epilogue, rows padded onto the lines (read in place)
+// and off them, and a misaligned problem whose other operand is copied anyway.
+std::vector<Case> LinePitchCases() {
+  std::vector<Case> cases;
+  for (const char* schedule :
+       {"", ",schedule=persistent", ",schedule=pingpong", ",schedule=streamk,splitk=2"})
+    cases.push_back(
+        {.m = 1000,
+         .n = 1000,
+         .k = 256,
+         .config = std::string("mma=wgmma,bm=128,bn=128,stages=4,pitch=line") + schedule,
+         .pad_b = 8,
+         .pad_c = 8});
+  const std::string line = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent,pitch=line";
+  cases.push_back({.m = 264, .n = 200, .k = 136, .layout = "tn", .config = line});
+  cases.push_back({.m = 200, .n = 136, .k = 72, .batch = 3, .layout = "tt", .config = line});
+  cases.push_back({.m = 72, .n = 136, .k = 200, .batch = 3, .config = line});
+  cases.push_back({.m = 300, .n = 200, .k = 128, .epilogue = "gelu(acc + bias)", .config = line});
+  cases.push_back({.m = 256, .n = 512, .k = 128, .config = line, .pad_b = 64});   // on the lines
+  cases.push_back({.m = 130, .n = 72, .k = 64, .layout = "tn", .config = line});  // A misaligned
+  return cases;
+}
+TEST_F(MatmulGpu, LinePitch) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "pitch=line is an option of the wgmma engine (sm_90)";
+  run_all(LinePitchCases());
+}
+
 // One test per ping-pong case (MatmulGpu/PingPongCase.MatchesTheReference/N), so
 // that gtest's sharding spreads them over processes (tools/device/sanitize.sh) and a
 // case that does not finish is named. Under compute-sanitizer the whole list did not

@@ -148,7 +148,7 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                         "stream=0|1,per_sm=0 (auto),grid=waves|tiles,align=auto|16|1. Matmul: "
                         "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1,raster=8,"
                         "mma=sync|wgmma,schedule=tile|persistent|pingpong|streamk,load=async|"
-                        "narrow (no --config: "
+                        "narrow,pitch=any|line (no --config: "
                         "the tuner's choice: the "
                         "store's tuning, the nearest tuned problem, or the model)"),
         "--config");

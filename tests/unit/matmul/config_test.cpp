@@ -156,6 +156,44 @@ TEST(MatmulConfig, PersistentSchedule) {
             std::string::npos);
 }
 
+// pitch=line: prints and parses back, leaves the kernel's source alone (a run-time
+// choice), pads the operands of an aligned problem without padding K, and is an
+// option of the 16-bit wgmma engine only.
+TEST(MatmulConfig, LinePitch) {
+  const Config c = Config::parse("mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent,pitch=line");
+  EXPECT_TRUE(c.line_pitch);
+  EXPECT_EQ(c.to_string(),
+            "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma,schedule=persistent,"
+            "pitch=line");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_FALSE(Config::parse("pitch=any").line_pitch);
+  EXPECT_THROW(Config::parse("pitch=128"), UserError);
+  Config in_place = c;
+  in_place.line_pitch = false;
+  EXPECT_EQ(c.source_text(), in_place.source_text());
+  const Problem p = square(4104);
+  EXPECT_NO_THROW(validate(p, c));
+  EXPECT_EQ(lower(p, c).source, lower(p, in_place).source);
+  EXPECT_TRUE(pads_operands(p, c));
+  EXPECT_FALSE(pads_operands(p, in_place));
+  EXPECT_FALSE(pads_k(p, c));  // aligned: K stays 4104, its last k-tile masked
+  Problem misaligned = square(4097);
+  misaligned.aligned = false;
+  EXPECT_TRUE(pads_k(misaligned, c));
+  EXPECT_TRUE(pads_k(misaligned, in_place));
+  try {
+    validate(p, Config::parse("bm=128,bn=128,bk=32,warps=8,stages=4,pitch=line"));
+    FAIL() << "pitch=line accepted with mma.sync";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a wgmma config"), std::string::npos) << e.what();
+  }
+  Problem tf32 = p;
+  tf32.input = DType::TF32;
+  tf32.output = DType::F32;
+  EXPECT_THROW(validate(tf32, Config::parse("mma=wgmma,bm=128,bn=128,bk=32,stages=4,pitch=line")),
+               UserError);
+}
+
 // schedule=streamk: the persistent kernel with the last wave's tiles split splitk
 // ways at launch; the kernel source is persistent's (one binary for both), and
 // splitk is required (2 or more) rather than refused.

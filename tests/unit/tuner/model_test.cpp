@@ -339,10 +339,49 @@ TEST(Space, StreamKScheduleSplitsTheLastWave) {
     }
 }
 
+// pitch=line is offered where an M/N-major operand would be read in place from rows
+// off the 128-byte lines (B of 4104^3, A of a "tn" problem with M = 200), not where
+// every row is on a line or every operand is copied anyway (a misaligned K); the
+// model charges the straddling main loop against the copy and says which.
+TEST(Space, LinePitchIsOfferedWhereRowsAreOffTheLines) {
+  auto offered = [](const matmul::Problem& p) {
+    for (const std::string& c : MatmulTuning(p).space(h200).candidates)
+      if (c.find("pitch=line") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(offered(matmul_problem(4104, 4104, 4104)));
+  EXPECT_TRUE(offered(matmul_problem(2048, 50264, 768)));
+  matmul::Problem tn = matmul_problem(200, 4096, 512);
+  matmul::set_layout(tn, "tn");
+  EXPECT_TRUE(offered(tn));
+  EXPECT_FALSE(offered(matmul_problem(4096, 4096, 4104)));  // only A is off (K-major)
+  EXPECT_FALSE(offered(matmul_problem(4096, 4096, 4096)));
+  EXPECT_FALSE(offered(matmul_problem(4097, 4097, 4097)));  // K padded: all copied
+  EXPECT_FALSE(offered(matmul_problem(2048, 50257, 768)));  // B misaligned: copied
+
+  const MatmulTuning t(matmul_problem(4104, 4104, 4104));
+  const Efficiencies none;
+  const std::string in_place =
+      "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma,schedule=persistent";
+  const Prediction read = t.predict(in_place, h200, none);
+  const Prediction copied = t.predict(in_place + ",pitch=line", h200, none);
+  EXPECT_GT(read.compute_ms, copied.compute_ms * 1.2);
+  EXPECT_GT(copied.overhead_ms, read.overhead_ms);
+  EXPECT_LT(copied.ms, read.ms);
+  auto said = [](const Prediction& x, const char* what) {
+    for (const std::string& note : x.notes)
+      if (note.find(what) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(said(read, "B's rows of 4104 elements are read in place"));
+  EXPECT_TRUE(said(copied, "B copied into scratch with 128-byte rows"));
+  EXPECT_FALSE(said(copied, "read in place"));
+}
+
 TEST(Space, EveryCandidateIsCanonicalValidAndUnique) {
-  for (const matmul::Problem& p :
-       {matmul_problem(4096, 4096, 4096), matmul_problem(4097, 4097, 4097),
-        matmul_problem(16, 4096, 4096), matmul_problem(100, 30, 7)}) {
+  for (const matmul::Problem& p : {matmul_problem(4096, 4096, 4096),
+                                   matmul_problem(4097, 4097, 4097), matmul_problem(16, 4096, 4096),
+                                   matmul_problem(100, 30, 7), matmul_problem(4104, 4104, 4104)}) {
     const MatmulTuning t(p);
     const Space s = t.space(h200);
     std::set<std::string> seen;
