@@ -384,12 +384,10 @@ struct WgmmaMatmul {
 
   // ---- stream-K: the last wave shared by every SM ---------------------------------
   // T tiles on G persistent blocks make T / G full waves and a last one of R = T % G
-  // tiles, during which G - R SMs would idle. With stream-K (schedule=streamk) the
-  // runtime (streamk_split) sets streamk_tiles and streamk_splits = S: when R <= G / 2,
-  // the R tiles are S units of 1 / S of their k-tiles each, R x S <= G of them, and
-  // the last wave takes about 1 / S of a tile's time; when R > G / 2, the R + G tiles
-  // of the last two waves are split, ceil((R + G) S / G) rounds of units taking
-  // under 2 tile times. Plus, either way, this meeting of the splits.
+  // tiles, during which G - R SMs would idle. With stream-K (schedule=streamk; the
+  // runtime sets streamk_tiles = R and streamk_splits = S when R <= G / 2) each of
+  // those R tiles is S units of 1 / S of its k-tiles, R x S <= G of them: the last
+  // wave takes about 1 / S of a tile's time, plus this meeting of the splits.
   //
   // Units are numbered split-major (unit_work), so the units of split S - 1 come
   // last in every block's walk. Splits 0 .. S - 2 store their fp32 accumulators in

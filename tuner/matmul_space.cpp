@@ -344,9 +344,9 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
         return prune(
             sk.splits < 2
                 ? fmt::format("schedule=streamk: the {} tiles on {} blocks leave no last wave "
-                              "that splits shorten ({} tiles, {} k-tiles each)",
+                              "of at most half the blocks to split ({} tiles, {} k-tiles each)",
                               tiles, blocks, tiles % blocks, k_tiles)
-                : fmt::format("schedule=streamk: the last waves' {} tiles split {} ways at "
+                : fmt::format("schedule=streamk: the last wave's {} tiles split {} ways at "
                               "most (on {} blocks, {} k-tiles each), not {}",
                               sk.tiles, sk.splits, blocks, k_tiles, c.splitk));
     } else if (c.splitk > 1) {
@@ -471,20 +471,10 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                                         ceil_div(k, c.bk), c.splitk)
                 : matmul::StreamK{};
   if (sk.splits > 1) {
-    // Whole tiles, then rounds of split units (one round, or a few when the last two
-    // waves are split); an SM writes out at most ceil(split tiles / SMs) of them.
-    const int64_t whole_rounds = ceil_div(tiles - sk.tiles, sms);
-    const int64_t split_rounds = ceil_div(sk.tiles * sk.splits, sms);
-    units_per_sm = whole_rounds + ceil_div(sk.tiles, sms);
+    units_per_sm = ceil_div(tiles - sk.tiles, sms) + 1;
     const double partial_seconds = 4.0 * c.bm * c.bn / (rates.l2_bytes_per_s / sms);
-    // fp32 partials an SM moves: its units but the last splits write one each, its
-    // last splits read S - 1 each; at least a last split's S in a row (one round).
-    const double partials =
-        std::max(static_cast<double>(sk.splits),
-                 2.0 * static_cast<double>(split_rounds) * (sk.splits - 1) / sk.splits);
-    compute = (static_cast<double>(whole_rounds) + static_cast<double>(split_rounds) / sk.splits) *
-                  unit_seconds +
-              kSplitFinishSeconds + partials * partial_seconds;
+    compute = (static_cast<double>(units_per_sm - 1) + 1.0 / sk.splits) * unit_seconds +
+              kSplitFinishSeconds + static_cast<double>(sk.splits) * partial_seconds;
   }
 
   // An M/N-major operand read in place from rows off the 128-byte lines.
@@ -619,7 +609,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   }
   if (c.streamk && sk.splits > 1)
     out.notes.push_back(fmt::format(
-        "schedule=streamk: {} blocks walk the {} whole tiles, then the last waves' {} tiles "
+        "schedule=streamk: {} blocks walk the {} whole tiles, then the last wave's {} tiles "
         "split {} ways along K ({} units of {} k-tiles or so, on every SM), each tile summed "
         "by its last split in split order (the same bits every run)",
         std::min<int64_t>(tiles, sms * resident), tiles - sk.tiles, sk.tiles, sk.splits,

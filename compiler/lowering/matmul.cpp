@@ -115,28 +115,10 @@ StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) 
   StreamK s;
   if (blocks < 1 || tiles <= blocks || tiles % blocks == 0) return s;
   const int64_t last = tiles % blocks;
-  const int64_t cap = std::min<int64_t>(most, k_tiles / 2);  // two k-tiles a split at least
-  if (2 * last <= blocks) {
-    // The last wave alone, each tile in as many splits as the blocks hold at once.
-    const int64_t splits = std::min<int64_t>(cap, blocks / last);
-    if (splits < 2) return s;
-    s.tiles = last;
-    s.splits = static_cast<int>(splits);
-    return s;
-  }
-  // Over half full: the last wave and the whole wave before it, T = last + blocks
-  // tiles, split S ways, take ceil(T S / blocks) / S tile times instead of 2; the
-  // fewest splits with the least of that (e.g. 88 + 132 tiles in 3 splits: 5 units a
-  // block, 1.67 tile times).
-  const int64_t split_tiles = last + blocks;
-  int64_t best_rounds = 2, best_splits = 1;  // rounds of units over splits, as a fraction
-  for (int64_t splits = 2; splits <= cap; ++splits) {
-    const int64_t rounds = (split_tiles * splits + blocks - 1) / blocks;
-    if (rounds * best_splits < best_rounds * splits) best_rounds = rounds, best_splits = splits;
-  }
-  if (best_splits < 2) return s;
-  s.tiles = split_tiles;
-  s.splits = static_cast<int>(best_splits);
+  const int64_t splits = std::min<int64_t>({most, blocks / last, k_tiles / 2});
+  if (splits < 2) return s;
+  s.tiles = last;
+  s.splits = static_cast<int>(splits);
   return s;
 }
 

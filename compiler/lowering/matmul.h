@@ -137,14 +137,10 @@ struct Config {
 
 // Stream-K's last wave (schedule=streamk): `tiles` output tiles (every batch's) on
 // `blocks` persistent blocks, `k_tiles` k-tiles a tile, at most `most` splits (the
-// config's splitk), every split at least two k-tiles. When the last wave's
-// R = tiles % blocks tiles fill at most half the blocks, they are split
-// min(most, blocks / R, k_tiles / 2) ways (one round of units); when they fill more,
-// the R + blocks tiles of the last two waves are split S ways, the fewest S whose
-// ceil((R + blocks) S / blocks) / S tile times are least, if under 2 (e.g. 484
-// tiles of 192 x 192 on 132 blocks: 220 tiles in 3 splits, 1.67 tile times). None
-// (splits = 1) when the tiles make one wave or less, the last wave is full, or no
-// split shortens it.
+// config's splitk). The last wave's tiles % blocks tiles are split
+// min(most, blocks / that, k_tiles / 2) ways, every split at least two k-tiles; none
+// (splits = 1) when the tiles make one wave or less, the last wave is full, or
+// fewer than 2 splits fit (the last wave already fills over half the blocks).
 struct StreamK {
   int64_t tiles = 0;  // split tiles, the last of the walk
   int splits = 1;     // units per split tile
