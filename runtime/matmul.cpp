@@ -113,14 +113,21 @@ CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t ro
   return map;
 }
 
-// A tensor map of C stored flat, `elements` elements from base: one row of them (a
-// 3-D map of extents elements x 1 x 1, as operand_map's, so the box store is the
-// same instruction), a box of one 128-byte line, 128-byte swizzle (the slab's
-// layout: WgmmaMatmul::write_out_bulk).
+// A 1-D tensor map of `elements` elements from base (C stored flat), a box of one
+// 128-byte line, 128-byte swizzle (the slab's layout: WgmmaMatmul::write_out_bulk).
 CUtensorMap flat_map(DType dtype, CUdeviceptr base, int64_t elements) {
   const int64_t elem = dtype_bytes(dtype);
-  const int64_t row_bytes = round_up(elements * elem, 16);
-  return operand_map(dtype, base, elements, 1, row_bytes / elem, row_bytes / elem, 1, 1);
+  const cuuint64_t dims[1] = {static_cast<cuuint64_t>(elements)};
+  const cuuint32_t box[1] = {static_cast<cuuint32_t>(128 / elem)};
+  const cuuint32_t element_strides[1] = {1};
+  const CUtensorMapDataType type = dtype == DType::BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  CUtensorMap map;
+  KJIT_CU(cuTensorMapEncodeTiled, &map, type, 1, reinterpret_cast<void*>(base), dims, nullptr, box,
+          element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return map;
 }
 
 // One stored matrix of a batch: rows x cols elements, `ld` apart, `stride` between

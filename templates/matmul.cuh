@@ -60,8 +60,8 @@ struct MatmulArgs {
   int c_tma;            // sm90 persistent and ping-pong schedules: how whole tiles of C
                         // take bulk stores through the kernel's tensor map of C (map_c).
                         // 0: none; 1 (C_TMA_BOXES): a 3-D map, boxes of 8 rows (16-byte
-                        // aligned pointer, rows and batch stride); 2 (C_TMA_ROWS): a map
-                        // of C as one flat row, a store per row's line (rows at
+                        // aligned pointer, rows and batch stride); 2 (C_TMA_ROWS): a 1-D
+                        // map of C as one flat array, a store per row's line (rows at
                         // any alignment: 16-byte aligned pointer, under 2^31 elements)
   int streamk_tiles;    // sm90 persistent schedule, stream-K: the last streamk_tiles
   int streamk_splits;   // tiles (past the last full wave) are split into streamk_splits
@@ -80,7 +80,7 @@ namespace matmul {
 
 // MatmulArgs::c_tma: how the persistent schedules' whole tiles of C leave.
 constexpr int C_TMA_BOXES = 1;  // boxes of 8 rows x one line, through a 3-D map
-constexpr int C_TMA_ROWS = 2;   // one line of one row, through a map of C as one flat row
+constexpr int C_TMA_ROWS = 2;   // one line of one row, through a 1-D map of C flat
 
 // Consecutive blocks walk `group` tile rows down a column of tiles before moving
 // right: a group of blocks in flight reads `group` A-tiles and a few B-tiles, all of

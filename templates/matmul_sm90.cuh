@@ -507,16 +507,15 @@ struct WgmmaMatmul {
             tma_store(map_c, half_address, line_col, row0 + 8 * half, w.batch);
           } else {
             // Rows off 16 bytes (N = 50257): each row's line on its own, from the
-            // flat map (C as one row of elements: the copy engine needs a 16-byte
-            // aligned tensor, not 16-byte-aligned boxes), at its element offset. A row of the slab
-            // is one line, and the 128-byte swizzle follows the shared address (the half is
-            // 1024-byte aligned), so row i's store reads it unswizzled as the box store does.
+            // flat map, at its element offset. A row of the slab is one line, and
+            // the 128-byte swizzle follows the shared address (the half is 1024-byte
+            // aligned), so row i's store reads it unswizzled as the box store does.
             const long long first = w.batch * args.stride_c +
                                     static_cast<long long>(row0 + 8 * half) * args.ldc + line_col;
 #pragma unroll
             for (int i = 0; i < 8; ++i)
-              tma_store(map_c, half_address + i * SLAB_ROW_BYTES,
-                        static_cast<int>(first + i * args.ldc), 0, 0);
+              tma_store_1d(map_c, half_address + i * SLAB_ROW_BYTES,
+                           static_cast<int>(first + i * args.ldc));
           }
           bulk_commit();
         }

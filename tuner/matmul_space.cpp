@@ -54,7 +54,7 @@ constexpr double kNarrowStorePersistent = 1.3;
 // (0.16), 256x128 0.3798 against 0.3063 (0.34).
 constexpr double kNarrowStoreRealigned = 0.25;
 // Since then the persistent schedules store such whole tiles through the copy
-// engine, a row's line at a time (a tensor map of C as one flat row, C_TMA_ROWS), as they
+// engine, a row's line at a time (a 1-D tensor map of C flat, C_TMA_ROWS), as they
 // do aligned tiles in boxes of 8 rows: what is left of the narrow stores' cost.
 constexpr double kNarrowStoreRows = 0.05;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
@@ -533,7 +533,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   if (extra_stores > 0 && rows_by_copy_engine)
     out.notes.push_back(fmt::format(
         "C's rows of {} elements are not all 16-byte aligned: whole tiles go out through the "
-        "copy engine a row's line at a time (a tensor map of C as one flat row), edge tiles by the "
+        "copy engine a row's line at a time (a 1-D tensor map of C flat), edge tiles by the "
         "warps' own stores",
         p.n));
   else if (extra_stores > 0 && realigned)

@@ -1108,7 +1108,7 @@ TEST_F(MatmulGpu, StreamK) {
 }
 
 // Whole tiles into rows of C off 16 bytes go out through the copy engine a row's
-// line at a time (a tensor map of C as one flat row, MatmulArgs::c_tma = C_TMA_ROWS):
+// line at a time (a 1-D tensor map of C flat, MatmulArgs::c_tma = C_TMA_ROWS):
 // packed rows of odd lengths, batched, f32 outputs, an odd ldc, every persistent
 // schedule, an epilogue; edge tiles and C0 keep the warps' own stores.
 std::vector<Case> FlatRowStoresCases() {
