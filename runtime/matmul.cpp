@@ -63,8 +63,6 @@ static_assert(sizeof(DevicePadJob) == 64, "DevicePadJob must mirror kjit::matmul
 // Bytes of one L2 line, the width of the copy engine's 128-byte-swizzled boxes: the
 // row pitch the padded path gives its scratch operands.
 constexpr int64_t kLinePitch = 128;
-// MatmulArgs::c_tma (templates/matmul.cuh: matmul::C_TMA_BOXES, C_TMA_ROWS).
-constexpr int kCTmaBoxes = 1, kCTmaRows = 2;
 
 int64_t round_up(int64_t x, int64_t to) {
   return (x + to - 1) / to * to;
@@ -108,23 +106,6 @@ CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t ro
                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   CUtensorMap map;
   KJIT_CU(cuTensorMapEncodeTiled, &map, type, 3, reinterpret_cast<void*>(base), dims, strides, box,
-          element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return map;
-}
-
-// A 1-D tensor map of `elements` elements from base (C stored flat), a box of one
-// 128-byte line, 128-byte swizzle (the slab's layout: WgmmaMatmul::write_out_bulk).
-CUtensorMap flat_map(DType dtype, CUdeviceptr base, int64_t elements) {
-  const int64_t elem = dtype_bytes(dtype);
-  const cuuint64_t dims[1] = {static_cast<cuuint64_t>(elements)};
-  const cuuint32_t box[1] = {static_cast<cuuint32_t>(128 / elem)};
-  const cuuint32_t element_strides[1] = {1};
-  const CUtensorMapDataType type = dtype == DType::BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                   : dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  CUtensorMap map;
-  KJIT_CU(cuTensorMapEncodeTiled, &map, type, 1, reinterpret_cast<void*>(base), dims, nullptr, box,
           element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return map;
@@ -709,16 +690,10 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     if (config.persistent) {
       const int64_t out = dtype_bytes(p.output);
       const int64_t strides_limit = int64_t{1} << 40;  // a tensor map's stride limit
-      const bool boxes =
+      args.c_tma =
           t.c % 16 == 0 && (t.ldc * out) % 16 == 0 && t.ldc * out * p.m < strides_limit &&
           (p.batch == 1 || ((t.stride_c * out) % 16 == 0 && t.stride_c * out < strides_limit));
-      // Rows off 16 bytes: C as one flat run of elements, a store per row's line at
-      // its own offset (int32 coordinates: under 2^31 elements in all).
-      const int64_t flat = (p.batch - 1) * t.stride_c + (p.m - 1) * t.ldc + p.n;
-      const bool rows = !boxes && t.c % 16 == 0 && flat < (int64_t{1} << 31);
-      args.c_tma = boxes ? kCTmaBoxes : rows ? kCTmaRows : 0;
-      if (boxes) map_c = operand_map(p.output, t.c, p.n, p.m, t.ldc, t.stride_c, p.batch, 8);
-      if (rows) map_c = flat_map(p.output, t.c, flat);
+      if (args.c_tma) map_c = operand_map(p.output, t.c, p.n, p.m, t.ldc, t.stride_c, p.batch, 8);
       kernel_args[4] = &map_c;
     }
   }

@@ -57,12 +57,9 @@ struct MatmulArgs {
   int splits_cluster;   // split-K on sm_90: 1 when a tile's splits are one thread-block
                         // cluster (dims 1 x splits x 1): they sum each other's staged
                         // partials through distributed shared memory, no workspace
-  int c_tma;            // sm90 persistent and ping-pong schedules: how whole tiles of C
-                        // take bulk stores through the kernel's tensor map of C (map_c).
-                        // 0: none; 1 (C_TMA_BOXES): a 3-D map, boxes of 8 rows (16-byte
-                        // aligned pointer, rows and batch stride); 2 (C_TMA_ROWS): a 1-D
-                        // map of C as one flat array, a store per row's line (rows at
-                        // any alignment: 16-byte aligned pointer, under 2^31 elements)
+  int c_tma;            // sm90 persistent and ping-pong schedules: 1 when C takes bulk
+                        // stores through the kernel's tensor map of C (map_c: 16-byte
+                        // aligned pointer, rows and batch stride)
   int streamk_tiles;    // sm90 persistent schedule, stream-K: the last streamk_tiles
   int streamk_splits;   // tiles (past the last full wave) are split into streamk_splits
                         // K ranges, one work unit each (0 and 1: no split)
@@ -77,10 +74,6 @@ struct EpilogueOperands {
 };
 
 namespace matmul {
-
-// MatmulArgs::c_tma: how the persistent schedules' whole tiles of C leave.
-constexpr int C_TMA_BOXES = 1;  // boxes of 8 rows x one line, through a 3-D map
-constexpr int C_TMA_ROWS = 2;   // one line of one row, through a 1-D map of C flat
 
 // Consecutive blocks walk `group` tile rows down a column of tiles before moving
 // right: a group of blocks in flight reads `group` A-tiles and a few B-tiles, all of

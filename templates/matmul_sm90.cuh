@@ -502,21 +502,8 @@ struct WgmmaMatmul {
         fence_async_shared();  // the half's writes, before the copy engine reads them
         __syncwarp();
         if (issuer) {
-          const u32 half_address = slab_address + half * 8 * SLAB_ROW_BYTES;
-          if (args.c_tma == matmul::C_TMA_BOXES) {
-            tma_store(map_c, half_address, line_col, row0 + 8 * half, w.batch);
-          } else {
-            // Rows off 16 bytes (N = 50257): each row's line on its own, from the
-            // flat map, at its element offset. A row of the slab is one line, and
-            // the 128-byte swizzle follows the shared address (the half is 1024-byte
-            // aligned), so row i's store reads it unswizzled as the box store does.
-            const long long first = w.batch * args.stride_c +
-                                    static_cast<long long>(row0 + 8 * half) * args.ldc + line_col;
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-              tma_store_1d(map_c, half_address + i * SLAB_ROW_BYTES,
-                           static_cast<int>(first + i * args.ldc));
-          }
+          tma_store(map_c, slab_address + half * 8 * SLAB_ROW_BYTES, line_col, row0 + 8 * half,
+                    w.batch);
           bulk_commit();
         }
       }

@@ -87,15 +87,6 @@ __device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int x, 
       "r"(src), "r"(x), "r"(y), "r"(z)
       : "memory");
 }
-// The same from a 1-D tensor map (a flat run of elements), box at element x: C as
-// one flat array, each row's line stored at its own offset, whatever its alignment
-// (the copy engine needs a 16-byte-aligned tensor, not 16-byte-aligned boxes).
-__device__ __forceinline__ void tma_store_1d(const TensorMap& map, u32 src, int x) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];" ::"l"(
-                   reinterpret_cast<unsigned long long>(&map)),
-               "r"(src), "r"(x)
-               : "memory");
-}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

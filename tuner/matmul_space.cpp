@@ -53,10 +53,6 @@ constexpr double kNarrowStorePersistent = 1.3;
 // docs/perf/2026-12-03-h200-realigned-streamk.md): 128x256 0.3775 ms against 0.3432
 // (0.16), 256x128 0.3798 against 0.3063 (0.34).
 constexpr double kNarrowStoreRealigned = 0.25;
-// Since then the persistent schedules store such whole tiles through the copy
-// engine, a row's line at a time (a 1-D tensor map of C flat, C_TMA_ROWS), as they
-// do aligned tiles in boxes of 8 rows: what is left of the narrow stores' cost.
-constexpr double kNarrowStoreRows = 0.05;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 // The time a load in flight takes to come back from L2, seconds. An SM with
@@ -514,29 +510,18 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // 0.5907 ms, where one tile per block, 256x128, ran 0.5043: the old rate still
   // ranks those right. Nor is the ping-pong schedule's realigned write-out refitted:
   // it was measured slower than the cooperative one's with every write-out so far.)
-  // The copy engine takes whole tiles when C, flat, has under 2^31 elements (the
-  // runtime's condition, for a packed C: batch x M x N).
-  const bool rows_by_copy_engine =
-      c.persistent && static_cast<double>(p.batch) * p.m * p.n < 2147483648.0;
-  const bool realigned = !rows_by_copy_engine && c.persistent && !c.pingpong &&
-                         matmul::dtype_bytes(p.output) == 2 && p.epilogue.function_name.empty();
+  const bool realigned = c.persistent && !c.pingpong && matmul::dtype_bytes(p.output) == 2 &&
+                         p.epilogue.function_name.empty();
   const double narrow_seconds = extra_stores * write_seconds *
-                                (rows_by_copy_engine ? kNarrowStoreRows
-                                 : realigned         ? kNarrowStoreRealigned
-                                 : c.persistent      ? kNarrowStorePersistent
-                                                     : kNarrowStoreTile);
+                                (realigned      ? kNarrowStoreRealigned
+                                 : c.persistent ? kNarrowStorePersistent
+                                                : kNarrowStoreTile);
   const double serial =
       c.persistent ? kFillSeconds + static_cast<double>(units_per_sm) *
                                         (write_share * write_seconds + narrow_seconds) / resident
                    : static_cast<double>(units_per_sm) *
                          (kFillSeconds + write_seconds + narrow_seconds) / resident;
-  if (extra_stores > 0 && rows_by_copy_engine)
-    out.notes.push_back(fmt::format(
-        "C's rows of {} elements are not all 16-byte aligned: whole tiles go out through the "
-        "copy engine a row's line at a time (a 1-D tensor map of C flat), edge tiles by the "
-        "warps' own stores",
-        p.n));
-  else if (extra_stores > 0 && realigned)
+  if (extra_stores > 0 && realigned)
     out.notes.push_back(fmt::format(
         "C's rows of {} elements are not all 16-byte aligned: whole tiles are stored in "
         "16-byte pieces cut at each row's own boundaries (realigned through the warp's slab), "
@@ -654,10 +639,12 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
         p.n * matmul::dtype_bytes(p.output) % 16 == 0
             ? "write-out: whole tiles through TMA bulk stores (the consumer warps go on to the "
               "next tile while C drains), edge tiles by the warps' own 16-byte stores"
-            : fmt::format("write-out: whole tiles through TMA bulk stores of one row's line "
-                          "each (rows of {} outputs are not 16-byte aligned: C as one flat "
-                          "run), edge tiles by the warps' own stores",
-                          p.n));
+            : fmt::format("write-out: by the consumer warps' own stores (rows of {} outputs "
+                          "are not 16-byte aligned: no tensor map of C){}",
+                          p.n,
+                          matmul::dtype_bytes(p.output) == 2
+                              ? ", 16 bytes at a time between each row's own boundaries"
+                              : ""));
   if (c.wgmma && !c.persistent && tiles * splits > sms)
     out.notes.push_back(fmt::format(
         "schedule=tile: one tile per block ({} blocks): each pays its pipeline fill and "

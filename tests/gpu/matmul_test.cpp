@@ -1107,41 +1107,6 @@ TEST_F(MatmulGpu, StreamK) {
   run_all(StreamKCases());
 }
 
-// Whole tiles into rows of C off 16 bytes go out through the copy engine a row's
-// line at a time (a 1-D tensor map of C flat, MatmulArgs::c_tma = C_TMA_ROWS):
-// packed rows of odd lengths, batched, f32 outputs, an odd ldc, every persistent
-// schedule, an epilogue; edge tiles and C0 keep the warps' own stores.
-std::vector<Case> FlatRowStoresCases() {
-  std::vector<Case> cases;
-  if (!gpu_is_sm90()) return cases;
-  const std::string p128x256 = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent";
-  cases.push_back({.m = 512, .n = 50257, .k = 256, .config = p128x256});
-  cases.push_back({.m = 1000,
-                   .n = 999,
-                   .k = 256,
-                   .batch = 3,
-                   .output = DType::F32,
-                   .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent"});
-  cases.push_back({.m = 777,
-                   .n = 1001,
-                   .k = 300,
-                   .layout = "tn",
-                   .epilogue = "gelu(acc + bias)",
-                   .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=pingpong"});
-  cases.push_back({.m = 2176,
-                   .n = 2303,
-                   .k = 512,
-                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk,splitk=4",
-                   .split_way = "streamk"});
-  cases.push_back({.m = 600, .n = 640, .k = 128, .config = p128x256, .pad_c = 3});
-  cases.push_back({.m = 600, .n = 641, .k = 128, .config = p128x256, .beta = 0.5f});
-  return cases;
-}
-TEST_F(MatmulGpu, FlatRowStores) {
-  if (!gpu_is_sm90()) GTEST_SKIP() << "bulk stores of C are the wgmma schedules' (sm_90)";
-  run_all(FlatRowStoresCases());
-}
-
 // pitch=line: M/N-major operands whose rows are off the 128-byte lines are copied
 // into line-pitched scratch first; every schedule, both M/N-major operands (B of
 // "?n", A of "t?"), batched, an epilogue, rows padded onto the lines (read in place)
