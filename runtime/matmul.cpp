@@ -496,7 +496,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       // Rows a whole number of 128-byte lines apart: the copy engine's boxes are one
       // 128-byte line wide, and a pitch 16 bytes off a line makes each box row straddle
       // two lines (on the H200, B of 4096^3 with 4104-element rows: 0.224 ms against
-      // 0.179; docs/perf/2026-12-04-h200-operand-pitch.md).
+      // 0.179; docs/perf/2026-12-03-h200-operand-pitch.md).
       job.ld_dst = round_up(k_is_rows ? cols : k_padded, kLinePitch / elem);
       // The copy kernel indexes chunks with 32-bit unsigned integers, and its
       // grid-stride loop must not wrap: fewer than 2^31 chunks (32 GiB).

@@ -144,8 +144,8 @@ int64_t kernel_k(const Problem& p, const Config& c) {
 
 // Packed rows of an operand the copy engine reads M/N-major (A of layout "t?", B of
 // "?n") that are 16-byte aligned but not a whole number of 128-byte lines: each
-// one-line box row straddles two lines. On the H200 (2026-12-04,
-// docs/perf/2026-12-04-h200-operand-pitch.md) B in rows of 4104 took 4096^3 from
+// one-line box row straddles two lines. On the H200 (2026-12-03,
+// docs/perf/2026-12-03-h200-operand-pitch.md) B in rows of 4104 took 4096^3 from
 // 0.179 to 0.224 ms with 128x256 persistent tiles, and the vocabulary product
 // 2048x50264x768 from 0.245 to 0.298; a K-major A in rows of 4104 cost 1.5%.
 bool off_line(const Problem& p, int64_t row_elements, bool mn_major) {
