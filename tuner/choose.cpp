@@ -103,13 +103,18 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
   }
   const std::string cls = problem.problem_class();
   const std::vector<double> sizes = problem.sizes();
+  auto runs_here = [&](const std::string& config) {
+    return std::find(space.candidates.begin(), space.candidates.end(), config) !=
+           space.candidates.end();
+  };
   const Tuned* best = nullptr;
   double best_distance = 0;
   for (const Tuned& t : tuned) {
     if (t.problem_class != cls || t.sizes.size() != sizes.size()) continue;
-    if (std::find(space.candidates.begin(), space.candidates.end(), t.config) ==
-        space.candidates.end())
-      continue;  // not a config this problem can run
+    bool runnable = runs_here(t.config);
+    for (const std::string& twin : problem.run_time_twins(t.config))
+      runnable = runnable || runs_here(twin);
+    if (!runnable) continue;  // not a config this problem can run
     double distance = 0;
     for (size_t i = 0; i < sizes.size(); ++i)
       distance += std::abs(std::log(std::max(sizes[i], 1.0) / std::max(t.sizes[i], 1.0)));
@@ -119,20 +124,33 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
     }
   }
   if (!best || best_distance > kNearestDistance) return std::nullopt;
+  // The tuned kernel, with the run-time choices the model prefers for this shape
+  // (e.g. 4096^3's tiles for 4000^3, whose rows are off the 128-byte lines, with
+  // pitch=line).
+  const Efficiencies& fitted = efficiencies();
+  std::string config;
+  double config_ms = 0;
+  std::vector<std::string> options = {best->config};
+  for (const std::string& twin : problem.run_time_twins(best->config)) options.push_back(twin);
+  for (const std::string& option : options) {
+    if (!runs_here(option)) continue;
+    const double ms = problem.predict(option, device_, fitted).ms;
+    if (config.empty() || ms < config_ms) config = option, config_ms = ms;
+  }
   // Sizes near, but maybe over a cliff (one more wave of tiles): the tuned config
   // is taken only when the model, on this problem, finds it within 10% of its own
   // best.
-  const Efficiencies& fitted = efficiencies();
   double model_best = 0;
-  for (const std::string& config : space.candidates) {
-    const double ms = problem.predict(config, device_, fitted).ms;
+  for (const std::string& candidate : space.candidates) {
+    const double ms = problem.predict(candidate, device_, fitted).ms;
     if (model_best == 0 || ms < model_best) model_best = ms;
   }
-  if (problem.predict(best->config, device_, fitted).ms > 1.1 * model_best) return std::nullopt;
+  if (config_ms > 1.1 * model_best) return std::nullopt;
   Choice c;
-  c.config = best->config;
+  c.config = config;
   c.source = Choice::Source::Nearest;
-  c.detail = "tuned for " + best->signature;
+  c.detail = "tuned for " + best->signature +
+             (config != best->config ? " (run-time options chosen here: " + config + ")" : "");
   return c;
 }
 

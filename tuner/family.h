@@ -68,6 +68,14 @@ class TuningProblem {
   virtual std::vector<KernelSource> sources(const std::string& config) const = 0;
   // What a launch moves and computes, for `kjit explain` and the roofline.
   virtual Work work() const = 0;
+  // Configs that run the same kernels as `config` and differ only in run-time
+  // choices that the problem's shape decides (matmul: pitch=line, which matters only
+  // where an operand's rows are off the 128-byte lines). A tuning carried to a near
+  // problem (the chooser's nearest) may take the twin the model prefers there.
+  virtual std::vector<std::string> run_time_twins(const std::string& config) const {
+    (void)config;
+    return {};
+  }
 };
 
 // The throughput of a launch of `problem` taking `ms`, in the family's unit:

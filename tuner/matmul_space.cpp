@@ -284,6 +284,18 @@ std::vector<KernelSource> MatmulTuning::sources(const std::string& text) const {
   return out;
 }
 
+std::vector<std::string> MatmulTuning::run_time_twins(const std::string& text) const {
+  Config c;
+  try {
+    c = Config::parse(text);
+  } catch (const UserError&) {
+    return {};  // a stored config this version does not read has no twins either
+  }
+  if (!c.wgmma) return {};
+  c.line_pitch = !c.line_pitch;
+  return {c.to_string()};
+}
+
 Work MatmulTuning::work() const {
   const Problem& p = problem_;
   Work w;

@@ -31,6 +31,8 @@ class MatmulTuning : public TuningProblem {
   std::string canonical(const std::string& config) const override;
   std::vector<KernelSource> sources(const std::string& config) const override;
   Work work() const override;
+  // The config with pitch=line the other way (the same kernel; wgmma configs only).
+  std::vector<std::string> run_time_twins(const std::string& config) const override;
 
   // The same for a parsed config.
   Prediction predict(const matmul::Config& config, const cuda::DeviceProperties& device,

@@ -85,6 +85,31 @@ TEST_F(ChooserTest, ExactTuningThenNearestOfTheClass) {
   EXPECT_EQ(other.choose(square(4096)).source, Choice::Source::Model);
 }
 
+// A tuning carries its kernel to a near problem, with the run-time choices the
+// model prefers there: 4096^3's tiles for 4000^3, whose rows are off the 128-byte
+// lines, with pitch=line; 4104^3's pitch=line tiles for 4160^3, whose rows are on
+// them, without (pitch=line is not in its space).
+TEST_F(ChooserTest, NearestTakesTheRunTimeTwinTheModelPrefers) {
+  const std::string tiles =
+      "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma,schedule=persistent";
+  tune_to(square(4096), tiles);
+  Chooser chooser(store_, kModel, h200_);
+  Choice near = chooser.choose(square(4000));
+  EXPECT_EQ(near.source, Choice::Source::Nearest);
+  EXPECT_EQ(near.config, tiles + ",pitch=line");
+  EXPECT_NE(near.detail.find("run-time options chosen here"), std::string::npos) << near.detail;
+  EXPECT_EQ(chooser.choose(square(4032)).config, tiles);  // on the lines: as tuned
+
+  const std::string square_tiles =
+      "bm=192,bn=192,bk=64,warps=16,wm=3,stages=4,splitk=1,mma=wgmma,schedule=persistent";
+  tune_to(square(4104), square_tiles + ",pitch=line");
+  chooser.refresh();
+  Choice on_lines = chooser.choose(square(4160));
+  EXPECT_EQ(on_lines.source, Choice::Source::Nearest);
+  EXPECT_NE(on_lines.detail.find("m=4104"), std::string::npos) << on_lines.detail;
+  EXPECT_EQ(on_lines.config, square_tiles);
+}
+
 // Near in size but over a wave cliff: 128 x 256 tiles fill 4 waves at 4096^3 and
 // spill into a fifth at N = 4224; the model sees it and the tuning is not reused.
 TEST_F(ChooserTest, NearestIsNotTakenOverACliff) {
