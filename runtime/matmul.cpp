@@ -415,7 +415,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   // needs no padding (e.g. A of 2048 x 50257 x 768: only B is copied).
   // The tf32 path: wgmma reads 32-bit operands K-major only, and the copy engine
   // needs 16-byte row strides. An operand stored M/N-major (A "t", B "n") is
-  // transposed into K-major scratch, a misaligned K-major one copied with 16-byte
+  // transposed into K-major scratch, a misaligned K-major one copied with 128-byte
   // rows; both in one launch. "nt" with aligned rows reads A and B in place.
   if (tf32) {
     std::vector<DeviceStageJob> jobs;
