@@ -60,10 +60,6 @@ struct DevicePadJob {
 };
 static_assert(sizeof(DevicePadJob) == 64, "DevicePadJob must mirror kjit::matmul::PadJob");
 
-// Bytes of one L2 line, the width of the copy engine's 128-byte-swizzled boxes: the
-// row pitch the padded path gives its scratch operands.
-constexpr int64_t kLinePitch = 128;
-
 int64_t round_up(int64_t x, int64_t to) {
   return (x + to - 1) / to * to;
 }
@@ -427,7 +423,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       job.cols = p.k;
       job.ld_src = ld;
       job.stride_src = stride;
-      job.ld_dst = round_up(p.k, kLinePitch / 4);  // 128-byte rows, as the padding path
+      job.ld_dst = round_up(p.k, kLineBytes / 4);  // 128-byte rows, as the padding path
       job.transpose = transpose ? 1 : 0;
       const size_t bytes = static_cast<size_t>(rows * job.ld_dst * p.batch * 4);
       if (scratch.bytes() < bytes) scratch = cuda::DeviceBuffer(bytes);
@@ -474,15 +470,6 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
 
   if (pads_operands(p, config)) {
     const int64_t k_padded = pads_k(p, config) ? round_up(p.k, config.bk) : p.k;
-    // Read in place: 16-byte rows, K whole; with pitch=line an M/N-major operand also
-    // needs its rows (and every batch's start) on 128-byte lines.
-    auto operand_aligned = [&](CUdeviceptr ptr, int64_t ld, int64_t stride, bool mn_major) {
-      const int64_t per16 = 16 / elem;
-      const bool on_lines = ptr % kLinePitch == 0 && ld * elem % kLinePitch == 0 &&
-                            (p.batch == 1 || stride * elem % kLinePitch == 0);
-      return ptr % 16 == 0 && ld % per16 == 0 && stride % per16 == 0 && k_padded == p.k &&
-             (!config.line_pitch || !mn_major || on_lines);
-    };
     std::vector<DevicePadJob> jobs;
     auto pad = [&](cuda::DeviceBuffer& scratch, CUdeviceptr src, int64_t rows, int64_t cols,
                    int64_t ld, int64_t stride, bool k_is_rows) {
@@ -497,7 +484,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       // 128-byte line wide, and a pitch 16 bytes off a line makes each box row straddle
       // two lines (on the H200, B of 4096^3 with 4104-element rows: 0.224 ms against
       // 0.179; docs/perf/2026-12-03-h200-operand-pitch.md).
-      job.ld_dst = round_up(k_is_rows ? cols : k_padded, kLinePitch / elem);
+      job.ld_dst = round_up(k_is_rows ? cols : k_padded, kLineBytes / elem);
       // The copy kernel indexes chunks with 32-bit unsigned integers, and its
       // grid-stride loop must not wrap: fewer than 2^31 chunks (32 GiB).
       if (job.rows_dst * (job.ld_dst / 8) >= (int64_t(1) << 31))
@@ -512,14 +499,14 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       jobs.push_back(job);
       return job;
     };
-    if (!operand_aligned(t.a, t.lda, t.stride_a, p.a_transposed)) {
+    if (!reads_in_place(p, config, static_cast<int64_t>(t.a), t.lda, t.stride_a, p.a_transposed)) {
       const DevicePadJob job =
           pad(scratch_a_, t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, p.a_transposed);
       args.a = job.dst;
       args.lda = job.ld_dst;
       args.stride_a = job.rows_dst * job.ld_dst;
     }
-    if (!operand_aligned(t.b, t.ldb, t.stride_b, !p.b_transposed)) {
+    if (!reads_in_place(p, config, static_cast<int64_t>(t.b), t.ldb, t.stride_b, !p.b_transposed)) {
       const DevicePadJob job =
           pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
       args.b = job.dst;

@@ -107,19 +107,27 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
     return std::find(space.candidates.begin(), space.candidates.end(), config) !=
            space.candidates.end();
   };
+  // A tuned config, or its run-time twins, that this problem can run.
+  auto runnable = [&](const std::string& config) {
+    std::vector<std::string> out;
+    if (runs_here(config)) out.push_back(config);
+    for (const std::string& twin : problem.run_time_twins(config))
+      if (runs_here(twin)) out.push_back(twin);
+    return out;
+  };
   const Tuned* best = nullptr;
+  std::vector<std::string> options;
   double best_distance = 0;
   for (const Tuned& t : tuned) {
     if (t.problem_class != cls || t.sizes.size() != sizes.size()) continue;
-    bool runnable = runs_here(t.config);
-    for (const std::string& twin : problem.run_time_twins(t.config))
-      runnable = runnable || runs_here(twin);
-    if (!runnable) continue;  // not a config this problem can run
+    std::vector<std::string> here = runnable(t.config);
+    if (here.empty()) continue;  // not a config this problem can run
     double distance = 0;
     for (size_t i = 0; i < sizes.size(); ++i)
       distance += std::abs(std::log(std::max(sizes[i], 1.0) / std::max(t.sizes[i], 1.0)));
     if (!best || distance < best_distance) {
       best = &t;
+      options = std::move(here);
       best_distance = distance;
     }
   }
@@ -130,10 +138,7 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
   const Efficiencies& fitted = efficiencies();
   std::string config;
   double config_ms = 0;
-  std::vector<std::string> options = {best->config};
-  for (const std::string& twin : problem.run_time_twins(best->config)) options.push_back(twin);
   for (const std::string& option : options) {
-    if (!runs_here(option)) continue;
     const double ms = problem.predict(option, device_, fitted).ms;
     if (config.empty() || ms < config_ms) config = option, config_ms = ms;
   }

@@ -171,10 +171,10 @@ struct Copied {
 Copied copied_operands(const Problem& p, const Config& c) {
   Copied out;
   if (!matmul::pads_operands(p, c)) return out;
-  const int64_t per16 = 16 / matmul::dtype_bytes(p.input);
-  const bool k_padded = kernel_k(p, c) != p.k;
-  out.a = k_padded || (p.a_transposed ? p.m : p.k) % per16 != 0 || (c.line_pitch && a_off_line(p));
-  out.b = k_padded || (p.b_transposed ? p.k : p.n) % per16 != 0 || (c.line_pitch && b_off_line(p));
+  const int64_t a_cols = p.a_transposed ? p.m : p.k, b_cols = p.b_transposed ? p.k : p.n;
+  const int64_t a_rows = p.a_transposed ? p.k : p.m, b_rows = p.b_transposed ? p.n : p.k;
+  out.a = !matmul::reads_in_place(p, c, 0, a_cols, a_rows * a_cols, p.a_transposed);
+  out.b = !matmul::reads_in_place(p, c, 0, b_cols, b_rows * b_cols, !p.b_transposed);
   return out;
 }
 
@@ -491,15 +491,15 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
 
   // An M/N-major operand read in place from rows off the 128-byte lines.
   const Copied copied = copied_operands(p, c);
-  const bool straddles = c.wgmma && ((a_off_line(p) && !copied.a) || (b_off_line(p) && !copied.b));
-  if (straddles) {
+  const bool a_straddles = c.wgmma && a_off_line(p) && !copied.a;
+  const bool b_straddles = c.wgmma && b_off_line(p) && !copied.b;
+  if (a_straddles || b_straddles) {
     compute *= 1.0 + kOffLineMainLoop;
     out.notes.push_back(fmt::format(
         "{}'s rows of {} elements are read in place, not a whole number of 128-byte lines "
         "apart: every row of the copy engine's one-line boxes straddles two lines (modelled "
         "as a {:.2f}x main loop; pitch=line copies it first)",
-        b_off_line(p) && !copied.b ? "B" : "A",
-        b_off_line(p) && !copied.b ? (p.b_transposed ? p.k : p.n) : (p.a_transposed ? p.m : p.k),
+        b_straddles ? "B" : "A", b_straddles ? (p.b_transposed ? p.k : p.n) : p.m,
         1.0 + kOffLineMainLoop));
   }
 

@@ -131,6 +131,16 @@ bool pads_k(const Problem& p, const Config& c) {
   return !p.aligned && pads_operands(p, c);
 }
 
+bool reads_in_place(const Problem& p, const Config& c, int64_t pointer, int64_t ld,
+                    int64_t batch_stride, bool mn_major) {
+  const int64_t elem = dtype_bytes(p.input), per16 = 16 / elem;
+  const bool k_whole = !pads_k(p, c) || p.k % c.bk == 0;
+  const bool on_lines = pointer % kLineBytes == 0 && ld * elem % kLineBytes == 0 &&
+                        (p.batch == 1 || batch_stride * elem % kLineBytes == 0);
+  return pointer % 16 == 0 && ld % per16 == 0 && batch_stride % per16 == 0 && k_whole &&
+         (!c.line_pitch || !mn_major || on_lines);
+}
+
 Config wgmma_config(int bm, int bn, int stages, int splitk, DType input, bool pingpong) {
   Config config;
   config.wgmma = true;

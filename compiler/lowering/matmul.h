@@ -175,6 +175,16 @@ bool pads_operands(const Problem& problem, const Config& config);
 // Whether that copy also rounds K up to whole k-tiles with zeros: on the padded path
 // of a misaligned problem (an aligned one keeps its K, its last k-tile masked).
 bool pads_k(const Problem& problem, const Config& config);
+// Bytes of one L2 line: the width of the copy engine's 128-byte-swizzled boxes, and
+// the row pitch the padded path gives its scratch operands.
+constexpr int64_t kLineBytes = 128;
+// On the padded path, whether a stored operand (its pointer, leading dimension and
+// batch stride in elements; mn_major: A of "t?", B of "?n") is read in place rather
+// than copied: 16-byte-aligned pointer, rows and batch stride, K not padded, and with
+// pitch=line an M/N-major operand's pointer, rows and batch stride on 128-byte lines.
+// The runtime asks with the launch's tensors, the tuner's model with packed ones.
+bool reads_in_place(const Problem& problem, const Config& config, int64_t pointer, int64_t ld,
+                    int64_t batch_stride, bool mn_major);
 
 // Split-K on the wgmma engine's one-tile-per-block grid: a tile's splits are one
 // thread-block cluster (at most this many blocks, the portable cluster size) and sum

@@ -187,6 +187,17 @@ TEST(MatmulConfig, LinePitch) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("not a wgmma config"), std::string::npos) << e.what();
   }
+  // What the launch reads in place (the runtime's question, with its tensors): B of
+  // 4104^3 in rows of 4104 (8208 bytes) is copied with pitch=line only; rows of 4160,
+  // a pointer on a line and a K-major operand stay in place; a pointer off 16 bytes,
+  // or a misaligned problem's padded K, copies any operand.
+  EXPECT_FALSE(reads_in_place(p, c, 0, 4104, 4104 * 4104, true));
+  EXPECT_TRUE(reads_in_place(p, in_place, 0, 4104, 4104 * 4104, true));
+  EXPECT_TRUE(reads_in_place(p, c, 0, 4104, 4104 * 4104, false));
+  EXPECT_TRUE(reads_in_place(p, c, 256, 4160, 4104 * 4160, true));
+  EXPECT_FALSE(reads_in_place(p, c, 16, 4160, 4104 * 4160, true));  // off a line
+  EXPECT_FALSE(reads_in_place(p, in_place, 8, 4160, 4104 * 4160, false));
+  EXPECT_FALSE(reads_in_place(misaligned, in_place, 0, 4104, 4097 * 4104, false));
   Problem tf32 = p;
   tf32.input = DType::TF32;
   tf32.output = DType::F32;
