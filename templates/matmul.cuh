@@ -128,8 +128,9 @@ struct Pair<float> {
 };
 template <>
 struct Pair<bf16> {
+  __device__ __forceinline__ static u32 pack(float v0, float v1) { return pack_bf16x2(v0, v1); }
   __device__ __forceinline__ static void store(bf16* p, float v0, float v1) {
-    *reinterpret_cast<u32*>(p) = pack_bf16x2(v0, v1);
+    *reinterpret_cast<u32*>(p) = pack(v0, v1);
   }
   __device__ __forceinline__ static void load(const bf16* p, float& v0, float& v1) {
     v0 = to_f32(p[0]);
@@ -138,8 +139,9 @@ struct Pair<bf16> {
 };
 template <>
 struct Pair<f16> {
+  __device__ __forceinline__ static u32 pack(float v0, float v1) { return pack_f16x2(v0, v1); }
   __device__ __forceinline__ static void store(f16* p, float v0, float v1) {
-    *reinterpret_cast<u32*>(p) = pack_f16x2(v0, v1);
+    *reinterpret_cast<u32*>(p) = pack(v0, v1);
   }
   __device__ __forceinline__ static void load(const f16* p, float& v0, float& v1) {
     v0 = to_f32(p[0]);

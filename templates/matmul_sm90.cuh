@@ -103,6 +103,9 @@ struct WgmmaMatmul {
   static constexpr int SLAB_ROW_BYTES = 128;
   static constexpr int SLAB_BYTES = 16 * SLAB_ROW_BYTES;
   static constexpr int PERSISTENT_SHARED_BYTES = SHARED_BYTES + 4 * CONSUMERS * SLAB_BYTES;
+  // Whole tiles of a misaligned problem's 16-bit C go out through plain bulk stores
+  // from shifted rows where C's rows are off 16 bytes (write_out_shifted).
+  static constexpr bool SHIFTED_WRITE_OUT = !C_ALIGNED && sizeof(TC) == 2;
   // The ping-pong schedule (run_pingpong): two consumer warpgroups, each owning whole
   // BM x BN tiles, ROWS row groups of 64 (ROWS x BN / 2 accumulators per thread);
   // two more mbarriers (whose turn it is) before the eight warps' slabs.
@@ -738,128 +741,186 @@ struct WgmmaMatmul {
     }
   }
 
-  // ---- misaligned rows of C, whole 16-byte stores after all -----------------------
-  // Bytes [o, o + 16) of the 32 bytes lo ++ hi, o even and at most 14: a barrel
-  // shifter of selects by 8 and 4 bytes, then a funnel shift by 2 (an index into a
-  // register array that is not a constant would put the words in local memory).
-  __device__ __forceinline__ static matmul::U32x4 window16(const matmul::U32x4& lo,
-                                                           const matmul::U32x4& hi, int o) {
-    const u32 x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    u32 a[6], b[5];
-#pragma unroll
-    for (int i = 0; i < 6; ++i) a[i] = (o & 8) ? x[i + 2] : x[i];
-#pragma unroll
-    for (int i = 0; i < 5; ++i) b[i] = (o & 4) ? a[i + 1] : a[i];
-    const u32 shift = static_cast<u32>(o & 2) * 8;
-    return matmul::U32x4{__funnelshift_r(b[0], b[1], shift), __funnelshift_r(b[1], b[2], shift),
-                         __funnelshift_r(b[2], b[3], shift), __funnelshift_r(b[3], b[4], shift)};
+  // ---- misaligned rows of C, through the copy engine after all -----------------
+  // Word i of a chunk, i not a constant: selects (an index into a register array
+  // that is not a constant would put it in local memory).
+  __device__ __forceinline__ static u32 word_of(const matmul::U32x4& c, int i) {
+    return i == 0 ? c.x : i == 1 ? c.y : i == 2 ? c.z : c.w;
   }
 
-  // Bytes [from, to) of the 16-byte chunk c to global memory at dst (dst is where
-  // byte `from` goes), in the widest pieces dst's alignment allows: the head of a
-  // row (its bytes up to the first 16-byte boundary) and its tail (after the last).
-  __device__ __forceinline__ static void store_bytes(unsigned char* dst, const matmul::U32x4& c,
-                                                     int from, int to) {
-#pragma unroll 1
-    while (from < to) {
-      const matmul::U32x4 v = window16(c, c, from);
-      const int left = to - from;
-      const auto address = reinterpret_cast<unsigned long long>(dst);
-      int piece = 2;
-      if (left == 16 && (address & 15) == 0) {
-        *reinterpret_cast<matmul::U32x4*>(dst) = v;
-        piece = 16;
-      } else if (left >= 8 && (address & 7) == 0) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(v.x, v.y);
-        piece = 8;
-      } else if (left >= 4 && (address & 3) == 0) {
-        *reinterpret_cast<u32*>(dst) = v.x;
-        piece = 4;
-      } else {
-        *reinterpret_cast<unsigned short*>(dst) = static_cast<unsigned short>(v.x & 0xffffu);
-      }
-      dst += piece;
-      from += piece;
+  // A row's head and tail where its chunk is laid out as in C (byte p of c belongs p
+  // bytes past a 16-byte boundary of C, as chunk 0 of a shifted row is): at most one
+  // store each of 2, 4 and 8 bytes, no loop.
+  // Bytes [from, 16) of c to dst (where byte `from` belongs), from even and > 0.
+  __device__ __forceinline__ static void store_head(unsigned char* dst, const matmul::U32x4& c,
+                                                    int from) {
+    unsigned char* chunk = dst - from;  // the 16-byte boundary before dst
+    int p = from;
+    if (p & 2) {
+      *reinterpret_cast<unsigned short*>(chunk + p) =
+          static_cast<unsigned short>(word_of(c, p >> 2) >> 16);
+      p += 2;
     }
+    if (p & 4) {
+      *reinterpret_cast<u32*>(chunk + p) = word_of(c, p >> 2);
+      p += 4;
+    }
+    if (p == 8) *reinterpret_cast<uint2*>(chunk + 8) = make_uint2(c.z, c.w);
+  }
+  // Bytes [0, to) of c to dst (16-byte aligned), to even.
+  __device__ __forceinline__ static void store_tail(unsigned char* dst, const matmul::U32x4& c,
+                                                    int to) {
+    int p = 0;
+    if (to & 8) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(c.x, c.y);
+      p = 8;
+    }
+    if (to & 4) {
+      *reinterpret_cast<u32*>(dst + p) = word_of(c, p >> 2);
+      p += 4;
+    }
+    if (to & 2)
+      *reinterpret_cast<unsigned short*>(dst + p) =
+          static_cast<unsigned short>(word_of(c, p >> 2) & 0xffffu);
+  }
+
+  // Bytes [0, m) of a and [m, 16) of b, m even: the 16-byte chunk of C that one
+  // line's last bytes and the next line's first bytes share (write_out_shifted).
+  __device__ __forceinline__ static matmul::U32x4 splice16(const matmul::U32x4& a,
+                                                           const matmul::U32x4& b, int m) {
+    const u32 x[4] = {a.x, a.y, a.z, a.w};
+    const u32 y[4] = {b.x, b.y, b.z, b.w};
+    u32 z[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)  // word k is a's, b's, or (m = 4k + 2) a's low half, b's high
+      z[k] = m >= 4 * k + 4 ? x[k] : m <= 4 * k ? y[k] : __byte_perm(x[k], y[k], 0x7610);
+    return matmul::U32x4{z[0], z[1], z[2], z[3]};
   }
 
   // The write-out of a whole tile without C0 into C whose rows are not 16-byte
-  // aligned (N = 50257, a contiguous C), for 16-bit outputs. Stored 4 outputs a lane
-  // as wide as their address allows (write_out_f32), a row that starts 2 bytes past a
-  // 16-byte boundary takes single-element stores. Here each row is cut at its own
-  // 16-byte boundaries instead, as its address falls, and every piece between two
-  // boundaries is one 16-byte store: only the head (the bytes before the row's first
-  // boundary) and the tail (after its last) are stored narrow, once per row of the
-  // tile. One 128-byte line of 64 columns at a time:
-  //   1. as write_out_bulk: each lane finishes its pairs of outputs (alpha, the
-  //      epilogue) into the warp's slab;
-  //   2. 8 lanes a row, 4 rows a pass: a row whose address is m bytes past a 16-byte
-  //      boundary has its boundaries h = (16 - m) % 16 bytes into the line, and lane
-  //      `slot` stores line bytes [h + 16 slot, h + 16 slot + 16): a window of the
-  //      slab's chunks slot and slot + 1 (window16). The last window of a line runs
-  //      into the next line, so lane 7 keeps the line's last chunk (carry) and stores
-  //      that window one line later, from carry and the next line's first chunk; in
-  //      the first line it stores the row's head, in the last its tail.
+  // aligned (N = 50257, a contiguous C), for 16-bit outputs, through the copy
+  // engine: one plain bulk store (bulk_store: no tensor map, no box) per row and
+  // line, from a buffer whose rows are shifted so that every byte sits at its
+  // address in C modulo 16, as a bulk store needs.
+  //
+  // A row that starts m bytes past a 16-byte boundary (m even, 2..14) puts byte b
+  // of a 128-byte line of outputs at (b + m) mod 128 of its buffer row:
+  //   - line bytes [h, h + 112), h = 16 - m, land on buffer bytes [16, 128): seven
+  //     whole chunks, aligned in C too, one bulk store;
+  //   - the line's last m bytes wrap to [0, m) and its first h bytes sit at [m, 16):
+  //     chunk 0 holds the line's two ends. The chunk of C between two lines (the
+  //     last m bytes of one, the first h of the next) is spliced from the two
+  //     lines' chunks 0 (splice16) into the later line's chunk 0, and goes out with
+  //     that line: 128 bytes from the boundary before it. The row's head (its first
+  //     line's first h bytes) and tail (its last line's last m bytes) are the only
+  //     narrow stores (store_head, store_tail).
+  // A row on a boundary (m = 0) is one bulk store of 128 bytes a line.
+  //
+  // One line of 64 columns and one half of the warp's 16 rows at a time:
+  //   1. each lane finishes its 8 pairs of outputs (alpha, the epilogue) of row
+  //      r1 (+ 8) as 8 words. Where m = 2 mod 4 a pair would straddle two words of
+  //      the buffer, so a lane takes the column before its pair from its neighbour
+  //      (a shuffle; column 63 wraps to before column 0, as it does in the buffer)
+  //      and stores (column - 1, column) instead;
+  //   2. once the copy engine has read what this warp's last bulk stores left in the
+  //      buffer, the words go in: 8 rows of 144 bytes, 4 banks apart, so the 32
+  //      lanes of a store (8 rows x 4 words) fall in different banks except where
+  //      two rows' shifts overlap (at most 2-way);
+  //   3. lanes 0-7, a row each: the splice, the head or the tail, and the bulk
+  //      store. The warp goes on to the next half while the copy engine drains
+  //      this one.
+  // Measured on the H200 against the warps' own 16-byte stores of the same windows
+  // (2048 x 50257 x 768, ms): 128 x 256 0.3675 -> 0.3682, 256 x 128 0.3775 -> 0.3480,
+  // ping-pong 128 x 128 0.4118 -> 0.3663; with gelu(acc + bias) 0.5785 -> 0.5672 and
+  // 0.5117 -> 0.4784; 4097^3 192 x 192 0.2494 -> 0.2470
+  // (docs/perf/2026-12-04-h200-shifted-bulk-stores.md, with what was tried).
+  // Only __syncwarp: no other warp reads the buffer (8 x 144 bytes of the warp's slab).
+  static constexpr int SHIFTED_ROW_BYTES = 144;
   template <typename Epilogue>
-  __device__ __forceinline__ static void write_out_realigned(const MatmulArgs& args,
-                                                             const EpilogueOperands& ops,
-                                                             const float (&acc)[ACC],
-                                                             const matmul::BlockWork& w, int group,
-                                                             unsigned char* slab) {
+  __device__ __forceinline__ static void write_out_shifted(const MatmulArgs& args,
+                                                           const EpilogueOperands& ops,
+                                                           const float (&acc)[ACC],
+                                                           const matmul::BlockWork& w, int group,
+                                                           unsigned char* slab) {
     static_assert(sizeof(TC) == 2, "16-bit outputs: a row's address is a multiple of 2");
+    static_assert(8 * SHIFTED_ROW_BYTES <= SLAB_BYTES, "8 shifted rows fit the warp's slab");
     constexpr int LINES = BN / SLAB_COLUMNS;
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
     const int lane = static_cast<int>(threadIdx.x) % 32;
     const int row0 = w.tile_m * BM + group * 64 + warp * 16;  // the warp's first row
     const int col0 = w.tile_n * BN;
-    // Phase 1 coordinates: rows lane / 4 and + 8, columns 2 (lane % 4) + {0, 1}.
-    const int r1 = lane / 4, c1 = 2 * (lane % 4);
-    // Phase 2 coordinates: lanes 8i..8i+7 store row i (+ 4, 8, 12), window lane % 8.
-    const int r2 = lane / 8, slot = lane % 8;
+    // Phase 1: row r1 (+ 8), columns 8 jj + 2 q and + 1 of each group of 8.
+    const int r1 = lane / 4, q = lane % 4;
+    const u32 buffer = mma::shared_address(slab);
     TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
-    matmul::U32x4 carry[4];  // lane 7: the last chunk of the line before, per pass
+    auto row_start = [&](int r) {  // row r of the warp's 16, at the tile's first column
+      return reinterpret_cast<unsigned char*>(c_base + static_cast<long long>(row0 + r) * args.ldc +
+                                              col0);
+    };
+    int shift[2];           // phase 1: m of row r1 + 8 half
+    unsigned char* out[2];  // phase 3 (lanes 0-7): row lane + 8 half in C
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      shift[half] =
+          static_cast<int>(reinterpret_cast<unsigned long long>(row_start(r1 + 8 * half)) & 15);
+      out[half] = row_start(min(lane, 7) + 8 * half);
+    }
+    matmul::U32x4 carry[2];  // lanes 0-7: chunk 0 of the line before
 #pragma unroll
     for (int line = 0; line < LINES; ++line) {
-      const int line_col = col0 + line * SLAB_COLUMNS;  // the line's first column
-      __syncwarp();                                     // the previous line's reads are done
 #pragma unroll
-      for (int jj = 0; jj < SLAB_COLUMNS / 8; ++jj) {
-        const int j = line * (SLAB_COLUMNS / 8) + jj;  // accumulator column group
-        const int col = line_col + 8 * jj + c1;
+      for (int half = 0; half < 2; ++half) {
+        u32 pair[8];  // 1. this half's outputs of the line, a word per pair of columns
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
+        for (int jj = 0; jj < 8; ++jj) {
+          const int j = line * 8 + jj;  // accumulator column group
+          const int col = col0 + line * SLAB_COLUMNS + 8 * jj + 2 * q;
           float v[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e)
             v[e] = matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], 0.0f, args, w.batch,
                                                 row0 + r1 + 8 * half, col + e, ops);
-          matmul::Pair<TC>::store(
-              reinterpret_cast<TC*>(slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * 2)), v[0],
-              v[1]);
+          pair[jj] = matmul::Pair<TC>::pack(v[0], v[1]);
         }
-      }
-      __syncwarp();  // the line is staged
+        const int m = shift[half];
+        if (lane < 8) bulk_wait_read<0>();  // 2. the buffer's last bulk stores have read it
+        __syncwarp();
 #pragma unroll
-      for (int pass = 0; pass < 4; ++pass) {
-        const int r = r2 + 4 * pass;
-        unsigned char* out = reinterpret_cast<unsigned char*>(
-            c_base + static_cast<long long>(row0 + r) * args.ldc + line_col);
-        const int h = (16 - static_cast<int>(reinterpret_cast<unsigned long long>(out) & 15)) & 15;
-        const matmul::U32x4 here =
-            *reinterpret_cast<const matmul::U32x4*>(slab + slab_offset(r, 16 * slot));
-        if (slot < 7) {
-          const matmul::U32x4 next =
-              *reinterpret_cast<const matmul::U32x4*>(slab + slab_offset(r, 16 * slot + 16));
-          *reinterpret_cast<matmul::U32x4*>(out + h + 16 * slot) = window16(here, next, h);
-        } else {
-          const matmul::U32x4 first =
-              *reinterpret_cast<const matmul::U32x4*>(slab + slab_offset(r, 0));
-          if (line == 0)
-            store_bytes(out, first, 0, h);  // the row's head
-          else
-            *reinterpret_cast<matmul::U32x4*>(out + h - 16) = window16(carry[pass], first, h);
-          carry[pass] = here;
-          if (line == LINES - 1) store_bytes(out + 112 + h, here, h, 16);  // the row's tail
+        for (int jj = 0; jj < 8; ++jj) {
+          // The column before this lane's pair: lane q - 1's second, or for q = 0
+          // lane 3's second of the group before (of group 7 for group 0).
+          const u32 before = __shfl_sync(0xffffffffu, q == 3 ? pair[(jj + 7) % 8] : pair[jj],
+                                         q == 0 ? lane + 3 : lane - 1);
+          const u32 word = (m & 2) ? __byte_perm(before, pair[jj], 0x5432) : pair[jj];
+          *reinterpret_cast<u32*>(slab + r1 * SHIFTED_ROW_BYTES +
+                                  ((16 * jj + 4 * q + (m & 12)) & 127)) = word;
+        }
+        fence_async_shared();  // the words, before the copy engine reads them
+        __syncwarp();
+        if (lane < 8) {                                 // 3. row lane + 8 half
+          unsigned char* dst = out[half] + 128 * line;  // the line's first byte in C
+          const int row_shift = static_cast<int>(reinterpret_cast<unsigned long long>(dst) & 15);
+          const u32 row_buffer = buffer + lane * SHIFTED_ROW_BYTES;
+          if (row_shift == 0) {
+            bulk_store(dst, row_buffer, 128);
+          } else {
+            const int h = 16 - row_shift;
+            unsigned char* chunk0 = slab + lane * SHIFTED_ROW_BYTES;
+            const matmul::U32x4 ends = *reinterpret_cast<const matmul::U32x4*>(chunk0);
+            if (line == LINES - 1) store_tail(dst + h + 112, ends, row_shift);  // the row's tail
+            if (line == 0) {
+              store_head(dst, ends, row_shift);  // the row's head
+              bulk_store(dst + h, row_buffer + 16, 112);
+            } else {
+              // Chunk 0 becomes the chunk of C between the last line and this one
+              // and goes out with this line: 128 bytes from the boundary before it.
+              *reinterpret_cast<matmul::U32x4*>(chunk0) = splice16(carry[half], ends, row_shift);
+              fence_async_shared();
+              bulk_store(dst - row_shift, row_buffer, 128);
+            }
+            carry[half] = ends;
+          }
+          bulk_commit();
         }
       }
     }
@@ -879,7 +940,9 @@ struct WgmmaMatmul {
   //   write_out_f32: raw fp32 accumulators staged, finished 4 at a time on the way
   //     out in a rolled loop. Misaligned C: 0.4253 ms at 2048 x 50257 x 768 (128 x
   //     256) where write_out_16 takes 0.5325, and with gelu(acc + bias) 0.6142
-  //     against 0.6845.
+  //     against 0.6845. It stays for edge tiles and C0; whole tiles without C0 of
+  //     16-bit outputs go through the copy engine from shifted rows
+  //     (write_out_shifted).
   template <typename Epilogue>
   __device__ __forceinline__ static void write_out(const MatmulArgs& args,
                                                    const EpilogueOperands& ops,
@@ -892,9 +955,10 @@ struct WgmmaMatmul {
       return;
     }
     // The slab is written with ordinary stores now: the copy engine must have read
-    // what the last bulk stores of this warp left there.
-    if (args.c_tma) {
-      if (threadIdx.x % 32 == 0) bulk_wait_read<0>();
+    // what the last bulk stores of this warp left there (lanes without any return
+    // at once).
+    if (args.c_tma || SHIFTED_WRITE_OUT) {
+      bulk_wait_read<0>();
       __syncwarp();
     }
     if constexpr (C_ALIGNED) {
@@ -905,9 +969,9 @@ struct WgmmaMatmul {
       // The misaligned class (A or B padded) may still write a C whose rows are
       // aligned (K = 4097, N = 4096; or rows of C padded, ldc = 50304): whole tiles
       // without C0 went out through the copy engine above.
-      if constexpr (sizeof(TC) == 2) {
+      if constexpr (SHIFTED_WRITE_OUT) {
         if (args.beta == 0.0f) {
-          write_out_realigned<Epilogue>(args, ops, acc, w, group, slab);
+          write_out_shifted<Epilogue>(args, ops, acc, w, group, slab);
           return;
         }
       }
@@ -995,7 +1059,7 @@ struct WgmmaMatmul {
       write_out<Epilogue>(args, ops, acc, w, group, slab, whole, map_c);
     }
     // The slab stays allocated until the copy engine is done with it.
-    if (args.c_tma && threadIdx.x % 32 == 0) bulk_wait_all<0>();
+    if (args.c_tma || SHIFTED_WRITE_OUT) bulk_wait_all<0>();
   }
 
   // ---- the ping-pong schedule ----------------------------------------------------
@@ -1126,7 +1190,7 @@ struct WgmmaMatmul {
         write_out<Epilogue>(args, ops, acc[r], w, r, slab, whole, map_c);
       }
     }
-    if (args.c_tma && threadIdx.x % 32 == 0) bulk_wait_all<0>();  // the slab's last reads
+    if (args.c_tma || SHIFTED_WRITE_OUT) bulk_wait_all<0>();  // the slab's last reads
   }
 };
 

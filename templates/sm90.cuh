@@ -87,6 +87,15 @@ __device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int x, 
       "r"(src), "r"(x), "r"(y), "r"(z)
       : "memory");
 }
+// The plain bulk store: `bytes` (a multiple of 16) from shared memory at src to
+// global memory at dst, both 16-byte aligned, no tensor map and no box: one row's
+// run of bytes. A bulk async-group of the issuing thread, as tma_store.
+__device__ __forceinline__ void bulk_store(void* dst, u32 src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                   reinterpret_cast<unsigned long long>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

@@ -46,13 +46,24 @@ constexpr double kPingPongWriteShare = 0.1;
 // schedule, whose consumer warps alone store, lost about 3.6x as much.
 constexpr double kNarrowStoreTile = 0.36;
 constexpr double kNarrowStorePersistent = 1.3;
-// The persistent schedules' whole tiles of 16-bit outputs are cut at each row's own
-// 16-byte boundaries instead (write_out_realigned: aligned 16-byte windows out of the
-// slab, a few selects and shifts each): what that costs, in the same units, fitted
-// on the H200 to 2048x50257x768 against rows of 50264 (2026-12-03,
-// docs/perf/2026-12-03-h200-realigned-streamk.md): 128x256 0.3775 ms against 0.3432
-// (0.16), 256x128 0.3798 against 0.3063 (0.34).
-constexpr double kNarrowStoreRealigned = 0.25;
+// The persistent schedules' whole tiles of 16-bit outputs go out through the copy
+// engine instead, from rows shifted to C's alignment (write_out_shifted: one bulk
+// store per row and line, only a row's head and tail narrow): what that costs, in
+// the same units. Fitted on the H200 to 2048x50257x768 against rows of 50264 with
+// the warps' own 16-byte stores (2026-12-03, 128x256 0.16, 256x128 0.34); the bulk
+// stores measured the same for 128x256 and 8% faster for 256x128 (2026-12-04,
+// docs/perf/2026-12-04-h200-shifted-bulk-stores.md).
+constexpr double kNarrowStoreShifted = 0.25;
+// An epilogue function (gelu, ...) runs once per output on the consumer warps,
+// inlined in the write-out, serial with the tensor cores in every schedule; the
+// ping-pong schedule's other warpgroup does not hide it (one warpgroup finishes a
+// whole tile alone: twice the outputs per warp). Seconds per output of a unit,
+// fitted on the H200 to gelu(acc + bias) (2026-12-01 and 2026-12-04): +5.3 us per
+// 256x128 tile persistent at 4096^3 (0.0205 ms over 3.9 tiles an SM) and at
+// 2048x50257x768 (0.130 ms over 23.9), +5.1 us one tile per block at 4096^3, +6.3
+// us per 128x128 tile ping-pong at 2048x50257x768 (0.30 ms over 47.8). A cheaper
+// function is charged as much: every schedule alike but ping-pong.
+constexpr double kFunctionSecondsPerOutput = 0.165e-9;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 // The time a load in flight takes to come back from L2, seconds. An SM with
@@ -513,30 +524,32 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // next main loop.
   const double write_share = c.pingpong ? kPingPongWriteShare : kPersistentWriteShare;
   // Misaligned rows of C (outputs the kernel writes itself, not split-K partials)
-  // take more store instructions per chunk. The ping-pong schedule does not hide
-  // them (measured: 2048x50257x768 0.478 ms against 0.535 persistent, 0.433 with
-  // one tile per block): its store-bound write-out slows the other warpgroup too.
+  // take more store instructions per chunk. The ping-pong schedule did not hide the
+  // warps' own narrow stores (measured: 2048x50257x768 0.478 ms against 0.535
+  // persistent, 0.433 with one tile per block); with the shifted bulk stores it runs
+  // as the cooperative one does (0.3663 ms for 128x128 against 0.3682 for 128x256
+  // persistent, 2026-12-04), at the same rate.
   const double extra_stores = splits > 1 ? 0.0 : stores_per_chunk(p) - 1;
-  // (Fitted without an epilogue function. With one, the consumer warps run it once
-  // per output, inlined: gelu(acc + bias) took the same 128x256 tiles from 0.3768 to
-  // 0.5907 ms, where one tile per block, 256x128, ran 0.5043: the old rate still
-  // ranks those right. Nor is the ping-pong schedule's realigned write-out refitted:
-  // it was measured slower than the cooperative one's with every write-out so far.)
-  const bool realigned = c.persistent && !c.pingpong && matmul::dtype_bytes(p.output) == 2 &&
-                         p.epilogue.function_name.empty();
+  const bool shifted = c.persistent && matmul::dtype_bytes(p.output) == 2;
   const double narrow_seconds = extra_stores * write_seconds *
-                                (realigned      ? kNarrowStoreRealigned
+                                (shifted        ? kNarrowStoreShifted
                                  : c.persistent ? kNarrowStorePersistent
                                                 : kNarrowStoreTile);
+  const double function_seconds =
+      p.epilogue.function_name.empty()
+          ? 0.0
+          : kFunctionSecondsPerOutput * c.bm * c.bn * (c.pingpong ? 2.0 : 1.0);
   const double serial =
-      c.persistent ? kFillSeconds + static_cast<double>(units_per_sm) *
-                                        (write_share * write_seconds + narrow_seconds) / resident
-                   : static_cast<double>(units_per_sm) *
-                         (kFillSeconds + write_seconds + narrow_seconds) / resident;
-  if (extra_stores > 0 && realigned)
+      c.persistent
+          ? kFillSeconds + static_cast<double>(units_per_sm) *
+                               (write_share * write_seconds + narrow_seconds + function_seconds) /
+                               resident
+          : static_cast<double>(units_per_sm) *
+                (kFillSeconds + write_seconds + narrow_seconds + function_seconds) / resident;
+  if (extra_stores > 0 && shifted)
     out.notes.push_back(fmt::format(
-        "C's rows of {} elements are not all 16-byte aligned: whole tiles are stored in "
-        "16-byte pieces cut at each row's own boundaries (realigned through the warp's slab), "
+        "C's rows of {} elements are not all 16-byte aligned: whole tiles go out through the "
+        "copy engine from rows shifted to C's alignment, one bulk store per row and line, "
         "only a row's head and tail narrow",
         p.n));
   else if (extra_stores > 0)
@@ -655,7 +668,8 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                           "are not 16-byte aligned: no tensor map of C){}",
                           p.n,
                           matmul::dtype_bytes(p.output) == 2
-                              ? ", 16 bytes at a time between each row's own boundaries"
+                              ? ", whole tiles through plain bulk stores of rows shifted to "
+                                "C's alignment"
                               : ""));
   if (c.wgmma && !c.persistent && tiles * splits > sms)
     out.notes.push_back(fmt::format(

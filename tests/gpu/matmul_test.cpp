@@ -950,11 +950,12 @@ std::vector<Case> PersistentScheduleCases() {
                    .k = 160,
                    .config = "mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent",
                    .pad_c = 7});
-  // Rows of C that are not 16-byte aligned, whole tiles cut at each row's own 16-byte
-  // boundaries (write_out_realigned): N = 2049 puts consecutive rows 2 bytes further
-  // along (all 8 alignments, head and tail of every length), with an epilogue (and
-  // with C0, which takes the fp32 write-out);
+  // Rows of C that are not 16-byte aligned, whole tiles through plain bulk stores
+  // from shifted rows (write_out_shifted): N = 2049 puts consecutive rows 2 bytes
+  // further along (all 8 alignments, head and tail of every length), with an
+  // epilogue (and with C0, which takes the fp32 write-out);
   // f16 rows of 1023 with gaps (checked untouched); N = 1002 (4-byte steps);
+  // N = 1028 (rows on a 16-byte boundary and 8 bytes off it, in turn);
   // batches whose C starts at an odd element; 64-column tiles (two lines a row).
   cases.push_back({.m = 1024,
                    .n = 2049,
@@ -980,6 +981,11 @@ std::vector<Case> PersistentScheduleCases() {
                    .k = 64,
                    .epilogue = "relu(acc + bias)",
                    .config = "mma=wgmma,bm=128,bn=192,stages=4,schedule=persistent"});
+  cases.push_back({.m = 640,
+                   .n = 1028,
+                   .k = 96,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=192,bn=128,stages=4,schedule=persistent"});
   cases.push_back({.m = 512,
                    .n = 515,
                    .k = 96,
@@ -1049,12 +1055,19 @@ std::vector<Case> PingPongScheduleCases() {
                    .k = 256,
                    .config = "mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong",
                    .pad_c = 3});
-  // Misaligned rows of C, each cut at its own 16-byte boundaries, with an epilogue.
+  // Misaligned rows of C (bulk stores from shifted rows), with an epilogue; f16
+  // rows of 1028 (on a 16-byte boundary and off it, in turn).
   cases.push_back({.m = 1024,
                    .n = 2049,
                    .k = 192,
                    .epilogue = "gelu(acc + bias)",
                    .config = "mma=wgmma,bm=128,bn=128,stages=5,schedule=pingpong"});
+  cases.push_back({.m = 700,
+                   .n = 1028,
+                   .k = 200,
+                   .input = DType::F16,
+                   .output = DType::F16,
+                   .config = "mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong"});
   return cases;
 }
 // schedule=streamk: the tiles past the last full wave split along K, summed by each
