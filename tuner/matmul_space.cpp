@@ -49,11 +49,11 @@ constexpr double kNarrowStorePersistent = 1.3;
 // The persistent schedules' whole tiles of 16-bit outputs go out through the copy
 // engine instead, from rows shifted to C's alignment (write_out_shifted: one bulk
 // store per row and line, only a row's head and tail narrow): what that costs, in
-// the same units. Fitted on the H200 to 2048x50257x768 against rows of 50264 with
-// the warps' own 16-byte stores (2026-12-03, 128x256 0.16, 256x128 0.34); the bulk
-// stores measured the same for 128x256 and 8% faster for 256x128 (2026-12-04,
-// docs/perf/2026-12-04-h200-shifted-bulk-stores.md).
-constexpr double kNarrowStoreShifted = 0.25;
+// the same units. Fitted on the H200 to 2048x50257x768 against the same configs
+// writing rows of 50264 through tensor-map stores (2026-12-04,
+// docs/perf/2026-12-04-h200-shifted-bulk-stores.md): 128x256 0.3642 ms against
+// 0.2910 (0.34), 256x128 0.3490 against 0.2912 (0.27).
+constexpr double kNarrowStoreShifted = 0.30;
 // An epilogue function (gelu, ...) runs once per output on the consumer warps,
 // inlined in the write-out, serial with the tensor cores in every schedule; the
 // ping-pong schedule's other warpgroup does not hide it (one warpgroup finishes a
@@ -664,13 +664,14 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
         p.n * matmul::dtype_bytes(p.output) % 16 == 0
             ? "write-out: whole tiles through TMA bulk stores (the consumer warps go on to the "
               "next tile while C drains), edge tiles by the warps' own 16-byte stores"
+        : matmul::dtype_bytes(p.output) == 2
+            ? fmt::format("write-out: rows of {} outputs are not 16-byte aligned (no tensor map "
+                          "of C): whole tiles through plain bulk stores of rows shifted to C's "
+                          "alignment, edge tiles by the warps' own stores",
+                          p.n)
             : fmt::format("write-out: by the consumer warps' own stores (rows of {} outputs "
-                          "are not 16-byte aligned: no tensor map of C){}",
-                          p.n,
-                          matmul::dtype_bytes(p.output) == 2
-                              ? ", whole tiles through plain bulk stores of rows shifted to "
-                                "C's alignment"
-                              : ""));
+                          "are not 16-byte aligned: no tensor map of C)",
+                          p.n));
   if (c.wgmma && !c.persistent && tiles * splits > sms)
     out.notes.push_back(fmt::format(
         "schedule=tile: one tile per block ({} blocks): each pays its pipeline fill and "

@@ -89,7 +89,7 @@ TEST(Model, WaveCliffIsPredictedAndAvoided) {
 // per block. The persistent schedules store whole tiles through the copy engine from
 // rows shifted to C's alignment instead (16-bit outputs): measured on the H200, that
 // made them the fastest for the 50257 vocabulary product, with gelu(acc + bias) too
-// (256x128 persistent 0.4784 ms, 2026-12-04; one tile per block ran 0.50-0.51).
+// (256x128 persistent 0.4796 ms, 2026-12-04; one tile per block 0.4944-0.4983).
 // An epilogue function costs every schedule its per-output time, ping-pong twice
 // (one warpgroup finishes a whole tile). Rows of 50304 cost nothing extra, and the
 // prediction says why it differs.
@@ -103,7 +103,8 @@ TEST(Model, MisalignedRowsOfCCostStores) {
       predicted(vocabulary, persistent) / predicted(padded, persistent);
   EXPECT_GT(slower_tiled, 1.05);
   EXPECT_GT(slower_persistent, 1.0);
-  EXPECT_LT(slower_persistent, slower_tiled);
+  // Measured: 128x256 persistent 0.3642 ms, one tile per block 0.4333 (2026-12-03/04).
+  EXPECT_LT(predicted(vocabulary, persistent), predicted(vocabulary, tiled));
   EXPECT_TRUE(matmul::Config::parse(best_of(MatmulTuning(vocabulary), h200)).persistent);
   auto says = [](const matmul::Problem& p, const std::string& c, const std::string& what) {
     for (const std::string& note : MatmulTuning(p).predict(c, h200, Efficiencies()).notes)
