@@ -546,6 +546,12 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                                resident
           : static_cast<double>(units_per_sm) *
                 (kFillSeconds + write_seconds + narrow_seconds + function_seconds) / resident;
+  if (function_seconds > 0)
+    out.notes.push_back(fmt::format(
+        "epilogue function: run once per output by the consumer warps in the write-out, "
+        "with the tensor cores idle: {:.1f} us per {}x{} tile{}",
+        function_seconds * 1e6, c.bm, c.bn,
+        c.pingpong ? " (ping-pong: one warpgroup finishes a whole tile, twice the time)" : ""));
   if (extra_stores > 0 && shifted)
     out.notes.push_back(fmt::format(
         "C's rows of {} elements are not all 16-byte aligned: whole tiles go out through the "

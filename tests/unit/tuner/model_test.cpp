@@ -121,6 +121,8 @@ TEST(Model, MisalignedRowsOfCCostStores) {
   gelu.epilogue = gelu_padded.epilogue =
       matmul::epilogue_from_ir("bias:bf16[n]; y = gelu(acc + bias)", gelu.input).epilogue;
   EXPECT_GT(predicted(gelu, persistent), predicted(vocabulary, persistent) * 1.2);
+  EXPECT_TRUE(says(gelu, persistent, "epilogue function: run once per output"));
+  EXPECT_FALSE(says(vocabulary, persistent, "epilogue function"));
   EXPECT_TRUE(matmul::Config::parse(best_of(MatmulTuning(gelu), h200)).persistent);
   const std::string pingpong =
       "bm=128,bn=128,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma,schedule=pingpong";
