@@ -552,13 +552,8 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
         "with the tensor cores idle: {:.1f} us per {}x{} tile{}",
         function_seconds * 1e6, c.bm, c.bn,
         c.pingpong ? " (ping-pong: one warpgroup finishes a whole tile, twice the time)" : ""));
-  if (extra_stores > 0 && shifted)
-    out.notes.push_back(fmt::format(
-        "C's rows of {} elements are not all 16-byte aligned: whole tiles go out through the "
-        "copy engine from rows shifted to C's alignment, one bulk store per row and line, "
-        "only a row's head and tail narrow",
-        p.n));
-  else if (extra_stores > 0)
+  // (The shifted write-out is named by the persistent schedule's write-out note.)
+  if (extra_stores > 0 && !shifted)
     out.notes.push_back(fmt::format(
         "C's rows of {} elements are not all 16-byte aligned: {:.2f} store instructions "
         "per 16-byte chunk on average (1 when aligned)",
@@ -673,7 +668,8 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
         : matmul::dtype_bytes(p.output) == 2
             ? fmt::format("write-out: rows of {} outputs are not 16-byte aligned (no tensor map "
                           "of C): whole tiles through plain bulk stores of rows shifted to C's "
-                          "alignment, edge tiles by the warps' own stores",
+                          "alignment, one per row and line, only a row's head and tail narrow; "
+                          "edge tiles by the warps' own stores",
                           p.n)
             : fmt::format("write-out: by the consumer warps' own stores (rows of {} outputs "
                           "are not 16-byte aligned: no tensor map of C)",

@@ -400,7 +400,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     std::vector<std::string> finalists;
     for (const Measured* m : passed)
       if (m->summary.median_ms <= passed.front()->summary.median_ms * kFinalists &&
-          (finalists.size() < kMaxFinalists || m->config == result.default_config))
+          finalists.size() < kMaxFinalists && m->config != result.default_config)
         finalists.push_back(m->config);
     // The default runs in the finals however far behind it measured: jobs timed
     // seconds apart, each scaled to the peak clock, can put it several percent
@@ -408,10 +408,8 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     // 128 x 128 measured at ~1600 MHz 6% ahead of the default measured at ~1890;
     // side by side, the default was 6% faster). The finals are the evidence a tune
     // needs before it replaces what the runtime runs untuned.
-    if (!finalists.empty() &&
-        std::find(finalists.begin(), finalists.end(), result.default_config) == finalists.end())
-      for (const Measured* m : passed)
-        if (m->config == result.default_config) finalists.push_back(m->config);
+    for (const Measured* m : passed)
+      if (m->config == result.default_config) finalists.push_back(m->config);
     if (finalists.size() >= 2) {
       TimerOptions finals = timer;
       finals.rounds = timer.rounds * timer.runs_per_round;
