@@ -749,7 +749,7 @@ struct WgmmaMatmul {
   }
 
   // A row's head and tail where its chunk is laid out as in C (byte p of c belongs p
-  // bytes past a 16-byte boundary of C, as chunk 0 of a shifted row is): at most one
+  // bytes past a 16-byte boundary of C, as in the chunks of a shifted row): at most one
   // store each of 2, 4 and 8 bytes, no loop.
   // Bytes [from, 16) of c to dst (where byte `from` belongs), from even and > 0.
   __device__ __forceinline__ static void store_head(unsigned char* dst, const matmul::U32x4& c,
@@ -784,19 +784,6 @@ struct WgmmaMatmul {
           static_cast<unsigned short>(word_of(c, p >> 2) & 0xffffu);
   }
 
-  // Bytes [0, m) of a and [m, 16) of b, m even: the 16-byte chunk of C that one
-  // line's last bytes and the next line's first bytes share (write_out_shifted).
-  __device__ __forceinline__ static matmul::U32x4 splice16(const matmul::U32x4& a,
-                                                           const matmul::U32x4& b, int m) {
-    const u32 x[4] = {a.x, a.y, a.z, a.w};
-    const u32 y[4] = {b.x, b.y, b.z, b.w};
-    u32 z[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)  // word k is a's, b's, or (m = 4k + 2) a's low half, b's high
-      z[k] = m >= 4 * k + 4 ? x[k] : m <= 4 * k ? y[k] : __byte_perm(x[k], y[k], 0x7610);
-    return matmul::U32x4{z[0], z[1], z[2], z[3]};
-  }
-
   // The write-out of a whole tile without C0 into C whose rows are not 16-byte
   // aligned (N = 50257, a contiguous C), for 16-bit outputs, through the copy
   // engine: one plain bulk store (bulk_store: no tensor map, no box) per row and
@@ -804,36 +791,40 @@ struct WgmmaMatmul {
   // address in C modulo 16, as a bulk store needs.
   //
   // A row that starts m bytes past a 16-byte boundary (m even, 2..14) puts byte b
-  // of a 128-byte line of outputs at (b + m) mod 128 of its buffer row:
+  // of a 128-byte line of outputs at b + m of its 144-byte buffer row:
   //   - line bytes [h, h + 112), h = 16 - m, land on buffer bytes [16, 128): seven
-  //     whole chunks, aligned in C too, one bulk store;
-  //   - the line's last m bytes wrap to [0, m) and its first h bytes sit at [m, 16):
-  //     chunk 0 holds the line's two ends. The chunk of C between two lines (the
-  //     last m bytes of one, the first h of the next) is spliced from the two
-  //     lines' chunks 0 (splice16) into the later line's chunk 0, and goes out with
-  //     that line: 128 bytes from the boundary before it. The row's head (its first
-  //     line's first h bytes) and tail (its last line's last m bytes) are the only
-  //     narrow stores (store_head, store_tail).
+  //     whole chunks, aligned in C too;
+  //   - the line's first h bytes sit at [m, 16), and its last m bytes at [128,
+  //     128 + m). Those last bytes share a chunk of C with the next line's first h:
+  //     the lanes that hold them keep them (`held`) and write them at [0, m) of the
+  //     buffer row with the next line, which then goes out as 128 bytes from the
+  //     boundary before it. The row's head (its first line's first h bytes) and tail
+  //     (its last line's last m bytes) are the only narrow stores (store_head,
+  //     store_tail): their chunks are shared with the neighbouring tiles.
   // A row on a boundary (m = 0) is one bulk store of 128 bytes a line.
   //
   // One line of 64 columns and one half of the warp's 16 rows at a time:
   //   1. each lane finishes its 8 pairs of outputs (alpha, the epilogue) of row
   //      r1 (+ 8) as 8 words. Where m = 2 mod 4 a pair would straddle two words of
   //      the buffer, so a lane takes the column before its pair from its neighbour
-  //      (a shuffle; column 63 wraps to before column 0, as it does in the buffer)
-  //      and stores (column - 1, column) instead;
+  //      (a shuffle; before column 0 comes the last line's column 63) and stores
+  //      (column - 1, column) instead;
   //   2. once the copy engine has read what this warp's last bulk stores left in the
   //      buffer, the words go in: 8 rows of 144 bytes, 4 banks apart, so the 32
   //      lanes of a store (8 rows x 4 words) fall in different banks except where
   //      two rows' shifts overlap (at most 2-way);
-  //   3. lanes 0-7, a row each: the splice, the head or the tail, and the bulk
-  //      store. The warp goes on to the next half while the copy engine drains
-  //      this one.
-  // Measured on the H200 against the warps' own 16-byte stores of the same windows
-  // (2048 x 50257 x 768, ms): 128 x 256 0.3675 -> 0.3682, 256 x 128 0.3775 -> 0.3480,
-  // ping-pong 128 x 128 0.4118 -> 0.3663; with gelu(acc + bias) 0.5785 -> 0.5672 and
-  // 0.5117 -> 0.4784; 4097^3 192 x 192 0.2494 -> 0.2470
-  // (docs/perf/2026-12-04-h200-shifted-bulk-stores.md, with what was tried).
+  //   3. lanes 0-7, a row each: the head or the tail, and the bulk store. The warp
+  //      goes on to the next half while the copy engine drains this one.
+  // Measured on the H200 (2048 x 50257 x 768, ms): against the warps' own 16-byte
+  // stores of the same windows, 128 x 256 0.3675 -> 0.3682, 256 x 128 0.3775 ->
+  // 0.3480, ping-pong 128 x 128 0.4118 -> 0.3663; with gelu(acc + bias) 0.5785 ->
+  // 0.5672 and 0.5117 -> 0.4784; 4097^3 192 x 192 0.2494 -> 0.2470
+  // (docs/perf/2026-12-04-h200-shifted-bulk-stores.md). Keeping the last line's
+  // words in registers instead of splicing them into the next line's chunk 0 in
+  // shared memory (a read, a write and a second proxy fence per row and line): 128
+  // x 256 0.3628 -> 0.3565, 256 x 128 unchanged
+  // (docs/perf/2026-12-04-h200-shifted-rows-held-words.md, with where the rest of
+  // the time goes).
   // Only __syncwarp: no other warp reads the buffer (8 x 144 bytes of the warp's slab).
   static constexpr int SHIFTED_ROW_BYTES = 144;
   template <typename Epilogue>
@@ -865,7 +856,8 @@ struct WgmmaMatmul {
           static_cast<int>(reinterpret_cast<unsigned long long>(row_start(r1 + 8 * half)) & 15);
       out[half] = row_start(min(lane, 7) + 8 * half);
     }
-    matmul::U32x4 carry[2];  // lanes 0-7: chunk 0 of the line before
+    u32 held[2] = {0u, 0u};   // the last line's word past buffer byte 128, if this lane's
+    u32 last7[2] = {0u, 0u};  // the last line's pair of group 7 (columns 56 + 2q, + 1)
 #pragma unroll
     for (int line = 0; line < LINES; ++line) {
 #pragma unroll
@@ -883,42 +875,55 @@ struct WgmmaMatmul {
           pair[jj] = matmul::Pair<TC>::pack(v[0], v[1]);
         }
         const int m = shift[half];
+        // Buffer byte of this lane's word of group 7: past 128 (the line's last m
+        // bytes) for the lanes whose word is held for the next line.
+        const int p7 = 112 + 4 * q + (m & 12);
+        const bool last = line == LINES - 1;
         if (lane < 8) bulk_wait_read<0>();  // 2. the buffer's last bulk stores have read it
         __syncwarp();
+        unsigned char* row = slab + r1 * SHIFTED_ROW_BYTES;
+        if (line > 0 && p7 >= 128) *reinterpret_cast<u32*>(row + p7 - 128) = held[half];
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj) {
           // The column before this lane's pair: lane q - 1's second, or for q = 0
-          // lane 3's second of the group before (of group 7 for group 0).
-          const u32 before = __shfl_sync(0xffffffffu, q == 3 ? pair[(jj + 7) % 8] : pair[jj],
-                                         q == 0 ? lane + 3 : lane - 1);
+          // lane 3's second of the group before (of the last line's group 7 for group
+          // 0: a line's first word holds the last line's column 63).
+          const u32 offered = q == 3 ? (jj == 0 ? last7[half] : pair[jj - 1]) : pair[jj];
+          const u32 before = __shfl_sync(0xffffffffu, offered, q == 0 ? lane + 3 : lane - 1);
           const u32 word = (m & 2) ? __byte_perm(before, pair[jj], 0x5432) : pair[jj];
-          *reinterpret_cast<u32*>(slab + r1 * SHIFTED_ROW_BYTES +
-                                  ((16 * jj + 4 * q + (m & 12)) & 127)) = word;
+          if (jj < 7 || p7 < 128 || last)
+            *reinterpret_cast<u32*>(row + 16 * jj + 4 * q + (m & 12)) = word;
+          else
+            held[half] = word;
         }
+        if (last) {
+          // Where m = 2 mod 4 the row's last column is the high half of lane 3's
+          // group 7 and no word above holds it: (column 63, -) ends the tail.
+          const u32 before = __shfl_sync(0xffffffffu, pair[7], q == 0 ? lane + 3 : lane - 1);
+          if (q == 0 && (m & 2))
+            *reinterpret_cast<u32*>(row + 128 + (m & 12)) = __byte_perm(before, 0u, 0x5432);
+        }
+        last7[half] = pair[7];
         fence_async_shared();  // the words, before the copy engine reads them
         __syncwarp();
         if (lane < 8) {                                 // 3. row lane + 8 half
           unsigned char* dst = out[half] + 128 * line;  // the line's first byte in C
           const int row_shift = static_cast<int>(reinterpret_cast<unsigned long long>(dst) & 15);
           const u32 row_buffer = buffer + lane * SHIFTED_ROW_BYTES;
+          const unsigned char* mine = slab + lane * SHIFTED_ROW_BYTES;
           if (row_shift == 0) {
             bulk_store(dst, row_buffer, 128);
           } else {
             const int h = 16 - row_shift;
-            unsigned char* chunk0 = slab + lane * SHIFTED_ROW_BYTES;
-            const matmul::U32x4 ends = *reinterpret_cast<const matmul::U32x4*>(chunk0);
-            if (line == LINES - 1) store_tail(dst + h + 112, ends, row_shift);  // the row's tail
-            if (line == 0) {
-              store_head(dst, ends, row_shift);  // the row's head
+            if (last)  // the row's tail: the line's last m bytes, at [128, 128 + m)
+              store_tail(dst + h + 112, *reinterpret_cast<const matmul::U32x4*>(mine + 128),
+                         row_shift);
+            if (line == 0) {  // the row's head: the line's first h bytes, at [m, 16)
+              store_head(dst, *reinterpret_cast<const matmul::U32x4*>(mine), row_shift);
               bulk_store(dst + h, row_buffer + 16, 112);
-            } else {
-              // Chunk 0 becomes the chunk of C between the last line and this one
-              // and goes out with this line: 128 bytes from the boundary before it.
-              *reinterpret_cast<matmul::U32x4*>(chunk0) = splice16(carry[half], ends, row_shift);
-              fence_async_shared();
+            } else {  // the last line's last m bytes and this line, from the boundary
               bulk_store(dst - row_shift, row_buffer, 128);
             }
-            carry[half] = ends;
           }
           bulk_commit();
         }
