@@ -54,11 +54,9 @@ void Driver::load() {
   handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle_ == nullptr) {
     const char* why = dlerror();
-    throw CudaError("dlopen(" + library + ")", static_cast<int>(CUDA_ERROR_NO_DEVICE),
-                    "CUDA_ERROR_NO_DEVICE",
-                    std::string(why ? why : "not found") +
-                        "; no NVIDIA driver is installed on this machine (kjit can still "
-                        "generate and compile kernels with --arch)");
+    throw CudaError(
+        "dlopen(" + library + ")", static_cast<int>(CUDA_ERROR_NO_DEVICE), "CUDA_ERROR_NO_DEVICE",
+        std::string(why ? why : "not found") + "; no NVIDIA driver is installed on this machine");
   }
   auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(handle_, "cuGetProcAddress_v2"));
   if (get_proc == nullptr)
