@@ -1106,51 +1106,86 @@ struct PadJob {
   long long rows, cols, ld_src, stride_src, rows_dst, ld_dst;
 };
 
+// Eight 16-bit elements from s, which may sit at any even address, as one 16-byte
+// chunk: the two aligned 16-byte chunks that hold them, loaded whole, and the eight
+// picked out with funnel shifts (the start's word, then half a word where s is 2
+// bytes past a word). The second chunk reaches up to 14 bytes past s + 7: the
+// caller passes `beyond` = whether those bytes are inside the operand (else
+// element loads, which never read past the matrix: compute-sanitizer checks reads
+// against the allocation's bytes, not its pages).
+__device__ __forceinline__ U32x4 load_chunk_at(const u16* s, bool beyond) {
+  const unsigned long long address = reinterpret_cast<unsigned long long>(s);
+  const int b = static_cast<int>(address & 15);  // even
+  if (b == 0) return *reinterpret_cast<const U32x4*>(s);
+  if (!beyond) {
+    U32x4 out;
+    out.x = s[0] | (static_cast<u32>(s[1]) << 16);
+    out.y = s[2] | (static_cast<u32>(s[3]) << 16);
+    out.z = s[4] | (static_cast<u32>(s[5]) << 16);
+    out.w = s[6] | (static_cast<u32>(s[7]) << 16);
+    return out;
+  }
+  const U32x4* aligned = reinterpret_cast<const U32x4*>(address - b);
+  const U32x4 lo = aligned[0], hi = aligned[1];
+  const u32 w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  // Word k of the result starts at byte b + 4k: word q + k of w (q = b / 4), or its
+  // high half and the next word's low half (b = 2 mod 4). Selects, not an index
+  // into w (which would put it in local memory).
+  const int q = b >> 2;
+  u32 picked[5];
+#pragma unroll
+  for (int k = 0; k < 5; ++k)
+    picked[k] = q == 0 ? w[k] : q == 1 ? w[k + 1] : q == 2 ? w[k + 2] : w[k + 3];
+  const u32 shift = (b & 2) * 8;  // 0 or 16 bits
+  return U32x4{
+      __funnelshift_r(picked[0], picked[1], shift), __funnelshift_r(picked[1], picked[2], shift),
+      __funnelshift_r(picked[2], picked[3], shift), __funnelshift_r(picked[3], picked[4], shift)};
+}
+
 // Grid: (x: blocks striding over one matrix's 16-byte chunks, y: batch, z: job).
-// A and B are copied by one launch (z = 0, 1). Each thread writes one 16-byte
-// chunk per iteration; its 8 source elements are read with one 16-byte load, four
-// 4-byte loads or eight 2-byte loads, whichever their address allows (a row of 4095
-// bf16 values starts 4-byte aligned on every other row). Indices are 32-bit: the
-// host checks that a matrix has fewer than 2^31 chunks (so i + stride cannot wrap).
+// A and B are copied by one launch (z = 0, 1). Each thread writes two 16-byte chunks
+// per iteration (both loaded before either is stored: more bytes in flight); a
+// chunk's 8 source elements come from the two aligned 16-byte chunks that hold them
+// (load_chunk_at): a row of 4097 bf16 values starts at every even address modulo 16
+// in turn. Until 2026-12-04 they were read as four 4-byte or eight 2-byte loads,
+// whichever the address allowed; on the H200 the whole product (copy and matmul)
+// went from 0.2473 to 0.2454 ms at 4097^3 (192 x 128 stream-K) and from 0.3361 to
+// 0.3334 at 2048 x 50257 x 768 (ping-pong 64 x 256) (docs/perf/2026-12-04-h200-pad-copy.md).
+// Indices are 32-bit: the host checks that a matrix has fewer than 2^31 chunks (so
+// i + 2 stride cannot wrap).
+template <typename T>
+__device__ __forceinline__ U32x4 pad_chunk(const PadJob& job, const T* src, unsigned r,
+                                           unsigned c) {
+  const u16* s = reinterpret_cast<const u16*>(src + r * job.ld_src + c);
+  if (r < job.rows && c + 8 <= job.cols)
+    return load_chunk_at(s, c + 16 <= job.cols || r + 1 < job.rows);
+  u16 v[8];  // the right or bottom edge: zeros past the matrix
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = r < job.rows && c + j < job.cols ? s[j] : u16(0);
+  return U32x4{v[0] | (static_cast<u32>(v[1]) << 16), v[2] | (static_cast<u32>(v[3]) << 16),
+               v[4] | (static_cast<u32>(v[5]) << 16), v[6] | (static_cast<u32>(v[7]) << 16)};
+}
+
 template <typename T>
 __device__ __forceinline__ void pad_copy(const PadJob job) {
+  static_assert(sizeof(T) == 2, "the padded path copies 16-bit elements");
   const unsigned chunks_per_row = static_cast<unsigned>(job.ld_dst / 8);
   const unsigned chunks = static_cast<unsigned>(job.rows_dst) * chunks_per_row;
   const T* src = static_cast<const T*>(job.src) + blockIdx.y * job.stride_src;
   T* dst = static_cast<T*>(job.dst) + blockIdx.y * job.rows_dst * job.ld_dst;
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks;
-       i += gridDim.x * blockDim.x) {
-    const unsigned r = i / chunks_per_row;
-    const unsigned c = (i - r * chunks_per_row) * 8;
-    const T* s = src + r * job.ld_src + c;
-    U32x4 out;
-    if (r < job.rows && c + 8 <= job.cols) {
-      if (aligned_to(s, 16)) {
-        out = *reinterpret_cast<const U32x4*>(s);
-      } else if (aligned_to(s, 4)) {
-        const u32* w = reinterpret_cast<const u32*>(s);
-        out = U32x4{w[0], w[1], w[2], w[3]};
-      } else {
-        const u16* h = reinterpret_cast<const u16*>(s);
-        out.x = h[0] | (static_cast<u32>(h[1]) << 16);
-        out.y = h[2] | (static_cast<u32>(h[3]) << 16);
-        out.z = h[4] | (static_cast<u32>(h[5]) << 16);
-        out.w = h[6] | (static_cast<u32>(h[7]) << 16);
-      }
-    } else {  // the right or bottom edge: zeros past the matrix
-      u16 v[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        v[j] = r < job.rows && c + j < job.cols ? reinterpret_cast<const u16*>(s)[j] : u16(0);
-      out.x = v[0] | (static_cast<u32>(v[1]) << 16);
-      out.y = v[2] | (static_cast<u32>(v[3]) << 16);
-      out.z = v[4] | (static_cast<u32>(v[5]) << 16);
-      out.w = v[6] | (static_cast<u32>(v[7]) << 16);
-    }
-    *reinterpret_cast<U32x4*>(dst + static_cast<long long>(r) * job.ld_dst + c) = out;
+  const unsigned stride = gridDim.x * blockDim.x;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += 2 * stride) {
+    const unsigned j = i + stride;  // the second chunk, if inside the matrix
+    const unsigned r0 = i / chunks_per_row, c0 = (i - r0 * chunks_per_row) * 8;
+    const unsigned r1 = j / chunks_per_row, c1 = (j - r1 * chunks_per_row) * 8;
+    const U32x4 first = pad_chunk(job, src, r0, c0);
+    U32x4 second{};
+    if (j < chunks) second = pad_chunk(job, src, r1, c1);
+    *reinterpret_cast<U32x4*>(dst + static_cast<long long>(r0) * job.ld_dst + c0) = first;
+    if (j < chunks)
+      *reinterpret_cast<U32x4*>(dst + static_cast<long long>(r1) * job.ld_dst + c1) = second;
   }
 }
-
 // Job `index` of two, chosen field by field: selecting a whole kernel parameter by a
 // run-time index would take its address and copy both to the stack.
 __device__ __forceinline__ PadJob select_job(int index, const PadJob& job0, const PadJob& job1) {
