@@ -8,7 +8,7 @@
 #
 # --build    the build folder (default build/release)
 # --out      logs, gtest JSON and summary.txt (default $OUT/sanitize, else ./sanitize)
-# --shards   processes per tool (default 4)
+# --shards   processes per tool (default 4; at most one per test the filter selects)
 # --tools    comma-separated (default memcheck,racecheck)
 # --filter   a gtest filter (default: every test)
 # --timeout  per process, seconds (default 540); a process past it is reported as
@@ -37,6 +37,14 @@ while [[ $# -gt 0 ]]; do
 done
 tests=$build/tests/gpu/kjit_gpu_tests
 [[ -x $tests ]] || { echo "sanitize.sh: no test binary at $tests" >&2; exit 2; }
+# No more shards than tests: an empty shard's process launches no kernel, and
+# compute-sanitizer exits 255 on it ("terminated before first instrumented API call").
+count=$("$tests" --gtest_filter="$filter" --gtest_list_tests | grep -c '^  ')
+if [[ $count -eq 0 ]]; then
+  echo "sanitize.sh: no test matches the filter '$filter'" >&2
+  exit 2
+fi
+((shards > count)) && shards=$count
 command -v compute-sanitizer >/dev/null || { echo "sanitize.sh: compute-sanitizer not found" >&2; exit 2; }
 mkdir -p "$out"
 export KJIT_REQUIRE_GPU=1
