@@ -1110,21 +1110,12 @@ struct PadJob {
 // chunk: the two aligned 16-byte chunks that hold them, loaded whole, and the eight
 // picked out with funnel shifts (the start's word, then half a word where s is 2
 // bytes past a word). The second chunk reaches up to 14 bytes past s + 7: the
-// caller passes `beyond` = whether those bytes are inside the operand (else
-// element loads, which never read past the matrix: compute-sanitizer checks reads
-// against the allocation's bytes, not its pages).
-__device__ __forceinline__ U32x4 load_chunk_at(const u16* s, bool beyond) {
+// caller makes sure those bytes are inside the operand (compute-sanitizer checks
+// reads against the allocation's bytes, not its pages).
+__device__ __forceinline__ U32x4 load_chunk_at(const u16* s) {
   const unsigned long long address = reinterpret_cast<unsigned long long>(s);
   const int b = static_cast<int>(address & 15);  // even
   if (b == 0) return *reinterpret_cast<const U32x4*>(s);
-  if (!beyond) {
-    U32x4 out;
-    out.x = s[0] | (static_cast<u32>(s[1]) << 16);
-    out.y = s[2] | (static_cast<u32>(s[3]) << 16);
-    out.z = s[4] | (static_cast<u32>(s[5]) << 16);
-    out.w = s[6] | (static_cast<u32>(s[7]) << 16);
-    return out;
-  }
   const U32x4* aligned = reinterpret_cast<const U32x4*>(address - b);
   const U32x4 lo = aligned[0], hi = aligned[1];
   const u32 w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -1157,9 +1148,13 @@ template <typename T>
 __device__ __forceinline__ U32x4 pad_chunk(const PadJob& job, const T* src, unsigned r,
                                            unsigned c) {
   const u16* s = reinterpret_cast<const u16*>(src + r * job.ld_src + c);
-  if (r < job.rows && c + 8 <= job.cols)
-    return load_chunk_at(s, c + 16 <= job.cols || r + 1 < job.rows);
-  u16 v[8];  // the right or bottom edge: zeros past the matrix
+  // Whole aligned chunks where the 8 bytes past the chunk are the row's or the
+  // next row's (load_chunk_at reads up to 14 of them).
+  if (r < job.rows && c + 8 <= job.cols && (c + 16 <= job.cols || r + 1 < job.rows))
+    return load_chunk_at(s);
+  // Element by element: the right or bottom edge (zeros past the matrix), and the
+  // last row's last chunks.
+  u16 v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = r < job.rows && c + j < job.cols ? s[j] : u16(0);
   return U32x4{v[0] | (static_cast<u32>(v[1]) << 16), v[2] | (static_cast<u32>(v[3]) << 16),

@@ -856,7 +856,7 @@ struct WgmmaMatmul {
           static_cast<int>(reinterpret_cast<unsigned long long>(row_start(r1 + 8 * half)) & 15);
       out[half] = row_start(min(lane, 7) + 8 * half);
     }
-    u32 held[2] = {0u, 0u};   // the last line's word past buffer byte 128, if this lane's
+    u32 held[2] = {0u, 0u};   // this lane's word of the last line past buffer byte 128
     u32 last7[2] = {0u, 0u};  // the last line's pair of group 7 (columns 56 + 2q, + 1)
 #pragma unroll
     for (int line = 0; line < LINES; ++line) {

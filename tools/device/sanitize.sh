@@ -39,7 +39,9 @@ tests=$build/tests/gpu/kjit_gpu_tests
 [[ -x $tests ]] || { echo "sanitize.sh: no test binary at $tests" >&2; exit 2; }
 # No more shards than tests: an empty shard's process launches no kernel, and
 # compute-sanitizer exits 255 on it ("terminated before first instrumented API call").
-count=$("$tests" --gtest_filter="$filter" --gtest_list_tests | grep -c '^  ')
+listed=$("$tests" --gtest_filter="$filter" --gtest_list_tests) ||
+  { echo "sanitize.sh: $tests cannot list its tests" >&2; exit 2; }
+count=$(grep -c '^  ' <<<"$listed")
 if [[ $count -eq 0 ]]; then
   echo "sanitize.sh: no test matches the filter '$filter'" >&2
   exit 2
