@@ -1,5 +1,5 @@
-// kjit/math.cuh — f32 sine, cosine and gelu for generated kernels, written out, and
-// the hardware's tanh for fast chains.
+// kjit/math.cuh — f32 sine, cosine and gelu for generated kernels, written out, a
+// cheaper gelu for results rounded to 16 bits, and the hardware's tanh for fast chains.
 //
 // Why not sinf/cosf? They are accurate, but their argument reduction rounds x * 2/pi
 // to an integer with two conversions (F2I, then I2F) that run at a quarter of the
@@ -129,7 +129,7 @@ __device__ __forceinline__ float reciprocal_of_moderate(float y) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
   return fmaf(r, fmaf(-y, r, 1.0f), r);
 #else
-  return 1.0f / y;  // host emulation: the correctly rounded value the device gets
+  return 1.0f / y;           // host emulation: the correctly rounded value the device gets
 #endif
 }
 
@@ -156,6 +156,76 @@ __device__ __forceinline__ float gelu_f32(float x) {
   xq *= fmaf(-0.5f, l, 1.0f);  // a product, not an FMA: -0 stays -0 where xq underflows
   // 1. x * Phi(x) from x * Phi(-|x|).
   return x < 0.0f ? xq : x - xq;
+}
+
+// ---- gelu for a result rounded to 16 bits ------------------------------------
+//
+// A matmul epilogue that writes bf16 or f16 keeps 8 or 11 bits of gelu(acc + bias);
+// gelu_f32's 8 ulps are 2^-20 of the value, far finer than that, and its
+// instructions are the exposed part of the epilogue (the tensor cores
+// wait while they issue: docs/perf/2026-12-04-h200-shifted-rows-held-words.md).
+// The same three steps with a coarser budget: 21 PTX instructions, against 39:
+//
+//   - t = 1 / (1 + a/4) from the hardware's approximate reciprocal alone (1 ulp,
+//     no Newton step);
+//   - R(a) = t * P(t) with P of degree 7, not 9 (relative error 6.5e-7, fitted the
+//     same way);
+//   - exp(-a^2/2) without the exact square: the hardware's 2^y, one MUFU.EX2 (a
+//     few ulps), at y = -a^2 log2(e) / 4, squared. Half the exponent keeps 2^y
+//     normal wherever the result is (a <= 18.7), so the flush to zero of the
+//     approximate 2^y never loses a representable result; the product's last
+//     rounding alone may be subnormal. Rounding a^2 (and its product with
+//     log2(e)/4) costs about a^2/2 * 2^-23 of relative error: 2^-20 at |x| = 4,
+//     2^-17 at |x| = 12, where results are below 1e-31.
+//
+// Relative error at most 2^-19 for |x| <= 4 (f16 holds negative results as normal
+// numbers only there) and 2^-16.5 wherever the result is at least FLT_MIN
+// (tests/unit/emulation/math_test.cpp on the CPU, every float; tests/gpu/math_test.cpp
+// on the device; the worst measured on the H200: 2^-19.5 and 2^-16.9): a
+// result rounded to bf16 or f16 differs from the correctly rounded one only where
+// the exact value lies within 1/256 of an f16 ulp (1/2048 of a bf16 ulp) of a
+// rounding boundary. Chosen by the lowering (ScalarMath::Rounded16) for matmul
+// epilogues that write bf16 or f16; everything else keeps gelu_f32.
+
+// 1 / y by the hardware alone (1 ulp; rcp.approx.ftz: y is never subnormal here).
+__device__ __forceinline__ float reciprocal_approx(float y) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+#else
+  return 1.0f / y;           // host emulation: the correctly rounded value
+#endif
+}
+
+// 2^y by the hardware (MUFU.EX2); results below FLT_MIN flush to zero.
+__device__ __forceinline__ float exp2_approx(float y) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+#else
+  const float r = exp2f(y);  // host emulation, with the device's flush to zero
+  return r < 0x1p-126f ? 0.0f : r;
+#endif
+}
+
+__device__ __forceinline__ float gelu_for_16bit(float x) {
+  const float a = fminf(fabsf(x), 19.0f);  // NaN -> 19; the result is NaN anyway
+  const float t = reciprocal_approx(fmaf(a, 0.25f, 1.0f));
+  float p = -0x1.14382p-5f;  // P(t), Horner from the highest power
+  p = fmaf(p, t, 0x1.03321ep-4f);
+  p = fmaf(p, t, 0x1.6c3a72p-5f);
+  p = fmaf(p, t, 0x1.4ccca0p-5f);
+  p = fmaf(p, t, 0x1.8ab996p-4f);
+  p = fmaf(p, t, 0x1.6c077p-4f);
+  p = fmaf(p, t, 0x1.9b4918p-4f);
+  p = fmaf(p, t, 0x1.985bf8p-4f);
+  // e = exp(-a^2/4) = 2^(-a^2 log2(e) / 4); exp(-a^2/2) = e * e.
+  const float e = exp2_approx((a * -0x1.715476p-2f) * a);
+  // |x| * Phi(-|x|) = a * R(a) * e * e, the last product alone possibly subnormal.
+  const float m = (((a * t) * p) * e) * e;
+  return x < 0.0f ? -m : x - m;  // x * Phi(x): Phi(-|x|) for x < 0, 1 - Phi(-|x|) else
 }
 
 // ---- tanh by the hardware (a score modifier's fast math) ------------------------

@@ -264,6 +264,8 @@ std::string node_expression(const Graph& graph, int id, const std::vector<std::s
     if (exponent.op == OpCode::Const && exponent.value == 2.0)
       return operands[0] + " * " + operands[0];
   }
+  if (math != ScalarMath::Exact && result_type == "float" && n.op == OpCode::Gelu)
+    return replace_operands("kjit::gelu_for_16bit({0})", operands);  // see ScalarMath
   if (math == ScalarMath::Fast && result_type == "float") {
     // One MUFU instruction each where the exact forms take a subroutine (see ScalarMath).
     if (n.op == OpCode::Tanh) return replace_operands("kjit::tanh_approx({0})", operands);
@@ -377,7 +379,8 @@ std::string emit_scalar_function(const Graph& graph, int output, const std::stri
       title, comment, type, function_name, parameters, body, result);
 }
 
-std::string emit_epilogue_function(const Graph& graph, const std::string& function_name) {
+std::string emit_epilogue_function(const Graph& graph, const std::string& function_name,
+                                   ScalarMath math) {
   if (graph.outputs().size() != 1)
     throw UserError("an epilogue has one output; this graph has " +
                     std::to_string(graph.outputs().size()));
@@ -387,7 +390,7 @@ std::string emit_epilogue_function(const Graph& graph, const std::string& functi
       throw UserError("epilogue input '" + n.name + "' is " + ir::to_string(n.dtype) +
                       "; an epilogue takes floating inputs");
   }
-  return emit_scalar_function(graph, 0, function_name, "Epilogue " + function_name);
+  return emit_scalar_function(graph, 0, function_name, "Epilogue " + function_name, math);
 }
 
 int effective_vector_width(const ElementwiseProblem& problem, const ElementwiseConfig& config) {

@@ -131,21 +131,27 @@ int effective_vector_width(const ElementwiseProblem& problem, const ElementwiseC
 // One kernel for the problem. Identical inputs give byte-identical source.
 KernelSource lower_elementwise(const ElementwiseProblem& problem, const ElementwiseConfig& config);
 
+// How a fused chain evaluates float math.
+//   Exact: as the elementwise family does (IEEE division, tanhf, kjit::gelu_f32: the
+//     results an fp64 check expects to a few ulps).
+//   Rounded16: as Exact, but gelu by kjit::gelu_for_16bit (relative error 2^-19
+//     against 2^-20, 21 PTX instructions against 39), for a matmul epilogue whose result
+//     is rounded to bf16 or f16 (templates/math.cuh says what such a result keeps).
+//   Fast: as Rounded16, and division by __fdividef (2 ulps) and tanh by the hardware's
+//     tanh.approx.f32 (one MUFU instruction, relative error 2^-10.99 by the PTX ISA),
+//     for a score modifier run once per attention score beside the tensor cores,
+//     where the exact subroutines halved the kernel's speed and the error stays below
+//     the bf16 rounding of P.
+enum class ScalarMath { Exact, Rounded16, Fast };
+
 // The chain as a device function over named scalar values, for fusing a graph into
 // another kernel (a matmul epilogue). The graph must have exactly one output and
 // floating inputs only; the parameters are the inputs in declaration order, all
 // `float`, named in_<name>:
 //   __device__ __forceinline__ float NAME(float in_acc, float in_bias) { ... return t3; }
 // The text is stable: the same graph gives the same function.
-std::string emit_epilogue_function(const Graph& graph, const std::string& function_name);
-
-// How a fused chain evaluates float math. Exact: as the elementwise family does (IEEE
-// division, tanhf: the results an fp64 check expects to a few ulps). Fast: division
-// by __fdividef (2 ulps) and tanh by the hardware's tanh.approx.f32 (one MUFU
-// instruction, relative error 2^-10.99 by the PTX ISA), for a score modifier run
-// once per attention score beside the tensor cores, where the exact subroutines
-// halved the kernel's speed and the error stays below the bf16 rounding of P.
-enum class ScalarMath { Exact, Fast };
+std::string emit_epilogue_function(const Graph& graph, const std::string& function_name,
+                                   ScalarMath math = ScalarMath::Exact);
 
 // Output `output` of the graph as a device function over named scalar values, for
 // fusing into another kernel (an attention score or mask modifier): the parameters

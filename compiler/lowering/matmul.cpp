@@ -492,7 +492,7 @@ std::string operand_read(const EpilogueOperand& op, int i) {
 // at a time: the register epilogue and the split-K reduction), apply_columns() takes
 // the per-column operands (biases) from load_columns(), which the staged epilogue
 // calls once per chunk of VEC columns, with wide loads, instead of once per output.
-std::string epilogue_glue(const Epilogue& epi) {
+std::string epilogue_glue(const Epilogue& epi, DType output) {
   std::string s;
   s += "// ---- epilogue: " + (epi.function_name.empty() ? std::string("identity") : epi.text) +
        " ----\n";
@@ -501,8 +501,18 @@ std::string epilogue_glue(const Epilogue& epi) {
   if (epi.function_name.empty()) {
     call = call_columns = "acc";
   } else {
-    s += epi.function_source;
-    if (!epi.function_source.empty() && epi.function_source.back() != '\n') s += "\n";
+    // A 16-bit C keeps 8 or 11 bits: the function written for that, where there is one.
+    const bool to_16bit = output == DType::BF16 || output == DType::F16;
+    const std::string& source = to_16bit && !epi.function_source_16bit.empty()
+                                    ? epi.function_source_16bit
+                                    : epi.function_source;
+    if (&source == &epi.function_source_16bit && source != epi.function_source)
+      s += fmt::format(
+          "// C is {}: the function's math is held to what a 16-bit result keeps "
+          "(templates/math.cuh)\n",
+          matmul::to_string(output));
+    s += source;
+    if (!source.empty() && source.back() != '\n') s += "\n";
     call = call_columns = epi.function_name + "(acc";
     for (size_t i = 0; i < epi.operands.size(); ++i) {
       const EpilogueOperand& op = epi.operands[i];
@@ -628,7 +638,7 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       config.bn, tf32 ? 8 : 16, matmul::to_string(problem.input), config.bm, config.bn, config.bk,
       warpgroups, config.stages, out.dynamic_shared_bytes);
   s += "#include \"kjit/matmul_sm90.cuh\"\n\n";
-  s += epilogue_glue(problem.epilogue);
+  s += epilogue_glue(problem.epilogue, problem.output);
   s += wgmma_wrapper(problem, config);
   // tf32: wgmma reads 32-bit operands K-major only, so the runtime first copies an
   // M/N-major operand into K-major scratch (transposed); the kernel sees "nt".
@@ -724,7 +734,7 @@ KernelSource lower(const Problem& problem, const Config& config) {
     s += "#include \"kjit/matmul.cuh\"\n\n";
   }
 
-  s += epilogue_glue(epi);
+  s += epilogue_glue(epi, problem.output);
 
   const std::string out_type = device_type(problem.output);
   const std::string a_k_major = problem.a_transposed ? "false" : "true";

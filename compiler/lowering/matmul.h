@@ -49,6 +49,9 @@ struct Epilogue {
   std::string text;             // the source expression, for comments ("gelu(acc + bias)")
   std::string function_name;    // empty: the identity epilogue
   std::string function_source;  // the device function's CUDA text
+  // The same function for a C of bf16 or f16, where it may spend less on precision
+  // than the 16-bit result keeps (ir::ScalarMath::Rounded16); empty: function_source.
+  std::string function_source_16bit;
   std::vector<EpilogueOperand> operands;  // in the function's argument order after acc
   static constexpr int kMaxOperands = 4;
 };

@@ -65,6 +65,8 @@ LoweredEpilogue epilogue_from_ir(const std::string& text, DType dtype) {
   e.text = text;
   e.function_name = "kjit_epilogue_fn";
   e.function_source = ir::emit_epilogue_function(graph, e.function_name);
+  e.function_source_16bit =
+      ir::emit_epilogue_function(graph, e.function_name, ir::ScalarMath::Rounded16);
   for (size_t i = 1; i < graph.inputs().size(); ++i) {
     const ir::Node& input = graph.node(graph.inputs()[i]);
     e.operands.push_back({input.name, kind_of(input), matmul_dtype(input.dtype, input.name)});

@@ -8,7 +8,9 @@
 // multiple of pi/2 up to the fast limit (where the reduction cancels most), the limit
 // itself and specials. KJIT_MATH_EXHAUSTIVE=1 checks every float up to the limit.
 // gelu: floats in [-24, 24] at a bit stride, around the branch at 0, the cap and
-// specials; KJIT_MATH_EXHAUSTIVE=1 checks every float.
+// specials; KJIT_MATH_EXHAUSTIVE=1 checks every float. kjit::gelu_for_16bit the same
+// way, in relative error (the host stands in exact 1/y and 2^y for the hardware's
+// approximations; tests/gpu checks the device's).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,28 +22,14 @@
 #include "kjit/types.cuh"  // tests/unit/emulation/host
 
 #include "kjit/math.cuh"
+#include "tests/support/gelu_error.h"
 
 namespace {
 
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-uint32_t to_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-// |got - want| in units of the float spacing at want (the spacing of the smallest
-// normal below it, so results near zero are not held to subnormal spacing).
-double ulp_error(float got, double want) {
-  const double a =
-      std::max(std::fabs(want), static_cast<double>(std::numeric_limits<float>::min()));
-  const double spacing = std::ldexp(1.0, std::ilogb(a) - 23);
-  return std::fabs(static_cast<double>(got) - want) / spacing;
-}
+using kjit::testing::from_bits;
+using kjit::testing::gelu_reference;
+using kjit::testing::to_bits;
+using kjit::testing::ulp_error;
 
 struct Worst {
   double ulps = 0;
@@ -130,12 +118,6 @@ TEST(MathSinCos, ExhaustiveWhenAsked) {
 
 // ---- gelu ------------------------------------------------------------------------
 
-double gelu_reference(float x) {
-  const double d = x;
-  if (d == -std::numeric_limits<double>::infinity()) return -0.0;  // the limit
-  return 0.5 * d * std::erfc(-d * 0.70710678118654752440);
-}
-
 struct GeluWorst {
   double ulps = 0;
   float at = 0;
@@ -195,6 +177,63 @@ TEST(MathGelu, ExhaustiveWhenAsked) {
     w.check(-from_bits(u));
   }
   EXPECT_LE(w.ulps, kGeluMaxUlps) << "worst at x = " << w.at << " (" << w.checked << " checked)";
+}
+
+// ---- gelu for 16-bit results ----------------------------------------------------
+
+// kjit::gelu_for_16bit against its stated bounds (tests/support/gelu_error.h).
+struct Gelu16Worst : kjit::testing::GeluFor16BitError {
+  void check(float x) { GeluFor16BitError::check(x, kjit::gelu_for_16bit(x)); }
+  void expect_within_bounds() const {
+    EXPECT_LE(near, near_bound()) << "|x| <= 4, worst at x = " << near_at << " (" << checked
+                                  << " checked)";
+    EXPECT_LE(far, far_bound()) << "normal results, worst at x = " << far_at;
+    EXPECT_LE(tiny, far_bound()) << "subnormal results, worst at x = " << tiny_at;
+  }
+};
+
+TEST(MathGeluFor16Bit, EveryRangeAtAStride) {
+  Gelu16Worst w;
+  const uint32_t end = to_bits(24.0f);
+  for (uint32_t u = 0; u <= end; u += 61) {
+    w.check(from_bits(u));
+    w.check(-from_bits(u));
+  }
+  w.expect_within_bounds();
+}
+
+TEST(MathGeluFor16Bit, AroundZeroTheCapAndTheFlush) {
+  Gelu16Worst w;
+  for (uint32_t u = 0; u <= 4000; ++u) {
+    w.check(from_bits(u));
+    w.check(-from_bits(u));
+  }
+  // 18.7: where 2^y of the half exponent would flush; 13.2 to 14: results go subnormal.
+  for (float center : {19.0f, -19.0f, 18.7f, -18.7f, 14.0f, -14.0f, 13.2f, -13.2f, 4.0f, -4.0f})
+    for (int i = -2000; i <= 2000; ++i) w.check(from_bits(to_bits(center) + i));
+  w.expect_within_bounds();
+  EXPECT_EQ(to_bits(kjit::gelu_for_16bit(0.0f)), to_bits(0.0f));
+  EXPECT_EQ(to_bits(kjit::gelu_for_16bit(-0.0f)), to_bits(-0.0f));
+  EXPECT_EQ(kjit::gelu_for_16bit(100.0f), 100.0f);
+  EXPECT_EQ(kjit::gelu_for_16bit(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(kjit::gelu_for_16bit(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(to_bits(kjit::gelu_for_16bit(-std::numeric_limits<float>::infinity())), to_bits(-0.0f))
+      << "the limit of x * Phi(x), not -inf * 0";
+  EXPECT_EQ(to_bits(kjit::gelu_for_16bit(-100.0f)), to_bits(-0.0f));
+}
+
+TEST(MathGeluFor16Bit, ExhaustiveWhenAsked) {
+  const char* flag = std::getenv("KJIT_MATH_EXHAUSTIVE");
+  if (flag == nullptr || std::strcmp(flag, "1") != 0)
+    GTEST_SKIP() << "set KJIT_MATH_EXHAUSTIVE=1 to check every float";
+  Gelu16Worst w;
+  const uint32_t end = to_bits(std::numeric_limits<float>::infinity());
+  for (uint32_t u = 0; u < end; ++u) {
+    w.check(from_bits(u));
+    w.check(-from_bits(u));
+  }
+  w.expect_within_bounds();
 }
 
 }  // namespace

@@ -20,6 +20,13 @@ TEST(IrEpilogue, GeluBiasLowersToOneFunctionOverAccFirst) {
   EXPECT_EQ(e.epilogue.operands[0].name, "bias");
   EXPECT_EQ(e.epilogue.operands[0].kind, OperandKind::ColumnVector);
   EXPECT_EQ(e.epilogue.operands[0].dtype, DType::BF16);
+  // For an f32 C the accurate gelu; for bf16 or f16 the one held to 16 bits
+  // (templates/math.cuh), the same function otherwise.
+  EXPECT_NE(e.epilogue.function_source.find("kjit::gelu_f32(t1)"), std::string::npos);
+  EXPECT_NE(e.epilogue.function_source_16bit.find("kjit::gelu_for_16bit(t1)"), std::string::npos);
+  EXPECT_EQ(e.epilogue.function_source_16bit.find("gelu_f32"), std::string::npos);
+  const LoweredEpilogue relu = epilogue_from_ir("relu(acc + bias)", DType::BF16);
+  EXPECT_EQ(relu.epilogue.function_source_16bit, relu.epilogue.function_source);
   // The fp64 twin agrees with the hand-written reference (erf form, both).
   LoweredEpilogue builtin = builtin_epilogue("gelu(acc + bias)", DType::BF16);
   for (double acc : {-3.0, -0.5, 0.0, 0.7, 2.5})
