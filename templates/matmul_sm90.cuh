@@ -474,6 +474,34 @@ struct WgmmaMatmul {
   // last read it has read it (bulk_wait_read<1>: the half's previous store is the
   // second most recent of the lane's groups). Lane 0 issues, commits and waits; the
   // warp follows it through __syncwarp.
+  // The epilogue's per-column operands (a bias) at this lane's pair of columns in each
+  // group of 8 of a line, line_col + 8 jj + c and + 1: read once for both halves of
+  // the warp's 16 rows, one pair load each, all before the line's first output,
+  // instead of two 2-byte loads per pair of outputs inside the line's chain of
+  // stores (finish() without columns). On the H200, same binary: gelu(acc + bias)
+  // 4096^3 (256 x 128) 0.1913 -> 0.1901 ms, 2048 x 50257 x 768 0.4361 -> 0.4312, and
+  // ping-pong 64 x 256, with one warp a scheduler to hide the loads, 0.5029 -> 0.4754
+  // (docs/perf/2026-12-04-h200-gelu-for-16bit.md).
+  template <typename Epilogue>
+  __device__ __forceinline__ static void load_line_columns(
+      float (&columns)[SLAB_COLUMNS / 8][Epilogue::kColumnSlots][2], long long batch, int line_col,
+      int c, const EpilogueOperands& ops) {
+#pragma unroll
+    for (int jj = 0; jj < SLAB_COLUMNS / 8; ++jj)
+      Epilogue::template load_columns<2>(columns[jj], batch, line_col + 8 * jj + c, 2, ops);
+  }
+
+  // finish() of output e of a pair whose column operands load_line_columns read.
+  template <typename Epilogue>
+  __device__ __forceinline__ static float finish_pair(
+      float acc, const MatmulArgs& args, long long batch, int row, int col,
+      const float (&pair)[Epilogue::kColumnSlots][2], int e, const EpilogueOperands& ops) {
+    float at[Epilogue::kColumnSlots];
+#pragma unroll
+    for (int k = 0; k < Epilogue::kColumnSlots; ++k) at[k] = pair[k][e];
+    return matmul::finish<TC, Epilogue>(acc, 0.0f, args, batch, row, col + e, at, ops);
+  }
+
   template <typename Epilogue>
   __device__ __forceinline__ static void write_out_bulk(
       const MatmulArgs& args, const EpilogueOperands& ops, const float (&acc)[ACC],
@@ -484,6 +512,8 @@ struct WgmmaMatmul {
 #pragma unroll
     for (int line = 0; line < BN / SLAB_COLUMNS; ++line) {
       const int line_col = col0 + line * SLAB_COLUMNS;  // the line's first column
+      float columns[SLAB_COLUMNS / 8][Epilogue::kColumnSlots][2];
+      load_line_columns<Epilogue>(columns, w.batch, line_col, c1, ops);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         if (issuer) bulk_wait_read<1>();  // this half's previous store has read it
@@ -495,8 +525,8 @@ struct WgmmaMatmul {
           float v[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            v[e] = matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], 0.0f, args, w.batch,
-                                                row0 + r1 + 8 * half, col + e, ops);
+            v[e] = finish_pair<Epilogue>(acc[4 * j + 2 * half + e], args, w.batch,
+                                         row0 + r1 + 8 * half, col, columns[jj], e, ops);
           matmul::Pair<TC>::store(
               reinterpret_cast<TC*>(
                   slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * static_cast<int>(sizeof(TC)))),
@@ -860,6 +890,8 @@ struct WgmmaMatmul {
     u32 last7[2] = {0u, 0u};  // the last line's pair of group 7 (columns 56 + 2q, + 1)
 #pragma unroll
     for (int line = 0; line < LINES; ++line) {
+      float columns[8][Epilogue::kColumnSlots][2];
+      load_line_columns<Epilogue>(columns, w.batch, col0 + line * SLAB_COLUMNS, 2 * q, ops);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         u32 pair[8];  // 1. this half's outputs of the line, a word per pair of columns
@@ -870,8 +902,8 @@ struct WgmmaMatmul {
           float v[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            v[e] = matmul::finish<TC, Epilogue>(acc[4 * j + 2 * half + e], 0.0f, args, w.batch,
-                                                row0 + r1 + 8 * half, col + e, ops);
+            v[e] = finish_pair<Epilogue>(acc[4 * j + 2 * half + e], args, w.batch,
+                                         row0 + r1 + 8 * half, col, columns[jj], e, ops);
           pair[jj] = matmul::Pair<TC>::pack(v[0], v[1]);
         }
         const int m = shift[half];
