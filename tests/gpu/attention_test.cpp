@@ -485,6 +485,15 @@ TEST_F(AttentionTest, BackwardWithModifiers) {
       }
     }
   }
+  // gelu in a score modifier: kjit::gelu_for_16bit (the fast math), and in the
+  // gradient gelu' = Phi + s phi with Phi from gelu(s) / s.
+  for (const auto& [seq_q, seq_k] : {std::pair<int64_t, int64_t>{129, 129}, {127, 300}}) {
+    Problem p = shape(seq_q, seq_k, 128, 4);
+    p.kv_heads = 2;
+    p.backward = true;
+    p.score_mod = "gelu(s)";
+    run_backward({p, std::nullopt, false, 3.0f});
+  }
   Problem packed = shape(1, 1, 64, 2);
   packed.backward = true;
   packed.score_mod = kSoftCap;

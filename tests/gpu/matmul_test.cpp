@@ -582,6 +582,18 @@ std::vector<Case> IrEpilogueCases() {
                    .epilogue = "gelu(acc + bias)",
                    .ir = true,
                    .config = "bm=128,bn=128,bk=32,warps=8,wm=2,stages=4,splitk=4"});
+  // gelu into an f16 C (kjit::gelu_for_16bit, held to 11 bits): aligned and packed
+  // rows of 1001, through the persistent write-outs where the GPU has wgmma.
+  for (int64_t n : {1024, 1001})
+    cases.push_back(
+        {.m = 300,
+         .n = n,
+         .k = 256,
+         .input = DType::F16,
+         .output = DType::F16,
+         .epilogue = "gelu(acc + bias)",
+         .ir = true,
+         .config = gpu_is_sm90() ? "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent" : ""});
   return cases;
 }
 TEST_F(MatmulGpu, IrEpilogue) {
