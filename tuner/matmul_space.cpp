@@ -62,8 +62,16 @@ constexpr double kNarrowStoreShifted = 0.30;
 // 256x128 tile persistent at 4096^3 (0.0205 ms over 3.9 tiles an SM) and at
 // 2048x50257x768 (0.130 ms over 23.9), +5.1 us one tile per block at 4096^3, +6.3
 // us per 128x128 tile ping-pong at 2048x50257x768 (0.30 ms over 47.8). A cheaper
-// function is charged as much: every schedule alike but ping-pong.
+// function is charged as much: every schedule alike but ping-pong. Those fits were
+// of gelu_f32, what an f32 C still gets.
 constexpr double kFunctionSecondsPerOutput = 0.165e-9;
+// The same into a bf16 or f16 C, whose gelu is kjit::gelu_for_16bit (21 PTX
+// instructions against 39), fitted on the H200 to gelu(acc + bias) against no
+// epilogue (2026-12-04, docs/perf/2026-12-04-h200-gelu-for-16bit.md): +3.0 us per
+// 256x128 tile persistent at 4096^3 (0.0117 ms over 3.9 tiles an SM), +3.4 us at
+// 2048x50257x768 (0.081 ms over 23.9), +3.2 us per 128x128 tile ping-pong there
+// (0.152 ms over 47.8: twice the outputs per warp, as above).
+constexpr double kFunctionSecondsPerOutput16 = 0.10e-9;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 // The time a load in flight takes to come back from L2, seconds. An SM with
@@ -535,10 +543,10 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                                 (shifted        ? kNarrowStoreShifted
                                  : c.persistent ? kNarrowStorePersistent
                                                 : kNarrowStoreTile);
+  const double per_output =
+      matmul::dtype_bytes(p.output) == 2 ? kFunctionSecondsPerOutput16 : kFunctionSecondsPerOutput;
   const double function_seconds =
-      p.epilogue.function_name.empty()
-          ? 0.0
-          : kFunctionSecondsPerOutput * c.bm * c.bn * (c.pingpong ? 2.0 : 1.0);
+      p.epilogue.function_name.empty() ? 0.0 : per_output * c.bm * c.bn * (c.pingpong ? 2.0 : 1.0);
   const double serial =
       c.persistent
           ? kFillSeconds + static_cast<double>(units_per_sm) *
