@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -189,6 +190,10 @@ struct Gelu16Worst : kjit::testing::GeluFor16BitError {
                                   << " checked)";
     EXPECT_LE(far, far_bound()) << "normal results, worst at x = " << far_at;
     EXPECT_LE(tiny, far_bound()) << "subnormal results, worst at x = " << tiny_at;
+    std::printf(
+        "gelu_for_16bit over %lld floats: worst relative 2^%.2f (|x| <= 4, at %g), "
+        "2^%.2f (at %g)\n",
+        checked, std::log2(near), near_at, std::log2(far), far_at);
   }
 };
 
