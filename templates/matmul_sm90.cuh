@@ -459,21 +459,6 @@ struct WgmmaMatmul {
     return row * SLAB_ROW_BYTES + (((byte >> 4) ^ (row & 7)) << 4) + (byte & 15);
   }
 
-  // The write-out through the copy engine (TMA bulk stores), for whole tiles without
-  // C0 where C's pointer, rows and batch stride are 16-byte aligned (args.c_tma).
-  // Phase 1 is write_out_16's (each lane finishes its pairs of outputs into the
-  // warp's slab); phase 2 is one instruction: a lane asks the copy engine to store
-  // the slab's rows as a box of map_c, and the warp moves on. The loads and stores of
-  // phase 2 (four 16-byte chunks a lane per line) leave the consumer warps, and so
-  // does the wait for a memory system that every SM writes to at once when a wave of
-  // tiles ends: the copy engine drains the slab while the next tile's wgmma run.
-  //
-  // The slab's two halves (rows 0-7 and 8-15, 1 KiB each, 1024-byte aligned) are one
-  // 128-byte-swizzle atom each, the layout slab_offset writes and the map's swizzle
-  // reads, and they take turns: a half is written again only once the store that
-  // last read it has read it (bulk_wait_read<1>: the half's previous store is the
-  // second most recent of the lane's groups). Lane 0 issues, commits and waits; the
-  // warp follows it through __syncwarp.
   // The epilogue's per-column operands (a bias) at this lane's pair of columns in each
   // group of 8 of a line, line_col + 8 jj + c and + 1: read once for both halves of
   // the warp's 16 rows, one pair load each, all before the line's first output,
@@ -502,6 +487,21 @@ struct WgmmaMatmul {
     return matmul::finish<TC, Epilogue>(acc, 0.0f, args, batch, row, col + e, at, ops);
   }
 
+  // The write-out through the copy engine (TMA bulk stores), for whole tiles without
+  // C0 where C's pointer, rows and batch stride are 16-byte aligned (args.c_tma).
+  // Phase 1 is write_out_16's (each lane finishes its pairs of outputs into the
+  // warp's slab); phase 2 is one instruction: a lane asks the copy engine to store
+  // the slab's rows as a box of map_c, and the warp moves on. The loads and stores of
+  // phase 2 (four 16-byte chunks a lane per line) leave the consumer warps, and so
+  // does the wait for a memory system that every SM writes to at once when a wave of
+  // tiles ends: the copy engine drains the slab while the next tile's wgmma run.
+  //
+  // The slab's two halves (rows 0-7 and 8-15, 1 KiB each, 1024-byte aligned) are one
+  // 128-byte-swizzle atom each, the layout slab_offset writes and the map's swizzle
+  // reads, and they take turns: a half is written again only once the store that
+  // last read it has read it (bulk_wait_read<1>: the half's previous store is the
+  // second most recent of the lane's groups). Lane 0 issues, commits and waits; the
+  // warp follows it through __syncwarp.
   template <typename Epilogue>
   __device__ __forceinline__ static void write_out_bulk(
       const MatmulArgs& args, const EpilogueOperands& ops, const float (&acc)[ACC],
