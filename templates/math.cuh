@@ -119,14 +119,24 @@ __device__ __forceinline__ float cos_f32(float x) {
 // erfcf's documented bound is 4 ulps, before the rounding of its argument x / sqrt 2
 // (which costs up to x^2 half-ulps more in the tail).
 
+// 1 / y by the hardware alone (1 ulp; rcp.approx.ftz: y must not be subnormal).
+__device__ __forceinline__ float reciprocal_approx(float y) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+#else
+  return 1.0f / y;           // host emulation: the correctly rounded value
+#endif
+}
+
 // 1 / y for y in [1, 5.75]: the hardware's approximate reciprocal refined by one
 // Newton step, which is the correctly rounded reciprocal on normal floats (the same
 // two steps as the fast path of __frcp_rn, without its branch for extreme
 // exponents, which 1 + |x|/4 never has).
 __device__ __forceinline__ float reciprocal_of_moderate(float y) {
 #ifdef __CUDA_ARCH__
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  const float r = reciprocal_approx(y);
   return fmaf(r, fmaf(-y, r, 1.0f), r);
 #else
   return 1.0f / y;           // host emulation: the correctly rounded value the device gets
@@ -186,17 +196,6 @@ __device__ __forceinline__ float gelu_f32(float x) {
 // the exact value lies within 1/256 of an f16 ulp (1/2048 of a bf16 ulp) of a
 // rounding boundary. Chosen by the lowering (ScalarMath::Rounded16) for matmul
 // epilogues that write bf16 or f16; everything else keeps gelu_f32.
-
-// 1 / y by the hardware alone (1 ulp; rcp.approx.ftz: y is never subnormal here).
-__device__ __forceinline__ float reciprocal_approx(float y) {
-#ifdef __CUDA_ARCH__
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
-  return r;
-#else
-  return 1.0f / y;           // host emulation: the correctly rounded value
-#endif
-}
 
 // 2^y by the hardware (MUFU.EX2); results below FLT_MIN flush to zero.
 __device__ __forceinline__ float exp2_approx(float y) {

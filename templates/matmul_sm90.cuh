@@ -890,7 +890,7 @@ struct WgmmaMatmul {
     u32 last7[2] = {0u, 0u};  // the last line's pair of group 7 (columns 56 + 2q, + 1)
 #pragma unroll
     for (int line = 0; line < LINES; ++line) {
-      float columns[8][Epilogue::kColumnSlots][2];
+      float columns[SLAB_COLUMNS / 8][Epilogue::kColumnSlots][2];
       load_line_columns<Epilogue>(columns, w.batch, col0 + line * SLAB_COLUMNS, 2 * q, ops);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {

@@ -501,12 +501,12 @@ std::string epilogue_glue(const Epilogue& epi, DType output) {
   if (epi.function_name.empty()) {
     call = call_columns = "acc";
   } else {
-    // A 16-bit C keeps 8 or 11 bits: the function written for that, where there is one.
-    const bool to_16bit = output == DType::BF16 || output == DType::F16;
-    const std::string& source = to_16bit && !epi.function_source_16bit.empty()
-                                    ? epi.function_source_16bit
-                                    : epi.function_source;
-    if (&source == &epi.function_source_16bit && source != epi.function_source)
+    // A 16-bit C keeps 8 or 11 bits: the function written for that, where it differs.
+    const bool rounded16 = (output == DType::BF16 || output == DType::F16) &&
+                           !epi.function_source_16bit.empty() &&
+                           epi.function_source_16bit != epi.function_source;
+    const std::string& source = rounded16 ? epi.function_source_16bit : epi.function_source;
+    if (rounded16)
       s += fmt::format(
           "// C is {}: the function's math is held to what a 16-bit result keeps "
           "(templates/math.cuh)\n",

@@ -12,11 +12,11 @@
 #include <limits>
 #include <vector>
 
+#include "kjit/runtime/compile.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/module.h"
 #include "kjit/runtime/cuda/nvrtc.h"
 #include "kjit/runtime/cuda/stream.h"
-#include "kjit/templates/embedded.h"
 #include "tests/support/gelu_error.h"
 #include "tests/support/gpu_test.h"
 
@@ -42,12 +42,10 @@ class MathGpu : public GpuTest {
  protected:
   // Both gelus of every x, on the device.
   void run(const std::vector<float>& x, std::vector<float>* exact, std::vector<float>* for_16bit) {
-    std::vector<cuda::SourceHeader> headers;
-    for (const TemplateHeader& t : embedded_templates()) headers.push_back({t.name, t.content});
     cuda::NvrtcOptions options;
     options.arch = device().arch();
     const cuda::CompiledProgram program =
-        cuda::nvrtc_compile(kSource, "gelu_both.cu", options, headers);
+        cuda::nvrtc_compile(kSource, "gelu_both.cu", options, template_headers());
     std::shared_ptr<cuda::Module> module = cuda::Module::load(program.cubin);
     cuda::Function gelu = module->function("gelu_both");
     long long n = static_cast<long long>(x.size());
