@@ -243,6 +243,28 @@ constexpr double kTileFillSeconds = 1.5e-6;
 // Persistent blocks (wgmma forward): the next item's loads run under this one's
 // compute; what is left per item is its softmax's last rows and the write-out.
 constexpr double kPersistentItemSeconds = 0.4e-6;
+// The wgmma backward's blocks (128 keys, or 128 queries), one per SM: K and V (or Q
+// and dO) loaded before the first product, dK and dV (or dQ) written after the last,
+// none of it under another block's products. Fitted on the H200 (ncu, 2026-12-04):
+// the dK/dV kernel with the atomic dQ at D = 128 took 23.2 us a block slot with
+// 5.6 query tiles of 64 (a 256-key window mask, S = 2k) and 48.2 us with 13.5 (a
+// 1024-key one): 3.2 us a tile and 5.5 us a block
+// (docs/perf/2026-12-04-h200-dq-sums-first-store.md).
+constexpr double kBackwardBlockSeconds = 5.5e-6;
+
+// The backward's memory-bound passes before and after its main kernels, which
+// overlap nothing: the prep kernel reads O and dO and the LSE and writes D and
+// LSE · log2 e per query row (and, dq=atomic, zeroes the f32 sums of dQ); with the
+// atomic dQ the finishing kernel reads the sums and writes dQ. On the H200 at
+// 16k tokens x 16 heads, D = 128: 68.7 and 46.9 us (ncu), against 61 and 45 us at
+// the datasheet's DRAM rate.
+double backward_pass_bytes(const attention::Problem& p, const attention::Config& c) {
+  const double rows = static_cast<double>(p.total_q()) * static_cast<double>(p.heads);
+  const double element = 2, d = p.head_dim;
+  const double prep = rows * (2 * element * d + 4 + 8 + (c.atomic_dq ? 4 * d : 0));
+  const double finish = c.atomic_dq ? rows * (4 * d + element * d) : 0;
+  return prep + finish;
+}
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -267,11 +289,17 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // 378.0 TFLOP/s against 341.9 for the separate dQ (1.105x); at D = 64, each
   // warpgroup's half of the columns over all 128 keys, 232.4 against 222.3 (1.045x;
   // causal 200.9 against 188.7).
+  // At D = 64 a tile's products are half as long against the same exponentials,
+  // loads and waits: with the blocks' fixed costs and the passes apart, the H200 ran
+  // the backward at 0.6x D = 128's rate (2026-12-04, every config measured at 8 x 2k
+  // tokens, 32 heads: the atomic dQ 2.90 ms, causal 1.68 ms).
+  const double backward_head_dim = p.head_dim >= 128 ? 1.0 : 0.6;
   if (p.backward && c.wgmma && c.atomic_dq)
-    return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.105 : 1.045) * (c.stages >= 3 ? 0.98 : 1.0);
+    return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.105 : 1.045) * (c.stages >= 3 ? 0.98 : 1.0) *
+           backward_head_dim;
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
-           (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0);
+           (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0) * backward_head_dim;
   if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   // Persistent blocks: two buffers suffice (the next item's loads overlap this one's
@@ -402,11 +430,14 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   if (resources && resources->threads > 0) {
     out.resources = *resources;
   } else {
-    out.resources.threads = p.backward ? c.bn / 16 * 32 : c.threads();
-    out.resources.registers = p.backward ? std::min(255, backward_registers(p, c))
-                              : c.wgmma
-                                  ? kWgmmaLaunchRegisters
-                                  : std::min(255, accumulator_registers(p, c) + kOverheadRegisters);
+    // The wgmma backward kernels are 384 threads (a producer and two consumer
+    // warpgroups of 64 keys or queries) at the launch's register count, whatever bm
+    // and bn stream (an estimate from bn had them two blocks an SM).
+    out.resources.threads = p.backward ? (c.wgmma ? 384 : c.bn / 16 * 32) : c.threads();
+    out.resources.registers =
+        p.backward ? (c.wgmma ? kWgmmaLaunchRegisters : std::min(255, backward_registers(p, c)))
+        : c.wgmma  ? kWgmmaLaunchRegisters
+                   : std::min(255, accumulator_registers(p, c) + kOverheadRegisters);
     out.resources.shared_bytes = attention::shared_bytes(p, c);
     out.resources.estimated = true;
   }
@@ -458,7 +489,8 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   const double compute = static_cast<double>(tiles_per_sm) * tile_seconds;
   const double serial =
       c.persistent ? kTileFillSeconds + static_cast<double>(tiles_per_sm) * kPersistentItemSeconds
-                   : static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
+      : p.backward && c.wgmma ? static_cast<double>(tiles_per_sm) * kBackwardBlockSeconds / resident
+                              : static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
 
   // Memory: Q, K, V, O and the LSE once from DRAM; K and V once per query tile
   // through L2 (the keys each tile sees: the FLOPs say how many).
@@ -469,6 +501,16 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   out.compute_ms = (compute + serial) * 1e3;
   out.memory_ms = memory * 1e3;
   out.overhead_ms = kLaunchSeconds * 1e3;
+  if (p.backward) {
+    const double pass_bytes = backward_pass_bytes(p, c);
+    const int passes = c.atomic_dq ? 2 : 1;
+    out.overhead_ms += (pass_bytes / rates.dram_bytes_per_s + passes * kLaunchSeconds) * 1e3;
+    out.notes.push_back(fmt::format(
+        "backward: the prep kernel{} move{} {:.0f} MB before and after the main kernel{}, "
+        "overlapping nothing: {:.4f} ms of the overheads",
+        c.atomic_dq ? " and the dQ-finishing kernel" : "", c.atomic_dq ? "" : "s", pass_bytes / 1e6,
+        c.atomic_dq ? "" : "s", pass_bytes / rates.dram_bytes_per_s * 1e3));
+  }
   out.ms = std::max(out.compute_ms, out.memory_ms) + out.overhead_ms;
   out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
               : out.compute_ms >= out.memory_ms                         ? "compute"

@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kjit/runtime/attention.h"
@@ -622,6 +623,35 @@ TEST_F(AttentionTest, BackwardDeterministicProblemsGiveTheSameBits) {
     const Config chosen = tuner::attention_default(p, device());
     EXPECT_FALSE(chosen.atomic_dq) << chosen.to_string();
     run_backward({p}, chosen);
+  }
+}
+
+// The atomic dQ adds every block's share into f32 sums that must start at zero on
+// every launch, also in the query tiles no dK/dV block reaches (their queries see no
+// key: dQ = 0 there). So the memory is left full of NaN bits first (a large buffer
+// filled and freed just before the backward's workspace is allocated, which the
+// driver hands out again), and run_backward's second launch starts from the first
+// one's sums. (A version in which the first block to reach a tile stored its share
+// instead of the prep kernel zeroing the sums passed this too, and was slower:
+// docs/perf/2026-12-04-h200-dq-sums-first-store.md.)
+TEST_F(AttentionTest, BackwardAtomicDqOverStaleMemory) {
+  const Config atomic = Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
+  for (const int d : {64, 128}) {
+    for (const auto& [sq, sk, left] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1000, 17, -1}, {700, 129, -1}, {1000, 1000, 100}, {333, 2000, 0}}) {
+      Problem p = shape(sq, sk, d, 3, 2);
+      p.causal = true;  // bottom-right: with S_q > S_k the first queries see no key
+      p.window_left = left;
+      p.backward = true;
+      const std::vector<Config> space = tuner::attention_space(p, device());
+      if (std::find(space.begin(), space.end(), atomic) == space.end())
+        GTEST_SKIP() << "no atomic dQ on this GPU (" << device().arch() << ")";
+      {
+        cuda::DeviceBuffer stale(size_t{512} << 20);
+        stale.fill_bytes(0xFF);
+      }
+      run_backward({p}, atomic);
+    }
   }
 }
 
