@@ -506,10 +506,11 @@ Prediction AttentionTuning::predict(const attention::Config& c,
     const int passes = c.atomic_dq ? 2 : 1;
     out.overhead_ms += (pass_bytes / rates.dram_bytes_per_s + passes * kLaunchSeconds) * 1e3;
     out.notes.push_back(fmt::format(
-        "backward: the prep kernel{} move{} {:.0f} MB before and after the main kernel{}, "
-        "overlapping nothing: {:.4f} ms of the overheads",
-        c.atomic_dq ? " and the dQ-finishing kernel" : "", c.atomic_dq ? "" : "s", pass_bytes / 1e6,
-        c.atomic_dq ? "" : "s", pass_bytes / rates.dram_bytes_per_s * 1e3));
+        "backward: {} {:.0f} MB, overlapping nothing: {:.4f} ms of the overheads",
+        c.atomic_dq
+            ? "the prep kernel before the dK/dV kernel and the dQ-finishing kernel after it move"
+            : "the prep kernel before the dK/dV and dQ kernels moves",
+        pass_bytes / 1e6, pass_bytes / rates.dram_bytes_per_s * 1e3));
   }
   out.ms = std::max(out.compute_ms, out.memory_ms) + out.overhead_ms;
   out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
