@@ -629,11 +629,11 @@ TEST_F(AttentionTest, BackwardDeterministicProblemsGiveTheSameBits) {
 // The atomic dQ adds every block's share into f32 sums that must start at zero on
 // every launch, also in the query tiles no dK/dV block reaches (their queries see no
 // key: dQ = 0 there). So the memory is left full of NaN bits first (a large buffer
-// filled and freed just before the backward's workspace is allocated, which the
-// driver hands out again), and run_backward's second launch starts from the first
-// one's sums. (A version in which the first block to reach a tile stored its share
-// instead of the prep kernel zeroing the sums passed this too, and was slower:
-// docs/perf/2026-12-04-h200-dq-sums-first-store.md.)
+// filled and freed just before the backward's workspace is allocated: the driver
+// may hand that memory out again, as it usually does), and run_backward's second
+// launch starts from the first one's sums. (A version in which the first block to
+// reach a tile stored its share instead of the prep kernel zeroing the sums passed
+// this too, and was slower: docs/perf/2026-12-04-h200-dq-sums-first-store.md.)
 TEST_F(AttentionTest, BackwardAtomicDqOverStaleMemory) {
   const Config atomic = Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
   for (const int d : {64, 128}) {
