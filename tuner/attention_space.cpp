@@ -78,6 +78,9 @@ int backward_registers(const attention::Problem& p, const attention::Config& c) 
 // and at most Pᵀ as 16-bit pairs (bm / 4) with dPᵀ (bm / 2); one of the dQ kernel dQ
 // (head_dim / 2), S and dP (bn / 2 each).
 constexpr int kWgmmaBackwardRegisterLimit = 232;
+// Both wgmma backward kernels: a producer and two consumer warpgroups of 64 keys (or
+// queries), whatever bm and bn stream (attention_backward_sm90.cuh's kThreads).
+constexpr int kWgmmaBackwardThreads = 384;
 constexpr int kWgmmaBackwardOverheadRegisters = 24;
 // Modifiers need no margin here since the mask became a select per score (every
 // config compiles without spills with soft-capping or ALiBi and a window mask:
@@ -430,10 +433,10 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   if (resources && resources->threads > 0) {
     out.resources = *resources;
   } else {
-    // The wgmma backward kernels are 384 threads (a producer and two consumer
-    // warpgroups of 64 keys or queries) at the launch's register count, whatever bm
-    // and bn stream (an estimate from bn had them two blocks an SM).
-    out.resources.threads = p.backward ? (c.wgmma ? 384 : c.bn / 16 * 32) : c.threads();
+    // The wgmma backward kernels are kWgmmaBackwardThreads at the launch's register
+    // count, whatever bm and bn stream (an estimate from bn had them two blocks an SM).
+    out.resources.threads =
+        p.backward ? (c.wgmma ? kWgmmaBackwardThreads : c.bn / 16 * 32) : c.threads();
     out.resources.registers =
         p.backward ? (c.wgmma ? kWgmmaLaunchRegisters : std::min(255, backward_registers(p, c)))
         : c.wgmma  ? kWgmmaLaunchRegisters
@@ -487,10 +490,10 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   const double tile_seconds = flops / static_cast<double>(std::max<int64_t>(tiles, 1)) / sm_rate;
   const int64_t tiles_per_sm = ceil_div(tiles, sms);
   const double compute = static_cast<double>(tiles_per_sm) * tile_seconds;
+  const double fill = p.backward && c.wgmma ? kBackwardBlockSeconds : kTileFillSeconds;
   const double serial =
       c.persistent ? kTileFillSeconds + static_cast<double>(tiles_per_sm) * kPersistentItemSeconds
-      : p.backward && c.wgmma ? static_cast<double>(tiles_per_sm) * kBackwardBlockSeconds / resident
-                              : static_cast<double>(tiles_per_sm) * kTileFillSeconds / resident;
+                   : static_cast<double>(tiles_per_sm) * fill / resident;
 
   // Memory: Q, K, V, O and the LSE once from DRAM; K and V once per query tile
   // through L2 (the keys each tile sees: the FLOPs say how many).
