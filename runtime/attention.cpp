@@ -136,6 +136,25 @@ CUtensorMap sequence_map(ir::DType dtype, CUdeviceptr base, int64_t head_dim, in
   return map;
 }
 
+// The 3-D tensor map (head dim, row, plane) of the atomic dQ's f32 sums, [planes]
+// [rows][head_dim] contiguous, for the copy engine's adds (cp.reduce.async.bulk.tensor):
+// boxes of 32 floats (128 bytes, the swizzle span) by 64 rows, 128-byte swizzle;
+// rows past `rows` are left out.
+CUtensorMap sums_map(CUdeviceptr base, int64_t head_dim, int64_t rows, int64_t planes) {
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(planes)};
+  const cuuint64_t byte_strides[2] = {static_cast<cuuint64_t>(head_dim * 4),
+                                      static_cast<cuuint64_t>(rows * head_dim * 4)};
+  const cuuint32_t box[3] = {32, 64, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map;
+  KJIT_CU(cuTensorMapEncodeTiled, &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3,
+          reinterpret_cast<void*>(base), dims, byte_strides, box, element_strides,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return map;
+}
+
 }  // namespace
 
 namespace {
@@ -511,7 +530,14 @@ void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
       CUtensorMap map_k = map_of(t.k, t.k_strides, p.kv_heads, k_tokens, k_rows);
       CUtensorMap map_v = map_of(t.v, t.v_strides, p.kv_heads, k_tokens, k_rows);
       CUtensorMap map_do = map_of(t.d_o, t.do_strides, p.heads, q_tokens, q_rows);
-      void* wgmma_params[] = {&args, &map_q, &map_k, &map_v, &map_do};
+      // The atomic dQ's sums (backward_workspace_rows): [heads][tokens] when packed,
+      // else [batch x heads][seq_q]. (The other kernels take five parameters: the
+      // driver reads as many as the kernel has.)
+      CUtensorMap map_dq{};
+      if (kv && config_.atomic_dq)
+        map_dq =
+            sums_map(args.dq_accum, p.head_dim, q_tokens, p.packed() ? p.heads : p.batch * p.heads);
+      void* wgmma_params[] = {&args, &map_q, &map_k, &map_v, &map_do, &map_dq};
       const std::array<unsigned, 3> grid =
           kv ? std::array<unsigned, 3>{tiles(p.seq_k, 128), kv_heads, batch}
              : std::array<unsigned, 3>{tiles(p.seq_q, 128), heads, batch};

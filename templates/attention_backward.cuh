@@ -408,6 +408,9 @@ struct FlashBackwardKV {
           f.window_right >= 0 && warp_key0 + 15 - q0 - offset > f.window_right;
       const bool crosses_left =
           f.window_left >= 0 && warp_key0 - (q0 + BM - 1) - offset < -f.window_left;
+      // Queries past the sequence, with a score modifier: their LSE (+inf) zeroes P
+      // only where the modified score is finite, and mod(s) there may be anything.
+      const bool past_queries = MOD::kScore && q0 + BM > seq_q;
       float slope[MOD::kScore ? BM / 8 : 1][4];  // mod'(scale·Sᵀ)
       // A modifier over q - kv (MOD::kRelative): q - kv of the thread's first score,
       // then a constant per score.
@@ -426,12 +429,15 @@ struct FlashBackwardKV {
                 query, key, head);
           }
           float value = exp2f(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
-          if (crosses_right || crosses_left) {
-            if (!key_visible(f, seq_k, key, query + offset)) value = 0.0f;
+          if (crosses_right || crosses_left || past_queries) {
+            if (!key_visible(f, seq_k, key, query + offset) || query >= seq_q) value = 0.0f;
           }
           if constexpr (MOD::kMask)  // a select, not a branch per score
             value = MOD::keep(f, query, key, head) ? value : 0.0f;
           p[n][e] = value;
+          // Where P is 0 so is dS, whatever mod' is there (a masked score's mod' may be
+          // infinite: s / (q_idx - kv_idx) on the diagonal).
+          if constexpr (MOD::kScore) slope[n][e] = value != 0.0f ? slope[n][e] : 0.0f;
         }
       }
 
@@ -589,12 +595,14 @@ struct FlashBackwardQ {
                                         row(), key(), head);
           }
           float value = exp2f(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
+          // P times mod' before the masks: a masked score's mod' may be infinite (s /
+          // (q_idx - kv_idx) on the diagonal), and the selects leave 0, not 0 x inf.
+          if constexpr (MOD::kScore) value *= slope;
           if (crosses_end || crosses_right || crosses_left) {
             if (!key_visible(f, seq_k, key(), row() + offset)) value = 0.0f;
           }
           if constexpr (MOD::kMask)  // a select, not a branch per score
             value = MOD::keep(f, row(), key(), head) ? value : 0.0f;
-          if constexpr (MOD::kScore) value *= slope;
           p[n][e] = value;
         }
       }

@@ -183,11 +183,12 @@ struct AtomicDq<SeparateDq> {
 // MOD: the score and mask modifiers (attention.cuh): P from mod(scale · S), dS times
 // mod'(scale · S).
 // WgmmaDQ: SeparateDq, or the atomic dQ (config dq=atomic): the block also computes
-// its keys' share of dQ = dS K for every query tile it streams, stores it to shared
-// memory, and producer warp 1 adds it into the f32 sums args.dq_accum with the copy
-// engine (cp.reduce.async.bulk .add.f32: blocks of other keys add into the same rows,
-// in whatever order they come, so the sums' last bits vary from run to run). Five
-// products per tile in all, where the separate dQ kernel recomputes S and dP: seven.
+// its keys' share of dQ = dS K for every query tile it streams, stores it to one of
+// two f32 tiles in shared memory, and producer warp 1 adds it into the f32 sums
+// args.dq_accum with the copy engine (cp.reduce.async.bulk.tensor .add over map_dq:
+// blocks of other keys add into the same rows, in whatever order they come, so the
+// sums' last bits vary from run to run). Five products per tile in all, where the
+// separate dQ kernel recomputes S and dP: seven.
 template <typename T, int D, int BQ, int STAGES, bool PINGPONG, typename WgmmaS, typename WgmmaKV,
           typename MOD = NoModifiers, typename WgmmaDQ = SeparateDq>
 struct FlashBackwardKVSm90 {
@@ -201,18 +202,23 @@ struct FlashBackwardKVSm90 {
   // still read the previous one): [128 keys][64 queries], one 128-byte swizzled
   // line per key, as wgmma reads an MN-major A.
   static constexpr int kDsBytes = kAtomicDq ? BK * 128 : 0;
-  // The atomic dQ's f32 tile of a query tile, [64 queries][D floats + 4] (rows
-  // padded 16 bytes: the accumulator layout's float2 stores hit 32 different banks):
-  // the consumers store their halves, producer warp 1 adds it into args.dq_accum.
-  static constexpr int kDqPitch = D + 4;
-  static constexpr int kDqBytes = kAtomicDq ? 64 * kDqPitch * 4 : 0;  // D = 128: 33 KiB
+  // The atomic dQ's f32 tiles of a query tile, two: the consumers fill one while the
+  // copy engine may still be reading the other. A tile is [64 queries][D floats] as
+  // D / 32 column chunks of [64 rows][128 bytes], the 16-byte units of a row swizzled
+  // by the row (unit u of row r at u ^ r % 8): the layout the copy engine's 128-byte
+  // swizzle reads (map_dq), and one in which a warp's float2 stores of 8 rows spread
+  // over all 32 banks. The consumers store their halves, producer warp 1 adds the
+  // tile into args.dq_accum.
+  static constexpr int kDqBytes = kAtomicDq ? 64 * D * 4 : 0;  // D = 128: 32 KiB
+  static constexpr int kDqBuffers = 2;
+  static constexpr int kDqChunkBytes = 64 * 128;  // 32 floats of 64 rows
   // Per stage: Q, dO, then LSE·log2 e and D of its BQ queries.
   static constexpr int kStageBytes = 2 * kTileBytes + 2 * BQ * 4;
   // mbarriers: kv_full, then full and empty per stage, then (the atomic dQ) dq_full
-  // and dq_empty.
-  static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES) + (kAtomicDq ? 16 : 0);
-  static constexpr int kSharedBytes =
-      1024 + 2 * kKvBytes + 2 * kDsBytes + kDqBytes + STAGES * kStageBytes + kBarrierBytes;
+  // and dq_empty per dQ tile.
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES) + (kAtomicDq ? 16 * kDqBuffers : 0);
+  static constexpr int kSharedBytes = 1024 + 2 * kKvBytes + 2 * kDsBytes + kDqBuffers * kDqBytes +
+                                      STAGES * kStageBytes + kBarrierBytes;
   // Producer warps 1..3 copy LSE and D (the atomic dQ: warps 2 and 3; warp 1 adds
   // the dQ tiles into the sums).
   static constexpr int kLoaderFirst = kAtomicDq ? 64 : 32;
@@ -265,12 +271,15 @@ struct FlashBackwardKVSm90 {
   // B = K MN-major (16 key rows a step) from column c0: 128-byte chunk c0 / 64 of the
   // K tile, (c0 % 64) * 2 bytes into its swizzled lines (D = 64: 64 bytes, a 16-byte
   // multiple inside the first line, so the descriptor's base offset stays 0). The
-  // result goes to the f32 dQ tile (columns c0 ..), for producer warp 1 to add into
-  // the sums (add_dq_tiles). `use` counts the tiles so far: the tile's previous
-  // contents must have been read.
-  __device__ __forceinline__ static void add_dq(u32 ds_tile, u32 k_tile, u32 dq_tile, u32 dq_full,
-                                                u32 dq_empty, int use, int group, int warp, int g,
-                                                int t) {
+  // result goes to f32 dQ tile `use` % 2 (columns c0 ..), for producer warp 1 to add
+  // into the sums (add_dq_tiles). `use` counts the tiles so far: the contents that
+  // tile got two uses ago must have been read. Rows at or past `rows` (the queries
+  // left in the sequence) are stored as 0: in a packed batch the copy engine adds
+  // them into the next sequence's sums, and a score modifier's gradient there may
+  // be anything.
+  __device__ __forceinline__ static void add_dq(u32 ds_tile, u32 k_tile, u32 dq_tiles, u32 dq_full,
+                                                u32 dq_empty, int use, int rows, int group,
+                                                int warp, int g, int t) {
     // The other warpgroup's half: wait for its arrival (store_ds); the wait also
     // orders this warpgroup's own stores.
     sm90::named_barrier_sync(ds_barrier(1 - group, use), 256);
@@ -289,19 +298,28 @@ struct FlashBackwardKVSm90 {
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(dq);
-    // dq[4j + e]: query 16 warp + g + 8 (e / 2), column c0 + 8j + 2t + e % 2.
-    if (use > 0) sm90::barrier_wait(dq_empty, (use - 1) & 1);
+    // dq[4j + e]: query 16 warp + g + 8 (e / 2), column c0 + 8j + 2t + e % 2: in
+    // the swizzled tile, chunk (c0 + 8j) / 32, 16-byte unit 2 (j % 4) + t / 2 of row
+    // 16 warp + g + 8 (e / 2) (whose row % 8 is g), 8 bytes into it for odd t.
+    const int buffer = use & 1;
+    if (use >= kDqBuffers) sm90::barrier_wait(dq_empty + 8 * buffer, ((use >> 1) - 1) & 1);
+    const u32 tile = dq_tiles + buffer * kDqBytes + (c0 / 32) * kDqChunkBytes + 8 * (t & 1);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const u32 row = dq_tile + (warp * 16 + g + 8 * h) * kDqPitch * 4 + (c0 + 2 * t) * 4;
+      const int row = warp * 16 + g + 8 * h;
+      const bool inside = row < rows;
 #pragma unroll
-      for (int j = 0; j < kDqCols / 8; ++j)
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row + 32 * j), "f"(dq[4 * j + 2 * h]),
-                     "f"(dq[4 * j + 2 * h + 1])
+      for (int j = 0; j < kDqCols / 8; ++j) {
+        const u32 at =
+            tile + (j / 4) * kDqChunkBytes + row * 128 + (((2 * (j % 4) + t / 2) ^ g) << 4);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at),
+                     "f"(inside ? dq[4 * j + 2 * h] : 0.0f),
+                     "f"(inside ? dq[4 * j + 2 * h + 1] : 0.0f)
                      : "memory");
+      }
     }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // for the bulk copies
-    sm90::barrier_arrive(dq_full);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // for the copy engine
+    sm90::barrier_arrive(dq_full + 8 * buffer);
   }
 
   // A producer warp's walk over the block's items (head, from the block's first, x
@@ -319,35 +337,37 @@ struct FlashBackwardKVSm90 {
     }
   };
 
-  // Producer warp 1 of the atomic dQ: each query tile's f32 dQ tile, as the consumers
-  // finish it, added into args.dq_accum by the copy engine (cp.reduce.async.bulk
-  // .add.f32: a whole row, D * 4 bytes, a copy, reduced in L2), rows past the
-  // sequence left out; a lane's rows are lane and lane + 32. Once the copies have
-  // read the tile, it is free again. Items: head (from the block's first) x tiles +
-  // tile, as the loaders count them.
-  __device__ __forceinline__ static void add_dq_tiles(const AttentionBackwardArgs& args,
-                                                      u32 dq_tile, u32 dq_full, u32 dq_empty,
-                                                      ItemWalk walk, int items, int seq_q) {
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    for (int item = 0; item < items; ++item, walk.next(args.forward)) {
-      const int q0 = walk.q0();
-      sm90::barrier_wait(dq_full, item & 1);
+  // Producer warp 1 of the atomic dQ (its lane 0): each query tile's f32 dQ tile,
+  // as the consumers finish it, added into args.dq_accum by the copy engine
+  // (cp.reduce.async.bulk.tensor .add over map_dq, f32 [planes][rows][D]: one box
+  // of 64 rows x 32 floats per chunk, reduced in L2, rows past the map's end left
+  // out). The tile is released once the copies have read it, one item late, so
+  // that the copy engine reads one tile while the consumers fill the other. Items:
+  // head (from the block's first) x tiles + tile, as the loaders count them; the
+  // first item's sums are at row `row0` of plane `plane0`.
+  __device__ __forceinline__ static void add_dq_tiles(const TensorMap& map_dq, u32 dq_tiles,
+                                                      u32 dq_full, u32 dq_empty, int tile_begin,
+                                                      int tiles, int items, int row0, int plane0) {
+    int tile = 0, plane = plane0;
+    for (int item = 0; item < items; ++item) {
+      const int buffer = item & 1;
+      sm90::barrier_wait(dq_full + 8 * buffer, (item >> 1) & 1);
+      const u32 src = dq_tiles + buffer * kDqBytes;
+      const int row = row0 + (tile_begin + tile) * BQ;
 #pragma unroll
-      for (int r = lane; r < 64; r += 32) {
-        if (q0 + r >= seq_q) continue;
-        float* sums = args.dq_accum + (walk.head_row + q0 + r) * D;
-        asm volatile(
-            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
-                sums),
-            "r"(dq_tile + r * kDqPitch * 4), "n"(D * 4)
-            : "memory");
+      for (int c = 0; c < D / 32; ++c)
+        sm90::tma_reduce_add(map_dq, src + c * kDqChunkBytes, 32 * c, row, plane);
+      sm90::bulk_commit();
+      if (item > 0) {  // the previous item's tile is read: free for the consumers
+        sm90::bulk_wait_read<1>();
+        sm90::barrier_arrive(dq_empty + 8 * (buffer ^ 1));
       }
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the tile is read
-      __syncwarp();
-      if (lane == 0) sm90::barrier_arrive(dq_empty);
+      if (++tile == tiles) {
+        tile = 0;
+        ++plane;
+      }
     }
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the sums are written
+    sm90::bulk_wait_all<0>();  // the sums are written
   }
 
   // Which keys a block takes. Blocks are started in launch order (x fastest), and
@@ -378,21 +398,25 @@ struct FlashBackwardKVSm90 {
     return {within / pairs, pair % heads, pair / heads};
   }
 
+  // map_dq (the atomic dQ): args.dq_accum as f32 [planes][rows][D], rows the
+  // sequence's queries (a packed batch's: all tokens), planes batch x heads (packed:
+  // heads); boxes of 32 x 64, 128-byte swizzle.
   __device__ static void run(const AttentionBackwardArgs& args, const TensorMap& map_q,
                              const TensorMap& map_k, const TensorMap& map_v,
-                             const TensorMap& map_do) {
+                             const TensorMap& map_do, const TensorMap* map_dq = nullptr) {
     const AttentionArgs& f = args.forward;
     extern __shared__ __align__(1024) unsigned char kjit_attention_shared[];
     const u32 base = mma::shared_address(kjit_attention_shared);
     const u32 k_tile = (base + 1023) & ~1023u;
     unsigned char* aligned = kjit_attention_shared + (k_tile - base);  // its generic address
     const u32 v_tile = k_tile + kKvBytes;
-    const u32 ds_tiles = v_tile + kKvBytes;  // the atomic dQ's two dSᵀ tiles
-    const u32 dq_tile = ds_tiles + 2 * kDsBytes;
-    const u32 stages = dq_tile + kDqBytes;
+    const u32 ds_tiles = v_tile + kKvBytes;        // the atomic dQ's two dSᵀ tiles
+    const u32 dq_tiles = ds_tiles + 2 * kDsBytes;  // and its two f32 dQ tiles
+    const u32 stages = dq_tiles + kDqBuffers * kDqBytes;
     const u32 kv_full = stages + STAGES * kStageBytes;
     const u32 full = kv_full + 8, empty = full + 8 * STAGES;
-    const u32 dq_full = empty + 8 * STAGES, dq_empty = dq_full + 8;  // the atomic dQ's
+    // The atomic dQ's, per dQ tile.
+    const u32 dq_full = empty + 8 * STAGES, dq_empty = dq_full + 8 * kDqBuffers;
     auto stage_floats = [&](int s) {  // LSE·log2 e, then D, of stage s
       return reinterpret_cast<float*>(aligned + (stages - k_tile) + s * kStageBytes +
                                       2 * kTileBytes);
@@ -426,8 +450,10 @@ struct FlashBackwardKVSm90 {
         sm90::barrier_init(empty + 8 * s, 256);
       }
       if (kAtomicDq) {
-        sm90::barrier_init(dq_full, 256);  // every consumer thread stored its share
-        sm90::barrier_init(dq_empty, 1);   // warp 1's copies have read the tile
+        for (int b = 0; b < kDqBuffers; ++b) {
+          sm90::barrier_init(dq_full + 8 * b, 256);  // every consumer thread stored its share
+          sm90::barrier_init(dq_empty + 8 * b, 1);   // warp 1's copies have read the tile
+        }
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -460,9 +486,10 @@ struct FlashBackwardKVSm90 {
                               map_batch);
           }
         }
-      } else if (kAtomicDq && threadIdx.x >= 32 && threadIdx.x < 64) {  // warp 1
-        add_dq_tiles(args, dq_tile, dq_full, dq_empty,
-                     ItemWalk{tile_begin, tiles, 0, sequence.lse_start}, items, seq_q);
+      } else if (kAtomicDq && threadIdx.x == 32) {  // warp 1
+        const int plane0 = (f.cu_seqlens_q != nullptr ? 0 : batch * f.heads) + first_head;
+        add_dq_tiles(*map_dq, dq_tiles, dq_full, dq_empty, tile_begin, tiles, items, q_token0,
+                     plane0);
       } else if (threadIdx.x >= kLoaderFirst) {
         // LSE·log2 e and D of each tile's queries; rows past the sequence get +inf
         // and 0, so their P (and dS) is 0 whatever the copy brought.
@@ -545,6 +572,10 @@ struct FlashBackwardKVSm90 {
                 query, key, head);
           }
           float p = exp2_approx(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
+          // A query past the sequence has LSE +inf, and mod(s) there may be +inf too
+          // (s / (300 - q_idx) past 300 queries): 2^(inf - inf) is NaN, and the max
+          // makes it 0 (a test of the query there made ptxas spill).
+          if constexpr (MOD::kScore) p = fmaxf(p, 0.0f);
           if (crosses_right || crosses_left || past_keys) {
             if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
           }
@@ -588,10 +619,14 @@ struct FlashBackwardKVSm90 {
           float m0, m1, m2, m3;
           unpack2<bf16>(slope_frag[j / 2][2 * (j % 2)], m0, m1);
           unpack2<bf16>(slope_frag[j / 2][2 * (j % 2) + 1], m2, m3);
-          p0 *= m0;
-          p1 *= m1;
-          p2 *= m2;
-          p3 *= m3;
+          // Where P is 0 so is dS, whatever mod' is there (a masked score's mod' may
+          // be infinite: s / (q_idx - kv_idx) on the diagonal): mod' saturates at
+          // +-3e38 (bf16's largest is 3.39e38), so 0 x mod' is 0, not 0 x inf = NaN.
+          // (A select on P == 0 is exact but made the ping-pong kernels spill.)
+          p0 *= fminf(fmaxf(m0, -3.0e38f), 3.0e38f);
+          p1 *= fminf(fmaxf(m1, -3.0e38f), 3.0e38f);
+          p2 *= fminf(fmaxf(m2, -3.0e38f), 3.0e38f);
+          p3 *= fminf(fmaxf(m3, -3.0e38f), 3.0e38f);
         }
         dp_acc[4 * j + 0] = p0 * (dp_acc[4 * j + 0] - d.x);
         dp_acc[4 * j + 1] = p1 * (dp_acc[4 * j + 1] - d.y);
@@ -617,7 +652,7 @@ struct FlashBackwardKVSm90 {
         sm90::wgmma_wait<0>();
         sm90::fence_accumulators(dk_acc);
         fence_fragments(ds_frag);
-        add_dq(ds_tile, k_tile, dq_tile, dq_full, dq_empty, item, group, warp, g, t);
+        add_dq(ds_tile, k_tile, dq_tiles, dq_full, dq_empty, item, seq_q - q0, group, warp, g, t);
       }
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv_acc);
@@ -792,12 +827,14 @@ struct FlashBackwardQSm90 {
                 key(), head);
           }
           float p = exp2_approx(fmaf(score, softmax_log2<MOD>(f), -lse_log2[e / 2]));
+          // P times mod' before the masks: a masked score's mod' may be infinite (s /
+          // (q_idx - kv_idx) on the diagonal), and the selects leave 0, not 0 x inf.
+          if constexpr (MOD::kScore) p *= slope;
           if (crosses_end || crosses_right || crosses_left) {
             if (!key_visible(f, seq_k, key(), row() + offset)) p = 0.0f;
           }
           if constexpr (MOD::kMask)  // a select, not a branch per score
             p = MOD::keep(f, row(), key(), head) ? p : 0.0f;
-          if constexpr (MOD::kScore) p *= slope;
           s_acc[4 * j + e] = p;
         }
       }

@@ -87,6 +87,17 @@ __device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int x, 
       "r"(src), "r"(x), "r"(y), "r"(z)
       : "memory");
 }
+// The same box added into global memory instead of stored over it: each element of
+// the box in shared memory is added to its place in the tensor (the map's type: f32
+// here), in L2, atomically per element, clipped to the tensor's bounds. A bulk
+// async-group of the issuing thread, as tma_store.
+__device__ __forceinline__ void tma_reduce_add(const TensorMap& map, u32 src, int x, int y, int z) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4}], [%1];" ::"l"(reinterpret_cast<unsigned long long>(&map)),
+      "r"(src), "r"(x), "r"(y), "r"(z)
+      : "memory");
+}
 // The plain bulk store: `bytes` (a multiple of 16) from shared memory at src to
 // global memory at dst, both 16-byte aligned, no tensor map and no box: one row's
 // run of bytes. A bulk async-group of the issuing thread, as tma_store.

@@ -291,14 +291,18 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // the copy engine (cp.reduce.async.bulk). H200, 2026-12-02, S = 2k: at D = 128
   // 378.0 TFLOP/s against 341.9 for the separate dQ (1.105x); at D = 64, each
   // warpgroup's half of the columns over all 128 keys, 232.4 against 222.3 (1.045x;
-  // causal 200.9 against 188.7).
+  // causal 200.9 against 188.7). Since 2026-12-04 the copy engine reads one of two
+  // dQ tiles while the consumers fill the other, which the D = 64 kernel gained most
+  // from (2.94 -> 2.40 ms at 8 x 2k tokens, 32 heads; D = 128 1.73 -> 1.63 ms, which
+  // the blocks' and passes' terms already fitted within 3%): 1.27x the separate dQ
+  // there (docs/perf/2026-12-04-h200-two-dq-tiles.md).
   // At D = 64 a tile's products are half as long against the same exponentials,
   // loads and waits: with the blocks' fixed costs and the passes apart, the H200 ran
   // the backward at 0.6x D = 128's rate (2026-12-04, every config measured at 8 x 2k
   // tokens, 32 heads: the atomic dQ 2.90 ms, causal 1.68 ms).
   const double backward_head_dim = p.head_dim >= 128 ? 1.0 : 0.6;
   if (p.backward && c.wgmma && c.atomic_dq)
-    return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.105 : 1.045) * (c.stages >= 3 ? 0.98 : 1.0) *
+    return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.105 : 1.27) * (c.stages >= 3 ? 0.98 : 1.0) *
            backward_head_dim;
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *

@@ -510,8 +510,8 @@ namespace {
 // attention_backward_sm90.cuh's kSharedBytes).
 int backward_kv_shared_bytes(const Problem& p, const Config& c) {
   const int d = p.head_dim;
-  if (c.wgmma)  // K, V, (dq=atomic) two dSᵀ tiles and the f32 dQ tile, the stages, mbarriers
-    return 1024 + 2 * 128 * d * 2 + (c.atomic_dq ? 2 * 128 * 128 + 64 * (d + 4) * 4 + 16 : 0) +
+  if (c.wgmma)  // K, V, (dq=atomic) two dSᵀ tiles and two f32 dQ tiles, the stages, mbarriers
+    return 1024 + 2 * 128 * d * 2 + (c.atomic_dq ? 2 * 128 * 128 + 2 * (64 * d * 4 + 16) : 0) +
            c.stages * (2 * c.bm * d * 2 + 2 * c.bm * 4) + 8 * (1 + 2 * c.stages);
   const int pitch = p.head_dim + 8;
   return (2 * c.bn * pitch + 2 * c.stages * c.bm * pitch) * 2 + c.stages * 2 * c.bm * 4;
@@ -913,7 +913,8 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
             "//   dQ  += dS K                            dS^T through shared memory (read\n"
             "//                                          transposed); the f32 tile added into\n"
             "//                                          the sums by the copy engine\n"
-            "//                                          (cp.reduce.async.bulk .add.f32): blocks\n"
+            "//                                          (cp.reduce.async.bulk.tensor .add) while\n"
+            "//                                          the next fills a second tile: blocks\n"
             "//                                          of other keys add into the same rows\n"
             "//                                          (the order, and so the last bits,\n"
             "//                                          vary run to run)\n";
@@ -971,16 +972,25 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
           "    kjit_attention_step;\n\n",
           kv ? "FlashBackwardKVSm90" : "FlashBackwardQSm90", type, d, stream_rows, c.stages,
           c.pingpong ? "true" : "false", dq_argument.empty() ? modifier_argument(p) : dq_argument);
+      const bool dq_map = kv && c.atomic_dq;
       out.source +=
           kv ? "// grid: (ceil(seq_k / 128), kv_heads, batch); tensor maps of Q, K, V and dO\n"
              : "// grid: (ceil(seq_q / 128), heads, batch); tensor maps of Q, K, V and dO\n";
+      if (dq_map)
+        out.source += "// and of the f32 dQ sums (the copy engine adds each dQ tile into them)\n";
       out.source += "extern \"C\" __global__ void __launch_bounds__(384, 1)\n";
       out.source += out.name + "(kjit::AttentionBackwardArgs args,\n";
       out.source += "    const __grid_constant__ kjit::TensorMap map_q,\n";
       out.source += "    const __grid_constant__ kjit::TensorMap map_k,\n";
       out.source += "    const __grid_constant__ kjit::TensorMap map_v,\n";
-      out.source += "    const __grid_constant__ kjit::TensorMap map_do) {\n";
-      out.source += "  kjit_attention_step::run(args, map_q, map_k, map_v, map_do);\n";
+      if (dq_map) {
+        out.source += "    const __grid_constant__ kjit::TensorMap map_do,\n";
+        out.source += "    const __grid_constant__ kjit::TensorMap map_dq) {\n";
+        out.source += "  kjit_attention_step::run(args, map_q, map_k, map_v, map_do, &map_dq);\n";
+      } else {
+        out.source += "    const __grid_constant__ kjit::TensorMap map_do) {\n";
+        out.source += "  kjit_attention_step::run(args, map_q, map_k, map_v, map_do);\n";
+      }
       out.source += "}\n";
       kernels.push_back({role, std::move(out)});
     };

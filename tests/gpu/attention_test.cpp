@@ -503,6 +503,29 @@ TEST_F(AttentionTest, BackwardWithModifiers) {
   run_backward({packed});
 }
 
+// A score modifier whose derivative is infinite where the mask hides the score
+// (s / (q_idx - kv_idx) on the diagonal, which `kv_idx < q_idx` leaves out): the
+// gradients are those of the visible scores alone, 0 where P is 0 whatever mod' is
+// there, on every engine and dQ mode. And past the end of a packed batch's first
+// sequence (300 queries), where s / (300 - q_idx) divides by zero: the queries a
+// tile brings along from the next sequence change nothing. Before the fix, dS was
+// 0 x inf = NaN there, and NaN reached dQ and dK (and dV through P past the end).
+TEST_F(AttentionTest, BackwardModifierInfiniteWhereMasked) {
+  for (const int d : {64, 128}) {
+    Problem p = shape(129, 129, d, 4);
+    p.kv_heads = 2;
+    p.backward = true;
+    p.score_mod = "s / (q_idx - kv_idx)";
+    p.mask_mod = "kv_idx < q_idx";
+    run_backward({p});
+  }
+  Problem packed = shape(1, 1, 128, 2);
+  packed.backward = true;
+  packed.score_mod = "s / (300 - q_idx)";
+  packed.set_lengths({300, 7, 129});
+  run_backward({packed});
+}
+
 TEST_F(AttentionTest, ModifierOperandsAreChecked) {
   Problem p = shape(64, 64, 64);
   p.score_mod = kAlibi;
