@@ -33,6 +33,7 @@
 // start at its cumulative offsets (cu_seqlens_q / _k) in [tokens, heads, D] tensors.
 #pragma once
 
+#include "kjit/math.cuh"  // kjit::exp2_approx: 2^x on the special-function unit
 #include "kjit/mma.cuh"
 #include "kjit/types.cuh"
 

@@ -35,13 +35,6 @@
 namespace kjit {
 namespace attention {
 
-// 2^x on the special-function unit, subnormal results flushed to zero.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // The two 16-bit values of a fragment register as floats (low half first).
 template <typename T>
 __device__ __forceinline__ void unpack2(u32 pair, float& a, float& b) {

@@ -85,13 +85,6 @@ struct FlashForwardSm90 {
   // are rescaled to it.
   static constexpr float kRescaleLog2 = 8.0f;
 
-  // 2^x on the special-function unit, subnormal results flushed to zero (p that
-  // small adds nothing to a sum of terms near 1).
-  __device__ __forceinline__ static float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-  }
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "wgmma N of the scores");
 
   // Keeps the compiler from reusing P's registers while an issued wgmma reads them.
@@ -438,20 +431,22 @@ struct FlashForwardSm90 {
         // 2^kRescaleLog2 once scaled: below that every p = 2^(s·c - m·c) stays under
         // 2^kRescaleLog2 (safe in fp32 and in 16-bit P), and O and l need no
         // rescaling. O / l and the LSE at the end use the same m: still exact.
+        // exp2_approx (kjit/math.cuh) is the special-function unit's 2^x, which
+        // flushes results below FLT_MIN to 0: a p that small adds nothing to l.
         const float old_max = mx[h];
         const bool fresh = old_max == minus_infinity();
         const float new_max =
             fresh || (tile_max - old_max) * scale_log2 > kRescaleLog2 ? tile_max : old_max;
         const float scaled_max = new_max == minus_infinity() ? 0.0f : new_max * scale_log2;
         rescale[h] =
-            fresh || new_max == old_max ? 1.0f : fast_exp2(old_max * scale_log2 - scaled_max);
+            fresh || new_max == old_max ? 1.0f : exp2_approx(old_max * scale_log2 - scaled_max);
         mx[h] = new_max;
         sum[h] *= rescale[h];
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
-          s_acc[4 * j + 2 * h] = fast_exp2(fmaf(s_acc[4 * j + 2 * h], scale_log2, -scaled_max));
+          s_acc[4 * j + 2 * h] = exp2_approx(fmaf(s_acc[4 * j + 2 * h], scale_log2, -scaled_max));
           s_acc[4 * j + 2 * h + 1] =
-              fast_exp2(fmaf(s_acc[4 * j + 2 * h + 1], scale_log2, -scaled_max));
+              exp2_approx(fmaf(s_acc[4 * j + 2 * h + 1], scale_log2, -scaled_max));
           sum[h] += s_acc[4 * j + 2 * h] + s_acc[4 * j + 2 * h + 1];
         }
       }
