@@ -293,9 +293,10 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // warpgroup's half of the columns over all 128 keys, 232.4 against 222.3 (1.045x;
   // causal 200.9 against 188.7). Since 2026-12-04 the copy engine reads one of two
   // dQ tiles while the consumers fill the other, which the D = 64 kernel gained most
-  // from (2.94 -> 2.40 ms at 8 x 2k tokens, 32 heads; D = 128 1.73 -> 1.63 ms, which
-  // the blocks' and passes' terms already fitted within 3%): 1.27x the separate dQ
-  // there (docs/perf/2026-12-04-h200-two-dq-tiles.md).
+  // from (2.94 -> 2.40 ms at 8 x 2k tokens, 32 heads, where the separate dQ's best
+  // config took 2.86 ms before; D = 128 1.73 -> 1.63 ms, which the blocks' and
+  // passes' terms already fitted within 3%). The D = 64 factor, 1.27, is fitted to
+  // the 2.40 ms (docs/perf/2026-12-04-h200-two-dq-tiles.md).
   // At D = 64 a tile's products are half as long against the same exponentials,
   // loads and waits: with the blocks' fixed costs and the passes apart, the H200 ran
   // the backward at 0.6x D = 128's rate (2026-12-04, every config measured at 8 x 2k
