@@ -203,7 +203,7 @@ struct FlashBackwardKVSm90 {
   // over all 32 banks. The consumers store their halves, producer warp 1 adds the
   // tile into args.dq_accum.
   static constexpr int kDqBytes = kAtomicDq ? 64 * D * 4 : 0;  // D = 128: 32 KiB
-  static constexpr int kDqBuffers = 2;
+  static constexpr int kDqBuffers = 2;            // used in turn: use & 1, phase (use >> 1) & 1
   static constexpr int kDqChunkBytes = 64 * 128;  // 32 floats of 64 rows
   // Per stage: Q, dO, then LSE·log2 e and D of its BQ queries.
   static constexpr int kStageBytes = 2 * kTileBytes + 2 * BQ * 4;

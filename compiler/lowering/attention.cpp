@@ -983,14 +983,11 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
       out.source += "    const __grid_constant__ kjit::TensorMap map_q,\n";
       out.source += "    const __grid_constant__ kjit::TensorMap map_k,\n";
       out.source += "    const __grid_constant__ kjit::TensorMap map_v,\n";
-      if (dq_map) {
-        out.source += "    const __grid_constant__ kjit::TensorMap map_do,\n";
-        out.source += "    const __grid_constant__ kjit::TensorMap map_dq) {\n";
-        out.source += "  kjit_attention_step::run(args, map_q, map_k, map_v, map_do, &map_dq);\n";
-      } else {
-        out.source += "    const __grid_constant__ kjit::TensorMap map_do) {\n";
-        out.source += "  kjit_attention_step::run(args, map_q, map_k, map_v, map_do);\n";
-      }
+      out.source += "    const __grid_constant__ kjit::TensorMap map_do";
+      out.source += dq_map ? ",\n    const __grid_constant__ kjit::TensorMap map_dq) {\n" : ") {\n";
+      out.source +=
+          fmt::format("  kjit_attention_step::run(args, map_q, map_k, map_v, map_do{});\n",
+                      dq_map ? ", &map_dq" : "");
       out.source += "}\n";
       kernels.push_back({role, std::move(out)});
     };
