@@ -451,8 +451,13 @@ void AttentionBackward::load() {
   check_fits_device(problem_, config_, runtime_->device());
   offsets_ = upload_offsets(problem_);
   workspace_ = cuda::DeviceBuffer(static_cast<size_t>(backward_workspace_rows(problem_)) * 8);
+  // The sums start as zeros (the prep kernel's), which compressible memory writes to
+  // DRAM and reads back in a fraction of their bytes (113 MB written became 31 at 16k
+  // tokens x 16 heads, and the dK/dV kernel read 100 MB less:
+  // docs/perf/2026-12-04-h200-compressible-dq-sums.md).
   if (config_.atomic_dq)
-    dq_accum_ = cuda::DeviceBuffer(static_cast<size_t>(backward_dq_accum_bytes(problem_, config_)));
+    dq_accum_ = cuda::DeviceBuffer::compressible(
+        static_cast<size_t>(backward_dq_accum_bytes(problem_, config_)));
   for (BackwardKernel& k : lower_backward(problem_, config_)) {
     std::shared_ptr<const CompiledKernel> kernel = runtime_->compile(k.source);
     check_registers(config_, *kernel, runtime_->device());

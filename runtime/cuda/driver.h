@@ -47,6 +47,16 @@ struct DriverApi {
   X(cuMemsetD8Async)                             \
   X(cuMemsetD32Async)                            \
   X(cuMemGetInfo)                                \
+  X(cuMemCreate)                                 \
+  X(cuMemRelease)                                \
+  X(cuMemAddressReserve)                         \
+  X(cuMemAddressFree)                            \
+  X(cuMemMap)                                    \
+  X(cuMemUnmap)                                  \
+  X(cuMemSetAccess)                              \
+  X(cuMemGetAllocationGranularity)               \
+  X(cuMemGetAllocationPropertiesFromHandle)      \
+  X(cuCtxGetDevice)                              \
   X(cuStreamCreate)                              \
   X(cuStreamDestroy)                             \
   X(cuStreamSynchronize)                         \

@@ -1,5 +1,6 @@
 #include "kjit/runtime/cuda/memory.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -18,21 +19,77 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : pointer_(std::exchange(other.pointer_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : pointer_(std::exchange(other.pointer_, 0)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      handle_(std::exchange(other.handle_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)),
+      compressed_(std::exchange(other.compressed_, false)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
     release();
     pointer_ = std::exchange(other.pointer_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
+    handle_ = std::exchange(other.handle_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+    compressed_ = std::exchange(other.compressed_, false);
   }
   return *this;
 }
 
+DeviceBuffer DeviceBuffer::compressible(size_t bytes) {
+  const auto& api = Driver::get().api();
+  CUdevice device = 0;
+  KJIT_CU(cuCtxGetDevice, &device);
+  int supported = 0;
+  KJIT_CU(cuDeviceGetAttribute, &supported, CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED,
+          device);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC;
+  size_t granule = 0;
+  if (!supported || api.cuMemGetAllocationGranularity(
+                        &granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS)
+    return DeviceBuffer(bytes);
+  DeviceBuffer buffer;
+  buffer.bytes_ = bytes;
+  buffer.mapped_ = (std::max<size_t>(bytes, 1) + granule - 1) / granule * granule;
+  // Compressible memory is a limited resource: where the driver refuses it, plain
+  // memory does the same job.
+  if (api.cuMemCreate(&buffer.handle_, buffer.mapped_, &prop, 0) != CUDA_SUCCESS)
+    return DeviceBuffer(bytes);
+  // It may also grant plain memory for a compressible request: the buffer says which.
+  // (A failed step below throws; the buffer's release() undoes the steps before it.)
+  CUmemAllocationProp granted{};
+  KJIT_CU(cuMemGetAllocationPropertiesFromHandle, &granted, buffer.handle_);
+  buffer.compressed_ = granted.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_GENERIC;
+  KJIT_CU(cuMemAddressReserve, &buffer.pointer_, buffer.mapped_, 0, 0, 0);
+  KJIT_CU(cuMemMap, buffer.pointer_, buffer.mapped_, 0, buffer.handle_, 0);
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  KJIT_CU(cuMemSetAccess, buffer.pointer_, buffer.mapped_, &access, 1);
+  return buffer;
+}
+
 void DeviceBuffer::release() noexcept {
-  if (pointer_ != 0) Driver::get().api().cuMemFree(pointer_);
+  const auto& api = Driver::get().api();
+  if (handle_ != 0) {  // compressible(): unmap, give back the addresses and the memory
+    if (pointer_ != 0) {
+      api.cuMemUnmap(pointer_, mapped_);
+      api.cuMemAddressFree(pointer_, mapped_);
+    }
+    api.cuMemRelease(handle_);
+  } else if (pointer_ != 0) {
+    api.cuMemFree(pointer_);
+  }
   pointer_ = 0;
   bytes_ = 0;
+  handle_ = 0;
+  mapped_ = 0;
+  compressed_ = false;
 }
 
 static void check_range(size_t offset, size_t bytes, size_t size) {

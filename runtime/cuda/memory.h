@@ -13,6 +13,12 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes);
+  // Memory the GPU may keep compressed (CU_MEM_ALLOCATION_COMP_GENERIC: lines of
+  // zeros, or of a repeated value, move through DRAM in a fraction of their bytes),
+  // where the current context's GPU supports it; otherwise plain memory. Mapped
+  // through the virtual memory API, in whole granules (2 MiB on the H200).
+  static DeviceBuffer compressible(size_t bytes);
+  bool compressed() const { return compressed_; }  // granted by the driver
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -46,6 +52,10 @@ class DeviceBuffer {
   void release() noexcept;
   CUdeviceptr pointer_ = 0;
   size_t bytes_ = 0;
+  // compressible(): the physical allocation and its mapping's size (0: cuMemAlloc's).
+  CUmemGenericAllocationHandle handle_ = 0;
+  size_t mapped_ = 0;
+  bool compressed_ = false;
 };
 
 // Scratch memory ordered on a stream (cuMemAllocAsync / cuMemFreeAsync, the

@@ -105,6 +105,46 @@ TEST_F(RuntimeGpu, BufferCopiesRoundTripAndCheckBounds) {
   EXPECT_THROW(buffer.upload(extra, sizeof extra, buffer.bytes() - 4), UserError);
 }
 
+// The atomic dQ's sums live in compressible memory (mapped through the virtual
+// memory API): it must hold what is written like any buffer, be granted where the
+// GPU supports compression, and be given back whole (no mapping or address range
+// left behind after 16 rounds of 64 MiB).
+TEST_F(RuntimeGpu, CompressibleBufferHoldsItsBytesAndIsGivenBack) {
+  const size_t bytes = (size_t{3} << 20) + 12;  // not a whole granule
+  cuda::DeviceBuffer buffer = cuda::DeviceBuffer::compressible(bytes);
+  ASSERT_NE(buffer.get(), 0u);
+  EXPECT_EQ(buffer.bytes(), bytes);
+  CUdevice device = 0;
+  KJIT_CU(cuCtxGetDevice, &device);
+  int supported = 0;
+  KJIT_CU(cuDeviceGetAttribute, &supported, CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED,
+          device);
+  const bool granted = buffer.compressed();
+  if (supported) {
+    EXPECT_TRUE(granted) << "the GPU supports compression";
+  }
+  std::vector<float> host = testing::random_floats(bytes / 4);
+  buffer.upload(host.data(), host.size() * 4);
+  EXPECT_EQ(buffer.to_host<float>(), host);
+  buffer.fill_bytes(0);
+  for (float v : buffer.to_host<float>()) ASSERT_EQ(v, 0.0f);
+
+  cuda::DeviceBuffer moved = std::move(buffer);
+  EXPECT_EQ(buffer.get(), 0u);
+  EXPECT_EQ(moved.compressed(), granted);
+  EXPECT_EQ(moved.to_host<float>().size(), host.size());
+
+  size_t free_before = 0, total = 0;
+  KJIT_CU(cuMemGetInfo, &free_before, &total);
+  for (int round = 0; round < 16; ++round) {
+    cuda::DeviceBuffer big = cuda::DeviceBuffer::compressible(size_t{64} << 20);
+    big.fill_bytes(static_cast<unsigned char>(round));
+  }
+  size_t free_after = 0;
+  KJIT_CU(cuMemGetInfo, &free_after, &total);
+  EXPECT_GE(free_after + (size_t{4} << 20), free_before) << "compressible buffers leaked";
+}
+
 // A fill or an upload has finished on the device when it returns, so a kernel on a
 // non-blocking stream (which does not wait for the legacy stream) sees the bytes.
 // Under compute-sanitizer racecheck an attention test read its 0xFF poison back:
