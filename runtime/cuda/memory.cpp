@@ -61,16 +61,16 @@ DeviceBuffer DeviceBuffer::compressible(size_t bytes) {
   if (api.cuMemCreate(&buffer.handle_, buffer.mapped_, &prop, 0) != CUDA_SUCCESS)
     return DeviceBuffer(bytes);
   // It may also grant plain memory for a compressible request: the buffer says which.
-  // (A failed step below throws; the buffer's release() undoes the steps before it.)
   CUmemAllocationProp granted{};
-  KJIT_CU(cuMemGetAllocationPropertiesFromHandle, &granted, buffer.handle_);
-  buffer.compressed_ = granted.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_GENERIC;
-  KJIT_CU(cuMemAddressReserve, &buffer.pointer_, buffer.mapped_, 0, 0, 0);
-  KJIT_CU(cuMemMap, buffer.pointer_, buffer.mapped_, 0, buffer.handle_, 0);
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  KJIT_CU(cuMemSetAccess, buffer.pointer_, buffer.mapped_, &access, 1);
+  if (api.cuMemGetAllocationPropertiesFromHandle(&granted, buffer.handle_) != CUDA_SUCCESS ||
+      api.cuMemAddressReserve(&buffer.pointer_, buffer.mapped_, 0, 0, 0) != CUDA_SUCCESS ||
+      api.cuMemMap(buffer.pointer_, buffer.mapped_, 0, buffer.handle_, 0) != CUDA_SUCCESS ||
+      api.cuMemSetAccess(buffer.pointer_, buffer.mapped_, &access, 1) != CUDA_SUCCESS)
+    return DeviceBuffer(bytes);  // (buffer's release() undoes the steps that were taken)
+  buffer.compressed_ = granted.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_GENERIC;
   return buffer;
 }
 
