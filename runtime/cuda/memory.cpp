@@ -18,23 +18,22 @@ DeviceBuffer::~DeviceBuffer() {
   release();
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : pointer_(std::exchange(other.pointer_, 0)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      handle_(std::exchange(other.handle_, 0)),
-      mapped_(std::exchange(other.mapped_, 0)),
-      compressed_(std::exchange(other.compressed_, false)) {}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept {
+  swap(other);
+}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    release();
-    pointer_ = std::exchange(other.pointer_, 0);
-    bytes_ = std::exchange(other.bytes_, 0);
-    handle_ = std::exchange(other.handle_, 0);
-    mapped_ = std::exchange(other.mapped_, 0);
-    compressed_ = std::exchange(other.compressed_, false);
-  }
+  DeviceBuffer taken(std::move(other));  // this buffer's memory goes with `taken`
+  swap(taken);
   return *this;
+}
+
+void DeviceBuffer::swap(DeviceBuffer& other) noexcept {
+  std::swap(pointer_, other.pointer_);
+  std::swap(bytes_, other.bytes_);
+  std::swap(handle_, other.handle_);
+  std::swap(mapped_, other.mapped_);
+  std::swap(compressed_, other.compressed_);
 }
 
 DeviceBuffer DeviceBuffer::compressible(size_t bytes) {

@@ -50,6 +50,7 @@ class DeviceBuffer {
 
  private:
   void release() noexcept;
+  void swap(DeviceBuffer& other) noexcept;
   CUdeviceptr pointer_ = 0;
   size_t bytes_ = 0;
   // compressible(): the physical allocation and its mapping's size (0: cuMemAlloc's).
