@@ -214,10 +214,30 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
   return report;
 }
 
+namespace {
+
+// A file the user named for import or merge: a regular file (or, for a merge,
+// nothing yet); a UserError naming what it is otherwise (kjit's own advice for the
+// store's files, "remove it", is not for a path someone chose).
+void check_named_file(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    throw UserError(fmt::format("'{}' is {}, not a store's file", path,
+                                S_ISDIR(info.st_mode) ? "a directory" : "not a regular file"),
+                    "name a kjit.db file (kjit cache export writes one)");
+}
+
+}  // namespace
+
 TransferReport Store::import_from(const std::string& path, bool trust_binaries) {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   if (!path_exists(path)) throw UserError(fmt::format("cannot read '{}': no such file", path));
+  check_named_file(path);
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && info.st_dev == file_device_ && info.st_ino == file_inode_)
+    throw UserError("cannot import the cache into itself",
+                    "import another store's file (kjit cache export writes one)");
   if (trust_binaries && !authenticator_)
     throw CacheError("binaries cannot be imported into this cache: " + distrust_);
   Database source(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
@@ -263,6 +283,7 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0 && info.st_dev == file_device_ && info.st_ino == file_inode_)
     throw UserError("cannot merge the cache into itself");
+  check_named_file(path);
   StoreOptions target_options;
   target_options.recover = false;  // a file the user named is never moved aside
   target_options.max_bytes = std::numeric_limits<int64_t>::max();

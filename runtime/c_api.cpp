@@ -149,6 +149,9 @@ std::vector<kjit::TensorArg> tensors(const kjit_tensor* list, int count, const c
 kjit::KernelSource planned_source(const char* expression, kjit_dtype dtype, int64_t n,
                                   const kjit::cuda::DeviceProperties& device) {
   if (expression == nullptr) throw kjit::UserError("no expression given (NULL)");
+  if (n < 1)
+    throw kjit::UserError(fmt::format("the expression's element count n is {}", n),
+                          "n is at least 1 (the CLI's --n)");
   const kjit::tuner::ElementwiseTuning problem(expression, kjit::ir::to_string(to_ir(dtype)),
                                                {{"n", n}});
   kjit::tuner::Chooser chooser(
@@ -172,6 +175,21 @@ std::vector<CUdeviceptr> modifier_operands(const uint64_t* pointers, int count) 
 
 kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   if (c == nullptr) throw kjit::UserError("the attention problem is NULL");
+  // 0 means the default of a size; a negative one is an error, not a default.
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", c->batch},
+                                    {"heads", c->heads},
+                                    {"kv_heads", c->kv_heads},
+                                    {"seq_q", c->seq_q},
+                                    {"seq_k", c->seq_k}})
+    if (value < 0)
+      throw kjit::UserError(fmt::format("attention {} is {}", name, value),
+                            "sizes are >= 1, or 0 for the default (kjit_c.h)");
+  if (c->seqlens_q == nullptr && (c->sequences != 0 || c->seqlens_k != nullptr))
+    throw kjit::UserError(
+        fmt::format("attention: sequences is {} and seqlens_k is {}, but seqlens_q is NULL",
+                    c->sequences, c->seqlens_k ? "given" : "NULL"),
+        "a packed batch gives seqlens_q (and seqlens_k, or NULL for the same) with "
+        "sequences; a padded one leaves all three 0");
   kjit::attention::Problem p;
   p.heads = c->heads > 0 ? c->heads : 1;
   p.kv_heads = c->kv_heads > 0 ? c->kv_heads : p.heads;

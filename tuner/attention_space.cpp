@@ -98,6 +98,24 @@ int backward_wgmma_registers(const attention::Problem& p, const attention::Confi
 }
 
 // bm, bn in {32, 64, 128} x stages in {2, 3}, without what does not fit.
+// The configs of `space` that attention::validate() takes; the others go to
+// `pruned` with its message (a limit of the problem's size, such as the persistent
+// schedule's 2^30 work items, that the engine's dimensions above do not see).
+std::vector<attention::Config> keep_valid(const attention::Problem& problem,
+                                          std::vector<attention::Config> space,
+                                          std::vector<Pruned>* pruned) {
+  std::vector<attention::Config> kept;
+  for (const attention::Config& c : space) {
+    try {
+      attention::validate(problem, c);
+      kept.push_back(c);
+    } catch (const UserError& e) {
+      if (pruned) pruned->push_back({c.to_string(), e.what()});
+    }
+  }
+  return kept;
+}
+
 std::vector<attention::Config> backward_space(const attention::Problem& problem,
                                               const cuda::DeviceProperties& device,
                                               std::vector<Pruned>* pruned) {
@@ -168,7 +186,7 @@ std::vector<attention::Config> backward_space(const attention::Problem& problem,
 std::vector<attention::Config> attention_space(const attention::Problem& problem,
                                                const cuda::DeviceProperties& device,
                                                std::vector<Pruned>* pruned) {
-  if (problem.backward) return backward_space(problem, device, pruned);
+  if (problem.backward) return keep_valid(problem, backward_space(problem, device, pruned), pruned);
   std::vector<attention::Config> space;
   for (int bm : {64, 128}) {
     for (int bn : {32, 64, 128}) {
@@ -234,7 +252,7 @@ std::vector<attention::Config> attention_space(const attention::Problem& problem
       }
     }
   }
-  return space;
+  return keep_valid(problem, std::move(space), pruned);
 }
 
 namespace {

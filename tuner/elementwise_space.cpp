@@ -14,6 +14,7 @@
 #include "kjit/compiler/passes/pipeline.h"
 #include "kjit/support/error.h"
 #include "kjit/support/hash.h"
+#include "kjit/support/key_values.h"
 
 namespace kjit::tuner {
 
@@ -239,7 +240,23 @@ Work ElementwiseTuning::work() const {
 }
 
 std::string ElementwiseTuning::canonical(const std::string& text) const {
-  return ElementwiseConfig::parse(text).text();
+  // "align=" names the problem's alignment class, which a tuning problem takes from
+  // its tensors (contiguous, 256-byte aligned): the aligned class. It may say so;
+  // asking for the other class is refused (emit, compile and run take it).
+  KeyValues config;
+  for (const auto& [key, value] :
+       split_key_values(text, "elementwise config", "e.g. block=256,unroll=4")) {
+    if (key != "align") {
+      config.emplace_back(key, value);
+    } else if (!(shape_.aligned && (value == "16" || value == "auto"))) {
+      throw UserError(
+          fmt::format("align={}: this problem's tensors are in the {} class (align={})", value,
+                      shape_.aligned ? "aligned" : "unaligned", shape_.aligned ? 16 : 1),
+          "explain and tune take the class from the tensors; emit, compile and run take "
+          "align=1 to force the unaligned path");
+    }
+  }
+  return ElementwiseConfig::parse(config).text();
 }
 
 std::vector<KernelSource> ElementwiseTuning::sources(const std::string& text) const {

@@ -90,6 +90,14 @@ TimerOptions timer_options_from_json(const nlohmann::json& j) {
 
 MeasureWorker::MeasureWorker(WorkerOptions options) : options_(std::move(options)) {
   if (options_.argv.empty()) throw InternalError("a measuring worker needs a command line");
+  // A timeout that is not a positive number would count every candidate as hung (or,
+  // NaN, wait forever): refused here, whatever the caller checked.
+  for (const auto& [name, seconds] :
+       {std::pair<const char*, double>{"check", options_.check_timeout_s},
+        {"timing", options_.timing_timeout_s}})
+    if (!(seconds > 0 && seconds <= 86400))
+      throw UserError(fmt::format("the measuring worker's {} timeout is {} s", name, seconds),
+                      "give a number of seconds in (0, 86400]");
 }
 
 MeasureWorker::~MeasureWorker() {

@@ -330,8 +330,8 @@ class Parser {
     return left;
   }
   Value unary() {
-    Nesting guard(*this);
     if (peek().kind == Tok::Punct && peek().text == "-") {
+      Nesting guard(*this);  // a minus is a level; an operand's primary() counts its own
       const Token& minus = next();
       // "-2.5" is a literal, so printed negative constants read back as constants.
       if (peek().kind == Tok::Number && peek(1).text != "^" && peek(1).text != "**")

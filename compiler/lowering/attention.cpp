@@ -209,7 +209,9 @@ void validate_problem(const Problem& p) {
   if (p.window_left < -1 || p.window_right < -1 || p.window_left > kMax32 ||
       p.window_right > kMax32)
     throw UserError(fmt::format("attention window {}:{} is invalid", p.window_left, p.window_right),
-                    "each side is a number of keys >= 0, or -1 for unbounded");
+                    fmt::format("each side is a number of keys in [0, {}], or -1 for unbounded "
+                                "(the CLI's 'inf')",
+                                kMax32));
   if (p.packed()) {
     auto check_offsets = [&](const std::vector<int64_t>& cu, const char* name, int64_t longest) {
       if (static_cast<int64_t>(cu.size()) != p.batch + 1)
@@ -246,6 +248,28 @@ void validate_problem(const Problem& p) {
   if (!(std::isfinite(p.scale) && p.scale >= 0))
     throw UserError(fmt::format("attention scale {} is not a positive finite number", p.scale),
                     "0 means 1 / sqrt(head dim)");
+  // Every byte offset the kernels form is 64-bit: each tensor must fit, and all of
+  // them together (one address space): Q, O (and dO, dQ), K, V (and dK, dV), the LSE
+  // and the backward's f32 workspace (D, LSE · log2 e and the dQ sums per query row).
+  int64_t total = 0;
+  auto count = [&](const char* what, int64_t tokens, int64_t heads, int64_t row_bytes, int copies) {
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(tokens, heads, &bytes) ||
+        __builtin_mul_overflow(bytes, row_bytes, &bytes) ||
+        __builtin_mul_overflow(bytes, static_cast<int64_t>(copies), &bytes) ||
+        __builtin_add_overflow(total, bytes, &total))
+      throw UserError(
+          fmt::format(
+              "attention with {} query and {} key tokens, {} heads ({} K/V heads) of head dim {} "
+              "holds more than 2^63 bytes ({} and what comes before it)",
+              p.total_q(), p.total_k(), p.heads, p.kv_heads, p.head_dim, what),
+          "offsets are 64-bit byte counts; split the batch or the heads into several calls");
+  };
+  const int64_t element = 2;  // bf16 and f16
+  count("Q, O, dO and dQ", p.total_q(), p.heads, p.head_dim * element, 4);
+  count("K, V, dK and dV", p.total_k(), p.kv_heads, p.head_dim * element, 4);
+  count("the LSE and the backward's f32 workspace", p.total_q(), p.heads, 4 + 8 + 4 * p.head_dim,
+        1);
 }
 
 void validate(const Problem& p, const Config& c) {

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "kjit/support/checked_math.h"
 #include "kjit/support/error.h"
 
 namespace kjit::ir {
@@ -110,6 +111,25 @@ ElementwisePlan plan_elementwise(const Graph& graph, const std::string& ir_diges
       throw UserError(what + " must be contiguous");
     check_pointer(t, what, plan.n);
   }
+  // The kernels index in signed 64-bit elements and bytes: every tensor's bytes, and
+  // all of them together, stay below 2^62, so that an index plus a grid's step never
+  // wraps (docs/limits.md, "Sizes").
+  constexpr int64_t kMaxBytes = int64_t{1} << 62;
+  int64_t total = 0;
+  auto count_bytes = [&](const TensorArg& t, const std::string& what) {
+    const int64_t bytes = checked_size(t.shape, ir::size_bytes(t.dtype), what);
+    if (bytes >= kMaxBytes || total + bytes >= kMaxBytes)
+      throw UserError(
+          fmt::format("{} of shape {} brings the kernel's tensors to {} bytes or more; "
+                      "the limit is 2^62 bytes",
+                      what, shape_text(t.shape), bytes >= kMaxBytes ? bytes : total + bytes),
+          "indices are 64-bit; split the problem into several calls");
+    total += bytes;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    count_bytes(inputs[i], "input '" + graph.node(input_ids[i]).name + "'");
+  for (size_t k = 0; k < outputs.size(); ++k)
+    count_bytes(outputs[k], "output '" + graph.outputs()[k].first + "'");
   // Access patterns over the [rows, cols] view.
   plan.problem.graph = graph;
   plan.problem.ir_digest = ir_digest;

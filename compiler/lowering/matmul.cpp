@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <tuple>
 
 #include "kjit/compiler/ir/dtype.h"
 #include "kjit/compiler/lowering/wgmma.h"
@@ -329,8 +330,31 @@ void validate_problem(const Problem& problem) {
                     "an empty matmul has nothing to compute; K = 0 would leave C undefined");
   constexpr int64_t kIntMax = 2147483647;
   if (problem.m > kIntMax || problem.n > kIntMax || problem.k > kIntMax || problem.batch > 65535)
-    throw UserError("matmul sizes must fit in 32 bits and batch in 65535",
+    throw UserError(fmt::format("matmul sizes must be at most 2147483647 (32-bit signed) and "
+                                "batch at most 65535; got M={}, N={}, K={}, batch={}",
+                                problem.m, problem.n, problem.k, problem.batch),
                     "split the problem into several calls");
+  // Every byte offset the kernels form is 64-bit: each packed operand must fit, and
+  // the three together (they share one address space).
+  int64_t total = 0;
+  for (const auto& [name, rows, cols, dtype] :
+       {std::tuple<const char*, int64_t, int64_t, DType>{"A", problem.m, problem.k, problem.input},
+        {"B", problem.k, problem.n, problem.input},
+        {"C", problem.m, problem.n, problem.output}}) {
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(rows, cols, &bytes) ||
+        __builtin_mul_overflow(bytes, problem.batch, &bytes) ||
+        __builtin_mul_overflow(bytes, static_cast<int64_t>(dtype_bytes(dtype)), &bytes))
+      throw UserError(fmt::format("matmul {} of {} x {} ({} batches of {}-byte elements) holds "
+                                  "more than 2^63 bytes",
+                                  name, rows, cols, problem.batch, dtype_bytes(dtype)),
+                      "offsets are 64-bit byte counts; split the problem into several calls");
+    if (__builtin_add_overflow(total, bytes, &total))
+      throw UserError(fmt::format("matmul A, B and C of {}x{}x{} (batch {}) hold more than 2^63 "
+                                  "bytes together",
+                                  problem.m, problem.n, problem.k, problem.batch),
+                      "offsets are 64-bit byte counts; split the problem into several calls");
+  }
   if (static_cast<int>(problem.epilogue.operands.size()) > Epilogue::kMaxOperands)
     throw UserError(fmt::format("the matmul epilogue takes at most {} extra operands, got {}",
                                 Epilogue::kMaxOperands, problem.epilogue.operands.size()),

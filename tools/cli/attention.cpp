@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <random>
@@ -38,7 +39,6 @@ namespace {
 
 using namespace kjit::attention;
 
-// "L:R" -> window_left, window_right; each side a count of keys >= 0 or "inf".
 // The modifiers as written, beside the problem's text (which names them by key only),
 // so a JSON result says which modifiers it measured.
 void add_modifiers(nlohmann::json& json, const attention::Problem& p) {
@@ -46,14 +46,19 @@ void add_modifiers(nlohmann::json& json, const attention::Problem& p) {
   if (!p.mask_mod.empty()) json["mask_mod"] = p.mask_mod;
 }
 
+// "L:R" -> window_left, window_right; each side a count of keys in [0, 2^31 - 1] or
+// "inf" (-1).
 std::pair<int64_t, int64_t> parse_window(const std::string& text) {
   const size_t colon = text.find(':');
   auto side = [&](const std::string& s) -> int64_t {
     if (s == "inf") return -1;
+    constexpr long long kMost = 2147483647;
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0' || v < 0)
-      throw UserError("--window '" + text + "': '" + s + "' is not a count of keys >= 0 or 'inf'",
+    if (s.empty() || *end != '\0' || v < 0 || errno == ERANGE || v > kMost)
+      throw UserError(fmt::format("--window '{}': '{}' is not a count of keys in [0, {}] or 'inf'",
+                                  text, s, kMost),
                       "write L:R, e.g. 256:0 (256 keys before the diagonal, none after)");
     return v;
   };

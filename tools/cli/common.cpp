@@ -90,6 +90,11 @@ Target command_target(const std::string& arch, const std::string& gpu) {
   if (!gpu.empty()) {
     t.device = cuda::planning_device(gpu);
     t.planned = true;
+    if (!arch.empty() && arch != t.device.arch() && arch != t.device.arch() + "a")
+      throw UserError(
+          fmt::format("--arch {} does not match --gpu {}, an {} GPU", arch, gpu, t.device.arch()),
+          "leave out --arch (it follows --gpu), or plan for a GPU of that "
+          "architecture (--gpu h200 and h100: sm_90, a100: sm_80)");
   } else if (gpu_available() && (arch.empty() || arch == cuda::device_properties(0).arch() ||
                                  arch == cuda::device_properties(0).arch() + "a")) {
     t.device = cuda::device_properties(0);

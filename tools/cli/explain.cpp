@@ -146,7 +146,12 @@ void explain_command(const ExplainCommand& c) {
     return print_json(out);
   }
 
-  std::cout << fmt::format("{} {}\n", problem->family(), problem->signature());
+  // (An elementwise signature names its family already.)
+  const std::string signature = problem->signature();
+  std::cout << (signature.rfind(problem->family() + " ", 0) == 0
+                    ? signature
+                    : fmt::format("{} {}", problem->family(), signature))
+            << "\n";
   std::cout << fmt::format("gpu        {}\n", target.describe());
   std::cout << fmt::format("config     {}\n", choice.config);
   if (!o.config.empty()) {

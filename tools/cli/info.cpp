@@ -87,7 +87,7 @@ void add_info_command(CLI::App& app) {
   auto options = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "Show the GPU, driver and NVRTC versions");
   cmd->add_flag("--json", options->json, "Print JSON");
-  cmd->add_option("--device", options->device, "Device ordinal")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", options->device, "Device ordinal")->check(CLI::Range(0, 2147483647));
   cmd->callback([options] { run_info(*options); });
 }
 

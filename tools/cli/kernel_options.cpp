@@ -36,6 +36,9 @@ struct OptionUse {
 };
 const std::vector<OptionUse>& option_uses() {
   static const std::vector<OptionUse> uses = {
+      {"--m", {"elementwise", "matmul"}, {}},
+      {"--n", {"elementwise", "matmul"}, {}},
+      {"--k", {"elementwise", "matmul"}, {}},
       {"--epilogue", {"matmul"}, {}},
       {"--layout", {"matmul"}, {}},
       {"--lda", {"matmul"}, {Verb::Run, Verb::Bench}},

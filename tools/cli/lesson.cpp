@@ -9,10 +9,14 @@
 //   kjit lesson waves --dry-run    # the kernels and the model's predictions only
 //
 // Without a GPU a lesson says so and shows its dry run (exit 0).
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -270,6 +274,24 @@ struct LessonOptions {
   std::string gpu, out = "lessons";
 };
 
+// Creates `folder` (and its parents) where it is missing; a UserError naming it when
+// it cannot be made or is not a folder kjit may write into.
+void prepare_output_folder(const std::string& folder) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error)
+    throw UserError(
+        fmt::format("cannot create the output folder '{}': {}", folder, error.message()),
+        "--out names a folder kjit may create or write into");
+  if (!std::filesystem::is_directory(folder, error))
+    throw UserError(fmt::format("the output path '{}' is not a folder", folder),
+                    "--out names a folder; NAME.csv and NAME.json are written into it");
+  if (access(folder.c_str(), W_OK | X_OK) != 0)
+    throw UserError(
+        fmt::format("cannot write into the output folder '{}': {}", folder, std::strerror(errno)),
+        "--out names a folder kjit may write into");
+}
+
 void lesson_command(const LessonOptions& o) {
   if (o.list || o.name.empty()) {
     for (const Lesson& l : lessons()) std::cout << fmt::format("{:<15} {}\n", l.name, l.claim);
@@ -278,6 +300,9 @@ void lesson_command(const LessonOptions& o) {
     return;
   }
   const Lesson& lesson = find_lesson(o.name);
+  // The output folder first: a lesson's measurements are not thrown away because
+  // the files cannot be written at the end.
+  prepare_output_folder(o.out);
   std::string why;
   const bool measure = !o.dry_run && gpu_available(&why);
   if (!o.dry_run && !measure)
@@ -352,7 +377,6 @@ void lesson_command(const LessonOptions& o) {
     it->bytes += r.bytes;
   }
 
-  std::filesystem::create_directories(o.out);
   const std::string base = (std::filesystem::path(o.out) / lesson.name).string();
   std::ofstream csv(base + ".csv");
   csv << "series,x,predicted_ms,measured_ms,predicted_" << lesson.y_metric << ",measured_"
@@ -403,7 +427,13 @@ void lesson_command(const LessonOptions& o) {
   }
   for (const Row& r : rows)
     if (!r.error.empty()) std::cout << "failed: " << r.point.series << ": " << r.error << "\n";
-  std::ofstream(base + ".json") << json.dump(2) << "\n";
+  std::ofstream json_file(base + ".json");
+  json_file << json.dump(2) << "\n";
+  csv.close();
+  json_file.close();
+  if (csv.fail() || json_file.fail())
+    throw UserError(fmt::format("cannot write '{}.csv' and '{}.json'", base, base),
+                    "is the disk full? --out names another folder");
   std::cout << fmt::format("\nwrote {}.csv and {}.json\n", base, base);
   if (o.plot) {
     const std::string command =

@@ -49,10 +49,37 @@ Tensors leading_dimensions(const KernelCommandOptions& o) {
 }
 
 // `given`'s leading dimensions and the batch strides they imply, resolved; the
-// pointers are 0 (16-byte aligned, as the allocator's are) until allocation.
+// pointers are 0 (16-byte aligned, as the allocator's are) until allocation. For
+// resolve() they stand in laid back to back, each past the last one's packed bytes
+// (256-byte aligned), as an allocator would place them: whatever the sizes, the
+// stand-ins never overlap, so only the sizes and strides decide what it says.
 Tensors resolve_stand_in(const Problem& p, Tensors given) {
-  given.a = 1ull << 36, given.b = 2ull << 36, given.c = 3ull << 36;
-  given.extras.resize(p.epilogue.operands.size(), {4ull << 36, 0, 0});
+  const int64_t a_rows = p.a_transposed ? p.k : p.m, a_cols = p.a_transposed ? p.m : p.k;
+  const int64_t b_rows = p.b_transposed ? p.n : p.k, b_cols = p.b_transposed ? p.k : p.n;
+  uint64_t next = 256;
+  bool too_big = false;
+  auto place = [&](int64_t rows, int64_t ld, int64_t cols, DType dtype) {
+    const uint64_t at = next;
+    uint64_t bytes = 0;
+    too_big = too_big ||
+              __builtin_mul_overflow(static_cast<uint64_t>(std::max<int64_t>(p.batch, 1)),
+                                     static_cast<uint64_t>(std::max<int64_t>(rows, 1)), &bytes) ||
+              __builtin_mul_overflow(bytes, static_cast<uint64_t>(std::max(ld, cols)), &bytes) ||
+              __builtin_mul_overflow(bytes, static_cast<uint64_t>(dtype_bytes(dtype)), &bytes) ||
+              __builtin_add_overflow(next, (bytes + 255) / 256 * 256, &next) ||
+              next > static_cast<uint64_t>(INT64_MAX);
+    return at;
+  };
+  given.a = place(a_rows, given.lda, a_cols, p.input);
+  given.b = place(b_rows, given.ldb, b_cols, p.input);
+  given.c = place(p.m, given.ldc, p.n, p.output);
+  for (size_t i = 0; i < p.epilogue.operands.size(); ++i)
+    given.extras.push_back({place(p.m, 0, p.n, p.output), 0, 0});
+  if (too_big)
+    throw UserError(fmt::format("A, B and C of {}x{}x{} (batch {}) hold more than 2^63 bytes "
+                                "together",
+                                p.m, p.n, p.k, p.batch),
+                    "offsets are 64-bit byte counts; check the sizes and leading dimensions");
   Tensors t = resolve(p, given);
   t.a = t.b = t.c = 0;
   t.extras.clear();
@@ -74,8 +101,10 @@ Problem problem_from(const KernelCommandOptions& o, LoweredEpilogue& epilogue) {
   }
   // Tensors from the allocator (pointers 256-byte aligned): the class follows the
   // leading dimensions, packed or as given.
-  if (p.m >= 1 && p.n >= 1 && p.k >= 1)
+  if (p.m >= 1 && p.n >= 1 && p.k >= 1) {
+    validate_problem(p);  // the size limits first: they name the size
     p.aligned = is_aligned(p, resolve_stand_in(p, leading_dimensions(o)));
+  }
   return p;
 }
 

@@ -282,8 +282,25 @@ void add_tune_command(CLI::App& app) {
   cmd->add_flag("--quiet", c->quiet, "No progress line on stderr");
   cmd->add_option("--timeout", c->timeout,
                   "Seconds a candidate's first run and check may take before it counts as hung "
-                  "(default 60)");
-  cmd->add_option("--seed", c->seed, "Seed of the random strategy (default 1)");
+                  "(default 60)")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            char* end = nullptr;
+            const double seconds = std::strtod(text.c_str(), &end);
+            // (NaN fails both comparisons: refused too.)
+            return !text.empty() && *end == '\0' && seconds >= 1 && seconds <= 86400
+                       ? std::string()
+                       : "the timeout is a number of seconds in [1, 86400], got " + text;
+          },
+          "SECONDS"));
+  cmd->add_option("--seed", c->seed, "Seed of the random strategy (default 1)")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            return text.find_first_not_of("0123456789") == std::string::npos && !text.empty()
+                       ? std::string()
+                       : "the seed is an integer >= 0, got " + text;
+          },
+          "UINT"));
   cmd->add_option("--rounds", c->rounds, "Interleaved timing rounds (default 5)")
       ->check(CLI::Range(1, 100));
   cmd->add_option("--runs", c->runs, "Timed runs of each config per round (default 5)")

@@ -107,6 +107,32 @@ int main(void) {
   lengths[1] = 0;
   CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
   CHECK(kjit_attention_emit(NULL, "h200", &source) == KJIT_ERROR_USER);
+  /* A negative size is an error, not the default that 0 stands for. */
+  lengths[1] = 7;
+  attention.seqlens_q = NULL;
+  attention.sequences = 0;
+  attention.seq_q = 128;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+  attention.batch = -2;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "batch is -2") != NULL);
+  attention.batch = 0;
+  attention.seq_k = -1;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "seq_k is -1") != NULL);
+  attention.seq_k = 0;
+  /* Lengths without seqlens_q: an error, not a padded batch. */
+  attention.sequences = 3;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "seqlens_q is NULL") != NULL);
+  attention.sequences = 0;
+  attention.seqlens_k = lengths;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  attention.seqlens_k = NULL;
+  /* An expression over no elements. */
+  CHECK(kjit_emit("y = x", KJIT_F32, 0, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "n is 0") != NULL);
   kjit_attention* attention_kernel = NULL;
   CHECK(kjit_attention_create(NULL, &attention, &attention_kernel) == KJIT_ERROR_USER);
   kjit_attention_backward* backward_kernel = NULL;

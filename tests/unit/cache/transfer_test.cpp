@@ -121,6 +121,23 @@ TEST(Transfer, ImportKeepsTheBetterMeasuredAndSaysWhatItDid) {
   EXPECT_THROW(mine->import_from(scratch.file("missing.db")), UserError);
 }
 
+// Importing a store's own file read it and wrote every row back onto itself
+// (exit 0, nothing changed); merge already refused its own file.
+TEST(Transfer, ImportIntoItselfIsRefused) {
+  ScratchDir scratch;
+  std::unique_ptr<Store> mine = Store::open(scratch.file("kjit.db"));
+  fill(*mine);
+  try {
+    mine->import_from(scratch.file("kjit.db"));
+    FAIL() << "importing the store's own file was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("into itself"), std::string::npos) << e.what();
+  }
+  fs::create_symlink(scratch.file("kjit.db"), scratch.file("alias.db"));
+  EXPECT_THROW(mine->import_from(scratch.file("alias.db")), UserError) << "the same file by a link";
+  EXPECT_TRUE(mine->find_tuning(kH200, "mm 4096")) << "the store is untouched";
+}
+
 TEST(Transfer, MergeIntoAnotherFile) {
   ScratchDir scratch;
   std::unique_ptr<Store> mine = Store::open(scratch.file("kjit.db"));

@@ -158,6 +158,17 @@ TEST(Parser, LimitsAreUserErrorsThatNameTheLimit) {
   EXPECT_NE(error_of("y = " + repeated("(", kMaxNesting + 1) + "x" + repeated(")", kMaxNesting + 1))
                 .find("nested more than 256 levels"),
             std::string::npos);
+  // The limit is what it says: 256 levels of parentheses, calls or minus signs parse
+  // (each level once counted twice, so 128 parentheses were refused as 256 levels).
+  EXPECT_EQ(
+      error_of("y = " + repeated("(", kMaxNesting - 1) + "x" + repeated(")", kMaxNesting - 1)),
+      "(no error)");
+  EXPECT_EQ(
+      error_of("y = " + repeated("abs(", kMaxNesting - 1) + "x" + repeated(")", kMaxNesting - 1)),
+      "(no error)");
+  EXPECT_EQ(error_of("y = " + repeated("-", kMaxNesting - 1) + "x"), "(no error)");
+  EXPECT_NE(error_of("y = " + repeated("-", kMaxNesting + 1) + "x").find("nested more than 256"),
+            std::string::npos);
   EXPECT_NE(error_of("y = x" + std::string(kMaxTextBytes, ' ')).find("kjit parses at most 1048576"),
             std::string::npos);
 }

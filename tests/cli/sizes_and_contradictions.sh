@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# sizes_and_contradictions.sh KJIT — sizes at and past the 64-bit limits, options
+# that contradict each other or do not apply, and output paths that cannot be
+# written: each a user error (exit 2) naming the value and the limit, before any
+# work. Each check failed on the commit before it was added (the messages show
+# what happened instead).
+set -uo pipefail
+kjit=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export KJIT_CACHE_DIR=$dir/cache
+source "$(dirname "$0")/expect_functions.sh"
+
+# --arch and --gpu that disagree: NVRTC failed on "sm_80a" (exit 1).
+expect 2 "--arch sm_80 does not match --gpu h200, an sm_90 GPU" \
+  "$kjit" compile matmul --m 128 --n 128 --k 64 --gpu h200 --arch sm_80
+expect 0 "kjit_matmul_" "$kjit" compile matmul --m 128 --n 128 --k 64 --gpu h200 --arch sm_90a
+
+# A large B is not "overlapping C" (the CLI's stand-in buffers were 64 GiB apart).
+expect 0 "kjit_matmul_" "$kjit" compile matmul --m 64 --n 64 --k 600000000 --gpu h200
+
+# Products past 2^63 bytes, in every verb that plans (explain accepted them).
+for verb in emit explain; do
+  expect 2 "A, B and C of 2147483647x2147483647x64 \(batch 1\) hold more than 2\^63 bytes" \
+    "$kjit" $verb matmul --m 2147483647 --n 2147483647 --k 64 --gpu h200
+done
+expect 2 "got M=3000000000, N=3, K=3" "$kjit" emit matmul --m 3000000000 --n 3 --k 3 --gpu h200
+expect 2 "holds more than 2\^63 bytes \(Q, O, dO and dQ" \
+  "$kjit" compile attention --seq-q 1000000000 --head-dim 256 --heads 128 --batch 65535 --gpu h200
+expect 2 "input 'x' \(9223372036854775807\) is too large" \
+  "$kjit" explain 'y = x * 2' --n 9223372036854775807 --gpu h200
+expect 2 "the limit is 2\^62 bytes" "$kjit" emit 'x:bool[n]; y = x' --n 4611686018427387903
+
+# The model's pick is a config the problem can run (persistent=1 over 2^30 work
+# items was picked, then refused).
+expect 0 "^config +mma=wgmma,bm=128,bn=(64|128),stages=[23](,pingpong=1)?$" \
+  "$kjit" explain attention --gpu h200 --seq-q 2147483647 --head-dim 64 --batch 1000 --heads 1000
+
+# Options that do not apply to attention were dropped silently.
+expect 2 "--n does not apply to attention" "$kjit" explain attention --seq-q 5 --n 77 --gpu h200
+
+# --window: the limit in the message, no wrapped value.
+expect 2 "'99999999999999999999' is not a count of keys in \[0, 2147483647\] or 'inf'" \
+  "$kjit" emit attention --seq-q 64 --head-dim 64 --gpu h200 --window 99999999999999999999:0
+
+# explain takes align= as emit does, where it names the problem's class.
+expect 0 "config +block=" "$kjit" explain 'y = x * 2' --n 1000 --gpu h200 --config align=16
+expect 2 "align=1: this problem's tensors are in the aligned class" \
+  "$kjit" explain 'y = x * 2' --n 1000 --gpu h200 --config align=1
+
+# Numbers the tuner would misuse: a timeout of 0 counted every config as hung, NaN
+# waited forever; a negative seed wrapped.
+for timeout in 0 nan -1; do
+  expect 2 "the timeout is a number of seconds in \[1, 86400\], got $timeout" \
+    "$kjit" tune 'y = x' --timeout $timeout
+done
+expect 2 "the seed is an integer >= 0, got -1" "$kjit" tune 'y = x' --seed -1
+expect 2 "Value -1 not in range 0 to 2147483647" "$kjit" info --device -1
+
+# A lesson's output folder is checked before it measures (exit 3, "internal error").
+touch "$dir/a-file"
+expect 2 "cannot create the output folder '$dir/a-file/x'" \
+  "$kjit" lesson fusion --dry-run --out "$dir/a-file/x"
+expect 0 "wrote $dir/out/fusion.csv" "$kjit" lesson fusion --dry-run --out "$dir/out"
+
+# A store's import and merge name what a path is (merge advised "remove it").
+expect 2 "'$dir' is a directory, not a store's file" "$kjit" cache merge "$dir"
+expect 2 "'$dir' is a directory, not a store's file" "$kjit" cache import "$dir"
+"$kjit" cache path >/dev/null
+expect 2 "cannot import the cache into itself" "$kjit" cache import "$KJIT_CACHE_DIR/kjit.db"
+
+finish
