@@ -47,6 +47,24 @@ struct BinaryPolicy {
   const Authenticator* target = nullptr;  // authenticates the copies; null: no MAC (an export)
 };
 
+// A transfer's source must read whole: SQLite does not always notice damage
+// while it reads (a damaged page may read as an empty one), and an import that
+// quietly took 0 of a table's rows looked like success. PRAGMA quick_check reads
+// every page; its first complaint is the CacheError's reason.
+void check_readable(Database& source, const std::string& what, const std::string& hint) {
+  std::string problem;
+  try {
+    Statement check = source.prepare("PRAGMA quick_check");
+    if (check.step() && check.column_text(0) != "ok") problem = check.column_text(0);
+  } catch (const SqliteError& e) {
+    if (!e.is_corruption()) throw;
+    problem = e.what();
+  }
+  if (!problem.empty())
+    throw CacheError(
+        fmt::format("{} is damaged ({}); nothing was copied. {}", what, problem, hint));
+}
+
 // Copies rows from `from` into `to` (inside the caller's write transaction on
 // `to`), every conflict settled by the store's policies. With `gpu_model`, only
 // that model's device, tunings and trials, and binaries for its architecture.
@@ -147,6 +165,10 @@ VerifyReport Store::verify(bool remove_bad) {
   } catch (const SqliteError& e) {
     if (!e.is_corruption()) throw;
     report.integrity.push_back(e.what());
+    if (remove_bad) {  // --fix: the damaged file goes aside and an empty store starts
+      replace_damaged(e, "verifying the cache");
+      report.replaced_damaged = true;
+    }
     return report;
   }
   if (remove_bad && (!report.bad_binaries.empty() || !report.unauthenticated.empty())) {
@@ -186,6 +208,8 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
                       models.empty() ? std::string("the cache holds no GPU model yet")
                                      : fmt::format("known models: {}", fmt::join(models, "; ")));
   }
+  check_readable(database, "this cache's file " + file_,
+                 "`kjit cache verify --fix` moves it aside and starts an empty store");
   // Written under a temporary name and renamed, so a failure leaves no half file.
   std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
   TransferReport report;
@@ -257,6 +281,7 @@ TransferReport Store::import_from(const std::string& path, bool trust_binaries) 
                     : kind == FileKind::Empty   ? "it is empty"
                     : kind == FileKind::Invalid ? "its header is damaged"
                                                 : "another application's file"));
+  check_readable(source, "'" + path + "'", "Import another copy of it.");
   TransferReport report;
   WriteTransaction read(source, /*immediate=*/false);
   WriteTransaction write(database);
@@ -284,6 +309,8 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   if (::stat(path.c_str(), &info) == 0 && info.st_dev == file_device_ && info.st_ino == file_inode_)
     throw UserError("cannot merge the cache into itself");
   check_named_file(path);
+  check_readable(database, "this cache's file " + file_,
+                 "`kjit cache verify --fix` moves it aside and starts an empty store");
   StoreOptions target_options;
   target_options.recover = false;  // a file the user named is never moved aside
   target_options.max_bytes = std::numeric_limits<int64_t>::max();
@@ -311,25 +338,39 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   return report;
 }
 
+void Store::replace_damaged(const SqliteError& error, const char* what) {
+  if (!error.is_corruption()) throw error;
+  quarantine(fmt::format("{} found the file damaged ({})", what, error.what()));
+  attach();  // a fresh file: a failure here is this command's error
+}
+
 ClearReport Store::clear(bool binaries_only) {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   pending_hits_.clear();
   stored_content_ = true;
   ClearReport report;
-  WriteTransaction write(database);
-  database.exec("DELETE FROM binaries");
-  report.binaries = database.changes();
-  database.exec("DELETE FROM binary_usage");
-  if (!binaries_only) {
-    database.exec("DELETE FROM tunings");
-    report.tunings = database.changes();
-    database.exec("DELETE FROM trials");
-    report.trials = database.changes();
-    database.exec("DELETE FROM devices");
-    report.devices = database.changes();
+  try {
+    WriteTransaction write(database);
+    database.exec("DELETE FROM binaries");
+    report.binaries = database.changes();
+    database.exec("DELETE FROM binary_usage");
+    if (!binaries_only) {
+      database.exec("DELETE FROM tunings");
+      report.tunings = database.changes();
+      database.exec("DELETE FROM trials");
+      report.trials = database.changes();
+      database.exec("DELETE FROM devices");
+      report.devices = database.changes();
+    }
+    write.commit();
+  } catch (const SqliteError& e) {
+    // Rows that cannot be read cannot be deleted: the file goes aside whole (also
+    // with --binaries-only: what it kept is unreadable anyway).
+    replace_damaged(e, "clearing the cache");
+    report = ClearReport{};
+    report.replaced_damaged = true;
   }
-  write.commit();
   return report;
 }
 

@@ -43,6 +43,7 @@
 namespace kjit::cache {
 
 class Database;
+class SqliteError;
 namespace detail {
 class Authenticator;
 }
@@ -86,6 +87,9 @@ struct VerifyReport {
   std::vector<std::string> bad_binaries;     // keys whose checksum failed
   std::vector<std::string> unauthenticated;  // keys whose MAC failed (planted or swapped)
   int64_t removed = 0;                       // bad binaries deleted (verify(true))
+  // verify(true) of a damaged file: moved aside (quarantine's warning names where)
+  // and a fresh, empty store started in its place.
+  bool replaced_damaged = false;
   // Sound and trusted, and every bad binary (if any) removed.
   bool ok() const {
     return integrity.size() == 1 && integrity[0] == "ok" && untrusted.empty() &&
@@ -109,6 +113,9 @@ struct TransferReport {
 
 struct ClearReport {
   int64_t binaries = 0, tunings = 0, trials = 0, devices = 0;
+  // The file was damaged (its rows could not be read to delete): moved aside
+  // (quarantine's warning names where) and a fresh, empty store started.
+  bool replaced_damaged = false;
 };
 
 class Store {
@@ -224,6 +231,9 @@ class Store {
   void establish_trust(const std::string& directory);
   void set_wal_mode(Database& database);
   void quarantine(const std::string& why);
+  // An administrative command's answer to a damaged file (clear, verify --fix):
+  // moved aside, and a fresh store attached. Rethrows what is not damage.
+  void replace_damaged(const SqliteError& error, const char* what);
   // Whether the path no longer names the file attach() opened (another process
   // moved it aside, and perhaps created a fresh one): errors from the old file are
   // then not this cache's, and attaching again is the cure.

@@ -57,6 +57,12 @@ done
 expect 2 "the seed is an integer >= 0, got -1" "$kjit" tune 'y = x' --seed -1
 expect 2 "Value -1 not in range 0 to 2147483647" "$kjit" info --device -1
 
+# run and bench report the input's errors before asking for a GPU ("needs a GPU"
+# hid them on a machine without one).
+expect 2 "matmul needs M, N, K and batch >= 1" "$kjit" run matmul
+expect 2 "parse error at line 1" "$kjit" bench 'y = ('
+expect 2 "attention head dim 80 is not supported" "$kjit" bench attention --seq-q 64 --head-dim 80
+
 # A lesson's output folder is checked before it measures (exit 3, "internal error").
 touch "$dir/a-file"
 expect 2 "cannot create the output folder '$dir/a-file/x'" \

@@ -240,8 +240,8 @@ void backward_command(const KernelCommandOptions& o, Runtime& runtime, const Pro
 
 void attention_command(const KernelCommandOptions& o) {
   const bool on_gpu = o.verb == Verb::Run || o.verb == Verb::Bench;
+  const Problem p = problem_from(o);  // the input's errors first, with or without a GPU
   if (on_gpu) require_gpu(std::string("kjit ") + to_string(o.verb) + " attention");
-  const Problem p = problem_from(o);
   std::unique_ptr<Runtime> runtime;
   Target target;
   if (on_gpu) {

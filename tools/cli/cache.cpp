@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 
+#include "kjit/cache/sqlite.h"
 #include "kjit/cache/store.h"
 #include "kjit/support/error.h"
 #include "tools/cli/command.h"
@@ -223,9 +224,10 @@ void run_stats(const CacheCommandOptions& o) {
 void run_verify(const CacheCommandOptions& o) {
   std::unique_ptr<Store> store = open_store();
   cache::VerifyReport r = store->verify(o.fix);
-  exit_code = r.ok() ? 0 : 1;
+  exit_code = r.ok() || r.replaced_damaged ? 0 : 1;
   if (o.json) {
     return print_json({{"ok", r.ok()},
+                       {"replaced_damaged", r.replaced_damaged},
                        {"integrity", r.integrity},
                        {"trusted", r.untrusted.empty()},
                        {"untrusted", r.untrusted},
@@ -249,6 +251,12 @@ void run_verify(const CacheCommandOptions& o) {
   if ((!r.bad_binaries.empty() || !r.unauthenticated.empty()) && !o.fix)
     std::cout << "(`kjit cache verify --fix` removes them; they are also dropped and recompiled "
                  "on their next use)\n";
+  if (r.replaced_damaged)
+    std::cout << "the damaged file was moved aside (the warning above says where) and an empty "
+                 "store started in its place\n";
+  else if (!r.ok() && r.binaries_checked == 0 && !r.integrity.empty() && r.integrity[0] != "ok")
+    std::cout << "(the file is damaged: `kjit cache verify --fix` or `kjit cache clear --yes` "
+                 "moves it aside and starts an empty store)\n";
 }
 
 void run_export(const CacheCommandOptions& o) {
@@ -284,7 +292,13 @@ void run_clear(const CacheCommandOptions& o) {
     return print_json({{"binaries", r.binaries},
                        {"tunings", r.tunings},
                        {"trials", r.trials},
-                       {"devices", r.devices}});
+                       {"devices", r.devices},
+                       {"replaced_damaged", r.replaced_damaged}});
+  }
+  if (r.replaced_damaged) {
+    std::cout << "the file was damaged: moved it aside (the warning above says where) and "
+                 "started an empty store\n";
+    return;
   }
   std::cout << fmt::format("deleted {} binaries, {} tunings, {} trials, {} devices\n", r.binaries,
                            r.tunings, r.trials, r.devices);
@@ -311,7 +325,16 @@ void add_cache_command(CLI::App& app) {
                  bool json) {
     CLI::App* cmd = cache->add_subcommand(name, description);
     if (json) cmd->add_flag("--json", o->json, "Print JSON");
-    cmd->callback([o, run] { run(*o); });
+    cmd->callback([o, run] {
+      try {
+        run(*o);
+      } catch (const cache::SqliteError& e) {
+        if (!e.is_corruption()) throw;
+        throw CacheError(std::string(e.what()) +
+                         "; the store's file is damaged: `kjit cache verify` shows where, "
+                         "`kjit cache clear --yes` moves it aside and starts an empty store");
+      }
+    });
     return cmd;
   };
   sub("path", "Print where the store is (or why it is disabled)", run_path, true);

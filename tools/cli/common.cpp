@@ -16,6 +16,9 @@
 #include "kjit/templates/embedded.h"
 #include "tools/cli/command.h"
 
+// KJIT_GIT_COMMIT, written at every build (cmake/GitCommit.cmake).
+#include "kjit_git_commit.h"
+
 namespace kjit::cli {
 
 int exit_code = 0;

@@ -250,8 +250,8 @@ void compile(const KernelCommandOptions& o) {
 }
 
 void run(const KernelCommandOptions& o) {
+  Setup s = make_setup(o, 1 << 20);  // the input's errors first, with or without a GPU
   require_gpu("kjit run");
-  Setup s = make_setup(o, 1 << 20);
   Runtime runtime;
   ElementwiseKernel kernel(runtime, s.graph, s.config);
   std::vector<int> ids = s.graph.inputs();
@@ -332,8 +332,8 @@ void run(const KernelCommandOptions& o) {
 }
 
 void bench(const KernelCommandOptions& o) {
+  Setup s = make_setup(o, 1 << 24);  // the input's errors first, with or without a GPU
   require_gpu("kjit bench");
-  Setup s = make_setup(o, 1 << 24);
   Runtime runtime;
   const cuda::DeviceProperties& device = runtime.device();
   BenchResult r = bench_elementwise(runtime, s.graph, s.config, s.alignment, s.inputs, s.outputs,

@@ -193,7 +193,11 @@ std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, const KernelC
 
 void matmul_command(const KernelCommandOptions& o) {
   const bool on_gpu = o.verb == Verb::Run || o.verb == Verb::Bench;
-  if (on_gpu) require_gpu(std::string("kjit ") + to_string(o.verb) + " matmul");
+  if (on_gpu) {  // the input's errors first: they are the same with or without a GPU
+    LoweredEpilogue checked_epilogue;
+    validate_problem(problem_from(o, checked_epilogue));
+    require_gpu(std::string("kjit ") + to_string(o.verb) + " matmul");
+  }
   std::unique_ptr<Runtime> runtime;
   std::unique_ptr<tuner::Chooser> planning;
   Target target;

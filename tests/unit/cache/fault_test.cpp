@@ -344,5 +344,76 @@ TEST(Faults, DamageFoundMidRunMovesTheFileAside) {
   expect_moved_aside(scratch, bytes);
 }
 
+// A file damaged under rows that `clear` must delete (or `verify --fix` reads):
+// before, both failed with "database disk image is malformed" and left no way
+// forward but deleting the file by hand. Now it goes aside whole and an empty
+// store takes its place.
+void damage_store(const std::string& path) {
+  {
+    std::unique_ptr<Store> store = Store::open(path);
+    for (int i = 0; i < 40; ++i) store->put_binary(make_binary("k" + std::to_string(i), 5000, i));
+    store->put_tuning(make_tuning("H200", "mm", "tile=128", 1.0, 0.01, 10));
+    store->vacuum();
+  }
+  std::string bytes = read_bytes(path);
+  std::vector<char> noise = fake_cubin(bytes.size() - 8192, 78);
+  std::copy(noise.begin(), noise.end(), bytes.begin() + 4096);
+  write_bytes(path, bytes);
+}
+
+TEST(Faults, ClearOfADamagedFileMovesItAsideAndStartsEmpty) {
+  ScratchDir scratch;
+  const std::string path = scratch.file("kjit.db");
+  damage_store(path);
+  std::unique_ptr<Store> store = Store::open(path);
+  ASSERT_TRUE(store->enabled());
+  const ClearReport report = store->clear(/*binaries_only=*/false);
+  EXPECT_TRUE(report.replaced_damaged);
+  EXPECT_TRUE(any_contains(store->warnings(), "moved it aside"));
+  EXPECT_FALSE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  EXPECT_EQ(store->stats().binaries, 0);
+  EXPECT_TRUE(store->verify(false).ok()) << "the fresh store is sound";
+  expect_working(*store);
+}
+
+TEST(Faults, VerifyFixOfADamagedFileMovesItAside) {
+  ScratchDir scratch;
+  const std::string path = scratch.file("kjit.db");
+  damage_store(path);
+  std::unique_ptr<Store> store = Store::open(path);
+  const VerifyReport found = store->verify(/*remove_bad=*/false);
+  EXPECT_FALSE(found.ok());
+  EXPECT_FALSE(found.replaced_damaged) << "without --fix the file stays";
+  EXPECT_TRUE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  const VerifyReport fixed = store->verify(/*remove_bad=*/true);
+  EXPECT_TRUE(fixed.replaced_damaged);
+  EXPECT_FALSE(files_starting_with(scratch.path(), "kjit.db.corrupt-").empty());
+  EXPECT_TRUE(store->verify(false).ok());
+  expect_working(*store);
+}
+
+// A damaged file as a transfer's source: an import read 0 rows of the damaged
+// table and reported success; export and merge of a damaged store did the same.
+TEST(Faults, TransfersRefuseADamagedSource) {
+  ScratchDir scratch;
+  const std::string damaged = scratch.file("theirs.db");
+  damage_store(damaged);
+  std::unique_ptr<Store> mine = Store::open(scratch.file("kjit.db"));
+  mine->put_tuning(make_tuning("H200", "ew", "vec=8", 0.5, 0.01, 10));
+  try {
+    mine->import_from(damaged, /*trust_binaries=*/true);
+    FAIL() << "a damaged file was imported";
+  } catch (const CacheError& e) {
+    EXPECT_NE(std::string(e.what()).find("is damaged"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(mine->stats().binaries, 0) << "nothing was copied";
+  EXPECT_TRUE(mine->find_tuning("H200", "ew"));
+
+  std::unique_ptr<Store> broken = Store::open(damaged);
+  EXPECT_THROW(broken->export_to(scratch.file("out.db")), CacheError);
+  EXPECT_FALSE(fs::exists(scratch.file("out.db")));
+  EXPECT_THROW(broken->merge_into(scratch.file("team.db")), CacheError);
+}
+
 }  // namespace
 }  // namespace kjit::cache
