@@ -189,6 +189,7 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
   flush_locked();
+  if (path.empty()) throw UserError("export needs the name of a new file", "e.g. h200.db");
   if (path_exists(path))
     throw UserError(fmt::format("'{}' already exists", path),
                     "export writes a new file; to add to an existing kjit file use "

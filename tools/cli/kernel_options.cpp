@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <exception>
 #include <string>
 #include <tuple>
@@ -244,6 +245,21 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
   noted(
       cmd->add_option("--repeats", o.repeats, "bench: timed runs (default 20)")->check(kAtLeastOne),
       "--repeats");
+  // --help lists the options under what reads them (option_uses()): one family's
+  // options, or the verbs' that only some verbs read, after the common ones.
+  for (const OptionUse& use : option_uses()) {
+    CLI::Option* option = cmd->get_option_no_throw(use.name);
+    if (option == nullptr) continue;
+    if (!use.verbs.empty() && use.verbs.size() < 4) {
+      std::vector<std::string> verbs;
+      for (Verb verb : use.verbs) verbs.push_back(std::string("kjit ") + to_string(verb));
+      option->group("Options of " + joined(verbs));
+    } else if (use.kinds.size() == 1 && use.kinds[0] != "elementwise") {
+      std::string family = use.kinds[0];
+      family[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(family[0])));
+      option->group(family + " options");
+    }
+  }
 }
 
 KernelCommandOptions resolved(const KernelCommandOptions& given) {
