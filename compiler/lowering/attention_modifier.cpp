@@ -106,9 +106,9 @@ Graph parse_modifier(const std::string& text, bool score, std::vector<ModifierOp
                     score ? "e.g. 'tanh(s / 50) * 50'" : "e.g. 'kv_idx <= q_idx'");
   const DType result = graph.node(graph.outputs()[0].second).dtype;
   if (score && !ir::is_floating(result))
-    throw UserError(fmt::format("the score modifier '{}' gives a {} value; it must give the "
+    throw UserError(fmt::format("the score modifier '{}' gives {} {} value; it must give the "
                                 "modified score, a floating value",
-                                text, ir::to_string(result)),
+                                text, result == DType::I32 ? "an" : "a", ir::to_string(result)),
                     "for a mask, use the mask modifier");
   const size_t declared = score ? 4 : 3;
   const std::vector<int> inputs = graph.inputs();

@@ -63,6 +63,11 @@ expect 2 "matmul needs M, N, K and batch >= 1" "$kjit" run matmul
 expect 2 "parse error at line 1" "$kjit" bench 'y = ('
 expect 2 "attention head dim 80 is not supported" "$kjit" bench attention --seq-q 64 --head-dim 80
 
+# A --config of commas alone gave the fixed defaults, neither the keys nor the tuner.
+expect 2 "--config ',' names no key=value" "$kjit" emit 'y = x' --config ,
+expect 2 "gives an i32 value" "$kjit" emit attention --seq-q 64 --gpu h200 --score-mod 'q_idx - kv_idx'
+expect 2 "export needs the name of a new file" "$kjit" cache export ''
+
 # A lesson's output folder is checked before it measures (exit 3, "internal error").
 touch "$dir/a-file"
 expect 2 "cannot create the output folder '$dir/a-file/x'" \

@@ -272,6 +272,11 @@ KernelCommandOptions resolved(const KernelCommandOptions& given) {
     throw UserError(
         "WHAT is required: an expression, a family name (matmul, attention), or -f FILE");
   }
+  // A --config of separators alone parsed as no keys, that is the fixed defaults: neither
+  // what it says nor the tuner's choice that leaving it out gives.
+  if (!options.config.empty() && options.config.find_first_not_of(", \t") == std::string::npos)
+    throw UserError("--config '" + options.config + "' names no key=value",
+                    "leave --config out for the tuner's choice, or give keys, e.g. block=256");
   const bool is_family = options.file.empty() && find_family(options.what) != nullptr;
   check_options_apply(options, is_family);
   return options;
