@@ -185,6 +185,11 @@ std::string Store::default_path(std::string* reason) {
     for (char c : *setting) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (lower == "off" || lower == "0" || lower == "false" || lower == "no")
       return say("KJIT_CACHE=" + *setting + " disables the cache");
+    // A misspelt "off" must not pass for "on" without a word.
+    if (!(lower.empty() || lower == "on" || lower == "1" || lower == "true" || lower == "yes"))
+      print_once(fmt::format("KJIT_CACHE='{}' is neither off (off, 0, false, no) nor on (on, 1, "
+                             "true, yes); the cache stays on",
+                             *setting));
   }
   fs::path dir;
   if (std::optional<std::string> value = env("KJIT_CACHE_DIR")) {
