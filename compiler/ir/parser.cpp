@@ -1,5 +1,8 @@
 #include "kjit/compiler/ir/parser.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -172,7 +175,9 @@ class Parser {
       }
       if (matched) continue;
       if (std::string("+-*/^()[],:=<>").find(c) == std::string::npos)
-        fail_at(i, std::string("unexpected character '") + c + "'");
+        fail_at(i, std::isprint(static_cast<unsigned char>(c))
+                       ? std::string("unexpected character '") + c + "'"
+                       : fmt::format("unexpected byte 0x{:02x}", static_cast<unsigned char>(c)));
       if (c == '(' || c == '[') ++depth;
       if ((c == ')' || c == ']') && depth > 0) --depth;
       tokens_.push_back({Tok::Punct, std::string(1, c), i});
@@ -237,10 +242,27 @@ class Parser {
     int line = 1;
     for (size_t i = 0; i < line_start; ++i) line += text_[i] == '\n';
     size_t column = offset - line_start + 1;
-    std::string source_line = text_.substr(line_start, line_end - line_start);
+    // The line as shown under the message: at most ~100 characters around the
+    // column (a megabyte on one line was echoed whole), control bytes as '?' and tabs
+    // as spaces, one column each, so the caret stays under the place.
+    constexpr size_t kShown = 100;
+    std::string shown = text_.substr(line_start, line_end - line_start);
+    size_t caret = column - 1;
+    if (shown.size() > kShown) {
+      const size_t from = caret > kShown / 2 ? caret - kShown / 2 : 0;
+      const size_t length = std::min(kShown, shown.size() - from);
+      const std::string before = from > 0 ? "..." : "";
+      shown = before + shown.substr(from, length) + (from + length < shown.size() ? "..." : "");
+      caret = caret - from + before.size();
+    }
+    for (char& ch : shown) {
+      const auto byte = static_cast<unsigned char>(ch);
+      if (ch == '\t') ch = ' ';
+      if (byte < 0x20 || byte == 0x7f) ch = '?';
+    }
     throw UserError("parse error at line " + std::to_string(line) + ", column " +
-                    std::to_string(column) + ": " + message + "\n  " + source_line + "\n  " +
-                    std::string(column - 1, ' ') + "^");
+                    std::to_string(column) + ": " + message + "\n  " + shown + "\n  " +
+                    std::string(caret, ' ') + "^");
   }
 
   // ---- statements

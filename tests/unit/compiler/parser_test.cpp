@@ -173,6 +173,21 @@ TEST(Parser, LimitsAreUserErrorsThatNameTheLimit) {
             std::string::npos);
 }
 
+// A parse error shows its line, but not a megabyte of it, and not raw control
+// bytes (both were echoed whole into the message and the terminal).
+TEST(Parser, ErrorsShowAWindowOfPrintableText) {
+  const std::string binary = error_of(std::string("y = x \x01\x02 + 1"));
+  EXPECT_NE(binary.find("unexpected byte 0x01"), std::string::npos) << binary;
+  EXPECT_EQ(binary.find('\x01'), std::string::npos);
+  const std::string long_line =
+      error_of("y = x +" + std::string(100000, ' ') + ")" + std::string(100000, ' ') + "+ 1");
+  EXPECT_LT(long_line.size(), 400u) << long_line.substr(0, 400);
+  // The caret stays under the place: the ')' the parser stopped at.
+  const size_t shown = long_line.find("\n  ") + 3, caret = long_line.rfind("\n  ") + 3;
+  ASSERT_NE(long_line.find('^', caret), std::string::npos) << long_line;
+  EXPECT_EQ(long_line[shown + (long_line.find('^', caret) - caret)], ')') << long_line;
+}
+
 // Parsing is linear: each name is found in constant time. Before, every
 // assignment scanned every node for an input of that name, and a megabyte of
 // "a1=1;a2=1;..." (130 000 statements, a node each) took many seconds: about
