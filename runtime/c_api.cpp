@@ -415,6 +415,20 @@ const char* kjit_matmul_operand_kind(const kjit_matmul* matmul, int index) {
   return nullptr;
 }
 
+kjit_dtype kjit_matmul_operand_dtype(const kjit_matmul* matmul, int index) {
+  if (index < 0 || index >= kjit_matmul_operands(matmul)) return KJIT_F32;
+  switch (matmul->matmul->problem().epilogue.operands[index].dtype) {
+    case kjit::matmul::DType::F16:
+      return KJIT_F16;
+    case kjit::matmul::DType::BF16:
+      return KJIT_BF16;
+    case kjit::matmul::DType::F32:
+    case kjit::matmul::DType::TF32:
+      return KJIT_F32;
+  }
+  return KJIT_F32;
+}
+
 kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args, void* stream) {
   return guarded([&] {
     if (matmul == nullptr || args == nullptr)

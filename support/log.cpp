@@ -1,9 +1,11 @@
 #include "kjit/support/log.h"
 
+#include <cctype>
 #include <cstdio>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "kjit/support/options.h"
 
@@ -19,15 +21,44 @@ struct LogState {
   std::function<void(const std::string&)> sink;
 };
 
+// The topics kjit writes lines for (log_line's callers), and the two words.
+const std::set<std::string>& known_topics() {
+  static const std::set<std::string> known = {"config", "tune", "passes", "all", "none"};
+  return known;
+}
+
+void send(LogState& s, const std::string& line) {  // with s.mutex held
+  if (s.sink) {
+    s.sink(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+// Sets the topics from "config, tune" (spaces and case ignored); a word that names no
+// topic gets a warning (it enabled nothing, silently).
 void parse_topics(LogState& state, const std::string& text) {
   state.topics.clear();
   state.all = false;
   state.none = false;
+  std::vector<std::string> unknown;
   std::stringstream list(text);
-  for (std::string topic; std::getline(list, topic, ',');) {
+  for (std::string item; std::getline(list, item, ',');) {
+    std::string topic;
+    for (char c : item)
+      if (!std::isspace(static_cast<unsigned char>(c)))
+        topic += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (topic.empty()) continue;
+    if (!known_topics().count(topic)) unknown.push_back(topic);
     if (topic == "all") state.all = true;
     if (topic == "none") state.none = true;
-    if (!topic.empty()) state.topics.insert(topic);
+    state.topics.insert(topic);
+  }
+  if (!unknown.empty() && !state.none) {
+    std::string names;
+    for (const std::string& name : unknown) names += (names.empty() ? "'" : ", '") + name + "'";
+    send(state, "kjit: warning: no log topic " + names +
+                    "; the topics are config, tune and passes (or all, none)");
   }
 }
 
@@ -47,16 +78,6 @@ bool log_enabled(const char* topic) {
   std::lock_guard<std::mutex> lock(s.mutex);
   return !s.none && (s.all || s.topics.count(topic) > 0);
 }
-
-namespace {
-void send(LogState& s, const std::string& line) {  // with s.mutex held
-  if (s.sink) {
-    s.sink(line);
-  } else {
-    std::fprintf(stderr, "%s\n", line.c_str());
-  }
-}
-}  // namespace
 
 void log_line(const char* topic, const std::string& message) {
   if (!log_enabled(topic)) return;

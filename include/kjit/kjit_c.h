@@ -118,8 +118,11 @@ void kjit_matmul_destroy(kjit_matmul* matmul);
 /* The epilogue's extra operands, in the order kjit_matmul_args.extras takes them. */
 int kjit_matmul_operands(const kjit_matmul* matmul);
 const char* kjit_matmul_operand_name(const kjit_matmul* matmul, int index);
-/* "row" (length M), "column" (length N) or "tensor" (M x N). */
+/* "row" (length M), "column" (length N) or "tensor" (M x N, rows packed); one array
+ * shared by every batch. */
 const char* kjit_matmul_operand_kind(const kjit_matmul* matmul, int index);
+/* Its element type (KJIT_F32, KJIT_F16 or KJIT_BF16; KJIT_F32 for a bad index). */
+kjit_dtype kjit_matmul_operand_dtype(const kjit_matmul* matmul, int index);
 /* Scratch (padding copies, split-K partials and their arrival counters) belongs to the
  * handle: launches on one handle are ordered by their stream; use one handle per
  * concurrent stream. */
@@ -172,7 +175,9 @@ kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attentio
                                   void* stream);
 
 /* ---- attention, backward: dQ, dK, dV from dO, P recomputed from the forward's LSE ----
- * Deterministic (the same bits every run). The handle owns a workspace: launches on one
+ * The same bits every run when the problem says `deterministic`; otherwise dQ may be
+ * summed with atomics (the tuner's choice), its last bits varying from run to run. dK
+ * and dV are always the same bits. The handle owns a workspace: launches on one
  * handle are ordered by their stream; use one handle per concurrent stream. */
 typedef struct kjit_attention_backward_args {
   uint64_t q, k, v, o; /* the forward's inputs and output */

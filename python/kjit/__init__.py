@@ -15,6 +15,8 @@ The package wraps kjit's C API (libkjit_c, include/kjit/kjit_c.h) with ctypes; s
 KJIT_LIBRARY to use another build of it.
 """
 import ctypes
+import math
+import numbers
 import os
 import pathlib
 import re
@@ -52,7 +54,17 @@ def _find_library():
     return "libkjit_c.so"
 
 
-_lib = ctypes.CDLL(_find_library())
+def _load_library():
+    path = _find_library()
+    try:
+        return ctypes.CDLL(path)
+    except OSError as error:
+        raise ImportError(f"kjit cannot load its C library {path!r} ({error}); build it "
+                          "(tools/quickstart.sh build), install it beside this package, or set "
+                          "KJIT_LIBRARY to the path of libkjit_c.so") from error
+
+
+_lib = _load_library()
 
 
 class _Tensor(ctypes.Structure):
@@ -140,6 +152,8 @@ _mm_create = _declare("kjit_matmul_create", ctypes.c_int, _P, ctypes.POINTER(_Ma
 _mm_destroy = _declare("kjit_matmul_destroy", None, _P)
 _mm_operands = _declare("kjit_matmul_operands", ctypes.c_int, _P)
 _mm_operand_name = _declare("kjit_matmul_operand_name", ctypes.c_char_p, _P, ctypes.c_int)
+_mm_operand_kind = _declare("kjit_matmul_operand_kind", ctypes.c_char_p, _P, ctypes.c_int)
+_mm_operand_dtype = _declare("kjit_matmul_operand_dtype", ctypes.c_int, _P, ctypes.c_int)
 _mm_launch = _declare("kjit_matmul_launch", ctypes.c_int, _P, ctypes.POINTER(_MatmulArgs), _P)
 _at_create = _declare("kjit_attention_create", ctypes.c_int, _P, ctypes.POINTER(_AttentionProblem),
                       ctypes.POINTER(_P))
@@ -163,16 +177,25 @@ _set_log_topics = _declare("kjit_set_log_topics", None, ctypes.c_char_p)
 _log_callback = None  # the ctypes callback in use, kept alive
 
 
-def set_log(topics=None, callback=None):
+_KEEP = object()  # set_log's "leave the callback as it is"
+
+
+def set_log(topics=None, callback=_KEEP):
     """What kjit logs and where: `topics` "" (warnings only), "none", "all" or a
-    comma-separated list ("config,tune"); `callback(line)` receives each line
-    (None: stderr). Lines may arrive from any thread."""
+    comma-separated list of config, tune and passes ("config,tune"; None: leave them
+    as they are); `callback(line)` receives each line, None sends them to stderr, and
+    leaving it out keeps the one set before. Lines may arrive from any thread."""
     global _log_callback
     if topics is not None:
-        _set_log_topics(topics.encode())
+        _set_log_topics(_text_arg("set_log topics", topics))
+    if callback is _KEEP:
+        return
     if callback is None:
         _log_callback = None
         _set_log_callback(_LOG_CALLBACK(), None)
+    elif not callable(callback):
+        raise UserError(f"set_log callback must be callable (it gets each line) or None; got "
+                        f"{callback!r}", 1)
     else:
         _log_callback = _LOG_CALLBACK(lambda line, user: callback(line.decode("utf-8", "replace")))
         _set_log_callback(_log_callback, None)
@@ -189,9 +212,55 @@ def _check(status):
 
 
 def _dtype_code(dtype):
-    if dtype in _DTYPES:
+    if isinstance(dtype, str) and dtype in _DTYPES:
         return _DTYPES[dtype]
     raise UserError(f"unknown dtype {dtype!r}; the dtypes are {', '.join(_DTYPES)}", 1)
+
+
+# ---- arguments, checked before they reach C (ctypes wraps an int that does not fit
+# and cuts a string at its first NUL, silently) --------------------------------------
+
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+
+
+def _int_arg(name, value, low=1, high=_INT64_MAX):
+    """`value` as an int in [low, high], else a UserError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise UserError(f"{name} must be an integer; got {value!r}", 1)
+    if not low <= value <= high:
+        raise UserError(f"{name} is {int(value)}; it must be in [{low}, {high}]", 1)
+    return int(value)
+
+
+def _text_arg(name, value, optional=False):
+    """`value` (a str; None too when optional) as bytes for C, else a UserError."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise UserError(f"{name} must be a string; got {value!r}", 1)
+    if "\0" in value:
+        raise UserError(f"{name} holds a NUL character at {value.index(chr(0))} (C would end "
+                        f"the text there)", 1)
+    return value.encode()
+
+
+def _bool_arg(name, value):
+    if isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1)):
+        return bool(value)
+    raise UserError(f"{name} must be True or False; got {value!r}", 1)
+
+
+def _window_arg(window):
+    """None, or (left, right): keys before and after the diagonal, each an int >= 0 or
+    None (unbounded), as a tuple."""
+    if window is None:
+        return None
+    if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
+        raise UserError(f"window is (left, right), each a number of keys or None; got "
+                        f"{window!r}", 1)
+    return tuple(None if side is None else _int_arg(f"window {label}", side, 0, _INT32_MAX)
+                 for label, side in zip(("left", "right"), window))
 
 
 def version():
@@ -203,8 +272,8 @@ def emit(expression, dtype="f32", n=1 << 20, gpu=None):
     """The CUDA C kjit generates for `expression` over n elements, with the tuner's
     config for `gpu` ("h200", "h100", "a100"; None: GPU 0, else an H200). No GPU needed."""
     source = ctypes.c_void_p()
-    _check(_emit(expression.encode(), _dtype_code(dtype), n, gpu.encode() if gpu else None,
-                 ctypes.byref(source)))
+    _check(_emit(_text_arg("expression", expression), _dtype_code(dtype), _int_arg("n", n),
+                 _text_arg("gpu", gpu, optional=True), ctypes.byref(source)))
     try:
         return ctypes.string_at(source).decode()
     finally:
@@ -215,27 +284,34 @@ def compile(expression, dtype="f32", n=1 << 20, arch="sm_90"):  # noqa: A001 (kj
     """NVRTC-compiles the kernel of `expression` for `arch`; returns its registers and
     spilled bytes. No GPU needed."""
     registers, spills = ctypes.c_int(0), ctypes.c_int(0)
-    _check(_compile(expression.encode(), _dtype_code(dtype), n, arch.encode(),
-                    ctypes.byref(registers), ctypes.byref(spills)))
+    _check(_compile(_text_arg("expression", expression), _dtype_code(dtype), _int_arg("n", n),
+                    _text_arg("arch", arch), ctypes.byref(registers), ctypes.byref(spills)))
     return {"registers": registers.value, "spill_bytes": spills.value}
 
 
 def _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window,
                        scale, score_mod=None, mask_mod=None):
     problem = _AttentionProblem()
-    problem.batch, problem.heads = batch, heads
-    problem.kv_heads = kv_heads or heads
-    problem.seq_q, problem.seq_k = seq_q, seq_k or seq_q
-    problem.head_dim, problem.dtype = head_dim, _dtype_code(dtype)
-    problem.causal = 1 if causal else 0
+    problem.batch, problem.heads = _int_arg("batch", batch), _int_arg("heads", heads)
+    problem.kv_heads = problem.heads if kv_heads is None else _int_arg("kv_heads", kv_heads)
+    problem.seq_q = _int_arg("seq_q", seq_q)
+    problem.seq_k = problem.seq_q if seq_k is None else _int_arg("seq_k", seq_k)
+    problem.head_dim = _int_arg("head_dim", head_dim, 1, _INT32_MAX)
+    problem.dtype = _dtype_code(dtype)
+    problem.causal = 1 if _bool_arg("causal", causal) else 0
+    window = _window_arg(window)
     if window is not None:
         left, right = window
         problem.windowed = 1
         problem.window_left = -1 if left is None else left
         problem.window_right = -1 if right is None else right
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or
+                              not math.isfinite(scale) or scale <= 0):
+        raise UserError(f"scale must be a positive finite number (None: 1/sqrt(head_dim)); got "
+                        f"{scale!r}", 1)
     problem.scale = scale or 0.0
-    problem.score_mod = score_mod.encode() if score_mod else None
-    problem.mask_mod = mask_mod.encode() if mask_mod else None
+    problem.score_mod = _text_arg("score_mod", score_mod, optional=True) or None
+    problem.mask_mod = _text_arg("mask_mod", mask_mod, optional=True) or None
     return problem
 
 
@@ -249,7 +325,8 @@ def emit_attention(seq_q, heads=1, head_dim=128, batch=1, kv_heads=None, seq_k=N
     problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
                                  window, scale, score_mod, mask_mod)
     source = ctypes.c_void_p()
-    _check(_at_emit(ctypes.byref(problem), gpu.encode() if gpu else None, ctypes.byref(source)))
+    _check(_at_emit(ctypes.byref(problem), _text_arg("gpu", gpu, optional=True),
+                    ctypes.byref(source)))
     try:
         return ctypes.string_at(source).decode()
     finally:
@@ -279,7 +356,12 @@ def _torch():
     """torch, imported when first needed: emit() and compile() work without it."""
     global _torch_module
     if _torch_module is None:
-        import torch
+        try:
+            import torch
+        except ImportError as error:
+            raise ImportError("kjit's tensor API (elementwise, matmul, attention and their "
+                              "classes) needs PyTorch: pip install torch. emit, compile and "
+                              "emit_attention work without it.") from error
         _dtype_codes.update({torch.float32: 0, torch.float16: 1, torch.bfloat16: 2,
                              torch.int32: 3, torch.bool: 4})
         _torch_module = torch
@@ -307,8 +389,8 @@ def _device_index(device):
     torch = _torch()
     if device is None:
         return torch.cuda.current_device()
-    if isinstance(device, int):
-        return device
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        return _int_arg("device", device, 0, _INT32_MAX)
     device = torch.device(device)
     if device.type != "cuda":
         raise UserError(f"kjit runs on CUDA devices; got {device}", 1)
@@ -336,6 +418,60 @@ def _describe(tensor, keep):
     strides = (ctypes.c_int64 * max(tensor.dim(), 1))(*tensor.stride())
     keep.extend((shape, strides))
     return _Tensor(tensor.data_ptr(), _code_of(tensor), tensor.dim(), shape, strides)
+
+
+def _expect_tensor(name, value):
+    """`value` must be a torch.Tensor (numpy arrays and scalars are not)."""
+    torch = _torch()
+    if not isinstance(value, torch.Tensor):
+        raise UserError(f"{name} must be a torch.Tensor on a CUDA device; got "
+                        f"{type(value).__name__}", 1)
+    return value
+
+
+def _expect_on(name, tensor, device):
+    """`tensor` must be a CUDA tensor on cuda:`device` (the kernel's)."""
+    if not tensor.is_cuda:
+        raise UserError(f"kjit runs on CUDA tensors; {name} is on {tensor.device}", 1)
+    if tensor.get_device() != device:
+        raise UserError(f"{name} is on {tensor.device} but this kernel was made for "
+                        f"cuda:{device}", 1)
+
+
+def _expect_shape(name, shape, expected):
+    """`shape` (a tuple of ints) must be `expected`; a UserError naming both."""
+    if tuple(shape) != tuple(expected):
+        raise UserError(f"{name} has shape {tuple(shape)}; this problem takes "
+                        f"{tuple(expected)}", 1)
+
+
+def _expect_dtype(name, tensor, dtype):
+    if tensor.dtype != dtype:
+        raise UserError(f"{name} is {tensor.dtype}; this problem takes {dtype}", 1)
+
+
+def _matmul_shapes(m, n, k, batch, layout, batched):
+    """The stored shapes of a, b and c for kjit.Matmul (layout "t": transposed, stored
+    row-major; batched: a leading batch dimension)."""
+    lead = (batch,) if batched else ()
+    a = (m, k) if layout[0] == "n" else (k, m)
+    b = (k, n) if layout[1] == "n" else (n, k)
+    return lead + a, lead + b, lead + (m, n)
+
+
+def _matmul_operand_shape(kind, m, n):
+    """The shape an epilogue operand of this kind takes (one array for every batch)."""
+    return {"row": (m,), "column": (n,), "tensor": (m, n)}[kind]
+
+
+def _attention_shapes(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout):
+    """The shapes of q (and o, d_o), of k and v, and of the LSE, in `layout`."""
+    if layout not in ("bshd", "bhsd"):
+        raise UserError(f"layout {layout!r} is not 'bshd' or 'bhsd'", 1)
+    order = (lambda b, s, h, d: (b, s, h, d)) if layout == "bshd" else \
+        (lambda b, s, h, d: (b, h, s, d))
+    return (order(batch, seq_q, heads, head_dim), order(batch, seq_k, kv_heads, head_dim),
+            (batch, heads, seq_q))
 
 
 class _Compiled:
@@ -385,13 +521,16 @@ class _Compiled:
 class Elementwise:
     """An elementwise expression fused into one kernel; call it on tensors.
 
-    Tensors of one shape, contiguous, run as flat vectors (the fast path). Other
-    calls (strided views, broadcasting between shapes, dtypes other than `dtype`)
-    get a kernel with the inputs' dtypes and shapes declared ("x:bf16[d0,d1];
-    b:bf16[1,d1]; ..."), one per pattern, compiled on first use. Inputs are read
-    in place, outputs are new contiguous tensors."""
+    Tensors of one shape, contiguous, run as flat vectors (the fast path), whatever
+    their rank. Other calls (strided views, broadcasting between shapes, dtypes other
+    than `dtype`) get a kernel with the inputs' dtypes and shapes declared
+    ("x:bf16[d0,d1]; b:bf16[1,d1]; ..."), one per pattern, compiled on first use; such
+    kernels take outputs of rank 2 at most (reshape a [batch, seq, hidden] view to
+    [batch * seq, hidden] first). Inputs are read in place, outputs are new contiguous
+    tensors."""
 
     def __init__(self, expression, dtype=None, device=None):
+        _text_arg("expression", expression)
         self.expression = expression
         self.device = _device_index(device)
         self._default = _dtype_code(dtype or "f32")
@@ -403,6 +542,9 @@ class Elementwise:
         self._declares = any(re.match(r"\s*[A-Za-z_]\w*\s*:", statement)
                              for statement in re.split(r"[;\n]", expression))
         self.inputs = self._flat.inputs
+        if not self.inputs:
+            raise UserError(f"the expression {expression!r} reads no input; kjit.elementwise "
+                            "takes the outputs' shape and device from its input tensors", 1)
         self.outputs = self._flat.outputs
         self.input_dtypes = self._flat.input_dtypes
         self.output_dtypes = self._flat.output_dtypes
@@ -457,6 +599,8 @@ class Elementwise:
             if name not in self.inputs:
                 raise UserError(f"the expression has no input {name!r}; its inputs are "
                                 f"{', '.join(self.inputs)}", 1)
+            if tensors[self.inputs.index(name)] is not None:
+                raise UserError(f"input {name!r} is given twice (by position and by name)", 1)
             tensors[self.inputs.index(name)] = value
         missing = [n for n, t in zip(self.inputs, tensors) if t is None]
         if missing:
@@ -491,14 +635,10 @@ class Elementwise:
 
     def _call(self, tensors):
         """Every other call: checks, picks (and compiles) the kernel for the pattern."""
-        for t in tensors:
-            if not t.is_cuda:
-                raise UserError(f"kjit runs on CUDA tensors; one is on {t.device}", 1)
+        for name, t in zip(self.inputs, tensors):
+            _expect_on(f"input {name!r}", _expect_tensor(f"input {name!r}", t), self.device)
         kernel, shape, flat = self._plan(tensors)
         first = tensors[0]
-        if first.get_device() != self.device:
-            raise UserError(f"this kernel was made for cuda:{self.device}; the tensors are on "
-                            f"{first.device} (kjit.elementwise caches one per device)", 1)
         outs = [first.new_empty(shape, dtype=d) for d in kernel.output_dtypes]
         if flat:  # every tensor as a vector of numel elements, in this thread's arrays
             ins, outputs, dims = kernel.flat_arrays()
@@ -539,15 +679,25 @@ class Matmul:
     def __init__(self, m, n, k, batch=1, layout="nn", dtype="bf16", out=None, epilogue=None,
                  device=None):
         self.device = _device_index(device)
+        m, n, k, batch = (_int_arg(name, value) for name, value in
+                          (("m", m), ("n", n), ("k", k), ("batch", batch)))
+        if layout not in ("nn", "nt", "tn", "tt"):
+            raise UserError(f"layout {layout!r} is not nn, nt, tn or tt", 1)
         problem = _MatmulProblem(m, n, k, batch, layout.encode(), _dtype_code(dtype),
-                                 _dtype_code(out or dtype), epilogue.encode() if epilogue else None)
+                                 _dtype_code(out or dtype),
+                                 _text_arg("epilogue", epilogue, optional=True) or None)
         handle = ctypes.c_void_p()
         _check(_mm_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
         self._handle = handle
         self.shape = (m, n, k, batch)
         self.layout = layout
+        self.dtype = _torch_dtype(_dtype_code(dtype))
         self.out_dtype = _torch_dtype(_dtype_code(out or dtype))
         self.operands = [_mm_operand_name(handle, i).decode() for i in range(_mm_operands(handle))]
+        self.operand_kinds = [_mm_operand_kind(handle, i).decode()
+                              for i in range(len(self.operands))]
+        self.operand_dtypes = [_torch_dtype(_mm_operand_dtype(handle, i))
+                               for i in range(len(self.operands))]
         self._extras_type = ctypes.c_uint64 * max(len(self.operands), 1)
         self._scratch = threading.local()
 
@@ -557,17 +707,41 @@ class Matmul:
             _mm_destroy(handle)
 
     def __call__(self, a, b, *operands, out=None):
-        """a and b as stored (layout "t": the transposed matrix, row-major)."""
+        """a and b as stored (layout "t": the transposed matrix, row-major), batched ones
+        3-D; `out` (optional) [batch,] m x n with unit-stride rows (a 2-D one may have a
+        leading dimension); each operand as its kind says: "row" m values, "column" n,
+        "tensor" m x n, one array for every batch (see `operands`, `operand_kinds` and
+        `operand_dtypes`)."""
         torch = _torch()
         m, n, k, batch = self.shape
         if len(operands) != len(self.operands):
             raise UserError(f"the epilogue takes {len(self.operands)} operand(s) "
                             f"({', '.join(self.operands) or 'none'}); got {len(operands)}", 1)
+        for name, t in (("a", a), ("b", b)) + ((("out", out),) if out is not None else ()):
+            _expect_on(name, _expect_tensor(name, t), self.device)
         batched = batch > 1 or a.dim() == 3
-        c = out if out is not None else torch.empty(
-            (batch, m, n) if batched else (m, n), dtype=self.out_dtype, device=a.device)
-        if not (a.is_cuda and b.is_cuda and c.is_cuda):
-            raise UserError("kjit.matmul runs on CUDA tensors", 1)
+        a_shape, b_shape, c_shape = _matmul_shapes(m, n, k, batch, self.layout, batched)
+        _expect_shape("a", a.shape, a_shape)
+        _expect_shape("b", b.shape, b_shape)
+        _expect_dtype("a", a, self.dtype)
+        _expect_dtype("b", b, self.dtype)
+        c = out if out is not None else \
+            torch.empty(c_shape, dtype=self.out_dtype, device=a.device)
+        _expect_shape("out", c.shape, c_shape)
+        _expect_dtype("out", c, self.out_dtype)
+        if c.stride(-1) != 1 or (batched and not c.is_contiguous()):
+            packed = " and packed batches" if batched else ""
+            raise UserError(f"out needs unit-stride rows{packed}; its strides are {c.stride()}", 1)
+        for name, kind, dtype, t in zip(self.operands, self.operand_kinds, self.operand_dtypes,
+                                        operands):
+            _expect_on(f"operand {name!r}", _expect_tensor(f"operand {name!r}", t), self.device)
+            expected = _matmul_operand_shape(kind, m, n)
+            if tuple(t.shape) != expected and not (kind != "tensor" and t.numel() == expected[0]
+                                                   and t.dim() >= 1
+                                                   and max(t.shape) == t.numel()):
+                raise UserError(f"operand {name!r} ({kind}) has shape {tuple(t.shape)}; this "
+                                f"problem takes {expected}", 1)
+            _expect_dtype(f"operand {name!r}", t, dtype)
         if batched:  # packed batches: the C API takes no batch strides
             a, b = a.contiguous(), b.contiguous()
         else:  # rows must be unit-stride (a leading dimension is fine)
@@ -586,6 +760,8 @@ class Matmul:
             extras[i] = t.data_ptr()
         args.a, args.b, args.c = a.data_ptr(), b.data_ptr(), c.data_ptr()
         args.lda, args.ldb = a.stride(-2), b.stride(-2)
+        # A 2-D out may have padded rows (a size-1 dimension's stride is arbitrary).
+        args.ldc = 0 if batched else (c.stride(-2) if m > 1 else n)
         _check(_mm_launch(self._handle, ctypes.byref(args), _raw_stream(a)))
         del held
         return c
@@ -608,6 +784,10 @@ class Attention:
         _check(_at_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
         self._handle = handle
         self.shape = (batch, heads, seq_q, head_dim)
+        # (batch, heads, kv_heads, seq_q, seq_k, head_dim) as checked, and the dtype.
+        self._dims = (problem.batch, problem.heads, problem.kv_heads, problem.seq_q,
+                      problem.seq_k, problem.head_dim)
+        self.dtype = _torch_dtype(problem.dtype)
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -620,12 +800,23 @@ class Attention:
         contiguous. `operands`: the modifiers' (see attention()). Returns (o, lse), o
         shaped and laid out like q."""
         torch = _torch()
-        batch, heads, seq_q, _ = self.shape
-        if not (q.is_cuda and k.is_cuda and v.is_cuda):
-            raise UserError("kjit.attention runs on CUDA tensors", 1)
+        q_shape, kv_shape, lse_shape = _attention_shapes(*self._dims, layout)
+        given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
+        for name, t in given.items():
+            if t is not None:
+                _expect_on(name, _expect_tensor(name, t), self.device)
+        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("out", q_shape)):
+            if given[name] is not None:
+                _expect_shape(name, given[name].shape, shape)
+                _expect_dtype(name, given[name], self.dtype)
         o = out if out is not None else torch.empty_like(q)
-        lse = lse if lse is not None else torch.empty((batch, heads, seq_q), dtype=torch.float32,
-                                                      device=q.device)
+        if lse is not None:
+            _expect_shape("lse", lse.shape, lse_shape)
+            _expect_dtype("lse", lse, torch.float32)
+            if not lse.is_contiguous():
+                raise UserError(f"lse must be contiguous; its strides are {lse.stride()}", 1)
+        else:
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
         axes = (0, 1, 2) if layout == "bshd" else (0, 2, 1)  # batch, seq, head
 
         def strides(t):
@@ -653,10 +844,13 @@ class AttentionBackward:
         self.device = _device_index(device)
         problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
                                      window, scale, score_mod, mask_mod)
-        problem.deterministic = 1 if deterministic else 0
+        problem.deterministic = 1 if _bool_arg("deterministic", deterministic) else 0
         handle = ctypes.c_void_p()
         _check(_ab_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
         self._handle = handle
+        self._dims = (problem.batch, problem.heads, problem.kv_heads, problem.seq_q,
+                      problem.seq_k, problem.head_dim)
+        self.dtype = _torch_dtype(problem.dtype)
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -667,6 +861,16 @@ class AttentionBackward:
         """The forward's q, k, v, o and lse (and modifier operands) and the gradient d_o
         (laid out like o). Returns (dq, dk, dv), laid out like q, k, v."""
         torch = _torch()
+        q_shape, kv_shape, lse_shape = _attention_shapes(*self._dims, layout)
+        expected = (("q", q, q_shape, self.dtype), ("k", k, kv_shape, self.dtype),
+                    ("v", v, kv_shape, self.dtype), ("o", o, q_shape, self.dtype),
+                    ("d_o", d_o, q_shape, self.dtype), ("lse", lse, lse_shape, torch.float32))
+        for name, t, shape, dtype in expected:
+            _expect_on(name, _expect_tensor(name, t), self.device)
+            _expect_shape(name, t.shape, shape)
+            _expect_dtype(name, t, dtype)
+        if not lse.is_contiguous():
+            raise UserError(f"lse must be contiguous; its strides are {lse.stride()}", 1)
         axes = (0, 1, 2) if layout == "bshd" else (0, 2, 1)  # batch, seq, head
 
         def usable(t):  # the head dim contiguous, the other strides whole 16-byte rows
@@ -695,7 +899,8 @@ def _operand_pointers(operands):
     """The modifiers' operands (CUDA tensors, one per operand the modifiers name, the
     score modifier's first, each contiguous and of its declared dtype) as the C API's
     array of device pointers."""
-    for t in operands:
+    for i, t in enumerate(operands):
+        _expect_tensor(f"operand {i}", t)
         if not t.is_cuda or not t.is_contiguous():
             raise UserError("attention modifier operands are contiguous CUDA tensors", 1)
     return (ctypes.c_uint64 * max(len(operands), 1))(*(t.data_ptr() for t in operands))
@@ -707,7 +912,7 @@ _attention_backward_cache = {}
 
 def _attention_function():
     """torch.autograd.Function over kjit's forward and backward kernels (made on first
-    use, so that importing kjit does not import torch)."""
+    use: importing kjit imports torch only where it is installed, to register kjit's ops)."""
     global _AttentionFunction
     if _AttentionFunction is not None:
         return _AttentionFunction
@@ -760,6 +965,10 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     as PyTorch's own kernels do."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not _expect_tensor(name, t).is_cuda:
+            raise UserError(f"kjit.attention runs on CUDA tensors; {name} is on {t.device}", 1)
+    window = _window_arg(window)  # a tuple: part of the kernel cache's key
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise UserError("q, k and v are 4-D: [batch, seq, heads, D] (or bhsd)", 1)
     seq_axis, head_axis = (1, 2) if layout == "bshd" else (2, 1)
@@ -767,6 +976,9 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     seq_k, kv_heads = k.shape[seq_axis], k.shape[head_axis]
     if v.shape != k.shape:
         raise UserError(f"v has shape {tuple(v.shape)} but k {tuple(k.shape)}", 1)
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise UserError(f"k has shape {tuple(k.shape)} but q {tuple(q.shape)}: their batch and "
+                        f"head dim differ", 1)
     dtype = {2: "bf16", 1: "f16"}.get(_code_of(q))
     if dtype is None or k.dtype != q.dtype or v.dtype != q.dtype:
         raise UserError("kjit.attention takes bfloat16 or float16 q, k and v of one dtype", 1)
@@ -792,6 +1004,9 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
     """a @ b (bfloat16/float16/float32; batched with 3-D tensors) with an optional
     fused epilogue in kjit's IR over `acc` and named operands, e.g.
     matmul(a, b, epilogue="gelu(acc + bias)", bias=bias)."""
+    for name, t in (("a", a), ("b", b)):
+        if not _expect_tensor(name, t).is_cuda:
+            raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
     # The kernel, and how to read a and b, per shapes, strides, dtypes and epilogue.
     key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
            a.get_device())

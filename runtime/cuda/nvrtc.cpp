@@ -1,5 +1,6 @@
 #include "kjit/runtime/cuda/nvrtc.h"
 
+#include <fmt/format.h>
 #include <nvrtc.h>
 
 #include <chrono>
@@ -66,6 +67,15 @@ void validate_arch(const std::string& arch) {
   if (std::regex_match(arch, match, pattern)) {
     int number = std::stoi(match[1]);
     for (int s : supported) ok = ok || s == number;
+    // Architecture-specific ('a') targets begin at sm_90, family ('f') ones at sm_100:
+    // NVRTC's "sm_80a" error names a flag, not the architecture.
+    const char suffix = arch.back();
+    if (ok && ((suffix == 'a' && number < 90) || (suffix == 'f' && number < 100)))
+      throw UserError(
+          fmt::format("GPU architecture '{}' does not exist: '{}' targets begin at "
+                      "sm_{}",
+                      arch, suffix, suffix == 'a' ? 90 : 100),
+          fmt::format("use sm_{} (the 'a' and 'f' variants are for Hopper and later)", number));
   }
   if (ok) return;
   std::string list;

@@ -67,6 +67,9 @@ TEST(Nvrtc, UnknownArchListsSupportedOnes) {
   }
   EXPECT_THROW(validate_arch("compute_90"), UserError);
   EXPECT_NO_THROW(validate_arch("sm_90a"));
+  // No 'a' target below sm_90 (NVRTC's own error named its --nv_arch flag).
+  EXPECT_THROW(validate_arch("sm_80a"), UserError);
+  EXPECT_THROW(validate_arch("sm_90f"), UserError);
 }
 
 TEST(Nvrtc, ArchSpecificTargetCompiles) {

@@ -46,5 +46,21 @@ TEST(Log, TopicsSelectLines) {
   EXPECT_TRUE(log_enabled("anything"));
 }
 
+// "config, tune" enabled config only (" tune" is no topic), and a misspelt topic
+// enabled nothing without a word.
+TEST(Log, TopicsIgnoreSpacesAndCaseAndUnknownOnesWarn) {
+  Captured c;
+  set_log_topics(" Config , TUNE");
+  EXPECT_TRUE(log_enabled("config"));
+  EXPECT_TRUE(log_enabled("tune"));
+  EXPECT_TRUE(c.lines.empty());
+  set_log_topics("conifg,tune");
+  EXPECT_TRUE(log_enabled("tune"));
+  ASSERT_EQ(c.lines.size(), 1u);
+  EXPECT_NE(c.lines[0].find("no log topic 'conifg'; the topics are config, tune and passes"),
+            std::string::npos)
+      << c.lines[0];
+}
+
 }  // namespace
 }  // namespace kjit

@@ -1,0 +1,158 @@
+"""kjit's Python API as a careless caller meets it: every bad argument is a kjit.UserError
+(a ValueError) naming the value and what is allowed, before anything reaches C (ctypes
+wraps an int that does not fit and cuts a string at its first NUL, silently).
+
+    KJIT_LIBRARY=build/release/runtime/libkjit_c.so PYTHONPATH=python \
+        python3 tests/python/api_test.py
+
+The first part needs neither a GPU nor PyTorch (CI runs it). The second part (the
+tensor checks of matmul and attention) runs where PyTorch sees a CUDA device, and is
+reported as skipped elsewhere. Exit 0 when everything that ran passed.
+"""
+import os
+import subprocess
+import sys
+
+import kjit
+
+failures = []
+
+
+def check(condition, what):
+    print(("ok:   " if condition else "FAIL: ") + what)
+    if not condition:
+        failures.append(what)
+
+
+def refused(call, *words):
+    """Whether call() raises kjit.UserError whose message holds every word."""
+    try:
+        call()
+    except kjit.UserError as error:
+        message = str(error)
+        missing = [w for w in words if w not in message]
+        if missing:
+            print(f"      message {message!r} lacks {missing}")
+        return not missing
+    except Exception as error:  # noqa: BLE001 (the point: which kind of error)
+        print(f"      raised {type(error).__name__}: {error}")
+        return False
+    print("      accepted")
+    return False
+
+
+# ---- without a GPU or PyTorch -------------------------------------------------------
+
+check("__global__" in kjit.emit("y = x * 2", n=1024, gpu="h200"), "emit works")
+check(refused(lambda: kjit.emit("y = x", n=2**64 + 5, gpu="h200"), "n is",
+              "9223372036854775807"),
+      "emit: n past int64 is refused (it wrapped to 5)")
+check(refused(lambda: kjit.emit("y = x", n=0, gpu="h200"), "n is 0"), "emit: n = 0")
+check(refused(lambda: kjit.emit("y = x", n=1.5, gpu="h200"), "n must be an integer"),
+      "emit: a float n")
+check(refused(lambda: kjit.emit(123, gpu="h200"), "expression must be a string"),
+      "emit: an int expression (AttributeError before)")
+check(refused(lambda: kjit.emit("y = x\x00 + junk", gpu="h200"), "NUL character at 5"),
+      "emit: a NUL (C emitted 'y = x')")
+check(refused(lambda: kjit.emit("y = x", gpu=90), "gpu must be a string"), "emit: gpu=90")
+check(refused(lambda: kjit.compile("y = x", arch="sm_90\x00junk"), "arch holds a NUL"),
+      "compile: a NUL in arch")
+check(refused(lambda: kjit.compile("y = x", arch="sm_80a"), "'sm_80a' does not exist"),
+      "compile: sm_80a (NVRTC's flag error before)")
+
+at = dict(seq_q=128, head_dim=64, gpu="h200")
+check("FlashForward" in kjit.emit_attention(**at), "emit_attention works")
+check("FlashForward" in kjit.emit_attention(**at, window=[16, 0]), "a window as a list")
+for name, value, words in (("heads", 0, ("heads is 0",)),
+                           ("batch", -2, ("batch is -2",)),
+                           ("head_dim", 2**32 + 64, ("head_dim is 4294967360",)),
+                           ("seq_k", 2**64 + 7, ("seq_k is",)),
+                           ("window", (2**64, 0), ("window left is",)),
+                           ("window", 16, ("window is (left, right)",)),
+                           ("window", (1, 2, 3), ("window is (left, right)",)),
+                           ("causal", "no", ("causal must be True or False",)),
+                           ("scale", 0.0, ("scale must be a positive finite number",)),
+                           ("scale", float("nan"), ("scale must be",)),
+                           ("score_mod", 5, ("score_mod must be a string",)),
+                           ("mask_mod", "kv_idx <= q_idx\x00junk", ("mask_mod holds a NUL",)),
+                           ("dtype", "f64", ("unknown dtype 'f64'",))):
+    check(refused(lambda: kjit.emit_attention(**{**at, name: value}), *words),
+          f"emit_attention: {name}={value!r}")
+
+# The argument checks of the tensor API's helpers, which need no tensors.
+check(kjit._matmul_shapes(3, 5, 7, 2, "tn", True) == ((2, 7, 3), (2, 7, 5), (2, 3, 5)),
+      "matmul shapes per layout")
+check(kjit._attention_shapes(2, 8, 2, 100, 50, 64, "bhsd") ==
+      ((2, 8, 100, 64), (2, 2, 50, 64), (2, 8, 100)), "attention shapes, bhsd")
+check(refused(lambda: kjit._attention_shapes(1, 1, 1, 1, 1, 64, "BHSD"), "layout 'BHSD'"),
+      "attention layout is checked (anything but bshd read as bhsd)")
+check(kjit._window_arg([None, 0]) == (None, 0), "a window side may be None")
+
+# set_log: the callback must be callable; topics alone keep it; unknown topics warn.
+lines = []
+check(refused(lambda: kjit.set_log("all", "str"), "callback must be callable"),
+      "set_log: a non-callable callback (a TypeError per line before)")
+kjit.set_log("none", lines.append)
+kjit.set_log("conifg")  # no callback given: the one above stays
+check(any("no log topic 'conifg'" in line for line in lines),
+      "set_log: an unknown topic warns, through the callback kept")
+kjit.set_log("", None)
+
+# The library's path in the error when it cannot be loaded.
+env = dict(os.environ, KJIT_LIBRARY="/nonexistent/libkjit_c.so")
+result = subprocess.run([sys.executable, "-c", "import kjit"], env=env, capture_output=True,
+                        text=True)
+check(result.returncode != 0 and "KJIT_LIBRARY" in result.stderr and
+      "ImportError" in result.stderr, "a missing library names KJIT_LIBRARY")
+
+# ---- tensors: PyTorch with a CUDA device -------------------------------------------
+
+try:
+    import torch
+    have_cuda = torch.cuda.is_available()
+except ImportError:
+    torch, have_cuda = None, False
+    try:
+        kjit.elementwise("y = x")
+        check(False, "elementwise without PyTorch")
+    except ImportError as error:
+        check("pip install torch" in str(error), "elementwise without PyTorch says what to install")
+
+if not have_cuda:
+    print("skipped: the tensor checks need PyTorch and a CUDA device")
+else:
+    cuda = dict(device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(2, 64, 4, 64, **cuda)
+    k = torch.randn(1, 64, 4, 32, **cuda)
+    check(refused(lambda: kjit.attention(q, k, k), "batch and head dim differ"),
+          "attention: k's batch and head dim against q's (read out of bounds before)")
+    kernel = kjit.Attention(2, 4, 64, 64)
+    k = torch.randn(2, 32, 4, 64, **cuda)
+    check(refused(lambda: kernel(q, k, k), "k has shape (2, 32, 4, 64)", "(2, 64, 4, 64)"),
+          "Attention(): k of another sequence length")
+    check(refused(lambda: kernel(q, q, q, layout="BHSD"), "layout 'BHSD'"),
+          "Attention(): the layout")
+    check(refused(lambda: kernel(q, q, q, lse=torch.empty(2, 4, 63, device="cuda")),
+                  "lse has shape"), "Attention(): lse of the wrong shape")
+    check(refused(lambda: kjit.attention(q.cpu(), q, q), "q is on cpu"),
+          "attention: a CPU tensor ('device -1 does not exist' before)")
+    a, b = torch.randn(64, 32, **cuda), torch.randn(32, 48, **cuda)
+    bias = torch.zeros(3, **cuda)
+    check(refused(lambda: kjit.matmul(a, b, epilogue="acc + bias", bias=bias),
+                  "operand 'bias' (column) has shape (3,)", "(48,)"),
+          "matmul: a bias of the wrong length (read out of bounds before)")
+    mm = kjit.Matmul(64, 48, 32)
+    check(refused(lambda: mm(a, torch.randn(32, 40, **cuda)), "b has shape (32, 40)"),
+          "Matmul(): b of the wrong shape")
+    padded = torch.empty(64, 64, **cuda)[:, :48]
+    c = mm(a, b, out=padded)
+    check(torch.allclose(c.float(), (a.float() @ b.float()), atol=0.5, rtol=0.02),
+          "Matmul(): an out with padded rows is written row by row (packed before)")
+    check(refused(lambda: kjit.matmul(1, b), "a must be a torch.Tensor"),
+          "matmul: not a tensor (AttributeError before)")
+    ew = kjit.elementwise("y = x + g")
+    x = torch.randn(8, **cuda)
+    check(refused(lambda: ew(x, x, g=x), "given twice"), "elementwise: an input given twice")
+
+print(f"{len(failures)} failed" if failures else "all passed")
+sys.exit(1 if failures else 0)
