@@ -2,7 +2,8 @@
 # python_check.sh PACK — on a GPU machine: the embedding interfaces end to end.
 # PACK holds a build's kjit, examples/kjit_example_{elementwise,matmul,c,attention},
 # tools/bench/runtime_bench (+ libbenchmark) and runtime/libkjit_c.so (see
-# tools/device/pack.sh). Runs the three examples, the C++ launch benchmarks, then
+# tools/device/pack.sh). Runs the examples, the C++ launch benchmarks, then
+# tests/python/api_test.py (every argument and tensor check) and
 # tests/python/torch_check.py (correctness against torch eager, host overhead per
 # call over the C++ launch, torch.compile without a graph break). Logs and JSON
 # go to $OUT (or ./python-check); a short table is printed last.
@@ -33,6 +34,9 @@ for example in elementwise matmul c attention; do
 done
 run runtime_bench "$pack/tools/bench/runtime_bench" --benchmark_filter='Launch' \
   --benchmark_repetitions=5 --benchmark_format=json --benchmark_out="$out/runtime_bench.json"
+# The argument and tensor checks (their tensor part needs this machine's GPU).
+KJIT_LIBRARY=$pack/runtime/libkjit_c.so PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} \
+  run api_test python3 tests/python/api_test.py
 KJIT_LIBRARY=$pack/runtime/libkjit_c.so PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} \
   run torch_check python3 tests/python/torch_check.py --runtime-bench "$out/runtime_bench.json" \
   --out "$out"
