@@ -67,6 +67,7 @@ expect 2 "attention head dim 80 is not supported" "$kjit" bench attention --seq-
 expect 2 "--config ',' names no key=value" "$kjit" emit 'y = x' --config ,
 expect 2 "gives an i32 value" "$kjit" emit attention --seq-q 64 --gpu h200 --score-mod 'q_idx - kv_idx'
 expect 2 "export needs the name of a new file" "$kjit" cache export ''
+expect 2 "--dtype is empty" "$kjit" emit 'y = x' --dtype ''
 
 # A misspelt KJIT_CACHE=off left the cache on without a word.
 expect 0 "KJIT_CACHE='offf' is neither off .* the cache stays on" env KJIT_CACHE=offf "$kjit" cache path

@@ -272,6 +272,8 @@ KernelCommandOptions resolved(const KernelCommandOptions& given) {
     throw UserError(
         "WHAT is required: an expression, a family name (matmul, attention), or -f FILE");
   }
+  if (options.given.count("--dtype") && options.dtype.empty())
+    throw UserError("--dtype is empty", "leave it out for the default, or name a dtype");
   // A --config of separators alone parsed as no keys, that is the fixed defaults: neither
   // what it says nor the tuner's choice that leaving it out gives.
   if (!options.config.empty() && options.config.find_first_not_of(", \t") == std::string::npos)
