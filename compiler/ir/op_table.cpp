@@ -147,6 +147,8 @@ const std::vector<OpInfo> kTable = {
      nullptr, -3, 3, "convert to a dtype: cast(x, bf16)"},
 };
 
+}  // namespace
+
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -161,8 +163,6 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   }
   return row[b.size()];
 }
-
-}  // namespace
 
 const std::vector<OpInfo>& op_table() {
   return kTable;

@@ -90,5 +90,7 @@ const OpInfo& op_info(OpCode code);
 const OpInfo* find_op(std::string_view name);
 // Up to `count` op names nearest to `name` (edit distance), for "did you mean".
 std::vector<std::string> nearest_op_names(std::string_view name, size_t count = 3);
+// Insertions, deletions and substitutions that turn `a` into `b` (Levenshtein).
+size_t edit_distance(std::string_view a, std::string_view b);
 
 }  // namespace kjit::ir

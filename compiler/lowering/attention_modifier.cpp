@@ -4,12 +4,16 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <regex>
+#include <set>
+#include <string_view>
 
 #include "kjit/compiler/interpreter/interpreter.h"
+#include "kjit/compiler/ir/op_table.h"
 #include "kjit/compiler/ir/parser.h"
 #include "kjit/compiler/ir/printer.h"
 #include "kjit/compiler/ir/verifier.h"
@@ -88,6 +92,28 @@ ModifierOperandKind kind_of(const Node& input, const std::string& text) {
                   "declare it, e.g. " + input.name + ":f32[heads]");
 }
 
+// An undeclared name is an operand (f32 per head), so a misspelt `s`, `q_idx`, `kv_idx`
+// or `head` would read random operand values without a word: such a name (the same
+// but for case, or one edit from a position's name) is an error unless declared.
+void check_not_a_misspelt_name(const std::string& name, const std::string& text, bool score) {
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::vector<std::string> near;
+  for (const std::string known : {"s", "q_idx", "kv_idx", "head"}) {
+    if (!score && known == "s") continue;
+    if (lower == known || (known.size() > 1 && ir::edit_distance(lower, known) <= 1))
+      near.push_back("'" + known + "'");
+  }
+  if (near.empty()) return;
+  throw UserError(
+      fmt::format("the {} '{}' reads '{}', which is not a name it knows; did you "
+                  "mean {}?",
+                  score ? "score modifier" : "mask modifier", text, name, fmt::join(near, " or ")),
+      fmt::format("the names are {}q_idx, kv_idx and head; an operand of that name is "
+                  "declared first, e.g. {}:f32[heads]",
+                  score ? "s, " : "", name));
+}
+
 // The text parsed with the positions (and s) declared first, optimized; its
 // operands checked. `score`: a score modifier (reads s, gives a float).
 Graph parse_modifier(const std::string& text, bool score, std::vector<ModifierOperand>* operands) {
@@ -97,7 +123,11 @@ Graph parse_modifier(const std::string& text, bool score, std::vector<ModifierOp
   if (score) options.inputs.push_back({"s", DType::F32, {}});
   for (const char* name : kPositions) options.inputs.push_back({name, DType::I32, {}});
   std::string body = text;
-  for (ir::Predeclared& d : take_declarations(body)) options.inputs.push_back(std::move(d));
+  std::set<std::string> declared_names;
+  for (ir::Predeclared& d : take_declarations(body)) {
+    declared_names.insert(d.name);
+    options.inputs.push_back(std::move(d));
+  }
   const char* what = score ? "score modifier" : "mask modifier";
   const Graph graph = ir::optimize(ir::parse(body, options));
   if (graph.outputs().size() != 1)
@@ -114,6 +144,7 @@ Graph parse_modifier(const std::string& text, bool score, std::vector<ModifierOp
   const std::vector<int> inputs = graph.inputs();
   for (size_t i = declared; i < inputs.size(); ++i) {
     const Node& input = graph.node(inputs[i]);
+    if (!declared_names.count(input.name)) check_not_a_misspelt_name(input.name, text, score);
     if (!score && input.name == "s")
       throw UserError(fmt::format("the mask modifier '{}' reads s; a mask sees positions only "
                                   "(q_idx, kv_idx, head)",

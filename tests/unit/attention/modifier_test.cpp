@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "kjit/compiler/lowering/attention.h"
@@ -80,6 +81,30 @@ TEST(AttentionModifier, AlibiReadsAPerHeadSlope) {
   const Modifier positions = score_mod_from_ir("a:f32[q]; b:bf16[kv]; s + a * b");
   EXPECT_EQ(positions.operands[0].kind, ModifierOperandKind::PerQuery);
   EXPECT_EQ(positions.operands[1].kind, ModifierOperandKind::PerKey);
+}
+
+// An undeclared name is an operand, so a misspelt s, q_idx, kv_idx or head read random
+// operand values: a name one edit (or case) from those is refused unless declared.
+TEST(AttentionModifier, MisspeltNamesAreRefusedUnlessDeclared) {
+  auto error = [](const std::function<void()>& make) -> std::string {
+    try {
+      make();
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_NE(error([] { score_mod_from_ir("S * 2"); }).find("did you mean 's'?"), std::string::npos);
+  EXPECT_NE(error([] {
+              score_mod_from_ir("s - w * abs(q_idx - k_idx)");
+            }).find("did you mean 'q_idx' or 'kv_idx'?"),
+            std::string::npos);
+  EXPECT_NE(error([] { mask_mod_from_ir("kv_idx <= Q_idx"); }).find("'q_idx'"), std::string::npos);
+  EXPECT_NE(error([] { mask_mod_from_ir("Head < 2"); }).find("'head'"), std::string::npos);
+  // Declared, the same names are operands; names far from the positions need no
+  // declaration.
+  EXPECT_EQ(score_mod_from_ir("S:f32[heads]; s * S").operands.size(), 1u);
+  EXPECT_EQ(score_mod_from_ir("s * bias + slope").operands.size(), 2u);
 }
 
 // Score modifiers that read the positions only as q_idx - kv_idx, with arithmetic on
