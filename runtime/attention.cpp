@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/tuning.h"
@@ -177,7 +180,9 @@ void resolve_strides(const Problem& p, const char* name, Strides& s, int64_t hea
                       "packed sequences are [tokens, heads, D]: their offsets say where "
                       "each starts");
   } else if (s.batch == 0) {
-    s.batch = seq * s.seq;
+    // Past the last position and the last head, whichever strides are given (a BHSD
+    // tensor's seq stride alone would put batch 1 at head 1).
+    s.batch = std::max(seq * s.seq, heads * s.head);
   }
   // The kernel reads and writes rows of D contiguous elements in 16-byte chunks.
   for (const int64_t stride : {s.batch, s.seq, s.head}) {
@@ -239,6 +244,99 @@ void check_layout(const Problem& p, const char* name, CUdeviceptr pointer, const
   }
 }
 
+// One launch tensor's elements: rows of D 16-bit elements at `pointer`, `batches` x
+// `seq` x `heads` of them at strides `s` (resolved).
+struct Extent {
+  const char* name;
+  CUdeviceptr pointer;
+  Strides s;
+  int64_t batches, seq, heads;
+};
+
+// Whether two tensors share an element. Their byte ranges must meet; then tensors of
+// the same strides and counts may still interleave without sharing (Q, K and V of one
+// fused [tokens, 3, heads, D] buffer): at some dimension whose stride every larger
+// stride is a multiple of, the offset between them modulo that stride leaves room for
+// what the smaller dimensions cover, on both sides.
+bool share_elements(const Problem& p, const Extent& a, const Extent& b) {
+  auto last_element = [&](const Extent& e) {
+    return (e.batches - 1) * e.s.batch + (e.seq - 1) * e.s.seq + (e.heads - 1) * e.s.head +
+           p.head_dim - 1;
+  };
+  const auto a0 = static_cast<int64_t>(a.pointer), b0 = static_cast<int64_t>(b.pointer);
+  if (a0 + 2 * (last_element(a) + 1) <= b0 || b0 + 2 * (last_element(b) + 1) <= a0) return false;
+  if (a.s.batch != b.s.batch || a.s.seq != b.s.seq || a.s.head != b.s.head ||
+      a.batches != b.batches || a.seq != b.seq || a.heads != b.heads || (a0 - b0) % 2 != 0)
+    return true;
+  const int64_t offset = std::abs(a0 - b0) / 2;  // elements
+  struct Dim {
+    int64_t count, stride;
+  };
+  std::vector<Dim> dims;
+  for (const Dim d : {Dim{a.batches, a.s.batch}, Dim{a.seq, a.s.seq}, Dim{a.heads, a.s.head}})
+    if (d.count > 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(),
+            [](const Dim& x, const Dim& y) { return x.stride > y.stride; });
+  for (size_t level = 0; level < dims.size(); ++level) {
+    const int64_t stride = dims[level].stride;
+    bool nested = stride > 0;
+    for (size_t outer = 0; outer < level && nested; ++outer)
+      nested = dims[outer].stride % stride == 0;
+    int64_t inner = p.head_dim;  // what one index at this level covers
+    for (size_t d = level + 1; d < dims.size(); ++d) inner += (dims[d].count - 1) * dims[d].stride;
+    const int64_t shift = offset % std::max<int64_t>(stride, 1);
+    if (nested && shift >= inner && stride - shift >= inner) return false;
+  }
+  return true;
+}
+
+// Outputs that share an element with another launch tensor: a block reads what
+// another block has written (or two write one element), and which value is left
+// depends on timing. The same tensor as Q for O (each block reads its own rows of Q
+// before it writes them) is allowed.
+void check_outputs_apart(const Problem& p, const std::vector<Extent>& outputs,
+                         const std::vector<Extent>& inputs, bool o_may_be_q) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::vector<const Extent*> others;
+    for (const Extent& in : inputs) others.push_back(&in);
+    for (size_t j = i + 1; j < outputs.size(); ++j) others.push_back(&outputs[j]);
+    for (const Extent* other : others) {
+      const Extent& out = outputs[i];
+      if (o_may_be_q && std::string(other->name) == "Q" && out.pointer == other->pointer &&
+          out.s.batch == other->s.batch && out.s.seq == other->s.seq && out.s.head == other->s.head)
+        continue;
+      if (share_elements(p, out, *other))
+        throw UserError(fmt::format("attention output {} shares elements with {} ({} at 0x{:x}, "
+                                    "{} at 0x{:x})",
+                                    out.name, other->name, out.name,
+                                    static_cast<unsigned long long>(out.pointer), other->name,
+                                    static_cast<unsigned long long>(other->pointer)),
+                        "an output needs memory of its own: other blocks still read the "
+                        "inputs (and write the other outputs) while it is written");
+    }
+  }
+}
+
+// The LSE's bytes (f32, heads x query rows) against tensors it must not meet.
+void check_lse_apart(const Problem& p, CUdeviceptr lse, const std::vector<Extent>& tensors,
+                     bool lse_is_output) {
+  if (lse == 0) return;
+  const auto l0 = static_cast<int64_t>(lse);
+  const int64_t l1 = l0 + 4 * backward_workspace_rows(p);
+  for (const Extent& e : tensors) {
+    const auto e0 = static_cast<int64_t>(e.pointer);
+    const int64_t e1 = e0 + 2 * ((e.batches - 1) * e.s.batch + (e.seq - 1) * e.s.seq +
+                                 (e.heads - 1) * e.s.head + p.head_dim);
+    if (l0 < e1 && e0 < l1)
+      throw UserError(fmt::format("attention LSE (0x{:x}, {} bytes) overlaps {} (0x{:x})",
+                                  static_cast<unsigned long long>(lse), l1 - l0, e.name,
+                                  static_cast<unsigned long long>(e.pointer)),
+                      lse_is_output ? "the LSE is an output: give it memory of its own"
+                                    : "the gradients are written while the LSE is read: "
+                                      "give them memory apart from it");
+  }
+}
+
 void check_pointer(const char* name, CUdeviceptr pointer) {
   if (pointer == 0) throw UserError(fmt::format("attention needs a device pointer for {}", name));
   if (pointer % 16 != 0)
@@ -292,6 +390,13 @@ Tensors resolve(const Problem& p, Tensors t) {
   if (t.lse % 4 != 0)
     throw UserError(fmt::format("attention LSE pointer 0x{:x} is not 4-byte aligned",
                                 static_cast<unsigned long long>(t.lse)));
+  const int64_t batches = p.packed() ? 1 : p.batch;
+  const Extent q{"Q", t.q, t.q_strides, batches, positions(p, true), p.heads};
+  const Extent k{"K", t.k, t.k_strides, batches, positions(p, false), p.kv_heads};
+  const Extent v{"V", t.v, t.v_strides, batches, positions(p, false), p.kv_heads};
+  const Extent o{"O", t.o, t.o_strides, batches, positions(p, true), p.heads};
+  check_outputs_apart(p, {o}, {q, k, v}, /*o_may_be_q=*/true);
+  check_lse_apart(p, t.lse, {q, k, v, o}, /*lse_is_output=*/true);
   return t;
 }
 
@@ -325,6 +430,14 @@ BackwardTensors resolve(const Problem& p, BackwardTensors t) {
   if (t.lse % 4 != 0)
     throw UserError(fmt::format("attention LSE pointer 0x{:x} is not 4-byte aligned",
                                 static_cast<unsigned long long>(t.lse)));
+  const int64_t batches = p.packed() ? 1 : p.batch;
+  std::vector<Extent> inputs, outputs;
+  for (const auto& tensor : tensors)
+    (tensor.output ? outputs : inputs)
+        .push_back({tensor.name, tensor.pointer, *tensor.strides, batches,
+                    positions(p, tensor.query), tensor.heads});
+  check_outputs_apart(p, outputs, inputs, /*o_may_be_q=*/false);
+  check_lse_apart(p, t.lse, outputs, /*lse_is_output=*/false);
   return t;
 }
 

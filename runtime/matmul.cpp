@@ -217,14 +217,59 @@ Tensors resolve(const Problem& p, Tensors t) {
                                 p.epilogue.operands.size(), t.extras.size()),
                     "pass one tensor per epilogue operand, in order");
   for (size_t i = 0; i < t.extras.size(); ++i) {
-    if (t.extras[i].pointer == 0)
-      throw UserError("epilogue operand '" + p.epilogue.operands[i].name + "' has no pointer");
-    if (p.epilogue.operands[i].kind == OperandKind::Tensor) {
-      if (t.extras[i].ld == 0) t.extras[i].ld = p.n;
-      if (t.extras[i].ld < p.n)
+    const EpilogueOperand& operand = p.epilogue.operands[i];
+    Tensors::Extra& extra = t.extras[i];
+    if (extra.pointer == 0)
+      throw UserError("epilogue operand '" + operand.name + "' has no pointer");
+    if (operand.kind == OperandKind::Tensor) {
+      if (extra.ld == 0) extra.ld = p.n;
+      if (extra.ld < p.n)
         throw UserError(fmt::format("epilogue tensor '{}' has leading dimension {} < N = {}",
-                                    p.epilogue.operands[i].name, t.extras[i].ld, p.n));
+                                    operand.name, extra.ld, p.n));
     }
+    // Its elements: aligned to its dtype (a misaligned load faults), a batch stride
+    // >= 0, every offset within 64 bits, and none of them written as C while other
+    // tiles still read it. A tensor operand may be C itself (each output reads its own
+    // element first), as C0 may.
+    const int64_t bytes = dtype_bytes(operand.dtype);
+    if (extra.pointer % static_cast<uint64_t>(bytes) != 0)
+      throw UserError(
+          fmt::format("epilogue operand '{}' pointer 0x{:x} is not aligned to its "
+                      "{}-byte elements",
+                      operand.name, extra.pointer, bytes));
+    if (extra.batch_stride < 0)
+      throw UserError(fmt::format("epilogue operand '{}' has batch stride {}; strides must be "
+                                  ">= 0",
+                                  operand.name, extra.batch_stride),
+                      "0 shares one operand among all batches");
+    const bool tensor = operand.kind == OperandKind::Tensor;
+    const int64_t length = operand.kind == OperandKind::RowVector ? p.m : p.n;
+    const Operand x =
+        measured({operand.name.c_str(), extra.pointer, tensor ? p.m : 1, tensor ? p.n : length,
+                  tensor ? extra.ld : length, extra.batch_stride, bytes},
+                 extra.batch_stride > 0 ? p.batch : 1);
+    const bool c_itself = tensor && extra.pointer == t.c && extra.ld == t.ldc &&
+                          bytes == dtype_bytes(p.output) &&
+                          (p.batch == 1 || extra.batch_stride == t.stride_c);
+    if (!c_itself && overlaps(c, x, p.batch))
+      throw UserError(fmt::format("epilogue operand '{}' (0x{:x}, {} bytes) overlaps the output "
+                                  "C (0x{:x}, {} bytes)",
+                                  operand.name, x.pointer, x.extent, c.pointer, c.extent),
+                      "other tiles still read it while C is written; only a tensor operand "
+                      "laid out exactly as C may be C itself");
+  }
+  // C0 likewise: C itself (same rows), or apart from it.
+  if (t.beta != 0.0f) {
+    const Operand c0 =
+        measured({"C0", t.c0, p.m, p.n, t.ldc0, t.stride_c0, dtype_bytes(p.output)}, p.batch);
+    const bool c_itself =
+        t.c0 == t.c && t.ldc0 == t.ldc && (p.batch == 1 || t.stride_c0 == t.stride_c);
+    if (!c_itself && overlaps(c, c0, p.batch))
+      throw UserError(fmt::format("C0 (0x{:x}, {} bytes) overlaps the output C (0x{:x}, {} "
+                                  "bytes) but is not C itself",
+                                  c0.pointer, c0.extent, c.pointer, c.extent),
+                      "pass C0 = C with the same leading dimension and batch stride, or a "
+                      "buffer apart from C");
   }
   return t;
 }

@@ -150,6 +150,18 @@ ElementwisePlan plan_elementwise(const Graph& graph, const std::string& ir_diges
       size2[0] = 1;
       stride2[0] = 0;
     }
+    // A strided input's reach, not only its element count, must fit 64-bit offsets.
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      int64_t reach = 0, bytes = 0;
+      if (t.shape[d] > 1 &&
+          (__builtin_mul_overflow(t.shape[d] - 1, strides[d], &reach) ||
+           __builtin_mul_overflow(reach, static_cast<int64_t>(ir::size_bytes(t.dtype)), &bytes) ||
+           bytes >= kMaxBytes))
+        throw UserError(fmt::format("{}: dim {} of {} elements at stride {} reaches past 2^62 "
+                                    "bytes",
+                                    what, d, t.shape[d], strides[d]),
+                        "indices are 64-bit; check the strides");
+    }
     bool full_rows = size2[0] == rows, full_cols = size2[1] == plan.cols;
     ir::Access access = ir::Access::Strided;
     if (count == 1) {

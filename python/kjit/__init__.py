@@ -450,6 +450,19 @@ def _expect_dtype(name, tensor, dtype):
         raise UserError(f"{name} is {tensor.dtype}; this problem takes {dtype}", 1)
 
 
+def _without_broadcast(name, tensor, output=False):
+    """`tensor`, copied where a dimension of more than one element has stride 0 (an
+    expand()ed view): the C API reads a stride of 0 as "packed", so a broadcast head or
+    batch would be read as distinct memory, past the end of the real one. An output
+    may not be broadcast at all."""
+    if any(size > 1 and stride == 0 for size, stride in zip(tensor.shape, tensor.stride())):
+        if output:
+            raise UserError(f"{name} is a broadcast view (strides {tensor.stride()}); an output "
+                            "needs an element of its own per position", 1)
+        return tensor.contiguous()
+    return tensor
+
+
 def _matmul_shapes(m, n, k, batch, layout, batched):
     """The stored shapes of a, b and c for kjit.Matmul (layout "t": transposed, stored
     row-major; batched: a leading batch dimension)."""
@@ -809,6 +822,9 @@ class Attention:
             if given[name] is not None:
                 _expect_shape(name, given[name].shape, shape)
                 _expect_dtype(name, given[name], self.dtype)
+        q, k, v = (_without_broadcast(name, t) for name, t in (("q", q), ("k", k), ("v", v)))
+        if out is not None:
+            _without_broadcast("out", out, output=True)
         o = out if out is not None else torch.empty_like(q)
         if lse is not None:
             _expect_shape("lse", lse.shape, lse_shape)
@@ -878,6 +894,10 @@ class AttentionBackward:
                 return t.contiguous()
             return t
 
+        # A gradient from autograd may be an expand()ed view (stride 0), and so may
+        # inputs sharing a head or batch: copied, since C reads a 0 stride as packed.
+        q, k, v, o, d_o = (_without_broadcast(name, t) for name, t in
+                           (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o)))
         d_o = usable(d_o)
         dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
 

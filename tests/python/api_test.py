@@ -134,6 +134,15 @@ else:
           "Attention(): the layout")
     check(refused(lambda: kernel(q, q, q, lse=torch.empty(2, 4, 63, device="cuda")),
                   "lse has shape"), "Attention(): lse of the wrong shape")
+    # A broadcast (expand()ed) K shares one head: read as four (past its end) before.
+    k1 = torch.randn(2, 64, 1, 64, **cuda)
+    o_expanded, _ = kjit.attention(q, k1.expand(2, 64, 4, 64), k1.expand(2, 64, 4, 64))
+    o_copied, _ = kjit.attention(q, k1.expand(2, 64, 4, 64).contiguous(),
+                                 k1.expand(2, 64, 4, 64).contiguous())
+    check(torch.equal(o_expanded, o_copied), "attention: an expand()ed k and v")
+    check(refused(lambda: kernel(q, q, q, out=torch.empty(2, 64, 1, 64, **cuda).expand(2, 64, 4,
+                                                                                         64)),
+                  "out is a broadcast view"), "Attention(): a broadcast out")
     check(refused(lambda: kjit.attention(q.cpu(), q, q), "q is on cpu"),
           "attention: a CPU tensor ('device -1 does not exist' before)")
     a, b = torch.randn(64, 32, **cuda), torch.randn(32, 48, **cuda)

@@ -373,5 +373,90 @@ TEST(AttentionTensors, OverlappingOutputsAndHugeStridesAreUserErrors) {
   EXPECT_THROW(resolve(packed, packed_overlap), UserError);
 }
 
+// Outputs that share elements with another launch tensor were not checked: O over K
+// (blocks still read K after others wrote O), the LSE over V, dK over Q, dQ over dV
+// all reached the kernels. Tensors interleaved in one buffer without sharing an
+// element (Q, K and V of a fused [tokens, 3, heads, D] one) pass; O may be Q itself.
+TEST(AttentionTensors, OutputsSharingElementsWithOtherTensorsAreUserErrors) {
+  Problem p;
+  p.batch = 2, p.heads = p.kv_heads = 4, p.seq_q = p.seq_k = 100, p.head_dim = 64;
+  const CUdeviceptr base = 1 << 20, mb = 1 << 24;
+  auto error = [&](auto tensors) -> std::string {
+    try {
+      resolve(p, tensors);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  const Tensors apart{
+      .q = base, .k = base + mb, .v = base + 2 * mb, .o = base + 3 * mb, .lse = base + 4 * mb};
+  EXPECT_NO_THROW(resolve(p, apart));
+  Tensors o_over_k = apart;
+  o_over_k.o = apart.k + 64 * 2;  // one head in
+  EXPECT_CONTAINS(error(o_over_k), "output O shares elements with K");
+  Tensors in_place = apart;  // each block reads its rows of Q before it writes them
+  in_place.o = apart.q;
+  EXPECT_NO_THROW(resolve(p, in_place));
+  Tensors lse_over_v = apart;
+  lse_over_v.lse = apart.v + 1024;
+  EXPECT_CONTAINS(error(lse_over_v), "LSE");
+  // Q, K, V and O interleaved by token in [batch, seq, 4, heads, D]: no shared element.
+  const Strides fused{.batch = 100 * 4 * 4 * 64, .seq = 4 * 4 * 64, .head = 64};
+  Tensors interleaved{.q = base,
+                      .k = base + 2 * 256,
+                      .v = base + 2 * 512,
+                      .o = base + 2 * 768,
+                      .q_strides = fused,
+                      .k_strides = fused,
+                      .v_strides = fused,
+                      .o_strides = fused};
+  EXPECT_NO_THROW(resolve(p, interleaved));
+  Tensors shifted = interleaved;  // O half a head into V's rows
+  shifted.o = interleaved.v + 2 * 32;
+  EXPECT_CONTAINS(error(shifted), "output O shares elements with V");
+  // The same by heads: [batch, 4, heads, seq, D].
+  const Strides heads_major{.batch = 4 * 4 * 100 * 64, .seq = 64, .head = 100 * 64};
+  Tensors by_heads{.q = base,
+                   .k = base + 2 * 4 * 100 * 64,
+                   .v = base + 2 * 2 * 4 * 100 * 64,
+                   .o = base + 2 * 3 * 4 * 100 * 64,
+                   .q_strides = heads_major,
+                   .k_strides = heads_major,
+                   .v_strides = heads_major,
+                   .o_strides = heads_major};
+  EXPECT_NO_THROW(resolve(p, by_heads));
+
+  BackwardTensors g{.q = base,
+                    .k = base + mb,
+                    .v = base + 2 * mb,
+                    .o = base + 3 * mb,
+                    .lse = base + 4 * mb,
+                    .d_o = base + 5 * mb,
+                    .dq = base + 6 * mb,
+                    .dk = base + 7 * mb,
+                    .dv = base + 8 * mb};
+  EXPECT_NO_THROW(resolve(p, g));
+  BackwardTensors dk_over_q = g;
+  dk_over_q.dk = g.q;
+  EXPECT_CONTAINS(error(dk_over_q), "output dK shares elements with Q");
+  BackwardTensors dq_over_dv = g;
+  dq_over_dv.dq = g.dv + 2 * 64;
+  EXPECT_CONTAINS(error(dq_over_dv), "output dQ shares elements with dV");
+  BackwardTensors dq_over_lse = g;
+  dq_over_lse.dq = g.lse;
+  EXPECT_CONTAINS(error(dq_over_lse), "LSE");
+}
+
+// Strides given in part: a BHSD tensor's head and seq strides with batch 0 made the
+// batch stride one head's (seq x its seq stride), so batch 1 read head 1.
+TEST(AttentionTensors, ADefaultBatchStrideStepsPastEveryHead) {
+  Problem p;
+  p.batch = 2, p.heads = p.kv_heads = 4, p.seq_q = p.seq_k = 100, p.head_dim = 64;
+  Tensors t{.q = 1 << 20, .k = 1 << 21, .v = 1 << 22, .o = 1 << 23};
+  t.q_strides = {.batch = 0, .seq = 64, .head = 100 * 64};
+  EXPECT_EQ(resolve(p, t).q_strides.batch, 4 * 100 * 64);
+}
+
 }  // namespace
 }  // namespace kjit::attention

@@ -41,6 +41,19 @@ TEST_F(LaunchChecks, PicksTheAlignedClassFromPointersAndSizes) {
             std::string::npos);
 }
 
+// A strided input's element count was checked, not its reach: a stride of 2^61
+// elements over 4 rows formed offsets past 64 bits.
+TEST(LaunchChecksStrides, AStridedInputsReachStaysWithin64BitOffsets) {
+  ElementwiseKernel k{ir::parse("x:f32[m,n]; y = x * 2")};
+  TensorArg x{0x1000, DType::F32, {4, 8}, {int64_t{1} << 61, 1}};
+  TensorArg y{0x2000, DType::F32, {4, 8}, {}};
+  EXPECT_NE(plan_error(k, {x}, {y}).find("dim 0 of 4 elements at stride 2305843009213693952"),
+            std::string::npos)
+      << plan_error(k, {x}, {y});
+  x.strides = {16, 1};  // rows 16 apart: fine
+  EXPECT_EQ(plan_error(k, {x}, {y}), "(no error)");
+}
+
 TEST_F(LaunchChecks, WrongCountsDtypesShapesPointers) {
   EXPECT_NE(plan_error(kernel, {x}, {y}).find("takes 2 input(s) (x, g), got 1"), std::string::npos);
   EXPECT_NE(plan_error(kernel, {x, g}, {}).find("writes 1 output(s) (y), got 0"),

@@ -456,20 +456,22 @@ TEST(MatmulAlignment, ClassFollowsPointersAndLeadingDimensions) {
   EXPECT_FALSE(is_aligned(p, resolve(p, t)));
 }
 
+// resolve()'s UserError, or "" when it takes the tensors.
+std::string message(const Problem& p, const Tensors& t) {
+  try {
+    resolve(p, t);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Bad strides and aliasing are user errors naming the value: a negative batch
 // stride, offsets past 64 bits, C on top of A or B. C0 may be C, and C may be a
 // column block of the buffer A is another column block of.
 TEST(MatmulTensors, StridesAndAliasingAreChecked) {
   Problem p;
   p.m = 64, p.n = 32, p.k = 16;
-  auto message = [&](const Problem& q, const Tensors& t) -> std::string {
-    try {
-      resolve(q, t);
-    } catch (const UserError& e) {
-      return e.what();
-    }
-    return "";
-  };
   Tensors t;
   t.a = 0x10000000, t.b = 0x20000000, t.c = 0x30000000;
   EXPECT_EQ(message(p, t), "");
@@ -508,6 +510,48 @@ TEST(MatmulTensors, StridesAndAliasingAreChecked) {
   Tensors huge = t;
   huge.ldb = int64_t{1} << 61;
   EXPECT_NE(message(p, huge).find("2^63"), std::string::npos) << message(p, huge);
+}
+
+// Epilogue operands and C0 were checked for a pointer only: a bias at an odd address
+// (a misaligned load faults), a negative or wrapping batch stride, a bias inside C
+// (read after other tiles wrote it) and C0 one row into C all reached the kernel.
+TEST(MatmulTensors, EpilogueOperandsAndC0AreCheckedLikeTheOperands) {
+  Problem p;
+  p.m = 64, p.n = 32, p.k = 16;
+  p.epilogue = epilogue_from_ir("r:bf16[m,n]; gelu(acc + bias) + r", DType::BF16).epilogue;
+  ASSERT_EQ(p.epilogue.operands.size(), 2u);
+  Tensors t;
+  t.a = 0x10000000, t.b = 0x20000000, t.c = 0x30000000;
+  // In the order the epilogue names them: r (a tensor), then bias (a column vector).
+  const bool r_first = p.epilogue.operands[0].name == "r";
+  auto with = [&](CUdeviceptr r, CUdeviceptr bias, int64_t bias_stride = 0) {
+    Tensors u = t;
+    const Tensors::Extra re{r, 0, 0}, be{bias, 0, bias_stride};
+    u.extras = r_first ? std::vector<Tensors::Extra>{re, be} : std::vector<Tensors::Extra>{be, re};
+    return u;
+  };
+  EXPECT_EQ(message(p, with(0x40000000, 0x50000000)), "");
+  EXPECT_EQ(message(p, with(t.c, 0x50000000)), "") << "a residual may be C itself";
+  EXPECT_NE(message(p, with(0x40000000, 0x50000001)).find("not aligned to its 2-byte"),
+            std::string::npos);
+  EXPECT_NE(message(p, with(0x40000000, t.c + 2 * 32 * 3)).find("overlaps the output C"),
+            std::string::npos)
+      << message(p, with(0x40000000, t.c + 2 * 32 * 3));
+  EXPECT_NE(message(p, with(t.c + 2 * 32, 0x50000000)).find("overlaps the output C"),
+            std::string::npos)
+      << "a residual one row into C";
+  Problem batched = p;
+  batched.batch = 2;
+  EXPECT_NE(message(batched, with(0x40000000, 0x50000000, -32)).find("batch stride -32"),
+            std::string::npos);
+  EXPECT_NE(message(batched, with(0x40000000, 0x50000000, int64_t{1} << 62)).find("2^63"),
+            std::string::npos);
+  Tensors shifted_c0 = with(0x40000000, 0x50000000);
+  shifted_c0.beta = 1.0f;
+  shifted_c0.c0 = t.c + 2 * 32;
+  EXPECT_NE(message(p, shifted_c0).find("C0"), std::string::npos) << message(p, shifted_c0);
+  shifted_c0.c0 = t.c;
+  EXPECT_EQ(message(p, shifted_c0), "") << "C0 may be C itself";
 }
 
 TEST(MatmulCheck, ReferenceMatchesAHandComputedProduct) {
