@@ -46,9 +46,11 @@ struct kjit_matmul {
 
 struct kjit_attention {
   std::unique_ptr<kjit::attention::Attention> attention;
+  std::vector<kjit::attention::ModifierOperand> operands;  // the modifiers', launch order
 };
 struct kjit_attention_backward {
   std::unique_ptr<kjit::attention::AttentionBackward> backward;
+  std::vector<kjit::attention::ModifierOperand> operands;
 };
 
 namespace {
@@ -459,12 +461,70 @@ kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_pr
     const kjit::attention::Problem p = attention_problem(problem);
     auto handle = std::make_unique<kjit_attention>();
     handle->attention = std::make_unique<kjit::attention::Attention>(*runtime->runtime, p);
+    handle->operands = p.modifier_operands();
     *out = handle.release();
   });
 }
 
 void kjit_attention_destroy(kjit_attention* attention) {
   delete attention;
+}
+
+namespace {
+
+// The modifiers' operand `index` of a handle, or nullptr.
+const kjit::attention::ModifierOperand* operand_at(
+    const std::vector<kjit::attention::ModifierOperand>* operands, int index) {
+  if (operands == nullptr || index < 0 || index >= static_cast<int>(operands->size()))
+    return nullptr;
+  return &(*operands)[static_cast<size_t>(index)];
+}
+
+const char* kind_name(const kjit::attention::ModifierOperand* o) {
+  if (o == nullptr) return nullptr;
+  switch (o->kind) {
+    case kjit::attention::ModifierOperandKind::PerHead:
+      return "heads";
+    case kjit::attention::ModifierOperandKind::PerQuery:
+      return "q";
+    case kjit::attention::ModifierOperandKind::PerKey:
+      return "kv";
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int kjit_attention_operands(const kjit_attention* attention) {
+  return attention ? static_cast<int>(attention->operands.size()) : 0;
+}
+const char* kjit_attention_operand_name(const kjit_attention* attention, int index) {
+  const auto* o = operand_at(attention ? &attention->operands : nullptr, index);
+  return o ? o->name.c_str() : nullptr;
+}
+const char* kjit_attention_operand_kind(const kjit_attention* attention, int index) {
+  return kind_name(operand_at(attention ? &attention->operands : nullptr, index));
+}
+kjit_dtype kjit_attention_operand_dtype(const kjit_attention* attention, int index) {
+  const auto* o = operand_at(attention ? &attention->operands : nullptr, index);
+  return o ? from_ir(o->dtype) : KJIT_F32;
+}
+int kjit_attention_backward_operands(const kjit_attention_backward* backward) {
+  return backward ? static_cast<int>(backward->operands.size()) : 0;
+}
+const char* kjit_attention_backward_operand_name(const kjit_attention_backward* backward,
+                                                 int index) {
+  const auto* o = operand_at(backward ? &backward->operands : nullptr, index);
+  return o ? o->name.c_str() : nullptr;
+}
+const char* kjit_attention_backward_operand_kind(const kjit_attention_backward* backward,
+                                                 int index) {
+  return kind_name(operand_at(backward ? &backward->operands : nullptr, index));
+}
+kjit_dtype kjit_attention_backward_operand_dtype(const kjit_attention_backward* backward,
+                                                 int index) {
+  const auto* o = operand_at(backward ? &backward->operands : nullptr, index);
+  return o ? from_ir(o->dtype) : KJIT_F32;
 }
 
 kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attention_args* args,
@@ -496,6 +556,7 @@ kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
     const kjit::attention::Problem p = attention_problem(problem);
     auto handle = std::make_unique<kjit_attention_backward>();
     handle->backward = std::make_unique<kjit::attention::AttentionBackward>(*runtime->runtime, p);
+    handle->operands = p.modifier_operands();
     *out = handle.release();
   });
 }

@@ -173,6 +173,15 @@ kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_pr
 void kjit_attention_destroy(kjit_attention* attention);
 kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attention_args* args,
                                   void* stream);
+/* The modifiers' operands, in the order modifier_operands takes them: the name, the
+ * kind ("heads": `heads` values, one per query head; "q": `seq_q` values, one per query
+ * position within a sequence; "kv": `seq_k`, per key position; for a packed batch
+ * seq_q and seq_k are its longest sequence's) and the element type (NULL and KJIT_F32
+ * for a bad index). */
+int kjit_attention_operands(const kjit_attention* attention);
+const char* kjit_attention_operand_name(const kjit_attention* attention, int index);
+const char* kjit_attention_operand_kind(const kjit_attention* attention, int index);
+kjit_dtype kjit_attention_operand_dtype(const kjit_attention* attention, int index);
 
 /* ---- attention, backward: dQ, dK, dV from dO, P recomputed from the forward's LSE ----
  * The same bits every run when the problem says `deterministic`; otherwise dQ may be
@@ -197,6 +206,14 @@ kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
 void kjit_attention_backward_destroy(kjit_attention_backward* backward);
 kjit_status kjit_attention_backward_launch(kjit_attention_backward* backward,
                                            const kjit_attention_backward_args* args, void* stream);
+/* Its modifiers' operands, as kjit_attention_operands describes them. */
+int kjit_attention_backward_operands(const kjit_attention_backward* backward);
+const char* kjit_attention_backward_operand_name(const kjit_attention_backward* backward,
+                                                 int index);
+const char* kjit_attention_backward_operand_kind(const kjit_attention_backward* backward,
+                                                 int index);
+kjit_dtype kjit_attention_backward_operand_dtype(const kjit_attention_backward* backward,
+                                                 int index);
 
 /* ---- device memory, for programs without a CUDA setup of their own ---- */
 /* Buffers on the runtime's device. Uploads and downloads are synchronous and

@@ -164,6 +164,17 @@ _ab_create = _declare("kjit_attention_backward_create", ctypes.c_int, _P,
 _ab_destroy = _declare("kjit_attention_backward_destroy", None, _P)
 _ab_launch = _declare("kjit_attention_backward_launch", ctypes.c_int, _P,
                       ctypes.POINTER(_AttentionBackwardArgs), _P)
+# The modifiers' operands of a forward (_at_) or backward (_ab_) handle.
+_at_operands = {
+    "count": _declare("kjit_attention_operands", ctypes.c_int, _P),
+    "name": _declare("kjit_attention_operand_name", ctypes.c_char_p, _P, ctypes.c_int),
+    "kind": _declare("kjit_attention_operand_kind", ctypes.c_char_p, _P, ctypes.c_int),
+    "dtype": _declare("kjit_attention_operand_dtype", ctypes.c_int, _P, ctypes.c_int)}
+_ab_operands = {
+    "count": _declare("kjit_attention_backward_operands", ctypes.c_int, _P),
+    "name": _declare("kjit_attention_backward_operand_name", ctypes.c_char_p, _P, ctypes.c_int),
+    "kind": _declare("kjit_attention_backward_operand_kind", ctypes.c_char_p, _P, ctypes.c_int),
+    "dtype": _declare("kjit_attention_backward_operand_dtype", ctypes.c_int, _P, ctypes.c_int)}
 _at_emit = _declare("kjit_attention_emit", ctypes.c_int, ctypes.POINTER(_AttentionProblem),
                     ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p))
 _emit = _declare("kjit_emit", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
@@ -801,6 +812,8 @@ class Attention:
         self._dims = (problem.batch, problem.heads, problem.kv_heads, problem.seq_q,
                       problem.seq_k, problem.head_dim)
         self.dtype = _torch_dtype(problem.dtype)
+        # [(name, shape, dtype)] of the modifiers' operands, in the order calls take them.
+        self.operands = _modifier_operands(_at_operands, handle, self._dims)
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -840,6 +853,7 @@ class Attention:
                 raise UserError("kjit.attention needs the head dim contiguous (stride 1)", 1)
             return _AttentionStrides(*(t.stride(axis) for axis in axes))
 
+        _check_modifier_operands(self.operands, operands, self.device)
         pointers = _operand_pointers(operands)
         args = _AttentionArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                               lse.data_ptr(), strides(q), strides(k), strides(v), strides(o),
@@ -867,6 +881,7 @@ class AttentionBackward:
         self._dims = (problem.batch, problem.heads, problem.kv_heads, problem.seq_q,
                       problem.seq_k, problem.head_dim)
         self.dtype = _torch_dtype(problem.dtype)
+        self.operands = _modifier_operands(_ab_operands, handle, self._dims)
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -906,6 +921,7 @@ class AttentionBackward:
                 raise UserError("kjit attention needs the head dim contiguous (stride 1)", 1)
             return _AttentionStrides(*(t.stride(axis) for axis in axes))
 
+        _check_modifier_operands(self.operands, operands, self.device)
         tensors = (q, k, v, o, d_o, dq, dk, dv)
         args = _AttentionBackwardArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                                       lse.data_ptr(), d_o.data_ptr(), dq.data_ptr(),
@@ -913,6 +929,31 @@ class AttentionBackward:
                                       _operand_pointers(operands), len(operands))
         _check(_ab_launch(self._handle, ctypes.byref(args), _raw_stream(q)))
         return dq, dk, dv
+
+
+def _modifier_operands(functions, handle, dims):
+    """[(name, shape, torch dtype)] of a handle's modifier operands, in launch order:
+    one value per query head ("heads"), per query position ("q") or per key position
+    ("kv"). `dims`: (batch, heads, kv_heads, seq_q, seq_k, head_dim)."""
+    lengths = {"heads": dims[1], "q": dims[3], "kv": dims[4]}
+    return [(functions["name"](handle, i).decode(),
+             (lengths[functions["kind"](handle, i).decode()],),
+             _torch_dtype(functions["dtype"](handle, i)))
+            for i in range(functions["count"](handle))]
+
+
+def _check_modifier_operands(specs, operands, device):
+    """The modifiers' operands against their specs: count, length, dtype, device."""
+    if len(operands) != len(specs):
+        names = ", ".join(name for name, _, _ in specs) or "none"
+        raise UserError(f"the modifiers read {len(specs)} operand(s) ({names}); got "
+                        f"{len(operands)}", 1)
+    for (name, shape, dtype), t in zip(specs, operands):
+        _expect_on(f"operand {name!r}", _expect_tensor(f"operand {name!r}", t), device)
+        if t.numel() != shape[0] or (t.dim() > 0 and max(t.shape) != t.numel()):
+            raise UserError(f"operand {name!r} has shape {tuple(t.shape)}; the modifiers read "
+                            f"{shape[0]} values", 1)
+        _expect_dtype(f"operand {name!r}", t, dtype)
 
 
 def _operand_pointers(operands):

@@ -143,6 +143,18 @@ else:
     check(refused(lambda: kernel(q, q, q, out=torch.empty(2, 64, 1, 64, **cuda).expand(2, 64, 4,
                                                                                          64)),
                   "out is a broadcast view"), "Attention(): a broadcast out")
+    # The modifiers' operands: a slope per head, f32 (the kernel read 4 from a shorter
+    # array, and a bf16 one as f32, before).
+    alibi = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)"
+    slopes = torch.rand(4, device="cuda")
+    kjit.attention(q, q, q, score_mod=alibi, operands=(slopes,))
+    check(refused(lambda: kjit.attention(q, q, q, score_mod=alibi, operands=(slopes[:2],)),
+                  "operand 'slope' has shape (2,)", "4 values"), "attention: a short operand")
+    check(refused(lambda: kjit.attention(q, q, q, score_mod=alibi,
+                                         operands=(slopes.bfloat16(),)),
+                  "operand 'slope' is torch.bfloat16"), "attention: an operand's dtype")
+    check(refused(lambda: kjit.attention(q, q, q, score_mod=alibi), "read 1 operand(s) (slope)"),
+          "attention: a missing operand")
     check(refused(lambda: kjit.attention(q.cpu(), q, q), "q is on cpu"),
           "attention: a CPU tensor ('device -1 does not exist' before)")
     a, b = torch.randn(64, 32, **cuda), torch.randn(32, 48, **cuda)

@@ -59,6 +59,13 @@ int main(void) {
   CHECK(kjit_matmul_operand_name(NULL, 0) == NULL);
   CHECK(kjit_matmul_operand_kind(NULL, 0) == NULL);
   CHECK(kjit_matmul_operand_dtype(NULL, 0) == KJIT_F32);
+  CHECK(kjit_attention_operands(NULL) == 0 && kjit_attention_operand_name(NULL, 0) == NULL);
+  CHECK(kjit_attention_operand_kind(NULL, 0) == NULL);
+  CHECK(kjit_attention_operand_dtype(NULL, 0) == KJIT_F32);
+  CHECK(kjit_attention_backward_operands(NULL) == 0);
+  CHECK(kjit_attention_backward_operand_name(NULL, 0) == NULL);
+  CHECK(kjit_attention_backward_operand_kind(NULL, 0) == NULL);
+  CHECK(kjit_attention_backward_operand_dtype(NULL, 0) == KJIT_F32);
 
   /* Attention: the kernel for a problem, without a GPU; bad problems are user errors. */
   kjit_attention_problem attention;
