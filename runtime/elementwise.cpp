@@ -191,6 +191,7 @@ void ElementwiseKernel::launch(const std::vector<TensorArg>& inputs,
         "this ElementwiseKernel was made without a Runtime; it can plan and emit "
         "source but not launch",
         "construct it as ElementwiseKernel(runtime, graph)");
+  check_outputs_apart(graph_, inputs, outputs);
   if (split()) return launch_split(inputs, outputs, stream, alignment);
   thread_local std::vector<int64_t> key;
   launch_key(inputs, outputs, alignment, key);
@@ -257,6 +258,16 @@ void ElementwiseKernel::launch_split(const std::vector<TensorArg>& inputs,
   // The caller's tensors are checked against the whole chain first, so an error
   // names what the caller passed, not a stage's temporaries.
   const ElementwisePlan whole = plan(inputs, outputs, alignment);
+  // In place is safe in one kernel (each thread reads its element before writing it),
+  // not across stages: a later stage still reads the input an earlier one overwrote.
+  for (const TensorArg& out : outputs)
+    for (const TensorArg& in : inputs)
+      if (out.data == in.data && whole.n > 0)
+        throw UserError(fmt::format("this chain runs as {} kernels (over the register budget), "
+                                    "and an output is written over an input at 0x{:x} that a "
+                                    "later kernel still reads",
+                                    stages_.size(), in.data),
+                        "write the outputs apart from the inputs");
   std::vector<cuda::StreamBuffer> buffers;
   std::vector<uint64_t> addresses;
   for (const Temporary& t : temporaries_) {

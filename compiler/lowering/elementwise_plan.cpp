@@ -205,4 +205,62 @@ ElementwisePlan plan_elementwise(const Graph& graph, const std::string& ir_diges
   return plan;
 }
 
+namespace {
+
+// The bytes [first, last) a tensor's elements span (no allocation: this runs at every
+// launch).
+std::pair<uint64_t, uint64_t> byte_range(const TensorArg& t) {
+  int64_t last = 0, stride = 1;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    if (t.shape[d] == 0) return {t.data, t.data};
+    const int64_t s = t.strides.empty() ? stride : t.strides[d];
+    last += (t.shape[d] - 1) * s;
+    stride *= t.shape[d];
+  }
+  return {t.data, t.data + static_cast<uint64_t>((last + 1) * ir::size_bytes(t.dtype))};
+}
+
+bool contiguous(const TensorArg& t) {
+  if (t.strides.empty()) return true;
+  int64_t stride = 1;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    if (t.shape[d] > 1 && t.strides[d] != stride) return false;
+    stride *= t.shape[d];
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_outputs_apart(const Graph& graph, const std::vector<TensorArg>& inputs,
+                         const std::vector<TensorArg>& outputs) {
+  auto meet = [](std::pair<uint64_t, uint64_t> a, std::pair<uint64_t, uint64_t> b) {
+    return a.first < b.second && b.first < a.second;
+  };
+  const std::vector<int> input_ids = graph.inputs();
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const TensorArg& out = outputs[k];
+    const auto out_range = byte_range(out);
+    const std::string out_name =
+        k < graph.outputs().size() ? "output '" + graph.outputs()[k].first + "'" : "an output";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const TensorArg& in = inputs[i];
+      const bool itself = in.data == out.data && in.dtype == out.dtype && in.shape == out.shape &&
+                          contiguous(in) && contiguous(out);
+      if (!itself && meet(out_range, byte_range(in)))
+        throw UserError(
+            fmt::format("{} (0x{:x}) overlaps input '{}' (0x{:x}) but is not that input itself",
+                        out_name, out.data,
+                        i < input_ids.size() ? graph.node(input_ids[i]).name : "?", in.data),
+            "write each output apart from the inputs, or over one input element for element "
+            "(same address, dtype and shape, contiguous)");
+    }
+    for (size_t j = k + 1; j < outputs.size(); ++j)
+      if (meet(out_range, byte_range(outputs[j])))
+        throw UserError(fmt::format("{} and output '{}' overlap", out_name,
+                                    j < graph.outputs().size() ? graph.outputs()[j].first : "?"),
+                        "each output needs memory of its own");
+  }
+}
+
 }  // namespace kjit::ir

@@ -46,5 +46,13 @@ ElementwisePlan plan_elementwise(const Graph& graph, const std::string& ir_diges
                                  const std::vector<TensorArg>& outputs,
                                  Alignment alignment = Alignment::Auto);
 
+// Launch-time: an output must share no byte with another output, nor with an input
+// unless it is that input element for element (same address, dtype and shape, both
+// contiguous: each thread reads its element before writing it). A UserError naming
+// them otherwise: the kernel's threads write an output while others still read the
+// inputs. (Not part of planning, whose tensors may be stand-ins.)
+void check_outputs_apart(const Graph& graph, const std::vector<TensorArg>& inputs,
+                         const std::vector<TensorArg>& outputs);
+
 }  // namespace ir
 }  // namespace kjit

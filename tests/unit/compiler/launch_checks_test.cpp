@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kjit/compiler/ir/parser.h"
+#include "kjit/compiler/lowering/elementwise_plan.h"
 #include "kjit/runtime/elementwise.h"
 #include "kjit/support/error.h"
 
@@ -38,6 +39,44 @@ TEST_F(LaunchChecks, PicksTheAlignedClassFromPointersAndSizes) {
   EXPECT_FALSE(kernel.plan({x, g}, {y}, Alignment::Unaligned).problem.aligned);
   EXPECT_NE(plan_error(kernel, {offset, g}, {y}, Alignment::Aligned)
                 .find("aligned kernel was requested but input 'x' is not 16-byte aligned"),
+            std::string::npos);
+}
+
+// Outputs over inputs were not checked: a row of y as the input of y = x - r (read
+// after other threads wrote it), a bf16 output over an f32 input at the same address,
+// an output shifted into its input, two outputs on one buffer. Element for element
+// in place (same address, dtype and shape, contiguous) passes.
+TEST(LaunchChecksAliasing, OutputsShareNoByteButInPlace) {
+  const ir::Graph g = ir::parse("x:f32[m,n]; r:f32[n]; y = x - r; z = x * 2");
+  auto error = [&](const std::vector<TensorArg>& in, const std::vector<TensorArg>& out) {
+    try {
+      ir::check_outputs_apart(g, in, out);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const TensorArg x{0x10000, DType::F32, {4, 8}, {}}, r{0x20000, DType::F32, {8}, {}};
+  const TensorArg y{0x30000, DType::F32, {4, 8}, {}}, z{0x40000, DType::F32, {4, 8}, {}};
+  EXPECT_EQ(error({x, r}, {y, z}), "(no error)");
+  TensorArg y_in_place = y;
+  y_in_place.data = x.data;
+  EXPECT_EQ(error({x, r}, {y_in_place, z}), "(no error)");
+  TensorArg r_in_y = r;
+  r_in_y.data = y.data + 4 * 8;  // row 1 of y
+  EXPECT_NE(error({x, r_in_y}, {y, z}).find("output 'y' (0x30000) overlaps input 'r'"),
+            std::string::npos)
+      << error({x, r_in_y}, {y, z});
+  TensorArg shifted = y;
+  shifted.data = x.data + 4;  // one element in
+  EXPECT_NE(error({x, r}, {shifted, z}).find("overlaps input 'x'"), std::string::npos);
+  TensorArg transposed = x;  // x read transposed over itself: not element for element
+  transposed.shape = {4, 8};
+  transposed.strides = {1, 4};
+  EXPECT_NE(error({transposed, r}, {y_in_place, z}).find("overlaps input 'x'"), std::string::npos);
+  TensorArg z_on_y = z;
+  z_on_y.data = y.data + 16;
+  EXPECT_NE(error({x, r}, {y, z_on_y}).find("output 'y' and output 'z' overlap"),
             std::string::npos);
 }
 
