@@ -258,13 +258,16 @@ struct Extent {
 // fused [tokens, 3, heads, D] buffer): at some dimension whose stride every larger
 // stride is a multiple of, the offset between them modulo that stride leaves room for
 // what the smaller dimensions cover, on both sides.
+// One past the last byte of a tensor (check_layout has kept it within 64 bits).
+int64_t end_byte(const Problem& p, const Extent& e) {
+  return static_cast<int64_t>(e.pointer) +
+         2 * ((e.batches - 1) * e.s.batch + (e.seq - 1) * e.s.seq + (e.heads - 1) * e.s.head +
+              p.head_dim);
+}
+
 bool share_elements(const Problem& p, const Extent& a, const Extent& b) {
-  auto last_element = [&](const Extent& e) {
-    return (e.batches - 1) * e.s.batch + (e.seq - 1) * e.s.seq + (e.heads - 1) * e.s.head +
-           p.head_dim - 1;
-  };
   const auto a0 = static_cast<int64_t>(a.pointer), b0 = static_cast<int64_t>(b.pointer);
-  if (a0 + 2 * (last_element(a) + 1) <= b0 || b0 + 2 * (last_element(b) + 1) <= a0) return false;
+  if (end_byte(p, a) <= b0 || end_byte(p, b) <= a0) return false;
   if (a.s.batch != b.s.batch || a.s.seq != b.s.seq || a.s.head != b.s.head ||
       a.batches != b.batches || a.seq != b.seq || a.heads != b.heads || (a0 - b0) % 2 != 0)
     return true;
@@ -324,10 +327,7 @@ void check_lse_apart(const Problem& p, CUdeviceptr lse, const std::vector<Extent
   const auto l0 = static_cast<int64_t>(lse);
   const int64_t l1 = l0 + 4 * backward_workspace_rows(p);
   for (const Extent& e : tensors) {
-    const auto e0 = static_cast<int64_t>(e.pointer);
-    const int64_t e1 = e0 + 2 * ((e.batches - 1) * e.s.batch + (e.seq - 1) * e.s.seq +
-                                 (e.heads - 1) * e.s.head + p.head_dim);
-    if (l0 < e1 && e0 < l1)
+    if (l0 < end_byte(p, e) && static_cast<int64_t>(e.pointer) < l1)
       throw UserError(fmt::format("attention LSE (0x{:x}, {} bytes) overlaps {} (0x{:x})",
                                   static_cast<unsigned long long>(lse), l1 - l0, e.name,
                                   static_cast<unsigned long long>(e.pointer)),

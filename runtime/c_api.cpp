@@ -472,7 +472,8 @@ void kjit_attention_destroy(kjit_attention* attention) {
 
 namespace {
 
-// The modifiers' operand `index` of a handle, or nullptr.
+// The modifiers' operand `index` of a handle (nullptr: no handle), or nullptr; its
+// name, kind ("heads", "q", "kv") and dtype, as both handles' accessors give them.
 const kjit::attention::ModifierOperand* operand_at(
     const std::vector<kjit::attention::ModifierOperand>* operands, int index) {
   if (operands == nullptr || index < 0 || index >= static_cast<int>(operands->size()))
@@ -480,7 +481,11 @@ const kjit::attention::ModifierOperand* operand_at(
   return &(*operands)[static_cast<size_t>(index)];
 }
 
-const char* kind_name(const kjit::attention::ModifierOperand* o) {
+const char* operand_name(const kjit::attention::ModifierOperand* o) {
+  return o ? o->name.c_str() : nullptr;
+}
+
+const char* operand_kind(const kjit::attention::ModifierOperand* o) {
   if (o == nullptr) return nullptr;
   switch (o->kind) {
     case kjit::attention::ModifierOperandKind::PerHead:
@@ -493,38 +498,38 @@ const char* kind_name(const kjit::attention::ModifierOperand* o) {
   return nullptr;
 }
 
+kjit_dtype operand_dtype(const kjit::attention::ModifierOperand* o) {
+  return o ? from_ir(o->dtype) : KJIT_F32;
+}
+
 }  // namespace
 
 int kjit_attention_operands(const kjit_attention* attention) {
   return attention ? static_cast<int>(attention->operands.size()) : 0;
 }
 const char* kjit_attention_operand_name(const kjit_attention* attention, int index) {
-  const auto* o = operand_at(attention ? &attention->operands : nullptr, index);
-  return o ? o->name.c_str() : nullptr;
+  return operand_name(operand_at(attention ? &attention->operands : nullptr, index));
 }
 const char* kjit_attention_operand_kind(const kjit_attention* attention, int index) {
-  return kind_name(operand_at(attention ? &attention->operands : nullptr, index));
+  return operand_kind(operand_at(attention ? &attention->operands : nullptr, index));
 }
 kjit_dtype kjit_attention_operand_dtype(const kjit_attention* attention, int index) {
-  const auto* o = operand_at(attention ? &attention->operands : nullptr, index);
-  return o ? from_ir(o->dtype) : KJIT_F32;
+  return operand_dtype(operand_at(attention ? &attention->operands : nullptr, index));
 }
 int kjit_attention_backward_operands(const kjit_attention_backward* backward) {
   return backward ? static_cast<int>(backward->operands.size()) : 0;
 }
 const char* kjit_attention_backward_operand_name(const kjit_attention_backward* backward,
                                                  int index) {
-  const auto* o = operand_at(backward ? &backward->operands : nullptr, index);
-  return o ? o->name.c_str() : nullptr;
+  return operand_name(operand_at(backward ? &backward->operands : nullptr, index));
 }
 const char* kjit_attention_backward_operand_kind(const kjit_attention_backward* backward,
                                                  int index) {
-  return kind_name(operand_at(backward ? &backward->operands : nullptr, index));
+  return operand_kind(operand_at(backward ? &backward->operands : nullptr, index));
 }
 kjit_dtype kjit_attention_backward_operand_dtype(const kjit_attention_backward* backward,
                                                  int index) {
-  const auto* o = operand_at(backward ? &backward->operands : nullptr, index);
-  return o ? from_ir(o->dtype) : KJIT_F32;
+  return operand_dtype(operand_at(backward ? &backward->operands : nullptr, index));
 }
 
 kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attention_args* args,

@@ -100,14 +100,16 @@ int backward_wgmma_registers(const attention::Problem& p, const attention::Confi
 // bm, bn in {32, 64, 128} x stages in {2, 3}, without what does not fit.
 // The configs of `space` that attention::validate() takes; the others go to
 // `pruned` with its message (a limit of the problem's size, such as the persistent
-// schedule's 2^30 work items, that the engine's dimensions above do not see).
+// schedule's 2^30 work items, that the engine's dimensions above do not see). The
+// problem itself is validated once.
 std::vector<attention::Config> keep_valid(const attention::Problem& problem,
                                           std::vector<attention::Config> space,
                                           std::vector<Pruned>* pruned) {
+  attention::validate_problem(problem);
   std::vector<attention::Config> kept;
   for (const attention::Config& c : space) {
     try {
-      attention::validate(problem, c);
+      attention::validate_config(problem, c);
       kept.push_back(c);
     } catch (const UserError& e) {
       if (pruned) pruned->push_back({c.to_string(), e.what()});

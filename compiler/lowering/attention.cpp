@@ -274,6 +274,10 @@ void validate_problem(const Problem& p) {
 
 void validate(const Problem& p, const Config& c) {
   validate_problem(p);
+  validate_config(p, c);
+}
+
+void validate_config(const Problem& p, const Config& c) {
   if (p.backward) {
     if (c.persistent)
       throw UserError("attention backward config " + c.to_string() + " asks for persistent",

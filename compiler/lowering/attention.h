@@ -127,6 +127,8 @@ void validate_problem(const Problem& problem);
 // stages 2..3, pingpong 0|1, and dq=atomic only with bm 64, without ping-pong, for a
 // problem that is not deterministic.
 void validate(const Problem& problem, const Config& config);
+// The config's part of validate() alone, for a problem validate_problem() took.
+void validate_config(const Problem& problem, const Config& config);
 
 // FLOPs of one forward launch: 4 · heads · D · (query, key) pairs, over every
 // sequence (the two matmuls; the softmax is not counted), as FlashAttention counts

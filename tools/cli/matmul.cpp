@@ -101,18 +101,18 @@ Problem problem_from(const KernelCommandOptions& o, LoweredEpilogue& epilogue) {
   }
   // Tensors from the allocator (pointers 256-byte aligned): the class follows the
   // leading dimensions, packed or as given.
-  if (p.m >= 1 && p.n >= 1 && p.k >= 1) {
-    validate_problem(p);  // the size limits first: they name the size
-    p.aligned = is_aligned(p, resolve_stand_in(p, leading_dimensions(o)));
-  }
+  validate_problem(p);  // the sizes and their limits, named, before the stand-ins
+  p.aligned = is_aligned(p, resolve_stand_in(p, leading_dimensions(o)));
   return p;
 }
 
-Setup setup(const KernelCommandOptions& o, tuner::Chooser& chooser) {
+// The config for a problem from problem_from() (validated there).
+Setup setup(const KernelCommandOptions& o, tuner::Chooser& chooser, Problem problem,
+            LoweredEpilogue epilogue) {
   Setup s;
-  s.problem = problem_from(o, s.epilogue);
+  s.problem = std::move(problem);
+  s.epilogue = std::move(epilogue);
   if (o.config.empty()) {
-    validate_problem(s.problem);
     const tuner::Choice choice = chooser.choose(tuner::MatmulTuning(s.problem, o.epilogue));
     s.config = Config::parse(choice.config);
     s.config_source = std::string(tuner::to_string(choice.source)) + ": " + choice.detail;
@@ -193,11 +193,10 @@ std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, const KernelC
 
 void matmul_command(const KernelCommandOptions& o) {
   const bool on_gpu = o.verb == Verb::Run || o.verb == Verb::Bench;
-  if (on_gpu) {  // the input's errors first: they are the same with or without a GPU
-    LoweredEpilogue checked_epilogue;
-    validate_problem(problem_from(o, checked_epilogue));
-    require_gpu(std::string("kjit ") + to_string(o.verb) + " matmul");
-  }
+  // The input's errors first: they are the same with or without a GPU.
+  LoweredEpilogue epilogue;
+  Problem problem = problem_from(o, epilogue);
+  if (on_gpu) require_gpu(std::string("kjit ") + to_string(o.verb) + " matmul");
   std::unique_ptr<Runtime> runtime;
   std::unique_ptr<tuner::Chooser> planning;
   Target target;
@@ -208,7 +207,7 @@ void matmul_command(const KernelCommandOptions& o) {
     planning = make_chooser(target);
   }
   tuner::Chooser& chooser = runtime ? runtime->chooser() : *planning;
-  const Setup s = setup(o, chooser);
+  const Setup s = setup(o, chooser, std::move(problem), std::move(epilogue));
   const Problem& p = s.problem;
   const KernelSource source = lower(p, s.config);
 
