@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/tensor_map.h"
 #include "kjit/runtime/tuning.h"
 #include "kjit/support/error.h"
 #include "kjit/tuner/attention_space.h"
@@ -122,21 +123,12 @@ void check_registers(const Config& config, const CompiledKernel& kernel,
 // span) by `box_rows` positions, 128-byte swizzle, zeros past the sequence.
 CUtensorMap sequence_map(ir::DType dtype, CUdeviceptr base, int64_t head_dim, int64_t seq,
                          int64_t heads, int64_t batch, const Strides& strides, int box_rows) {
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seq),
-                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t byte_strides[3] = {static_cast<cuuint64_t>(strides.seq * 2),
-                                      static_cast<cuuint64_t>(strides.head * 2),
-                                      static_cast<cuuint64_t>(strides.batch * 2)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map;
-  KJIT_CU(
-      cuTensorMapEncodeTiled, &map,
+  const int64_t counts[] = {head_dim, seq, heads, batch};
+  const int64_t steps[] = {strides.seq, strides.head, strides.batch};
+  const uint32_t box[] = {64, static_cast<uint32_t>(box_rows), 1, 1};
+  return cuda::tiled_map(
       dtype == ir::DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-      4, reinterpret_cast<void*>(base), dims, byte_strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return map;
+      2, base, counts, steps, box);
 }
 
 // The 3-D tensor map (head dim, row, plane) of the atomic dQ's f32 sums, [planes]
@@ -144,18 +136,10 @@ CUtensorMap sequence_map(ir::DType dtype, CUdeviceptr base, int64_t head_dim, in
 // boxes of 32 floats (128 bytes, the swizzle span) by 64 rows, 128-byte swizzle;
 // rows past `rows` are left out.
 CUtensorMap sums_map(CUdeviceptr base, int64_t head_dim, int64_t rows, int64_t planes) {
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(planes)};
-  const cuuint64_t byte_strides[2] = {static_cast<cuuint64_t>(head_dim * 4),
-                                      static_cast<cuuint64_t>(rows * head_dim * 4)};
-  const cuuint32_t box[3] = {32, 64, 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  CUtensorMap map;
-  KJIT_CU(cuTensorMapEncodeTiled, &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3,
-          reinterpret_cast<void*>(base), dims, byte_strides, box, element_strides,
-          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return map;
+  const int64_t counts[] = {head_dim, rows, planes};
+  const int64_t steps[] = {head_dim, rows * head_dim};
+  const uint32_t box[] = {32, 64, 1};
+  return cuda::tiled_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, base, counts, steps, box);
 }
 
 }  // namespace
@@ -634,9 +618,8 @@ void AttentionBackward::launch(const BackwardTensors& given, CUstream stream) {
   const int64_t map_batch = p.packed() ? 1 : p.batch;
   const int64_t q_tokens = p.packed() ? p.total_q() : p.seq_q;
   const int64_t k_tokens = p.packed() ? p.total_k() : p.seq_k;
-  auto map_of = [&](CUdeviceptr pointer, Strides strides, int64_t map_heads, int64_t tokens,
+  auto map_of = [&](CUdeviceptr pointer, const Strides& strides, int64_t map_heads, int64_t tokens,
                     int rows) {
-    if (p.packed()) strides.batch = tokens * strides.seq;  // unused, but must be valid
     return sequence_map(p.dtype, pointer, p.head_dim, tokens, map_heads, map_batch, strides, rows);
   };
   void* params[] = {&args};

@@ -11,6 +11,7 @@
 
 #include "kjit/runtime/compile.h"
 #include "kjit/runtime/cuda/driver.h"
+#include "kjit/runtime/cuda/tensor_map.h"
 #include "kjit/runtime/tuning.h"
 #include "kjit/support/error.h"
 #include "kjit/tuner/matmul_space.h"
@@ -87,24 +88,15 @@ int64_t b_rows(const Problem& p) {
 CUtensorMap operand_map(DType dtype, CUdeviceptr base, int64_t inner, int64_t rows, int64_t ld,
                         int64_t batch_stride, int64_t batch, int box_rows) {
   const int64_t elem = dtype_bytes(dtype);
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[2] = {
-      static_cast<cuuint64_t>(ld * elem),
-      static_cast<cuuint64_t>((batch > 1 ? batch_stride : rows * ld) * elem)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / elem), static_cast<cuuint32_t>(box_rows),
-                             1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
   // tf32 operands travel as plain f32 bits; the tensor cores read their top 19
   // (sign, exponent, 10 mantissa bits: the rest is truncated).
   const CUtensorMapDataType type = dtype == DType::BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                    : dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  CUtensorMap map;
-  KJIT_CU(cuTensorMapEncodeTiled, &map, type, 3, reinterpret_cast<void*>(base), dims, strides, box,
-          element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return map;
+  const int64_t counts[] = {inner, rows, batch};
+  const int64_t strides[] = {ld, batch_stride};
+  const uint32_t box[] = {static_cast<uint32_t>(128 / elem), static_cast<uint32_t>(box_rows), 1};
+  return cuda::tiled_map(type, elem, base, counts, strides, box);
 }
 
 // One stored matrix of a batch: rows x cols elements, `ld` apart, `stride` between

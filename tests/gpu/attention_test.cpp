@@ -34,6 +34,9 @@ struct Case {
   std::optional<Config> config;  // empty: the tuner's default
   bool bhsd = false;             // Q, K, V, O laid out [batch, heads, seq, D]
   float spread = 1.0f;
+  // Dimensions of one element (one batch, one head, one position) get strides past
+  // 2^40 bytes: never stepped, so any value is valid (PyTorch leaves any there).
+  bool far_unit_strides = false;
   // Rewrites the random inputs (values are rounded to the dtype afterwards).
   std::function<void(HostAttention&)> inputs;
 };
@@ -64,9 +67,19 @@ std::vector<unsigned char> layout_bytes(const matmul::HostTensor& t, const Probl
   return out;
 }
 
-Strides strides_of(const Problem& p, int64_t heads, int64_t seq, bool bhsd) {
-  if (!bhsd) return {};  // packed BSHD defaults
-  return {heads * seq * p.head_dim, p.head_dim, seq * p.head_dim};
+Strides strides_of(const Problem& p, int64_t heads, int64_t seq, bool bhsd,
+                   bool far_unit_strides = false) {
+  if (!bhsd && !far_unit_strides) return {};  // packed BSHD defaults
+  const int64_t d = p.head_dim;
+  Strides s = bhsd ? Strides{heads * seq * d, d, seq * d} : Strides{seq * heads * d, heads * d, d};
+  if (far_unit_strides) {
+    const int64_t far = int64_t{1} << 41;  // elements
+    if (p.batch == 1 && !p.packed()) s.batch = far;
+    if (seq == 1 && !p.packed()) s.seq = far + 8;
+    if (heads == 1) s.head = far + 16;
+  }
+  if (p.packed()) s.batch = 0;
+  return s;
 }
 
 class AttentionTest : public testing::GpuTest {
@@ -100,8 +113,8 @@ class AttentionTest : public testing::GpuTest {
               .o = o.get(),
               .lse = lse.get(),
               .modifier_operands = operands.pointers()};
-    t.q_strides = t.o_strides = strides_of(p, p.heads, p.seq_q, c.bhsd);
-    t.k_strides = t.v_strides = strides_of(p, p.kv_heads, p.seq_k, c.bhsd);
+    t.q_strides = t.o_strides = strides_of(p, p.heads, p.seq_q, c.bhsd, c.far_unit_strides);
+    t.k_strides = t.v_strides = strides_of(p, p.kv_heads, p.seq_k, c.bhsd, c.far_unit_strides);
     cuda::Stream stream;
     attention.launch(t, stream.get());
     stream.synchronize();
@@ -153,8 +166,8 @@ class AttentionTest : public testing::GpuTest {
     cuda::DeviceBuffer o(q_count * 2), lse(static_cast<size_t>(p.total_q() * p.heads) * 4);
     cuda::DeviceBuffer dq(q_count * 2), dk(kv_count * 2), dv(kv_count * 2);
     for (cuda::DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
-    const Strides qs = strides_of(p, p.heads, p.seq_q, c.bhsd);
-    const Strides ks = strides_of(p, p.kv_heads, p.seq_k, c.bhsd);
+    const Strides qs = strides_of(p, p.heads, p.seq_q, c.bhsd, c.far_unit_strides);
+    const Strides ks = strides_of(p, p.kv_heads, p.seq_k, c.bhsd, c.far_unit_strides);
     const DeviceOperands operands = upload_operands(host);
     Tensors t{.q = q.get(),
               .k = k.get(),
@@ -293,6 +306,24 @@ TEST_F(AttentionTest, GroupedAndMultiQuery) {
   Problem mqa = shape(300, 1100, 64, 4, 3);
   mqa.kv_heads = 1;
   run_engines({mqa});
+}
+
+// One batch, one key/value head, one query: those dimensions' strides are never
+// stepped and may be anything, even past the copy engine's 2^40 bytes (its tensor
+// maps take the packed stride there; before, encoding the map failed with a CUDA error).
+TEST_F(AttentionTest, DimensionsOfOneElementTakeAnyStride) {
+  Problem mqa = shape(300, 700, 128, 4, 1);
+  mqa.kv_heads = 1;
+  Case c{mqa};
+  c.far_unit_strides = true;
+  run_engines(c);
+  run_backward(c);
+  c.bhsd = true;
+  run_engines(c);
+  Problem decode = shape(1, 1000, 64, 1, 1);
+  Case one{decode};
+  one.far_unit_strides = true;
+  run_engines(one);
 }
 
 TEST_F(AttentionTest, HeadsMajorStridesAndF16) {

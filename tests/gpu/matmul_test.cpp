@@ -45,6 +45,9 @@ struct Case {
   // Stored rows of A, B and C this many elements longer than the matrix's (lda =
   // row + pad_a, ...); the gaps hold NaN and must stay untouched in C.
   int64_t pad_a = 0, pad_b = 0, pad_c = 0;
+  // A stored operand of one row (one batch) is stored `kFar` elements apart: that
+  // stride is never stepped, so any value is valid (PyTorch leaves any there).
+  bool far_unit_strides = false;
   const char* split_way = nullptr;  // checked against Matmul::split_way() when set
 };
 
@@ -54,6 +57,13 @@ std::array<int64_t, 2> stored_a(const Case& c) {
 }
 std::array<int64_t, 2> stored_b(const Case& c) {
   return c.layout[1] == 't' ? std::array<int64_t, 2>{c.n, c.k} : std::array<int64_t, 2>{c.k, c.n};
+}
+
+constexpr int64_t kFar = int64_t{1} << 41;  // elements: past the copy engine's 2^40 bytes
+
+// The leading dimension of a stored operand of `rows` x `cols` per batch.
+int64_t leading(const Case& c, int64_t rows, int64_t cols, int64_t pad) {
+  return c.far_unit_strides && rows == 1 && c.batch == 1 ? kFar : cols + pad;
 }
 
 LoweredEpilogue epilogue_of(const Case& c) {
@@ -82,8 +92,9 @@ std::pair<Problem, Config> plan(const Case& c) {
   // Distinct, 256-byte aligned (stand-ins: only alignment is read, and C must not
   // overlap A or B).
   packed.a = 1ull << 36, packed.b = 2ull << 36, packed.c = 3ull << 36, packed.c0 = 4ull << 36;
-  packed.lda = stored_a(c)[1] + c.pad_a, packed.ldb = stored_b(c)[1] + c.pad_b;
-  packed.ldc = c.n + c.pad_c;
+  packed.lda = leading(c, stored_a(c)[0], stored_a(c)[1], c.pad_a);
+  packed.ldb = leading(c, stored_b(c)[0], stored_b(c)[1], c.pad_b);
+  packed.ldc = leading(c, c.m, c.n, c.pad_c);
   packed.beta = c.beta;
   for (size_t i = 0; i < p.epilogue.operands.size(); ++i) packed.extras.push_back({256, 0, 0});
   p.aligned = is_aligned(p, resolve(p, packed));
@@ -150,19 +161,25 @@ class MatmulGpu : public testing::GpuTest {
 
     const auto [a_rows, a_cols] = stored_a(c);
     const auto [b_rows, b_cols] = stored_b(c);
-    cuda::DeviceBuffer a = upload_rows(host.a, p.batch * a_rows, a_cols, a_cols + c.pad_a);
-    cuda::DeviceBuffer b = upload_rows(host.b, p.batch * b_rows, b_cols, b_cols + c.pad_b);
+    // A row stored past kFar is stored alone (pitch: its own length).
+    const int64_t lda = leading(c, a_rows, a_cols, c.pad_a),
+                  ldb = leading(c, b_rows, b_cols, c.pad_b);
+    cuda::DeviceBuffer a =
+        upload_rows(host.a, p.batch * a_rows, a_cols, lda == kFar ? a_cols : lda);
+    cuda::DeviceBuffer b =
+        upload_rows(host.b, p.batch * b_rows, b_cols, ldb == kFar ? b_cols : ldb);
     cuda::DeviceBuffer c0 = c.beta != 0.0f ? upload(host.c0) : cuda::DeviceBuffer();
     const size_t out_count = static_cast<size_t>(p.batch * p.m * p.n);
-    const int64_t ldc = p.n + c.pad_c, element = dtype_bytes(p.output);
-    cuda::DeviceBuffer out(static_cast<size_t>(p.batch * p.m * ldc * element));
+    const int64_t ldc = leading(c, p.m, p.n, c.pad_c), element = dtype_bytes(p.output);
+    const int64_t pitch = ldc == kFar ? p.n : ldc;  // of the stored rows of C
+    cuda::DeviceBuffer out(static_cast<size_t>(p.batch * p.m * pitch * element));
     out.fill_bytes(0xFF);
     std::vector<cuda::DeviceBuffer> extras;
     Tensors t;
     t.a = a.get();
     t.b = b.get();
     t.c = out.get();
-    t.lda = a_cols + c.pad_a, t.ldb = b_cols + c.pad_b, t.ldc = ldc;
+    t.lda = lda, t.ldb = ldb, t.ldc = ldc;
     t.c0 = c0.get();
     t.alpha = c.alpha;
     t.beta = c.beta;
@@ -192,9 +209,9 @@ class MatmulGpu : public testing::GpuTest {
     out.download(stored.data(), stored.size());
     int64_t gap_writes = 0;  // bytes changed between a row's end and the next row
     for (int64_t r = 0; r < p.batch * p.m; ++r) {
-      const unsigned char* row = stored.data() + r * ldc * element;
+      const unsigned char* row = stored.data() + r * pitch * element;
       std::copy(row, row + p.n * element, bytes.data() + r * p.n * element);
-      gap_writes += std::count_if(row + p.n * element, row + ldc * element,
+      gap_writes += std::count_if(row + p.n * element, row + pitch * element,
                                   [](unsigned char x) { return x != 0xFF; });
     }
     EXPECT_EQ(gap_writes, 0) << p.to_string() << ": C written past its rows (ldc " << ldc << ")";
@@ -427,6 +444,25 @@ std::vector<Case> NarrowLoadsCases() {
                    .config = "bm=128,bn=128,bk=32,warps=8,stages=4,splitk=3,load=narrow"});
   return cases;
 }
+// Operands of one row (decode's A and C, B at K = 1, A transposed at K = 1) with a
+// leading dimension past 2^40 bytes: never stepped, so valid (the copy engine's maps
+// take the packed stride there; before, encoding them failed with a CUDA error).
+std::vector<Case> DimensionsOfOneElementCases() {
+  std::vector<Case> cases;
+  for (const std::string config : {"", "mma=wgmma,bm=64,bn=64,stages=3,schedule=pingpong"}) {
+    cases.push_back({.m = 1, .n = 4096, .k = 4096, .config = config, .far_unit_strides = true});
+    cases.push_back({.m = 1, .n = 300, .k = 1, .config = config, .far_unit_strides = true});
+    cases.push_back(
+        {.m = 17, .n = 129, .k = 1, .layout = "tn", .config = config, .far_unit_strides = true});
+    cases.push_back(
+        {.m = 1, .n = 512, .k = 1, .layout = "tt", .config = config, .far_unit_strides = true});
+  }
+  return cases;
+}
+TEST_F(MatmulGpu, DimensionsOfOneElementTakeAnyStride) {
+  run_all(DimensionsOfOneElementCases());
+}
+
 TEST_F(MatmulGpu, NarrowLoads) {
   run_all(NarrowLoadsCases());
 }

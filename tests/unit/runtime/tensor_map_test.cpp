@@ -1,0 +1,58 @@
+// The strides a tensor map gets (runtime/cuda/tensor_map.h): a dimension of one
+// element is only read at coordinate 0, so whatever stride the caller left there
+// (PyTorch leaves any value on a size-1 dimension) is replaced by the packed one,
+// which the copy engine accepts (a multiple of 16 below 2^40 bytes).
+#include "kjit/runtime/cuda/tensor_map.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace kjit::cuda {
+namespace {
+
+constexpr int64_t kFar = int64_t{1} << 41;  // elements: past the copy engine's 2^40 bytes
+
+TEST(TensorMapStrides, KeepsTheStridesOfDimensionsOfSeveralElements) {
+  // A BHSD bf16 tensor: (D 128, seq 300, heads 4, batch 2), strides in elements.
+  const int64_t counts[] = {128, 300, 4, 2};
+  const int64_t strides[] = {128, 300 * 128, 4 * 300 * 128};
+  EXPECT_EQ(tensor_map_strides(2, counts, strides),
+            (std::vector<uint64_t>{256, 300 * 256, 4 * 300 * 256}));
+}
+
+TEST(TensorMapStrides, DimensionsOfOneElementTakeThePackedStride) {
+  // One batch and one head with far strides: the batch stride covers the heads and
+  // positions below it, the head stride the positions.
+  const int64_t counts[] = {64, 500, 1, 1};
+  const int64_t strides[] = {192, kFar, kFar};
+  EXPECT_EQ(tensor_map_strides(2, counts, strides),
+            (std::vector<uint64_t>{384, 500 * 384, 500 * 384}));
+}
+
+TEST(TensorMapStrides, EveryOuterDimensionOfOneElement) {
+  // A decode matmul operand: one row of K f32 elements, one batch.
+  const int64_t counts[] = {4096, 1, 1};
+  const int64_t strides[] = {kFar, kFar};
+  EXPECT_EQ(tensor_map_strides(4, counts, strides), (std::vector<uint64_t>{16384, 16384}));
+}
+
+TEST(TensorMapStrides, AFarStrideBelowALongDimensionIsKept) {
+  // Only dimensions of one element are rewritten: a far stride of a dimension read at
+  // other coordinates stays (such a tensor would not fit in a GPU's memory).
+  const int64_t counts[] = {64, 3, 1};
+  const int64_t strides[] = {kFar, 7};
+  const std::vector<uint64_t> bytes = tensor_map_strides(2, counts, strides);
+  EXPECT_EQ(bytes[0], static_cast<uint64_t>(kFar * 2));
+  EXPECT_EQ(bytes[1], static_cast<uint64_t>(kFar * 2 * 3));
+}
+
+TEST(TensorMapStrides, RefusesAMismatchedRank) {
+  const int64_t counts[] = {64, 3};
+  const int64_t strides[] = {64, 192};
+  EXPECT_ANY_THROW(tensor_map_strides(2, counts, strides));
+}
+
+}  // namespace
+}  // namespace kjit::cuda
