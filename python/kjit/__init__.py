@@ -408,13 +408,17 @@ def _device_index(device):
     return torch.cuda.current_device() if device.index is None else device.index
 
 
+_current_raw_stream = None  # torch's accessor of a device's current CUstream, found once
+
+
 def _raw_stream(tensor):
     """The current torch stream of the tensor's device, as a CUstream (an int)."""
-    torch = _torch()
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get is not None:
-        return get(tensor.get_device())
-    return torch.cuda.current_stream(tensor.device).cuda_stream
+    global _current_raw_stream
+    if _current_raw_stream is None:
+        torch = _torch()
+        _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+            (lambda device: torch.cuda.current_stream(device).cuda_stream)
+    return _current_raw_stream(tensor.get_device())
 
 
 def _code_of(tensor):
@@ -615,6 +619,11 @@ class Elementwise:
         """The input tensors in the kernel's order, from positional and named arguments."""
         if not kwargs and len(args) == len(self.inputs):
             return args
+        if not args and len(kwargs) == len(self.inputs):  # every input by name
+            try:
+                return [kwargs[name] for name in self.inputs]
+            except KeyError:
+                pass  # a name that is no input: the checks below say which
         if len(args) > len(self.inputs):
             raise UserError(f"the expression takes {len(self.inputs)} input(s) "
                             f"({', '.join(self.inputs)}); got {len(args)}", 1)
@@ -638,11 +647,18 @@ class Elementwise:
         # with dtypes seen before. Two C calls' worth of Python: the output, the
         # addresses, kjit_elementwise_launch_flat.
         first = tensors[0]
-        kernel = None if self._declares else self._by_dtypes.get(tuple(t.dtype for t in tensors))
+        try:
+            kernel = None if self._declares else \
+                self._by_dtypes.get(tuple([t.dtype for t in tensors]))
+        except AttributeError:  # not a tensor: _call says which
+            kernel = None
         if kernel is not None:
             shape, device = first.shape, self.device
-            if all(t.shape == shape and t.is_cuda and t.get_device() == device and
-                   t.is_contiguous() for t in tensors):
+            for t in tensors:
+                if not (t.shape == shape and t.is_cuda and t.get_device() == device and
+                        t.is_contiguous()):
+                    break
+            else:
                 outs = [first.new_empty(shape, dtype=d) for d in kernel.output_dtypes]
                 pointers = kernel.pointers()
                 i = 0
@@ -652,8 +668,10 @@ class Elementwise:
                 for o in outs:
                     pointers[i] = o.data_ptr()
                     i += 1
-                _check(_ew_launch_flat(kernel.handle, pointers, i, first.numel(),
-                                       _raw_stream(first)))
+                status = _ew_launch_flat(kernel.handle, pointers, i, first.numel(),
+                                         _raw_stream(first))
+                if status:
+                    _check(status)
                 return outs[0] if len(outs) == 1 else tuple(outs)
         return self._call(tensors)
 
@@ -722,6 +740,13 @@ class Matmul:
                               for i in range(len(self.operands))]
         self.operand_dtypes = [_torch_dtype(_mm_operand_dtype(handle, i))
                                for i in range(len(self.operands))]
+        # What __call__ checks: the stored shapes of a, b and c (not batched, batched),
+        # and each operand's name, kind, dtype and shape.
+        self._stored_shapes = {batched: _matmul_shapes(m, n, k, batch, layout, batched)
+                               for batched in (False, True)}
+        self._operand_specs = [(name, kind, dtype, _matmul_operand_shape(kind, m, n))
+                               for name, kind, dtype in zip(self.operands, self.operand_kinds,
+                                                            self.operand_dtypes)]
         self._extras_type = ctypes.c_uint64 * max(len(self.operands), 1)
         self._scratch = threading.local()
 
@@ -736,36 +761,44 @@ class Matmul:
         leading dimension); each operand as its kind says: "row" m values, "column" n,
         "tensor" m x n, one array for every batch (see `operands`, `operand_kinds` and
         `operand_dtypes`)."""
-        torch = _torch()
         m, n, k, batch = self.shape
         if len(operands) != len(self.operands):
             raise UserError(f"the epilogue takes {len(self.operands)} operand(s) "
                             f"({', '.join(self.operands) or 'none'}); got {len(operands)}", 1)
-        for name, t in (("a", a), ("b", b)) + ((("out", out),) if out is not None else ()):
-            _expect_on(name, _expect_tensor(name, t), self.device)
-        batched = batch > 1 or a.dim() == 3
-        a_shape, b_shape, c_shape = _matmul_shapes(m, n, k, batch, self.layout, batched)
-        _expect_shape("a", a.shape, a_shape)
-        _expect_shape("b", b.shape, b_shape)
-        _expect_dtype("a", a, self.dtype)
-        _expect_dtype("b", b, self.dtype)
-        c = out if out is not None else \
-            torch.empty(c_shape, dtype=self.out_dtype, device=a.device)
-        _expect_shape("out", c.shape, c_shape)
-        _expect_dtype("out", c, self.out_dtype)
-        if c.stride(-1) != 1 or (batched and not c.is_contiguous()):
-            packed = " and packed batches" if batched else ""
-            raise UserError(f"out needs unit-stride rows{packed}; its strides are {c.stride()}", 1)
-        for name, kind, dtype, t in zip(self.operands, self.operand_kinds, self.operand_dtypes,
-                                        operands):
-            _expect_on(f"operand {name!r}", _expect_tensor(f"operand {name!r}", t), self.device)
-            expected = _matmul_operand_shape(kind, m, n)
-            if tuple(t.shape) != expected and not (kind != "tensor" and t.numel() == expected[0]
-                                                   and t.dim() >= 1
-                                                   and max(t.shape) == t.numel()):
-                raise UserError(f"operand {name!r} ({kind}) has shape {tuple(t.shape)}; this "
-                                f"problem takes {expected}", 1)
-            _expect_dtype(f"operand {name!r}", t, dtype)
+        tensor, device, dtype = _torch_module.Tensor, self.device, self.dtype
+        batched = batch > 1 or (isinstance(a, tensor) and a.dim() == 3)
+        a_shape, b_shape, c_shape = self._stored_shapes[batched]
+        # One test for the usual call (right shapes and dtypes, on this kernel's device);
+        # the checks one by one only when it fails, to say what is wrong.
+        if not (isinstance(a, tensor) and isinstance(b, tensor) and a.shape == a_shape and
+                b.shape == b_shape and a.dtype == dtype and b.dtype == dtype and a.is_cuda and
+                b.is_cuda and a.get_device() == device and b.get_device() == device):
+            for name, t, shape in (("a", a, a_shape), ("b", b, b_shape)):
+                _expect_on(name, _expect_tensor(name, t), device)
+                _expect_shape(name, t.shape, shape)
+                _expect_dtype(name, t, dtype)
+        if out is None:
+            c = a.new_empty(c_shape, dtype=self.out_dtype)
+        else:
+            c = out
+            _expect_on("out", _expect_tensor("out", c), device)
+            _expect_shape("out", c.shape, c_shape)
+            _expect_dtype("out", c, self.out_dtype)
+            if c.stride(-1) != 1 or (batched and not c.is_contiguous()):
+                packed = " and packed batches" if batched else ""
+                raise UserError(f"out needs unit-stride rows{packed}; its strides are "
+                                f"{c.stride()}", 1)
+        for t, (name, kind, operand_dtype, expected) in zip(operands, self._operand_specs):
+            if not (isinstance(t, tensor) and t.shape == expected and
+                    t.dtype == operand_dtype and t.is_cuda and t.get_device() == device):
+                label = f"operand {name!r}"
+                _expect_on(label, _expect_tensor(label, t), device)
+                # A row or column may come as any shape of its length ([1, n] too).
+                if t.shape != expected and not (kind != "tensor" and t.numel() == expected[0]
+                                                and t.dim() >= 1 and max(t.shape) == t.numel()):
+                    raise UserError(f"{label} ({kind}) has shape {tuple(t.shape)}; this "
+                                    f"problem takes {expected}", 1)
+                _expect_dtype(label, t, operand_dtype)
         if batched:  # packed batches: the C API takes no batch strides
             a, b = a.contiguous(), b.contiguous()
         else:  # rows must be unit-stride (a leading dimension is fine)

@@ -174,6 +174,26 @@ else:
     ew = kjit.elementwise("y = x + g")
     x = torch.randn(8, **cuda)
     check(refused(lambda: ew(x, x, g=x), "given twice"), "elementwise: an input given twice")
+    check(refused(lambda: ew(x, 1), "input 'g' must be a torch.Tensor"),
+          "elementwise: not a tensor (AttributeError before)")
+    check(refused(lambda: ew(x=x, h=x), "no input 'h'"),
+          "elementwise: every input by name, one of them misspelt")
+    minus = kjit.elementwise("y = x - g", "bf16")
+    check(torch.equal(minus(g=x, x=2 * x), minus(2 * x, x)),
+          "elementwise: inputs by name in another order than the expression's")
+    biased = kjit.Matmul(64, 48, 32, epilogue="acc + bias")
+    bias = torch.randn(48, **cuda)
+    check(torch.equal(biased(a, b, bias.view(1, 48)), biased(a, b, bias)),
+          "Matmul(): a column operand of shape (1, n)")
+    check(refused(lambda: biased(a, b, bias.float()), "operand 'bias' is torch.float32"),
+          "Matmul(): an operand's dtype")
+    check(refused(lambda: biased(a, b, bias.cpu()), "operand 'bias' is on cpu"),
+          "Matmul(): an operand on the CPU")
+    check(refused(lambda: biased(a.cpu(), b, bias), "a is on cpu"), "Matmul(): a on the CPU")
+    check(refused(lambda: biased(a.float(), b, bias), "a is torch.float32"),
+          "Matmul(): a's dtype")
+    check(refused(lambda: biased(a, b, bias, out=torch.empty(64, 48, device="cuda")),
+                  "out is torch.float32"), "Matmul(): out's dtype")
 
 print(f"{len(failures)} failed" if failures else "all passed")
 sys.exit(1 if failures else 0)
