@@ -270,11 +270,12 @@ TransferReport Store::import_from(const std::string& path, bool trust_binaries) 
   FileKind kind;
   try {
     kind = classify(source);
-  } catch (const SqliteError& e) {
-    throw CacheError(fmt::format("'{}' is not a readable kjit cache: {}", path, e.what()));
+  } catch (const SqliteError& e) {  // the named file is bad input: exit 2, as a missing one
+    throw UserError(fmt::format("'{}' is not a readable kjit cache: {}", path, e.what()),
+                    "import a file that kjit cache export wrote");
   }
   if (kind != FileKind::Current)
-    throw CacheError(
+    throw UserError(
         fmt::format("'{}' is not a kjit cache at schema {} ({})", path, schema_version(),
                     kind == FileKind::Newer ? "a newer kjit wrote it"
                     : kind == FileKind::Older

@@ -29,7 +29,9 @@ expect 2 "known models: NVIDIA A100 cc8.0 108SM; NVIDIA H200 cc9.0 132SM" \
 expect 0 'tunings   2 inserted' "$kjit" cache merge "$work/team.db"
 expect 0 'tunings   0 inserted, 0 replaced \(better measured\), 2 kept' "$kjit" cache merge "$work/team.db"
 head -c 5000 /dev/urandom >"$work/junk.db"
-expect 1 "not a readable kjit cache" "$kjit" cache import "$work/junk.db"
+# A file that is no kjit cache, named for import, is bad input (exit 2, as a missing
+# file; it was 1).
+expect 2 "not a readable kjit cache" "$kjit" cache import "$work/junk.db"
 expect 1 "cannot use|damaged or not a kjit cache" "$kjit" cache merge "$work/junk.db"
 expect 2 "pass --yes" "$kjit" cache clear
 expect 0 "deleted 3 binaries, 0 tunings" "$kjit" cache clear --binaries-only --yes

@@ -114,9 +114,10 @@ TEST(Transfer, ImportKeepsTheBetterMeasuredAndSaysWhatItDid) {
   TransferReport again = mine->import_from(theirs_path, /*trust_binaries=*/true);
   EXPECT_EQ(again.binaries.inserted + again.tunings.inserted + again.tunings.replaced, 0);
 
-  // Not a kjit file: an error, and the file is not moved.
+  // Not a kjit file: bad input (a UserError, as a missing file; a CacheError before),
+  // and the file is not moved.
   write_bytes(scratch.file("junk.db"), std::string(5000, 'j'));
-  EXPECT_THROW(mine->import_from(scratch.file("junk.db")), CacheError);
+  EXPECT_THROW(mine->import_from(scratch.file("junk.db")), UserError);
   EXPECT_EQ(read_bytes(scratch.file("junk.db")), std::string(5000, 'j'));
   EXPECT_THROW(mine->import_from(scratch.file("missing.db")), UserError);
 }
