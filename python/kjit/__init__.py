@@ -519,6 +519,18 @@ class _Compiled:
         self.output_array = _Tensor * max(len(self.outputs), 1)
         self.pointer_array = ctypes.c_uint64 * (len(self.inputs) + len(self.outputs))
         self._scratch = threading.local()
+        self._device = device
+        self._templates = None
+
+    def templates(self):
+        """An empty tensor per output, of its dtype on this kernel's device: new outputs
+        come from their new_empty(shape), which takes dtype and device from them (the
+        same call with dtype= costs twice as much; docs/perf/2026-12-05-h200-*.md)."""
+        if self._templates is None:
+            torch = _torch()
+            self._templates = [torch.empty(0, dtype=d, device=f"cuda:{self._device}")
+                               for d in self.output_dtypes]
+        return self._templates
 
     def pointers(self):
         """This thread's array of addresses for kjit_elementwise_launch_flat (inputs,
@@ -659,7 +671,7 @@ class Elementwise:
                         t.is_contiguous()):
                     break
             else:
-                outs = [first.new_empty(shape, dtype=d) for d in kernel.output_dtypes]
+                outs = [t.new_empty(shape) for t in kernel.templates()]
                 pointers = kernel.pointers()
                 i = 0
                 for t in tensors:
@@ -749,6 +761,7 @@ class Matmul:
                                                             self.operand_dtypes)]
         self._extras_type = ctypes.c_uint64 * max(len(self.operands), 1)
         self._scratch = threading.local()
+        self._c_template = None  # an empty C on the device, made at the first call
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -761,7 +774,7 @@ class Matmul:
         leading dimension); each operand as its kind says: "row" m values, "column" n,
         "tensor" m x n, one array for every batch (see `operands`, `operand_kinds` and
         `operand_dtypes`)."""
-        m, n, k, batch = self.shape
+        batch = self.shape[3]
         if len(operands) != len(self.operands):
             raise UserError(f"the epilogue takes {len(self.operands)} operand(s) "
                             f"({', '.join(self.operands) or 'none'}); got {len(operands)}", 1)
@@ -777,10 +790,8 @@ class Matmul:
                 _expect_on(name, _expect_tensor(name, t), device)
                 _expect_shape(name, t.shape, shape)
                 _expect_dtype(name, t, dtype)
-        if out is None:
-            c = a.new_empty(c_shape, dtype=self.out_dtype)
-        else:
-            c = out
+        c = out
+        if out is not None:
             _expect_on("out", _expect_tensor("out", c), device)
             _expect_shape("out", c.shape, c_shape)
             _expect_dtype("out", c, self.out_dtype)
@@ -788,6 +799,18 @@ class Matmul:
                 packed = " and packed batches" if batched else ""
                 raise UserError(f"out needs unit-stride rows{packed}; its strides are "
                                 f"{c.stride()}", 1)
+        return self._run(a, b, operands, c, batched)
+
+    def _run(self, a, b, operands, c, batched):
+        """The launch, `a` and `b` checked (`c`: out, checked, or None for a new one):
+        checks the operands, copies what the C API cannot read in place."""
+        m, n = self.shape[0], self.shape[1]
+        if c is None:  # new_empty on an empty C takes its dtype and device (no dtype=)
+            template = self._c_template
+            if template is None:
+                template = self._c_template = a.new_empty(0, dtype=self.out_dtype)
+            c = template.new_empty(self._stored_shapes[batched][2])
+        tensor, device = _torch_module.Tensor, self.device
         for t, (name, kind, operand_dtype, expected) in zip(operands, self._operand_specs):
             if not (isinstance(t, tensor) and t.shape == expected and
                     t.dtype == operand_dtype and t.is_cuda and t.get_device() == device):
@@ -819,8 +842,10 @@ class Matmul:
         args.lda, args.ldb = a.stride(-2), b.stride(-2)
         # A 2-D out may have padded rows (a size-1 dimension's stride is arbitrary).
         args.ldc = 0 if batched else (c.stride(-2) if m > 1 else n)
-        _check(_mm_launch(self._handle, ctypes.byref(args), _raw_stream(a)))
+        status = _mm_launch(self._handle, ctypes.byref(args), _raw_stream(a))
         del held
+        if status:
+            _check(status)
         return c
 
 
@@ -1103,8 +1128,9 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
             raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
     # The kernel, and how to read a and b, per shapes, strides, dtypes and epilogue.
     key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
-           a.get_device())
+           a.get_device(), b.get_device())
     plan = _matmul_cache.get(key)
+    checked = plan is not None
     if plan is None:
         plan = _matmul_cache[key] = _plan_matmul(a, b, epilogue, out_dtype)
     kernel, transpose_a, transpose_b = plan
@@ -1113,9 +1139,14 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
         missing = [name for name in kernel.operands if name not in operands]
         raise UserError(f"the epilogue reads {', '.join(kernel.operands) or 'no operands'}; "
                         f"missing {missing or 'none'}, unknown {unknown or 'none'}", 1)
-    return kernel(a.transpose(-1, -2) if transpose_a else a,
-                  b.transpose(-1, -2) if transpose_b else b,
-                  *[operands[name] for name in kernel.operands])
+    # The plan's first call checked a and b against the kernel (shapes, strides, dtypes
+    # and devices are its key): later calls launch at once.
+    a = a.transpose(-1, -2) if transpose_a else a
+    b = b.transpose(-1, -2) if transpose_b else b
+    ordered = [operands[name] for name in kernel.operands]
+    if checked:
+        return kernel._run(a, b, ordered, None, a.dim() == 3)
+    return kernel(a, b, *ordered)
 
 
 def _plan_matmul(a, b, epilogue, out_dtype):

@@ -15,7 +15,8 @@ std::vector<uint64_t> tensor_map_strides(int64_t element_bytes, std::span<const 
   int64_t packed = counts[0] * element_bytes;  // the span of the dimensions below
   for (size_t i = 0; i < strides.size(); ++i) {
     const int64_t count = counts[i + 1];
-    const int64_t stride = count == 1 ? packed : strides[i] * element_bytes;
+    // Rounded up to the copy engine's 16 bytes: a row of 17 bf16 elements spans 34.
+    const int64_t stride = count == 1 ? (packed + 15) / 16 * 16 : strides[i] * element_bytes;
     bytes[i] = static_cast<uint64_t>(stride);
     packed = stride * count;
   }

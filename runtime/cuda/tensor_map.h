@@ -16,7 +16,7 @@ namespace kjit::cuda {
 // at coordinate 0, so its stride is free: the caller's may be anything (PyTorch
 // leaves any value there), but the copy engine takes only multiples of 16 below
 // 2^40 bytes; such a dimension gets the packed stride (the span of the dimensions
-// below it) instead.
+// below it, rounded up to 16 bytes) instead.
 std::vector<uint64_t> tensor_map_strides(int64_t element_bytes, std::span<const int64_t> counts,
                                          std::span<const int64_t> strides);
 

@@ -181,6 +181,15 @@ else:
     minus = kjit.elementwise("y = x - g", "bf16")
     check(torch.equal(minus(g=x, x=2 * x), minus(2 * x, x)),
           "elementwise: inputs by name in another order than the expression's")
+    # New outputs come from empty tensors of their dtype on the kernel's device.
+    wide = kjit.matmul(a, b, out_dtype=torch.float32)
+    again = kjit.matmul(a, b, out_dtype=torch.float32)  # the planned path
+    check(wide.dtype == again.dtype == torch.float32 and wide.shape == (64, 48) and
+          torch.equal(wide, again), "matmul: a float32 out from bf16 inputs, twice")
+    two = kjit.elementwise("y = x * g; m = x > g", "bf16")
+    y, mask = two(x, 2 * x)
+    check(y.dtype == torch.bfloat16 and mask.dtype == torch.bool and mask.shape == x.shape and
+          y.device == x.device, "elementwise: two outputs of their own dtypes")
     biased = kjit.Matmul(64, 48, 32, epilogue="acc + bias")
     bias = torch.randn(48, **cuda)
     check(torch.equal(biased(a, b, bias.view(1, 48)), biased(a, b, bias)),

@@ -170,12 +170,22 @@ print(f"(torch eager silu(x) * g: {eager_ew:.2f} us/call, two kernels)")
 # Where the Python time goes (not checked): the pieces of one elementwise call.
 pieces = {
     "new_empty": per_call_us(lambda: x.new_empty(4096), 2000),
+    "new_empty(shape, dtype=)": per_call_us(lambda: x.new_empty(x.shape, dtype=x.dtype), 2000),
+    "empty_like": per_call_us(lambda: torch.empty_like(x), 2000),
     "raw stream": per_call_us(lambda: kjit._raw_stream(x), 2000),
     "plan (cached)": per_call_us(lambda: silu._plan((x, g)), 2000),
     "bind kwargs": per_call_us(lambda: silu._bind((), {"x": x, "g": g}), 2000),
     "call, positional": per_call_us(lambda: silu(x, g), 2000),
 }
+direct = kjit.Matmul(256, 256, 256, epilogue="gelu(acc + bias)")
+pieces_mm = {
+    "kjit.matmul": per_call_us(lambda: kjit.matmul(a, b, epilogue="gelu(acc + bias)", bias=bias),
+                               2000),
+    "Matmul() object": per_call_us(lambda: direct(a, b, bias), 2000),
+}
 print("python per-call pieces (us): " + ", ".join(f"{k} {v:.2f}" for k, v in pieces.items()))
+print("python matmul 256^3 + gelu per call (us): " +
+      ", ".join(f"{k} {v:.2f}" for k, v in pieces_mm.items()))
 
 # ---- 3. torch.compile: no graph break ----------------------------------------------
 

@@ -38,6 +38,16 @@ TEST(TensorMapStrides, EveryOuterDimensionOfOneElement) {
   EXPECT_EQ(tensor_map_strides(4, counts, strides), (std::vector<uint64_t>{16384, 16384}));
 }
 
+TEST(TensorMapStrides, PackedStridesAreWhole16ByteUnits) {
+  // A transposed A at K = 1: one stored row of M = 17 bf16 elements (34 bytes). The
+  // copy engine takes only multiples of 16 (the GPU run refused 34 bytes).
+  const int64_t counts[] = {17, 1, 1};
+  const int64_t strides[] = {kFar, kFar};
+  EXPECT_EQ(tensor_map_strides(2, counts, strides), (std::vector<uint64_t>{48, 48}));
+  const int64_t one[] = {1, 1, 1};
+  EXPECT_EQ(tensor_map_strides(2, one, strides), (std::vector<uint64_t>{16, 16}));
+}
+
 TEST(TensorMapStrides, AFarStrideBelowALongDimensionIsKept) {
   // Only dimensions of one element are rewritten: a far stride of a dimension read at
   // other coordinates stays (such a tensor would not fit in a GPU's memory).
