@@ -525,7 +525,7 @@ class _Compiled:
     def templates(self):
         """An empty tensor per output, of its dtype on this kernel's device: new outputs
         come from their new_empty(shape), which takes dtype and device from them (the
-        same call with dtype= costs twice as much; docs/perf/2026-12-05-h200-*.md)."""
+        same call with dtype= costs twice as much; docs/perf/2026-12-05-h200-strides-and-python.md)."""
         if self._templates is None:
             torch = _torch()
             self._templates = [torch.empty(0, dtype=d, device=f"cuda:{self._device}")
