@@ -237,27 +237,31 @@ void check_outputs_apart(const Graph& graph, const std::vector<TensorArg>& input
   auto meet = [](std::pair<uint64_t, uint64_t> a, std::pair<uint64_t, uint64_t> b) {
     return a.first < b.second && b.first < a.second;
   };
-  const std::vector<int> input_ids = graph.inputs();
+  // Names are formed only for the error: this runs at every launch.
+  auto output_name = [&](size_t k) {
+    return k < graph.outputs().size() ? "output '" + graph.outputs()[k].first + "'"
+                                      : std::string("an output");
+  };
   for (size_t k = 0; k < outputs.size(); ++k) {
     const TensorArg& out = outputs[k];
     const auto out_range = byte_range(out);
-    const std::string out_name =
-        k < graph.outputs().size() ? "output '" + graph.outputs()[k].first + "'" : "an output";
     for (size_t i = 0; i < inputs.size(); ++i) {
       const TensorArg& in = inputs[i];
       const bool itself = in.data == out.data && in.dtype == out.dtype && in.shape == out.shape &&
                           contiguous(in) && contiguous(out);
-      if (!itself && meet(out_range, byte_range(in)))
+      if (!itself && meet(out_range, byte_range(in))) {
+        const std::vector<int> input_ids = graph.inputs();
         throw UserError(
             fmt::format("{} (0x{:x}) overlaps input '{}' (0x{:x}) but is not that input itself",
-                        out_name, out.data,
+                        output_name(k), out.data,
                         i < input_ids.size() ? graph.node(input_ids[i]).name : "?", in.data),
             "write each output apart from the inputs, or over one input element for element "
             "(same address, dtype and shape, contiguous)");
+      }
     }
     for (size_t j = k + 1; j < outputs.size(); ++j)
       if (meet(out_range, byte_range(outputs[j])))
-        throw UserError(fmt::format("{} and output '{}' overlap", out_name,
+        throw UserError(fmt::format("{} and output '{}' overlap", output_name(k),
                                     j < graph.outputs().size() ? graph.outputs()[j].first : "?"),
                         "each output needs memory of its own");
   }
