@@ -23,7 +23,7 @@ struct LogState {
 
 // The topics kjit writes lines for (log_line's callers), and the two words.
 const std::set<std::string>& known_topics() {
-  static const std::set<std::string> known = {"config", "tune", "passes", "all", "none"};
+  static const std::set<std::string> known = {"config", "tune", "launch", "passes", "all", "none"};
   return known;
 }
 

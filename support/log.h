@@ -9,6 +9,7 @@
 //   KJIT_LOG=config   each kernel's config and where it came from (store, nearest
 //                     tuned problem, model)
 //   KJIT_LOG=tune     the tuner's candidates, measurements and choice
+//   KJIT_LOG=launch   every matmul launch's grid, block, cluster and split-K way
 //
 // KJIT_DUMP=passes sends the IR after each pass (text that was asked for).
 #pragma once

@@ -218,6 +218,11 @@ class MatmulGpu : public testing::GpuTest {
     if (c.split_way) {
       EXPECT_STREQ(matmul.split_way(), c.split_way);
     }
+    // cluster=2 runs in clusters of two wherever the device allows them (the H200
+    // does; KJIT_REQUIRE_GPU runs are on such devices).
+    if (c.config.find("cluster=2") != std::string::npos) {
+      EXPECT_EQ(matmul.cluster_blocks(), 2) << "config " << c.config;
+    }
     std::vector<unsigned char> stored(out.bytes()), bytes(out_count * element);
     out.download(stored.data(), stored.size());
     int64_t gap_writes = 0;  // bytes changed between a row's end and the next row
@@ -1059,6 +1064,42 @@ TEST_F(MatmulGpu, PersistentSchedule) {
   run_all(PersistentScheduleCases());
 }
 
+// cluster=2: the persistent schedule in clusters of two blocks that share B (TMA
+// multicast). Every persistent case above in clusters, and: M of one tile (the lower
+// tile of every unit lies past M), odd and even counts of tile rows, many units per
+// cluster, B split in halves (K-major: layouts ?t, and tf32's K-major scratch) and
+// in 64-column chunks (N-major: one chunk for bn = 64, three for bn = 192), batches.
+std::vector<Case> ClusterPairsCases() {
+  std::vector<Case> cases;
+  if (!gpu_is_sm90()) return cases;
+  for (Case c : PersistentScheduleCases()) {
+    c.config += ",cluster=2";
+    cases.push_back(c);
+  }
+  for (const char* layout : {"nn", "nt", "tn", "tt"})
+    for (const char* config : {"mma=wgmma,bm=128,bn=192,stages=4,schedule=persistent,cluster=2",
+                               "mma=wgmma,bm=64,bn=64,stages=5,schedule=persistent,cluster=2"}) {
+      cases.push_back({.m = 100, .n = 900, .k = 300, .layout = layout, .config = config});
+      cases.push_back({.m = 1300, .n = 700, .k = 520, .layout = layout, .config = config});
+    }
+  cases.push_back({.m = 4096,
+                   .n = 4096,
+                   .k = 256,
+                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent,cluster=2"});
+  cases.push_back({.m = 333,
+                   .n = 1000,
+                   .k = 700,
+                   .batch = 5,
+                   .layout = "nt",
+                   .epilogue = "gelu(acc + bias)",
+                   .config = "mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent,cluster=2"});
+  return cases;
+}
+TEST_F(MatmulGpu, ClusterPairs) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "clusters of the persistent schedule run on sm_90";
+  run_all(ClusterPairsCases());
+}
+
 // schedule=pingpong: every layout; blocks with one tile (the second warpgroup
 // idle), with two, and with dozens (many turns, odd and even counts: 4096 tiles of
 // 64 x 64 over the SMs); K = 1; edges; batched; an epilogue with alpha and beta;
@@ -1250,6 +1291,7 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"StagedEpilogueStoreWidths", StagedEpilogueStoreWidthsCases},
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
+        {"ClusterPairs", ClusterPairsCases},
         {"StreamK", StreamKCases},
         {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };
