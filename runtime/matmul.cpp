@@ -311,7 +311,6 @@ struct Matmul::Variant {
   std::shared_ptr<const CompiledKernel> main, pad, stage;  // hold the modules
   int resident = 1;  // blocks of `main` per SM (the persistent grid; split-K's co-residency)
   int clusters_at_once = -1;  // split-K clusters of `main` that run at once; -1: not asked yet
-  int pairs_at_once = -1;     // cluster=2: clusters of 2 blocks that run at once; -1: not asked yet
 };
 
 Matmul::Matmul(Runtime& runtime, Problem problem)
@@ -630,28 +629,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
 
   cuda::LaunchConfig launch;
   bool streamk = false;
-  // cluster=2: as many clusters of two blocks as run at once, each walking units of
-  // two tiles one above the other (WgmmaMatmul::run_persistent). A GPC holds whole
-  // clusters only, so the occupancy calculator says how many fit. Where none does,
-  // the same kernel runs as the plain persistent schedule (clusters of one).
-  int64_t pair_clusters = 0;
-  if (config.persistent && config.cluster == 2) {
-    if (v->pairs_at_once < 0) {
-      cuda::LaunchConfig probe;
-      probe.grid = {2, 1, 1};
-      probe.block = {static_cast<unsigned>(v->source.block_threads), 1, 1};
-      probe.dynamic_shared_bytes = static_cast<unsigned>(v->source.dynamic_shared_bytes);
-      probe.cluster = {2, 1, 1};
-      v->pairs_at_once = v->main->function().max_active_clusters(probe);
-    }
-    pair_clusters = std::min<int64_t>(
-        ceil_div(ceil_div(p.m, config.bm), 2) * ceil_div(p.n, config.bn) * p.batch,
-        v->pairs_at_once);
-  }
-  if (config.persistent && pair_clusters > 0) {
-    launch.grid = {static_cast<unsigned>(2 * pair_clusters), 1, 1};
-    launch.cluster = {2, 1, 1};
-  } else if (config.persistent) {
+  if (config.persistent) {
     // As many blocks as fit on the GPU at once, each walking units (the tiles of
     // every batch; validate() refuses split-K here) blockIdx.x + i * gridDim.x.
     const int64_t units = tiles * p.batch;
@@ -723,11 +701,10 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
                 ? operand_map(p.input, args.a, p.m, args.k, args.lda, args.stride_a, p.batch, 64)
                 : operand_map(p.input, args.a, args.k, p.m, args.lda, args.stride_a, p.batch,
                               config.bm);
-    // (cluster=2: each block of a cluster loads half of a K-major B tile's rows.)
-    map_b = p.b_transposed || tf32
-                ? operand_map(p.input, args.b, args.k, p.n, args.ldb, args.stride_b, p.batch,
-                              config.bn / config.cluster)
-                : operand_map(p.input, args.b, p.n, args.k, args.ldb, args.stride_b, p.batch, 64);
+    map_b =
+        p.b_transposed || tf32
+            ? operand_map(p.input, args.b, args.k, p.n, args.ldb, args.stride_b, p.batch, config.bn)
+            : operand_map(p.input, args.b, p.n, args.k, args.ldb, args.stride_b, p.batch, 64);
     kernel_args[2] = &map_a;
     kernel_args[3] = &map_b;
     // The persistent schedules store whole tiles of C through the copy engine where
@@ -750,11 +727,10 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
                : args.splits_cluster  ? "cluster"
                : args.splits_resident ? "together"
                                       : "last";
-  cluster_blocks_ = pair_clusters > 0 ? 2 : 1;
   if (log_enabled("launch"))
     log_line("launch",
-             fmt::format("matmul {} config {}: grid {}x{}x{}, block {}, clusters of {}x{}x{}, "
-                         "{} B shared, {}, split-K {}",
+             fmt::format("matmul {} config {}: grid {}x{}x{}, block {}, clusters of {}x{}x{}, {} B "
+                         "shared, {}, split-K {}",
                          p.to_string(), config.to_string(), launch.grid[0], launch.grid[1],
                          launch.grid[2], launch.block[0], launch.cluster[0], launch.cluster[1],
                          launch.cluster[2], launch.dynamic_shared_bytes,
@@ -766,15 +742,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     // does not fit after all, or the device refuses a cluster of this size; the
     // last split of each tile sums it instead (the workspace way).
     if (!(launch.cooperative && e.code() == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) &&
-        !((cluster || pair_clusters > 0) && e.code() == CUDA_ERROR_INVALID_CLUSTER_SIZE))
+        !(cluster && e.code() == CUDA_ERROR_INVALID_CLUSTER_SIZE))
       throw;
-    if (pair_clusters > 0) {  // the plain persistent grid: each block a cluster of one
-      v->pairs_at_once = 0;
-      cluster_blocks_ = 1;
-      launch.grid = {static_cast<unsigned>(std::min<int64_t>(
-                         tiles * p.batch, static_cast<int64_t>(device.sm_count) * v->resident)),
-                     1, 1};
-    }
     if (cluster) use_workspace();
     args.splits_resident = 0;
     args.splits_cluster = 0;

@@ -89,9 +89,6 @@ class Matmul {
   // (through the workspace, the last split of each tile summing it) or "streamk"
   // (schedule=streamk: the last wave's tiles split, each summed by its last split).
   const char* split_way() const { return split_way_; }
-  // Blocks a thread-block cluster of the last launch's main kernel: 2 where
-  // cluster=2 ran as clusters of two (the device allowed them), else 1.
-  int cluster_blocks() const { return cluster_blocks_; }
 
  private:
   struct Variant;
@@ -105,7 +102,6 @@ class Matmul {
   std::unique_ptr<Variant> variants_[2];  // [aligned]
   Variant* last_ = nullptr;
   const char* split_way_ = "none";
-  int cluster_blocks_ = 1;
   cuda::DeviceBuffer scratch_a_, scratch_b_, workspace_;
   // Split-K arrival counters, one per (batch, tile); zero between launches (the
   // last split of each tile sets its counter back).

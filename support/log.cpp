@@ -58,7 +58,7 @@ void parse_topics(LogState& state, const std::string& text) {
     std::string names;
     for (const std::string& name : unknown) names += (names.empty() ? "'" : ", '") + name + "'";
     send(state, "kjit: warning: no log topic " + names +
-                    "; the topics are config, tune and passes (or all, none)");
+                    "; the topics are config, tune, launch and passes (or all, none)");
   }
 }
 

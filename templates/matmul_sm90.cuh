@@ -58,10 +58,9 @@ namespace sm90 {
 // step (m64nBNk16 of 16-bit types, m64nBNk8 of tf32),
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
 // C_ALIGNED: C's rows are 16-byte aligned (the problem's alignment class); it picks
-// the persistent and ping-pong schedules' write-out (write_out). CLUSTER: 2 for the
-// persistent schedule in clusters of two blocks that share B (run_persistent).
+// the persistent and ping-pong schedules' write-out (write_out).
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
-          typename Wgmma, bool C_ALIGNED = true, int CLUSTER = 1>
+          typename Wgmma, bool C_ALIGNED = true>
 struct WgmmaMatmul {
   static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
   static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
@@ -91,7 +90,6 @@ struct WgmmaMatmul {
                 "wgmma reads 32-bit (tf32) operands K-major only");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "BM is 64 x consumer warpgroups");
   static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN is 64, 128, 192 or 256");
-  static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
 
   // Dynamic shared memory: 1 KiB of alignment slack, the stages, then 2 x STAGES
   // mbarriers (8 bytes each).
@@ -124,15 +122,10 @@ struct WgmmaMatmul {
   // the k-tiles this block has loaded before (a persistent block walks several tiles
   // through one pipeline): k-tile kt of this tile uses stage (first + kt) % STAGES,
   // in round (first + kt) / STAGES, whose parity the barriers track.
-  // `ranks` > 1 (CLUSTER = 2, launched as clusters of two): the two blocks of the
-  // cluster compute the tiles above each other, which read the same k-tiles of B.
-  // Each block loads its share of B (`rank`: one half of the rows, or every other
-  // 64-column chunk) into both blocks' shared memory at once (TMA multicast), so L2
-  // sends each k-tile of B once for the two.
   __device__ __forceinline__ static void produce(const TensorMap& map_a, const TensorMap& map_b,
                                                  u32 stages, u32 full, u32 empty, int m0, int n0,
-                                                 int batch, int k_begin, int k_tiles, int first = 0,
-                                                 int rank = 0, int ranks = 1) {
+                                                 int batch, int k_begin, int k_tiles,
+                                                 int first = 0) {
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = (first + kt) % STAGES;
       const u32 a = stages + s * STAGE_BYTES;
@@ -147,20 +140,7 @@ struct WgmmaMatmul {
         for (int c = 0; c < BM / 64; ++c)  // box: 64 m x 64 k, per 64-row chunk
           tma_load(a + c * CHUNK_BYTES, map_a, full + 8 * s, m0 + 64 * c, k0, batch);
       }
-      if constexpr (CLUSTER > 1) {
-        // Every block of the cluster expects the whole k-tile of B (STAGE_BYTES):
-        // its own share and the other block's land in it alike.
-        const unsigned short both = ranks > 1 ? 0x3 : 0x1;
-        if (B_K_MAJOR) {
-          for (int h = rank; h < 2; h += ranks)  // box: BK k x BN / 2 rows
-            tma_load_multicast(b + h * (BN / 2) * 128, map_b, full + 8 * s, k0, n0 + h * (BN / 2),
-                               batch, both);
-        } else {
-          for (int c = rank; c < BN / 64; c += ranks)
-            tma_load_multicast(b + c * CHUNK_BYTES, map_b, full + 8 * s, n0 + 64 * c, k0, batch,
-                               both);
-        }
-      } else if (B_K_MAJOR) {
+      if (B_K_MAJOR) {
         tma_load(b, map_b, full + 8 * s, k0, n0, batch);  // box: BK k x BN rows
       } else {
 #pragma unroll
@@ -173,17 +153,9 @@ struct WgmmaMatmul {
   // A consumer warpgroup: acc += its 64 rows of A times B over all k-tiles, from
   // stage (first + kt) % STAGES as the producer filled them. Every stage is released
   // once the wgmma group that read it has completed, the last one too (a persistent
-  // block's producer is already filling stages for the next tile). `peer` >= 0 (a
-  // cluster of two): the other block's producer also writes this block's stages
-  // (its share of B), so the stage is released to it as well.
-  __device__ __forceinline__ static void release(u32 empty, int peer) {
-    barrier_arrive(empty);
-    if constexpr (CLUSTER > 1)
-      if (peer >= 0) barrier_arrive_cluster(cluster_address(empty, static_cast<unsigned>(peer)));
-  }
+  // block's producer is already filling stages for the next tile).
   __device__ __forceinline__ static void consume(float (&acc)[ACC], u32 stages, u32 full, u32 empty,
-                                                 int group, int k_tiles, int first = 0,
-                                                 int peer = -1) {
+                                                 int group, int k_tiles, int first = 0) {
     const bool warp_leader = threadIdx.x % 32 == 0;
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = (first + kt) % STAGES;
@@ -208,11 +180,11 @@ struct WgmmaMatmul {
       fence_accumulators(acc);
       // k-tile kt - 1's group is complete: its stage may be refilled.
       wgmma_wait<1>();
-      if (kt > 0 && warp_leader) release(empty + 8 * ((first + kt - 1) % STAGES), peer);
+      if (kt > 0 && warp_leader) barrier_arrive(empty + 8 * ((first + kt - 1) % STAGES));
     }
     wgmma_wait<0>();
     fence_accumulators(acc);
-    if (k_tiles > 0 && warp_leader) release(empty + 8 * ((first + k_tiles - 1) % STAGES), peer);
+    if (k_tiles > 0 && warp_leader) barrier_arrive(empty + 8 * ((first + k_tiles - 1) % STAGES));
   }
 
   // The tile goes out in two steps. The consumers stage their accumulators as fp32
@@ -1045,35 +1017,22 @@ struct WgmmaMatmul {
   }
 
   // The producer thread of a persistent block: every unit blockIdx.x, + gridDim.x,
-  // ..., in order, k-tile after k-tile through the one stage ring. In clusters of
-  // `ranks` blocks: the cluster's units, a unit being `ranks` tiles one above the
-  // other (tile rows of units, `unit_rows`), this block's the one of its rank.
-  __device__ __forceinline__ static void produce_units(
-      const MatmulArgs& args, const TensorMap& map_a, const TensorMap& map_b, u32 stages, u32 full,
-      u32 empty, int tiles_m, int tiles_n, long long units, int rank = 0, int ranks = 1) {
+  // ..., in order, k-tile after k-tile through the one stage ring.
+  __device__ __forceinline__ static void produce_units(const MatmulArgs& args,
+                                                       const TensorMap& map_a,
+                                                       const TensorMap& map_b, u32 stages, u32 full,
+                                                       u32 empty, int tiles_m, int tiles_n,
+                                                       long long units) {
     int first = 0;
-    for (long long unit = blockIdx.x / ranks; unit < units; unit += gridDim.x / ranks) {
+    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
       const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
-      produce(map_a, map_b, stages, full, empty, (w.tile_m * ranks + rank) * BM, w.tile_n * BN,
-              w.batch, w.k_begin, k_tiles, first, rank, ranks);
+      produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
+              k_tiles, first);
       first += k_tiles;
     }
   }
 
-  // CLUSTER = 2: launched as clusters of two blocks (the runtime's
-  // launch.cluster = {2, 1, 1}; grid a multiple of 2). A cluster walks units of two
-  // tiles, one above the other, which read the same k-tiles of B: each block loads
-  // its own A and half of B, and the copy engine writes that half into both blocks'
-  // stages (TMA multicast). L2 then serves 1.5 tiles of operands for every 2 tiles
-  // where B is the larger operand (bn >= bm). A stage of either block is written by
-  // both producers, so each producer waits until the consumers of both blocks have
-  // released it (empty[] counts the consumer warps of both; each warp arrives on its
-  // own block's barrier and, through distributed shared memory, the other's). Where
-  // M has an odd number of tiles, the last unit's lower tile lies past M: its block
-  // loads zeros for A (the copy engine fills past the tensor), feeds B to the other
-  // block and writes nothing. Launched without a cluster (a device that refuses
-  // clusters), each block is a cluster of one: the plain persistent schedule.
   template <typename Epilogue>
   __device__ __forceinline__ static void run_persistent(const MatmulArgs& args,
                                                         const EpilogueOperands& ops,
@@ -1088,33 +1047,22 @@ struct WgmmaMatmul {
     const u32 slabs = stages + STAGES * STAGE_BYTES;
     const u32 full = slabs + 4 * CONSUMERS * SLAB_BYTES;
     const u32 empty = full + 8 * STAGES;
-    int rank = 0, ranks = 1;
-    if constexpr (CLUSTER > 1) {
-      rank = static_cast<int>(cluster_rank());
-      ranks = static_cast<int>(cluster_blocks());
-    }
     if (threadIdx.x == 0) {
       prefetch_tensor_map(map_a);
       prefetch_tensor_map(map_b);
       if (args.c_tma) prefetch_tensor_map(map_c);
       for (int s = 0; s < STAGES; ++s) {
         barrier_init(full + 8 * s, 1);
-        barrier_init(empty + 8 * s, 4 * CONSUMERS * ranks);
+        barrier_init(empty + 8 * s, 4 * CONSUMERS);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    // In a cluster, the other block's producer may signal this block's barriers
-    // as soon as it passes this point: both blocks' barriers are set up first.
-    if constexpr (CLUSTER > 1)
-      cluster_sync();
-    else
-      __syncthreads();
+    __syncthreads();
 
     const int tiles_m = (args.m + BM - 1) / BM, tiles_n = (args.n + BN - 1) / BN;
-    const int unit_rows = (tiles_m + ranks - 1) / ranks;  // tile rows of units
-    // Every unit once, and stream-K's split tiles S - 1 more times.
+    // Every tile once, and stream-K's split tiles S - 1 more times.
     const long long whole_tiles =
-        streamk_whole_tiles(args, static_cast<long long>(unit_rows) * tiles_n);
+        streamk_whole_tiles(args, static_cast<long long>(tiles_m) * tiles_n);
     const long long units =
         whole_tiles + (args.streamk_splits > 1
                            ? static_cast<long long>(args.streamk_tiles) * args.streamk_splits
@@ -1124,15 +1072,8 @@ struct WgmmaMatmul {
     if (group < 0) {
       if constexpr (CONSUMERS > 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
-      // The producer's other warps have nothing to do (but, in a cluster, wait at
-      // its last barrier).
-      if (threadIdx.x == 0)
-        produce_units(args, map_a, map_b, stages, full, empty, unit_rows, tiles_n, units, rank,
-                      ranks);
-      if constexpr (CLUSTER > 1) {
-        __syncwarp();
-        cluster_sync();
-      }
+      if (threadIdx.x != 0) return;  // the producer's other warps have nothing to do
+      produce_units(args, map_a, map_b, stages, full, empty, tiles_m, tiles_n, units);
       return;
     }
     if constexpr (CONSUMERS > 1)
@@ -1140,31 +1081,22 @@ struct WgmmaMatmul {
     // This warp's write-out slab.
     unsigned char* slab =
         kjit_wgmma_shared + (slabs - base) + (static_cast<int>(threadIdx.x) / 32 - 4) * SLAB_BYTES;
-    const int peer = ranks > 1 ? rank ^ 1 : -1;
-    for (long long unit = blockIdx.x / ranks; unit < units; unit += gridDim.x / ranks) {
-      matmul::BlockWork w = unit_work(args, unit, unit_rows, tiles_n);
-      w.tile_m = w.tile_m * ranks + rank;
+    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
       const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
       float acc[ACC];
 #pragma unroll
       for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
-      consume(acc, stages, full, empty, group, k_tiles, first, peer);
+      consume(acc, stages, full, empty, group, k_tiles, first);
       first += k_tiles;
       if (unit >= whole_tiles &&
           !finish_streamk(args, acc, w.split, (unit - whole_tiles) % args.streamk_tiles))
-        continue;                         // a split of a stream-K tile whose last split writes it
-      if (w.tile_m >= tiles_m) continue;  // the lower tile of a cluster's unit, past M
+        continue;  // a split of a stream-K tile whose last split writes it
       const bool whole = (w.tile_m + 1) * BM <= args.m && (w.tile_n + 1) * BN <= args.n;
       write_out<Epilogue>(args, ops, acc, w, group, slab, whole, map_c);
     }
     // The slab stays allocated until the copy engine is done with it.
     if (args.c_tma || SHIFTED_WRITE_OUT) bulk_wait_all<0>();
-    // And this block's shared memory until the other block has stopped arriving on
-    // its barriers.
-    if constexpr (CLUSTER > 1) {
-      __syncwarp();
-      cluster_sync();
-    }
   }
 
   // ---- the ping-pong schedule ----------------------------------------------------

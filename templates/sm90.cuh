@@ -63,18 +63,6 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar,
       : "memory");
 }
 
-// The same box written into the shared memory of every block of the cluster named
-// in `blocks` (bit r: the block of rank r), at the same offset as `dst`; each of
-// those blocks' mbarrier at `bar`'s offset counts the bytes that land there.
-__device__ __forceinline__ void tma_load_multicast(u32 dst, const TensorMap& map, u32 bar, int x,
-                                                   int y, int z, unsigned short blocks) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
-      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(x), "r"(y), "r"(z), "h"(blocks)
-      : "memory");
-}
-
 // ---- TMA: a box of a 4-D tensor (inner dim, rows, heads, batch) -> shared memory
 __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, u32 bar, int x, int y,
                                             int z, int w) {
@@ -161,28 +149,6 @@ __device__ __forceinline__ u32 cluster_address(u32 address, unsigned rank) {
   u32 out;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(address), "r"(rank));
   return out;
-}
-// This block's rank in its cluster, and the cluster's size in blocks.
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  return rank;
-}
-__device__ __forceinline__ unsigned cluster_blocks() {
-  unsigned blocks;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(blocks));
-  return blocks;
-}
-// Arrives on the mbarrier at `address` (a shared::cluster address from
-// cluster_address: another block's). The default semantics (release at CTA scope):
-// what it orders is the copy engine's later writes into this block's stage after
-// this warp's wgmma reads of it, which wgmma.wait_group has already completed.
-// Release at cluster scope made the arrive a memory barrier that waited for the
-// warp's outstanding global stores (the write-out): on the H200, 4096^3 in 128 x
-// 256 tiles ran 0.267 ms against 0.176 without clusters, ncu's top stall "memory
-// barrier".
-__device__ __forceinline__ void barrier_arrive_cluster(u32 address) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(address) : "memory");
 }
 __device__ __forceinline__ float4 load_cluster_f32x4(u32 address) {
   float4 v;

@@ -97,20 +97,18 @@ const char* schedule_text(const Config& c) {
 }  // namespace
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}{}", bm, bn, bk,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}", bm, bn, bk,
                      warps, warps_m, stages, splitk,
                      raster != 8 ? fmt::format(",raster={}", raster) : "",
-                     wgmma ? ",mma=wgmma" : "", schedule_text(*this),
-                     cluster != 1 ? fmt::format(",cluster={}", cluster) : "",
-                     narrow ? ",load=narrow" : "", line_pitch ? ",pitch=line" : "");
+                     wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "",
+                     line_pitch ? ",pitch=line" : "");
 }
 
 std::string Config::source_text() const {
   Config kernel = *this;
   kernel.streamk = false;  // a launch argument of the persistent kernel
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}{}", bm, bn, bk, warps,
-                     warps_m, stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
-                     cluster != 1 ? fmt::format(",cluster={}", cluster) : "",
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}", bm, bn, bk, warps, warps_m,
+                     stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
                      narrow ? ",load=narrow" : "");
 }
 
@@ -180,8 +178,7 @@ int square_warps_m(int bm, int bn, int warps) {
 
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
-      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, cluster, load, "
-      "pitch";
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -251,8 +248,6 @@ Config Config::parse(const std::string& text) {
       config.splitk = v;
     else if (key == "raster")
       config.raster = v;
-    else if (key == "cluster")
-      config.cluster = v;
     else
       throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
   }
@@ -410,13 +405,6 @@ void validate(const Problem& problem, const Config& config) {
                                 "(or schedule=streamk, which splits the last wave's tiles)",
                                 schedule, config.splitk),
                     "drop splitk, or drop " + schedule);
-  if (config.cluster != 1 && (config.cluster != 2 || !config.wgmma || !config.persistent ||
-                              config.pingpong || config.streamk))
-    throw UserError(fmt::format("cluster={} in config {}: clusters of 2 blocks sharing B are a "
-                                "mode of mma=wgmma,schedule=persistent",
-                                config.cluster, config.to_string()),
-                    "use cluster=1 (or leave it out), or cluster=2 with "
-                    "mma=wgmma,schedule=persistent");
   if (config.streamk && config.splitk < 2)
     throw UserError(fmt::format("schedule=streamk splits each tile of the last wave into "
                                 "splitk K ranges; splitk={} splits nothing",
@@ -651,13 +639,11 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   out.problem = problem.kernel_class();
   out.config = config.source_text();
   const bool tf32 = problem.input == DType::TF32;
-  out.name =
-      fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}{}", matmul::to_string(problem.input),
-                  problem.layout(), config.bm, config.bn, config.bk, config.stages,
-                  config.pingpong     ? "_pingpong"
-                  : config.persistent ? "_persistent"
-                                      : "",
-                  config.cluster > 1 ? fmt::format("_c{}", config.cluster) : "");
+  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.stages,
+                         config.pingpong     ? "_pingpong"
+                         : config.persistent ? "_persistent"
+                                             : "");
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
   out.arch_specific = true;
@@ -688,13 +674,11 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   s += "// A is " + std::string(a_k_major ? "M x K (K-major)" : "K x M (M-major)") + ", B is " +
        (b_k_major ? "N x K (K-major)" : "K x N (N-major)") + "\n";
   s += fmt::format(
-      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}{}> "
-      "kjit_matmul_tile;  // ..., C's rows 16-byte aligned{}\n\n",
+      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}> "
+      "kjit_matmul_tile;  // ..., C's rows 16-byte aligned\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       a_k_major ? "true" : "false", b_k_major ? "true" : "false",
-      problem.aligned ? "true" : "false",
-      config.cluster > 1 ? fmt::format(", {}", config.cluster) : "",
-      config.cluster > 1 ? ", blocks a cluster" : "");
+      problem.aligned ? "true" : "false");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",
@@ -707,12 +691,6 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
              "// ...; its two consumer warpgroups take turns (tiles 0, 2, 4, ... and 1, 3, 5,\n"
              "// ...): one writes a finished tile out while the other's wgmma run. The tensor\n"
              "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n"
-       : config.persistent && config.cluster > 1
-           ? "// grid: clusters of 2 blocks (as many as run at once), each cluster walking\n"
-             "// pairs of output tiles one above the other: a block computes the tile of its\n"
-             "// rank and loads half of their shared k-tiles of B into both blocks (TMA\n"
-             "// multicast). The tensor maps describe A and B for the copy engine (the map\n"
-             "// of a K-major B has boxes of half a tile: runtime/matmul.cpp encodes them)\n"
        : config.persistent
            ? "// grid: a few blocks per SM (the occupancy calculator's count), each walking\n"
              "// output tiles blockIdx.x, + gridDim.x, ...: the producer loads the next tile\n"

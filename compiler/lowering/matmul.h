@@ -119,22 +119,17 @@ struct Config {
   // the line make every box row straddle two lines (on the H200, 4096^3 with B in
   // rows of 4104 ran 1.25x slower). A run-time choice: the kernel is the same.
   bool line_pitch = false;
-  // wgmma only, schedule=persistent: blocks in clusters of `cluster` (1 or 2). With
-  // 2, the two blocks of a cluster compute tiles one above the other and each loads
-  // half of their common k-tiles of B into both (TMA multicast): L2 sends B once for
-  // two tiles. Part of the kernel (WgmmaMatmul's CLUSTER).
-  int cluster = 1;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
-  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",cluster=2",
-  // ",load=narrow" or ",pitch=line")
+  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",load=narrow" or
+  // ",pitch=line")
   std::string to_string() const;
   // The part of to_string() the kernel's source depends on (without splitk, raster
   // and pitch, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
-  // raster mma (sync | wgmma) schedule (tile | persistent | pingpong | streamk) cluster (1 | 2)
-  // load (async | narrow) pitch (any | line). When
+  // raster mma (sync | wgmma) schedule (tile | persistent | pingpong | streamk) load (async |
+  // narrow) pitch (any | line). When
   // warps is given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk,
   // warps and wm follow from bm. Unknown keys and malformed values are UserErrors naming the valid
   // keys.

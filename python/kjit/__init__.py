@@ -193,7 +193,7 @@ _KEEP = object()  # set_log's "leave the callback as it is"
 
 def set_log(topics=None, callback=_KEEP):
     """What kjit logs and where: `topics` "" (warnings only), "none", "all" or a
-    comma-separated list of config, tune and passes ("config,tune"; None: leave them
+    comma-separated list of config, tune, launch and passes ("config,tune"; None: leave them
     as they are); `callback(line)` receives each line, None sends them to stderr, and
     leaving it out keeps the one set before. Lines may arrive from any thread."""
     global _log_callback

@@ -26,6 +26,7 @@
 #include "kjit/runtime/runtime.h"
 #include "kjit/support/error.h"
 #include "kjit/support/half.h"
+#include "kjit/support/log.h"
 #include "kjit/tuner/matmul_space.h"
 #include "tests/support/gpu_test.h"
 
@@ -217,11 +218,6 @@ class MatmulGpu : public testing::GpuTest {
     stream.synchronize();
     if (c.split_way) {
       EXPECT_STREQ(matmul.split_way(), c.split_way);
-    }
-    // cluster=2 runs in clusters of two wherever the device allows them (the H200
-    // does; KJIT_REQUIRE_GPU runs are on such devices).
-    if (c.config.find("cluster=2") != std::string::npos) {
-      EXPECT_EQ(matmul.cluster_blocks(), 2) << "config " << c.config;
     }
     std::vector<unsigned char> stored(out.bytes()), bytes(out_count * element);
     out.download(stored.data(), stored.size());
@@ -1064,40 +1060,32 @@ TEST_F(MatmulGpu, PersistentSchedule) {
   run_all(PersistentScheduleCases());
 }
 
-// cluster=2: the persistent schedule in clusters of two blocks that share B (TMA
-// multicast). Every persistent case above in clusters, and: M of one tile (the lower
-// tile of every unit lies past M), odd and even counts of tile rows, many units per
-// cluster, B split in halves (K-major: layouts ?t, and tf32's K-major scratch) and
-// in 64-column chunks (N-major: one chunk for bn = 64, three for bn = 192), batches.
-std::vector<Case> ClusterPairsCases() {
-  std::vector<Case> cases;
-  if (!gpu_is_sm90()) return cases;
-  for (Case c : PersistentScheduleCases()) {
-    c.config += ",cluster=2";
-    cases.push_back(c);
-  }
-  for (const char* layout : {"nn", "nt", "tn", "tt"})
-    for (const char* config : {"mma=wgmma,bm=128,bn=192,stages=4,schedule=persistent,cluster=2",
-                               "mma=wgmma,bm=64,bn=64,stages=5,schedule=persistent,cluster=2"}) {
-      cases.push_back({.m = 100, .n = 900, .k = 300, .layout = layout, .config = config});
-      cases.push_back({.m = 1300, .n = 700, .k = 520, .layout = layout, .config = config});
-    }
-  cases.push_back({.m = 4096,
-                   .n = 4096,
-                   .k = 256,
-                   .config = "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent,cluster=2"});
-  cases.push_back({.m = 333,
-                   .n = 1000,
-                   .k = 700,
-                   .batch = 5,
-                   .layout = "nt",
-                   .epilogue = "gelu(acc + bias)",
-                   .config = "mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent,cluster=2"});
-  return cases;
-}
-TEST_F(MatmulGpu, ClusterPairs) {
-  if (!gpu_is_sm90()) GTEST_SKIP() << "clusters of the persistent schedule run on sm_90";
-  run_all(ClusterPairsCases());
+// KJIT_LOG=launch: a line per launch with the grid, block, clusters and split-K way
+// (here the persistent grid: one block per SM, as many as there are tiles).
+TEST_F(MatmulGpu, LaunchLogNamesGridAndClusters) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "the persistent schedule runs on the wgmma engine (sm_90)";
+  std::vector<std::string> lines;
+  set_log_sink([&](const std::string& line) { lines.push_back(line); });
+  set_log_topics("launch");
+  Problem p{.m = 4096, .n = 4096, .k = 64};
+  Matmul matmul(runtime(), p,
+                Config::parse("mma=wgmma,bm=128,bn=128,stages=3,schedule=persistent"));
+  cuda::DeviceBuffer a(p.m * p.k * 2), b(p.k * p.n * 2), c(p.m * p.n * 2);
+  Tensors t{.a = a.get(), .b = b.get(), .c = c.get()};
+  cuda::Stream stream;
+  matmul.launch(t, stream.get());
+  stream.synchronize();
+  set_log_topics("");
+  set_log_sink(nullptr);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("kjit[launch]: matmul m=4096,n=4096,k=64"), std::string::npos)
+      << lines[0];
+  // At most one block per SM fits (384 threads of 168 registers).
+  EXPECT_NE(lines[0].find("grid " + std::to_string(runtime().device().sm_count) +
+                          "x1x1, block 384, clusters of 1x1x1"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find("split-K none"), std::string::npos) << lines[0];
 }
 
 // schedule=pingpong: every layout; blocks with one tile (the second warpgroup
@@ -1291,7 +1279,6 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"StagedEpilogueStoreWidths", StagedEpilogueStoreWidthsCases},
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
-        {"ClusterPairs", ClusterPairsCases},
         {"StreamK", StreamKCases},
         {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };
