@@ -31,8 +31,11 @@ const char* to_string(Choice::Source source) {
 }
 
 Chooser::Chooser(std::shared_ptr<cache::Store> store, std::string gpu_model,
-                 cuda::DeviceProperties device)
-    : store_(std::move(store)), gpu_model_(std::move(gpu_model)), device_(std::move(device)) {}
+                 cuda::DeviceProperties device, size_t max_remembered)
+    : store_(std::move(store)),
+      gpu_model_(std::move(gpu_model)),
+      device_(std::move(device)),
+      max_remembered_(std::max<size_t>(max_remembered, 1)) {}
 
 const Efficiencies& Chooser::efficiencies() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -189,7 +192,13 @@ Choice Chooser::choose(const TuningProblem& problem) {
            fmt::format("{} {} on {}: {} ({}; {})", problem.family(), signature, gpu_model_,
                        choice.config, to_string(choice.source), choice.detail));
   std::lock_guard<std::mutex> lock(mutex_);
+  if (remembered_.size() >= max_remembered_) remembered_.clear();
   return remembered_.emplace(signature, choice).first->second;
+}
+
+size_t Chooser::remembered() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return remembered_.size();
 }
 
 }  // namespace kjit::tuner

@@ -10,7 +10,10 @@
 //      model's trials where there are any).
 //
 // Choices are remembered per problem signature, so a second lookup in a process is
-// a hash-map find. KJIT_LOG=config prints each first choice and where it came from.
+// a hash-map find; at most `max_remembered` of them (then the memory starts over), so
+// a process that meets ever new problems (packed attention batches, whose lengths are
+// part of the signature) does not grow without bound. KJIT_LOG=config prints each
+// first choice and where it came from.
 #pragma once
 
 #include <map>
@@ -37,8 +40,9 @@ const char* to_string(Choice::Source source);
 
 class Chooser {
  public:
-  Chooser(std::shared_ptr<cache::Store> store, std::string gpu_model,
-          cuda::DeviceProperties device);
+  static constexpr size_t kMaxRemembered = 4096;
+  Chooser(std::shared_ptr<cache::Store> store, std::string gpu_model, cuda::DeviceProperties device,
+          size_t max_remembered = kMaxRemembered);
 
   // The config for `problem` (see above). Thread-safe.
   Choice choose(const TuningProblem& problem);
@@ -51,6 +55,8 @@ class Chooser {
   const Efficiencies& efficiencies();
   // Forgets remembered choices and the fit (after a tune wrote new rows).
   void refresh();
+  // Choices remembered now.
+  size_t remembered() const;
 
   const std::string& gpu_model() const { return gpu_model_; }
   const cuda::DeviceProperties& device() const { return device_; }
@@ -63,7 +69,8 @@ class Chooser {
   std::shared_ptr<cache::Store> store_;
   std::string gpu_model_;
   cuda::DeviceProperties device_;
-  std::mutex mutex_;
+  size_t max_remembered_;
+  mutable std::mutex mutex_;
   std::map<std::string, Choice> remembered_;  // by signature
   std::optional<Efficiencies> efficiencies_;
   // The GPU model's tunings with the class and sizes of each (for nearest()).

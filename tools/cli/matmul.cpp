@@ -150,12 +150,19 @@ void copy_rows(std::vector<unsigned char>& packed, std::vector<unsigned char>& s
   }
 }
 
+// Elements that `rows` rows of `cols`, `ld` apart, span: the last row ends at its
+// last element (a lone row with a huge --lda takes its own length, not ld).
+int64_t stored_elements(int64_t rows, int64_t cols, int64_t ld) {
+  return rows < 1 ? 0 : (rows - 1) * ld + cols;
+}
+
 // An operand stored with `ld` elements per row (ld > cols: padded rows, filled
 // with NaN bytes the kernels must not read).
 cuda::DeviceBuffer upload_strided(const HostTensor& t, int64_t rows, int64_t cols, int64_t ld) {
   std::vector<unsigned char> packed = t.bytes();
   const int64_t element = dtype_bytes(t.dtype);
-  std::vector<unsigned char> stored(static_cast<size_t>(rows * ld * element), 0xFF);
+  std::vector<unsigned char> stored(static_cast<size_t>(stored_elements(rows, cols, ld) * element),
+                                    0xFF);
   copy_rows(packed, stored, rows, cols, ld, element, false);
   cuda::DeviceBuffer buffer(std::max<size_t>(stored.size(), 16));
   buffer.upload(stored.data(), stored.size());
@@ -174,8 +181,9 @@ std::unique_ptr<DeviceProblem> make_device_problem(const Setup& s, const KernelC
   const int64_t b_rows = p.b_transposed ? p.n : p.k, b_cols = p.b_transposed ? p.k : p.n;
   d->a = upload_strided(d->host.a, p.batch * a_rows, a_cols, d->tensors.lda);
   d->b = upload_strided(d->host.b, p.batch * b_rows, b_cols, d->tensors.ldb);
-  d->c = cuda::DeviceBuffer(static_cast<size_t>(p.batch * p.m * d->tensors.ldc) *
-                            dtype_bytes(p.output));
+  d->c =
+      cuda::DeviceBuffer(static_cast<size_t>(stored_elements(p.batch * p.m, p.n, d->tensors.ldc)) *
+                         dtype_bytes(p.output));
   d->c.fill_bytes(0xFF);
   d->tensors.a = d->a.get();
   d->tensors.b = d->b.get();
@@ -249,8 +257,8 @@ void matmul_command(const KernelCommandOptions& o) {
   const int64_t element = dtype_bytes(p.output);
   std::vector<unsigned char> bytes(count * element);
   copy_rows(bytes, stored, p.batch * p.m, p.n, d->tensors.ldc, element, true);
-  int64_t gap_writes = 0;
-  for (int64_t r = 0; r < p.batch * p.m; ++r)
+  int64_t gap_writes = 0;  // (the last row has no gap after it)
+  for (int64_t r = 0; r + 1 < p.batch * p.m; ++r)
     for (int64_t i = p.n * element; i < d->tensors.ldc * element; ++i)
       gap_writes += stored[r * d->tensors.ldc * element + i] != 0xFF;
   const CheckResult check =
@@ -281,8 +289,9 @@ void matmul_command(const KernelCommandOptions& o) {
       plain.epilogue = Epilogue();
       plain.output = p.input == DType::TF32 ? DType::F32 : p.input;
       peer->plan(plain, d->tensors.lda, d->tensors.ldb, d->tensors.ldc);
-      cuda::DeviceBuffer c_peer(static_cast<size_t>(p.batch * p.m * d->tensors.ldc) *
-                                dtype_bytes(p.input));
+      cuda::DeviceBuffer c_peer(
+          static_cast<size_t>(stored_elements(p.batch * p.m, p.n, d->tensors.ldc)) *
+          dtype_bytes(p.input));
       peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get());
       stream.synchronize();
       peer_ms = time([&] { peer->run(d->tensors.a, d->tensors.b, c_peer.get(), stream.get()); });

@@ -133,6 +133,20 @@ TEST_F(ChooserTest, ChoicesAreRememberedUntilRefresh) {
   EXPECT_EQ(chooser.choose(square(2048)).source, Choice::Source::Store);
 }
 
+// A process that meets ever new problems (packed attention batches name their lengths
+// in the signature) remembers at most max_remembered choices, then starts over.
+TEST_F(ChooserTest, RememberedChoicesAreBounded) {
+  Chooser chooser(store_, kModel, h200_, 3);
+  for (int64_t size : {256, 512, 768}) chooser.choose(square(size));
+  EXPECT_EQ(chooser.remembered(), 3u);
+  chooser.choose(square(512));  // remembered: no growth
+  EXPECT_EQ(chooser.remembered(), 3u);
+  chooser.choose(square(1024));  // a fourth: the memory starts over with it
+  EXPECT_EQ(chooser.remembered(), 1u);
+  EXPECT_EQ(chooser.choose(square(256)).source, Choice::Source::Model);  // chosen again
+  EXPECT_EQ(chooser.remembered(), 2u);
+}
+
 TEST_F(ChooserTest, AStoredConfigTheProblemCannotRunIsIgnored) {
   tune_to(square(1024), "bm=128,bn=128,tiles=9");  // not a config this version reads
   Chooser chooser(store_, kModel, h200_);
