@@ -29,7 +29,6 @@ namespace kjit::attention {
 // contiguous; a stride of 0 means "packed BSHD": head stride D, sequence stride
 // heads x D (kv_heads x D for K and V), batch stride seq x heads x D. For BHSD
 // tensors pass head = seq x D, seq = D, batch = heads x seq x D. Packed
-// variable-length problems take [tokens, heads, D] tensors: no batch stride. Packed
 // variable-length problems take [tokens, heads, D] tensors: no batch stride.
 struct Strides {
   int64_t batch = 0, seq = 0, head = 0;

@@ -300,9 +300,52 @@ def compile(expression, dtype="f32", n=1 << 20, arch="sm_90"):  # noqa: A001 (kj
     return {"registers": registers.value, "spill_bytes": spills.value}
 
 
+def _seqlens_arg(name, lengths):
+    """Per-sequence lengths of a packed batch (a list or tuple of ints, or a 1-D integer
+    tensor on any device) as a tuple of ints >= 1, else a UserError naming them."""
+    if hasattr(lengths, "tolist") and hasattr(lengths, "dim"):  # a tensor
+        if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.is_complex():
+            raise UserError(f"{name} must be a 1-D integer tensor or a list of ints; got a "
+                            f"{lengths.dim()}-D {lengths.dtype} tensor", 1)
+        lengths = lengths.tolist()
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__") or not lengths:
+        raise UserError(f"{name} must be a non-empty list of sequence lengths; got "
+                        f"{lengths!r}", 1)
+    return tuple(_int_arg(f"{name}[{i}]", n, 1, _INT32_MAX) for i, n in enumerate(lengths))
+
+
+def _packed_lengths(seqlens_q, seqlens_k):
+    """(lengths of q, lengths of k) of a packed batch, or None when seqlens_q is None."""
+    if seqlens_q is None:
+        if seqlens_k is not None:
+            raise UserError("seqlens_k is given without seqlens_q (a packed batch gives "
+                            "seqlens_q, and seqlens_k where the keys' lengths differ)", 1)
+        return None
+    lq = _seqlens_arg("seqlens_q", seqlens_q)
+    lk = lq if seqlens_k is None else _seqlens_arg("seqlens_k", seqlens_k)
+    if len(lk) != len(lq):
+        raise UserError(f"seqlens_q holds {len(lq)} sequences but seqlens_k {len(lk)}", 1)
+    return lq, lk
+
+
 def _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window,
-                       scale, score_mod=None, mask_mod=None):
+                       scale, score_mod=None, mask_mod=None, packed=None):
+    """The C problem; `packed`: (lengths of q, lengths of k) of a packed batch, which
+    then set batch, seq_q and seq_k (those given must agree)."""
     problem = _AttentionProblem()
+    if packed is not None:
+        lq, lk = packed
+        for name, given, value in (("batch", batch, len(lq)), ("seq_q", seq_q, max(lq)),
+                                   ("seq_k", seq_k, max(lk))):
+            if given is not None and given != value:
+                raise UserError(f"{name} is {given!r} but the packed lengths give {value} "
+                                f"(leave it out with seqlens_q)", 1)
+        batch, seq_q, seq_k = len(lq), max(lq), max(lk)
+        arrays = ((ctypes.c_int64 * len(lq))(*lq), (ctypes.c_int64 * len(lk))(*lk))
+        problem.seqlens_q = ctypes.cast(arrays[0], ctypes.POINTER(ctypes.c_int64))
+        problem.seqlens_k = ctypes.cast(arrays[1], ctypes.POINTER(ctypes.c_int64))
+        problem.sequences = _int_arg("sequences", len(lq), 1, _INT32_MAX)
+        problem._arrays = arrays  # alive while the problem is (C copies them at create)
     problem.batch, problem.heads = _int_arg("batch", batch), _int_arg("heads", heads)
     problem.kv_heads = problem.heads if kv_heads is None else _int_arg("kv_heads", kv_heads)
     problem.seq_q = _int_arg("seq_q", seq_q)
@@ -492,10 +535,18 @@ def _matmul_operand_shape(kind, m, n):
     return {"row": (m,), "column": (n,), "tensor": (m, n)}[kind]
 
 
-def _attention_shapes(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout):
-    """The shapes of q (and o, d_o), of k and v, and of the LSE, in `layout`."""
+def _attention_shapes(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, packed=None):
+    """The shapes of q (and o, d_o), of k and v, and of the LSE, in `layout`; for a
+    packed batch (`packed`: the lengths of q and of k) [tokens, heads, D] and an LSE of
+    [heads, tokens]."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout {layout!r} is not 'bshd' or 'bhsd'", 1)
+    if packed is not None:
+        if layout != "bshd":
+            raise UserError("a packed batch is [tokens, heads, D] (layout 'bshd' without the "
+                            "batch); layout 'bhsd' does not apply", 1)
+        total_q, total_k = sum(packed[0]), sum(packed[1])
+        return ((total_q, heads, head_dim), (total_k, kv_heads, head_dim), (heads, total_q))
     order = (lambda b, s, h, d: (b, s, h, d)) if layout == "bshd" else \
         (lambda b, s, h, d: (b, h, s, d))
     return (order(batch, seq_q, heads, head_dim), order(batch, seq_k, kv_heads, head_dim),
@@ -854,18 +905,22 @@ _matmul_cache = {}
 
 class Attention:
     """Flash attention, forward, for one problem: O = softmax(scale * Q K^T + mask) V and
-    the log-sum-exp of every row (float32 [batch, heads, seq_q])."""
+    the log-sum-exp of every row (float32 [batch, heads, seq_q]). A packed batch of
+    sequences of different lengths (FlashAttention's "varlen"): seqlens_q (and
+    seqlens_k where the keys' lengths differ) instead of batch and seq_q; q, k, v and o
+    are then [tokens, heads, D], sequence after sequence, and the LSE [heads, tokens]."""
 
     def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
                  causal=False, window=None, scale=None, device=None, score_mod=None,
-                 mask_mod=None):
+                 mask_mod=None, seqlens_q=None, seqlens_k=None):
         self.device = _device_index(device)
+        self._packed = _packed_lengths(seqlens_q, seqlens_k)
         problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
-                                     window, scale, score_mod, mask_mod)
+                                     window, scale, score_mod, mask_mod, self._packed)
         handle = ctypes.c_void_p()
         _check(_at_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
         self._handle = handle
-        self.shape = (batch, heads, seq_q, head_dim)
+        self.shape = (problem.batch, heads, problem.seq_q, head_dim)
         # (batch, heads, kv_heads, seq_q, seq_k, head_dim) as checked, and the dtype.
         self._dims = (problem.batch, problem.heads, problem.kv_heads, problem.seq_q,
                       problem.seq_k, problem.head_dim)
@@ -882,9 +937,10 @@ class Attention:
         """q [batch, seq_q, heads, D], k and v [batch, seq_k, kv_heads, D] (layout "bhsd":
         heads before the sequence, as SDPA takes them), any strides with the head dim
         contiguous. `operands`: the modifiers' (see attention()). Returns (o, lse), o
-        shaped and laid out like q."""
+        shaped and laid out like q. A packed batch: q [tokens, heads, D], k and v
+        [tokens, kv_heads, D]."""
         torch = _torch()
-        q_shape, kv_shape, lse_shape = _attention_shapes(*self._dims, layout)
+        q_shape, kv_shape, lse_shape = _attention_shapes(*self._dims, layout, self._packed)
         given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
         for name, t in given.items():
             if t is not None:
@@ -904,12 +960,7 @@ class Attention:
                 raise UserError(f"lse must be contiguous; its strides are {lse.stride()}", 1)
         else:
             lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-        axes = (0, 1, 2) if layout == "bshd" else (0, 2, 1)  # batch, seq, head
-
-        def strides(t):
-            if t.stride(-1) != 1:
-                raise UserError("kjit.attention needs the head dim contiguous (stride 1)", 1)
-            return _AttentionStrides(*(t.stride(axis) for axis in axes))
+        strides = _strides_of(layout, self._packed)
 
         _check_modifier_operands(self.operands, operands, self.device)
         pointers = _operand_pointers(operands)
@@ -928,10 +979,11 @@ class AttentionBackward:
 
     def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
                  causal=False, window=None, scale=None, device=None, score_mod=None,
-                 mask_mod=None, deterministic=False):
+                 mask_mod=None, deterministic=False, seqlens_q=None, seqlens_k=None):
         self.device = _device_index(device)
+        self._packed = _packed_lengths(seqlens_q, seqlens_k)
         problem = _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal,
-                                     window, scale, score_mod, mask_mod)
+                                     window, scale, score_mod, mask_mod, self._packed)
         problem.deterministic = 1 if _bool_arg("deterministic", deterministic) else 0
         handle = ctypes.c_void_p()
         _check(_ab_create(_runtime(self.device), ctypes.byref(problem), ctypes.byref(handle)))
@@ -950,7 +1002,7 @@ class AttentionBackward:
         """The forward's q, k, v, o and lse (and modifier operands) and the gradient d_o
         (laid out like o). Returns (dq, dk, dv), laid out like q, k, v."""
         torch = _torch()
-        q_shape, kv_shape, lse_shape = _attention_shapes(*self._dims, layout)
+        q_shape, kv_shape, lse_shape = _attention_shapes(*self._dims, layout, self._packed)
         expected = (("q", q, q_shape, self.dtype), ("k", k, kv_shape, self.dtype),
                     ("v", v, kv_shape, self.dtype), ("o", o, q_shape, self.dtype),
                     ("d_o", d_o, q_shape, self.dtype), ("lse", lse, lse_shape, torch.float32))
@@ -960,10 +1012,9 @@ class AttentionBackward:
             _expect_dtype(name, t, dtype)
         if not lse.is_contiguous():
             raise UserError(f"lse must be contiguous; its strides are {lse.stride()}", 1)
-        axes = (0, 1, 2) if layout == "bshd" else (0, 2, 1)  # batch, seq, head
 
         def usable(t):  # the head dim contiguous, the other strides whole 16-byte rows
-            if t.stride(-1) != 1 or any(t.stride(axis) % 8 for axis in axes):
+            if t.stride(-1) != 1 or any(x % 8 for x in t.stride()[:-1]):
                 return t.contiguous()
             return t
 
@@ -973,11 +1024,7 @@ class AttentionBackward:
                            (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o)))
         d_o = usable(d_o)
         dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
-
-        def strides(t):
-            if t.stride(-1) != 1:
-                raise UserError("kjit attention needs the head dim contiguous (stride 1)", 1)
-            return _AttentionStrides(*(t.stride(axis) for axis in axes))
+        strides = _strides_of(layout, self._packed)
 
         _check_modifier_operands(self.operands, operands, self.device)
         tensors = (q, k, v, o, d_o, dq, dk, dv)
@@ -987,6 +1034,20 @@ class AttentionBackward:
                                       _operand_pointers(operands), len(operands))
         _check(_ab_launch(self._handle, ctypes.byref(args), _raw_stream(q)))
         return dq, dk, dv
+
+
+def _strides_of(layout, packed):
+    """A function of a tensor to its _AttentionStrides (batch, seq, head), in elements:
+    layout "bshd" or "bhsd"; a packed batch's [tokens, heads, D] has no batch stride."""
+    axes = (None, 0, 1) if packed is not None else \
+        (0, 1, 2) if layout == "bshd" else (0, 2, 1)
+
+    def strides(t):
+        if t.stride(-1) != 1:
+            raise UserError("kjit attention needs the head dim contiguous (stride 1)", 1)
+        return _AttentionStrides(*(0 if axis is None else t.stride(axis) for axis in axes))
+
+    return strides
 
 
 def _modifier_operands(functions, handle, dims):
@@ -1027,6 +1088,19 @@ def _operand_pointers(operands):
 
 _attention_cache = {}
 _attention_backward_cache = {}
+# Kernels kept per cache: a packed batch's lengths are part of its key, so a training
+# loop over ever new batches would otherwise keep a handle for each.
+_ATTENTION_CACHE_LIMIT = 256
+
+
+def _cached(cache, key, make):
+    """cache[key], made by make() when missing; the oldest entry goes past the limit."""
+    kernel = cache.get(key)
+    if kernel is None:
+        if len(cache) >= _ATTENTION_CACHE_LIMIT:
+            del cache[next(iter(cache))]
+        kernel = cache[key] = make()
+    return kernel
 
 
 def _attention_function():
@@ -1039,8 +1113,8 @@ def _attention_function():
 
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, key, layout, operands, deterministic):
-            o, lse = _attention_cache[key](q, k, v, layout, operands=operands)
+        def forward(ctx, q, k, v, key, layout, operands, deterministic, kernel):
+            o, lse = kernel(q, k, v, layout, operands=operands)
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.key, ctx.layout, ctx.operands = key, layout, operands
             ctx.deterministic = deterministic
@@ -1051,15 +1125,13 @@ def _attention_function():
         def backward(ctx, d_o, _d_lse):
             q, k, v, o, lse = ctx.saved_tensors
             key = ctx.key + (ctx.deterministic,)
-            kernel = _attention_backward_cache.get(key)
-            if kernel is None:
-                batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale, \
-                    device, score_mod, mask_mod = ctx.key
-                kernel = _attention_backward_cache[key] = AttentionBackward(
-                    batch, heads, seq_q, head_dim, kv_heads, seq_k, dtype, causal, window, scale,
-                    device, score_mod, mask_mod, ctx.deterministic)
+            batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale, \
+                device, score_mod, mask_mod, packed = ctx.key
+            kernel = _cached(_attention_backward_cache, key, lambda: AttentionBackward(
+                batch, heads, seq_q, head_dim, kv_heads, seq_k, dtype, causal, window, scale,
+                device, score_mod, mask_mod, ctx.deterministic, *(packed or (None, None))))
             dq, dk, dv = kernel(q, k, v, o, lse, d_o, ctx.layout, ctx.operands)
-            return dq, dk, dv, None, None, None, None
+            return dq, dk, dv, None, None, None, None, None
 
     _AttentionFunction = AttentionFunction
     return _AttentionFunction
@@ -1069,7 +1141,7 @@ _AttentionFunction = None
 
 
 def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", score_mod=None,
-              mask_mod=None, operands=(), deterministic=None):
+              mask_mod=None, operands=(), deterministic=None, seqlens_q=None, seqlens_k=None):
     """Flash attention (forward) of bfloat16/float16 q, k, v: layout "bshd" ([batch, seq,
     heads, D], the default) or "bhsd" ([batch, heads, seq, D], as SDPA); fewer K/V heads
     than query heads is grouped-query attention. `window`: (left, right) keys around the
@@ -1081,33 +1153,52 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     the score modifier's derivative. `deterministic`: True gives the same bits every run;
     False lets dq be summed with atomics (at head dim 128 the tuner's choice: faster, its
     last bits varying); None (the default) follows torch.use_deterministic_algorithms,
-    as PyTorch's own kernels do."""
+    as PyTorch's own kernels do.
+
+    A packed batch of sequences of different lengths (FlashAttention's "varlen"):
+    `seqlens_q`, the length of each sequence (a list of ints or a 1-D integer tensor),
+    and `seqlens_k` where the keys' lengths differ; q is then [tokens, heads, D], k and v
+    [tokens, kv_heads, D], sequence after sequence, and lse [heads, tokens]. The masks
+    and modifiers' positions count within each sequence."""
     if layout not in ("bshd", "bhsd"):
         raise UserError(f"layout '{layout}' is not bshd or bhsd", 1)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not _expect_tensor(name, t).is_cuda:
             raise UserError(f"kjit.attention runs on CUDA tensors; {name} is on {t.device}", 1)
     window = _window_arg(window)  # a tuple: part of the kernel cache's key
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise UserError("q, k and v are 4-D: [batch, seq, heads, D] (or bhsd)", 1)
-    seq_axis, head_axis = (1, 2) if layout == "bshd" else (2, 1)
-    batch, seq_q, heads, head_dim = q.shape[0], q.shape[seq_axis], q.shape[head_axis], q.shape[3]
-    seq_k, kv_heads = k.shape[seq_axis], k.shape[head_axis]
+    packed = _packed_lengths(seqlens_q, seqlens_k)  # tuples: part of the key too
+    if packed is not None:
+        if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+            raise UserError("with seqlens_q, q, k and v are 3-D: [tokens, heads, D]", 1)
+        if layout != "bshd":
+            raise UserError("with seqlens_q, q, k and v are [tokens, heads, D]; layout 'bhsd' "
+                            "does not apply", 1)
+        batch, seq_q, seq_k = None, None, None
+        heads, head_dim, kv_heads = q.shape[1], q.shape[2], k.shape[1]
+    else:
+        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+            raise UserError("q, k and v are 4-D: [batch, seq, heads, D] (or bhsd); a packed "
+                            "batch of 3-D [tokens, heads, D] gives seqlens_q", 1)
+        seq_axis, head_axis = (1, 2) if layout == "bshd" else (2, 1)
+        batch, seq_q, heads, head_dim = (q.shape[0], q.shape[seq_axis], q.shape[head_axis],
+                                         q.shape[3])
+        seq_k, kv_heads = k.shape[seq_axis], k.shape[head_axis]
     if v.shape != k.shape:
         raise UserError(f"v has shape {tuple(v.shape)} but k {tuple(k.shape)}", 1)
-    if k.shape[0] != batch or k.shape[3] != head_dim:
+    if packed is None and (k.shape[0] != batch or k.shape[3] != head_dim):
         raise UserError(f"k has shape {tuple(k.shape)} but q {tuple(q.shape)}: their batch and "
                         f"head dim differ", 1)
+    if packed is not None and k.shape[2] != head_dim:
+        raise UserError(f"k has shape {tuple(k.shape)} but q {tuple(q.shape)}: their head dim "
+                        f"differs", 1)
     dtype = {2: "bf16", 1: "f16"}.get(_code_of(q))
     if dtype is None or k.dtype != q.dtype or v.dtype != q.dtype:
         raise UserError("kjit.attention takes bfloat16 or float16 q, k and v of one dtype", 1)
     key = (batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale,
-           q.get_device(), score_mod, mask_mod)
-    kernel = _attention_cache.get(key)
-    if kernel is None:
-        kernel = _attention_cache[key] = Attention(batch, heads, seq_q, head_dim, kv_heads, seq_k,
-                                                   dtype, causal, window, scale, q.get_device(),
-                                                   score_mod, mask_mod)
+           q.get_device(), score_mod, mask_mod, packed)
+    kernel = _cached(_attention_cache, key, lambda: Attention(
+        batch, heads, seq_q, head_dim, kv_heads, seq_k, dtype, causal, window, scale,
+        q.get_device(), score_mod, mask_mod, *(packed or (None, None))))
     operands = tuple(operands)
     torch = _torch()
     if deterministic is None:
@@ -1115,7 +1206,8 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         # Differentiable: the backward kernels give dq, dk, dv (lse and the modifiers'
         # operands are not differentiated).
-        return _attention_function().apply(q, k, v, key, layout, operands, deterministic)
+        return _attention_function().apply(q, k, v, key, layout, operands, deterministic,
+                                           kernel)
     return kernel(q, k, v, layout, operands=operands)
 
 

@@ -87,6 +87,27 @@ check(kjit._attention_shapes(2, 8, 2, 100, 50, 64, "bhsd") ==
 check(refused(lambda: kjit._attention_shapes(1, 1, 1, 1, 1, 64, "BHSD"), "layout 'BHSD'"),
       "attention layout is checked (anything but bshd read as bhsd)")
 check(kjit._window_arg([None, 0]) == (None, 0), "a window side may be None")
+# Packed batches: lengths as ints >= 1, q's and k's of one count; shapes per token.
+check(kjit._packed_lengths([3, 1], None) == ((3, 1), (3, 1)), "packed: k's lengths as q's")
+check(kjit._packed_lengths((2,), [5]) == ((2,), (5,)), "packed: k's lengths of their own")
+check(kjit._packed_lengths(None, None) is None, "not packed")
+for args, words in ((([], None), ("non-empty list",)), (([3, 0], None), ("seqlens_q[1] is 0",)),
+                    (([2, 1.5], None), ("seqlens_q[1] must be an integer",)),
+                    (([2, 2], [2]), ("2 sequences but seqlens_k 1",)),
+                    ((None, [4]), ("seqlens_k is given without seqlens_q",)),
+                    (("12", None), ("list of sequence lengths",))):
+    check(refused(lambda: kjit._packed_lengths(*args), *words), f"packed lengths {args!r}")
+check(kjit._attention_shapes(2, 8, 2, 5, 7, 64, "bshd", ((2, 5), (7, 3))) ==
+      ((7, 8, 64), (10, 2, 64), (8, 7)), "attention shapes, packed")
+check(refused(lambda: kjit._attention_shapes(2, 8, 2, 5, 7, 64, "bhsd", ((2, 5), (7, 3))),
+              "layout 'bhsd' does not apply"), "attention shapes: packed takes no bhsd")
+check(refused(lambda: kjit._attention_problem(3, 4, 4, None, None, 64, "bf16", False, None, None,
+                                              packed=((2, 5), (2, 5))),
+              "batch is 3 but the packed lengths give 2"), "attention: batch against the lengths")
+problem = kjit._attention_problem(None, 4, 2, None, None, 64, "bf16", False, None, None,
+                                  packed=((2, 5), (7, 3)))
+check((problem.batch, problem.seq_q, problem.seq_k, problem.sequences) == (2, 5, 7, 2) and
+      problem.seqlens_k[1] == 3, "attention problem, packed: batch, longest lengths, offsets")
 
 # set_log: the callback must be callable; topics alone keep it; unknown topics warn.
 lines = []

@@ -279,6 +279,45 @@ for label, b, h, g, s, d, causal, window, layout in (
               *fixed_errors, "same bits" if same else "DIFFERENT bits"))
 
 
+# Packed batches (seqlens_q / seqlens_k, FlashAttention's varlen): sequences of
+# different lengths in one [tokens, heads, D] tensor, forward and backward through
+# torch.autograd, each sequence against autograd of an fp32 reference of its own
+# (causal, bottom-right aligned where the lengths differ; GQA 8/2).
+h, g, d = 8, 2, 128
+lq, lk = [1, 7, 300, 129], [5, 7, 250, 300]
+q = torch.randn(sum(lq), h, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+k = torch.randn(sum(lk), g, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+v = torch.randn(sum(lk), g, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+d_o = torch.randn(sum(lq), h, d, device=dev, dtype=torch.bfloat16)
+o, lse = kjit.attention(q, k, v, causal=True, seqlens_q=lq,
+                        seqlens_k=torch.tensor(lk, dtype=torch.int32))
+grads = torch.autograd.grad(o, (q, k, v), d_o)
+qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+want_o, want_lse = [], []
+for qs, ks, vs in zip(qf.split(lq), kf.split(lk), vf.split(lk)):
+    sq, sk = qs.shape[0], ks.shape[0]
+    scores = qs.transpose(0, 1) @ ks.repeat_interleave(h // g, dim=1).permute(1, 2, 0) / d ** 0.5
+    i = torch.arange(sq, device=dev)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=dev)[None, :]
+    # A query that sees no key (the first 50 of the third sequence) gives 0, its LSE
+    # -inf; its scores stay finite here so that autograd gives no NaN.
+    seen_row = (j <= i).any(dim=-1, keepdim=True)
+    scores = scores.masked_fill((j > i) & seen_row, float("-inf"))
+    p_ = torch.where(seen_row, torch.softmax(scores, dim=-1), 0.0)
+    want_o.append((p_ @ vs.repeat_interleave(h // g, dim=1).transpose(0, 1)).transpose(0, 1))
+    want_lse.append(torch.where(seen_row[:, 0], torch.logsumexp(scores, dim=-1), float("-inf")))
+want_o, want_lse = torch.cat(want_o), torch.cat(want_lse, dim=1)
+wants = torch.autograd.grad(want_o, (qf, kf, vf), d_o.float())
+seen = torch.isfinite(want_lse)
+errors = [max_relative(o, want_o)] + [((got.float() - want).norm() / want.norm()).item()
+                                      for got, want in zip(grads, wants)]
+lse_err = (lse[seen] - want_lse[seen]).abs().max().item()
+check("attention packed batch (seqlens_q, seqlens_k), causal GQA, forward and backward",
+      max(errors) < 2e-2 and lse_err < 1e-2 and tuple(lse.shape) == (h, sum(lq)),
+      "errors o, dq, dk, dv: " + ", ".join(f"{e:.2e}" for e in errors) +
+      f"; LSE max error {lse_err:.2e}")
+
+
 # Attention with score and mask modifiers in kjit's IR (ALiBi with a slope per head, a
 # causal sliding window as a mask), forward and backward through torch.autograd, against
 # autograd of an fp32 reference built from the same slopes.
