@@ -39,7 +39,7 @@ constexpr double kPersistentWriteShare = 0.5;
 // cores idle (the other warpgroup's main loop runs during the rest).
 constexpr double kPingPongWriteShare = 0.1;
 // Misaligned rows of C: each store instruction beyond one per 16-byte chunk costs
-// this share of the tile's write-out time (at the SM's share of DRAM bandwidth),
+// this share of the tile's write-out time (kWriteBytesPerSmClock, model.h),
 // serial with the main loop. Fitted on the H200 to 2048x50257x768 (2026-12-01,
 // docs/perf/2026-12-01-h200-matmul-peers.md): the same 128x256 config wrote rows of
 // 50257 in 0.065 ms more than rows of 50304 (one tile per block); the persistent
@@ -523,10 +523,11 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   }
 
   // Per unit, serial with its own main loop: the pipeline fill and the write-out of
-  // the tile (at the SM's share of DRAM bandwidth); another resident block's main
-  // loop hides part of both.
+  // the tile (kWriteBytesPerSmClock: what an SM sends out, whatever the DRAM); another
+  // resident block's main loop hides part of both.
   const double out_bytes = splits > 1 ? 4 : matmul::dtype_bytes(p.output);
-  const double write_seconds = c.bm * c.bn * out_bytes / (rates.dram_bytes_per_s / sms);
+  const double write_seconds =
+      c.bm * c.bn * out_bytes / (kWriteBytesPerSmClock * rates.sm_clock_hz);
   // The persistent schedule fills its pipeline once: the producer loads the next
   // tile while the consumers write this one out, and the stores drain under the
   // next main loop.

@@ -57,7 +57,7 @@ DeviceRates rates_of(const cuda::DeviceProperties& device) {
   r.sm_clock_hz = (device.sm_clock_khz > 0 ? device.sm_clock_khz : 1980000) * 1e3;
   const double theoretical = device.theoretical_bandwidth_gbs() * 1e9;
   r.dram_bytes_per_s = 0.9 * (theoretical > 0 ? theoretical : 4.8e12);
-  r.l2_bytes_per_s = 2.5 * r.dram_bytes_per_s;
+  r.l2_bytes_per_s = kL2BytesPerSmClock * r.sms * r.sm_clock_hz;
   const int cc = device.cc_major * 10 + device.cc_minor;
   r.tensor_flops_per_sm_clock = cc >= 90 ? 4096 : cc >= 80 ? 2048 : 1024;
   r.simt_flops_per_sm_clock = 256;

@@ -64,7 +64,9 @@ struct DeviceRates {
   int sms = 0;
   double sm_clock_hz = 0;
   double dram_bytes_per_s = 0;  // achievable: 90% of 2 x memory clock x bus width
-  double l2_bytes_per_s = 0;    // 2.5x DRAM (a prior; L2 re-reads of tiles)
+  // L2 to the SMs (the tiles' re-reads of A and B): kL2BytesPerSmClock per SM per
+  // clock, a prior. It scales with the SMs and their clock, not with DRAM.
+  double l2_bytes_per_s = 0;
   // Dense tensor-core FLOP/s per SM per clock for 16-bit inputs: 4096 on sm_90
   // (wgmma), 2048 on sm_80/86/89 (mma.sync); tf32 half of that; SIMT fp32 256.
   double tensor_flops_per_sm_clock = 0;
@@ -75,6 +77,21 @@ struct DeviceRates {
   double ridge() const;
 };
 DeviceRates rates_of(const cuda::DeviceProperties& device);
+// Bytes per SM per clock that L2 serves, a prior: the H200's 2.5 x achievable DRAM
+// over 132 SMs at 1.98 GHz (11.06 TB/s), which its tunes were fitted with. It was
+// 2.5 x DRAM on every GPU, which on the H100 (same SMs and L2, 2/3 of the DRAM)
+// priced 128 x 256 tiles as L2-bound at 0.216 ms for 4096^3; measured 0.179, the
+// 192 x 192 tiles the model picked instead 0.200
+// (docs/perf/2026-12-05-h200-cluster-multicast.md, call 1).
+inline constexpr double kL2BytesPerSmClock = 42.33;
+// Bytes per SM per clock at which an output tile leaves the SM (the consumers'
+// stores, or their hand-over to the copy engine), a prior: the H200's achievable
+// DRAM over its SMs (4.43 TB/s over 132 SMs at 1.98 GHz), at which the matmul
+// model's write-out costs were fitted. It was that DRAM share on every GPU; the H100
+// (2/3 of the DRAM) ran the same tiles within 2% of the H200 (call 1 of the same
+// note: 4096^3 in 128 x 256 tiles 0.1791 ms against 0.1759, 16384 x 8192 x 1024
+// 0.3919 against 0.3882).
+inline constexpr double kWriteBytesPerSmClock = 16.93;
 
 // Measured efficiencies by key for one GPU model, over priors the families give.
 class Efficiencies {

@@ -2,6 +2,7 @@
 // memory) and its refit from trials. Everything on datasheet devices, no GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -70,6 +71,29 @@ TEST(Model, RidgeAndRatesFromTheDatasheet) {
   EXPECT_NEAR(r.dram_bytes_per_s / 1e12, 4.43, 0.05);  // 90% of 4.92 TB/s
   EXPECT_GT(r.ridge(), 200);
   EXPECT_LT(r.ridge(), 300);
+}
+
+// L2 and an SM's write-out rate follow the SMs and their clock, not DRAM: the H100
+// (same SMs and L2 as the H200, 2/3 of its DRAM) gets the H200's. Measured on an
+// H100 (docs/perf/2026-12-05-h200-cluster-multicast.md, call 1), 4096^3 ran 0.1791
+// ms in 128 x 256 persistent tiles, where the model, then pricing L2 as 2.5x DRAM,
+// picked 192 x 192 tiles (0.2000 ms); the compute-bound products of the matmul issue
+// get the H200's picks there now.
+TEST(Model, L2AndWriteOutFollowTheSmsNotDram) {
+  const cuda::DeviceProperties h100 = cuda::planning_device("h100");
+  EXPECT_LT(rates_of(h100).dram_bytes_per_s, 0.7 * rates_of(h200).dram_bytes_per_s);
+  EXPECT_EQ(rates_of(h100).l2_bytes_per_s, rates_of(h200).l2_bytes_per_s);
+  EXPECT_NEAR(rates_of(h200).l2_bytes_per_s / 1e12, 11.06, 0.01);  // the fitted prior
+  EXPECT_NEAR(rates_of(a100).l2_bytes_per_s / 1e12, 6.45, 0.01);   // 108 SMs at 1.41 GHz
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{4096, 4096, 4096},
+                                {8192, 8192, 8192},
+                                {32000, 4096, 768},
+                                {16384, 8192, 1024}}) {
+    const MatmulTuning problem(matmul_problem(m, n, k));
+    const std::string on_h100 = best_of(problem, h100);
+    EXPECT_EQ(on_h100, best_of(problem, h200)) << m << "x" << n << "x" << k;
+    EXPECT_EQ(on_h100.find("bm=192,bn=192"), std::string::npos) << on_h100;
+  }
 }
 
 // The wave-quantization cliff: one more tile column turns 4 waves of 128 x 256
