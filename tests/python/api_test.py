@@ -161,6 +161,22 @@ else:
     o_copied, _ = kjit.attention(q, k1.expand(2, 64, 4, 64).contiguous(),
                                  k1.expand(2, 64, 4, 64).contiguous())
     check(torch.equal(o_expanded, o_copied), "attention: an expand()ed k and v")
+    # Packed batches: 3-D tensors, tokens as the lengths add up, no bhsd.
+    check(refused(lambda: kjit.attention(q, q, q, seqlens_q=[64, 64]), "are 3-D"),
+          "attention, packed: 4-D q refused")
+    packed = torch.randn(100, 4, 64, **cuda)
+    check(refused(lambda: kjit.attention(packed, packed, packed, seqlens_q=[60, 30]),
+                  "q has shape (100, 4, 64)", "(90, 4, 64)"),
+          "attention, packed: tokens against the lengths")
+    check(refused(lambda: kjit.attention(packed, packed, packed, seqlens_q=[60, 40],
+                                         layout="bhsd"), "layout 'bhsd' does not apply"),
+          "attention, packed: no bhsd")
+    o_packed, lse_packed = kjit.attention(packed, packed, packed, seqlens_q=[60, 40])
+    o_first, _ = kjit.attention(packed[None, :60], packed[None, :60], packed[None, :60])
+    # (Its config may differ from the packed problem's: the same values, to rounding.)
+    check(tuple(lse_packed.shape) == (4, 100) and
+          torch.allclose(o_packed[:60].float(), o_first[0].float(), atol=2e-2, rtol=2e-2),
+          "attention, packed: the first sequence as a batch of its own")
     check(refused(lambda: kernel(q, q, q, out=torch.empty(2, 64, 1, 64, **cuda).expand(2, 64, 4,
                                                                                          64)),
                   "out is a broadcast view"), "Attention(): a broadcast out")
