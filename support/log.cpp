@@ -1,5 +1,6 @@
 #include "kjit/support/log.h"
 
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <mutex>
@@ -18,6 +19,9 @@ struct LogState {
   std::set<std::string> topics;
   bool all = false;
   bool none = false;
+  // Whether any topic may be enabled: log_enabled() reads it without the lock, so a
+  // caller on a hot path (every matmul launch) pays one load when KJIT_LOG is unset.
+  std::atomic<bool> any{false};
   std::function<void(const std::string&)> sink;
 };
 
@@ -54,6 +58,7 @@ void parse_topics(LogState& state, const std::string& text) {
     if (topic == "none") state.none = true;
     state.topics.insert(topic);
   }
+  state.any.store(!state.none && !state.topics.empty(), std::memory_order_relaxed);
   if (!unknown.empty() && !state.none) {
     std::string names;
     for (const std::string& name : unknown) names += (names.empty() ? "'" : ", '") + name + "'";
@@ -75,6 +80,7 @@ LogState& state() {
 
 bool log_enabled(const char* topic) {
   LogState& s = state();
+  if (!s.any.load(std::memory_order_relaxed)) return false;
   std::lock_guard<std::mutex> lock(s.mutex);
   return !s.none && (s.all || s.topics.count(topic) > 0);
 }

@@ -1188,9 +1188,6 @@ def attention(q, k, v, causal=False, window=None, scale=None, layout="bshd", sco
     if packed is None and (k.shape[0] != batch or k.shape[3] != head_dim):
         raise UserError(f"k has shape {tuple(k.shape)} but q {tuple(q.shape)}: their batch and "
                         f"head dim differ", 1)
-    if packed is not None and k.shape[2] != head_dim:
-        raise UserError(f"k has shape {tuple(k.shape)} but q {tuple(q.shape)}: their head dim "
-                        f"differs", 1)
     dtype = {2: "bf16", 1: "f16"}.get(_code_of(q))
     if dtype is None or k.dtype != q.dtype or v.dtype != q.dtype:
         raise UserError("kjit.attention takes bfloat16 or float16 q, k and v of one dtype", 1)
