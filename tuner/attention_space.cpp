@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <utility>
@@ -360,9 +361,66 @@ std::string window_side(int64_t v) {
   return v < 0 ? std::string("inf") : std::to_string(v);
 }
 
+// x rounded up to a quarter octave: x itself up to 8, then 10, 12, 14, 16, 20, 24,
+// 28, 32, 40, ... (steps of at most 25%).
+int64_t quarter_octave(int64_t x) {
+  if (x <= 8) return x;
+  int top = 63;
+  while (!((x >> top) & 1)) --top;
+  const int64_t step = int64_t{1} << (top - 2);
+  return (x + step - 1) / step * step;
+}
+
+// The representative lengths of one side (queries or keys) of a packed batch of
+// `count` sequences (count a quarter octave already): the longest first, the
+// others at the mean length of the rest, both rounded up.
+std::vector<int64_t> profile_lengths(const std::vector<int64_t>& cu, int64_t count) {
+  const int64_t sequences = static_cast<int64_t>(cu.size()) - 1;
+  int64_t longest = 0;
+  for (size_t i = 1; i < cu.size(); ++i) longest = std::max(longest, cu[i] - cu[i - 1]);
+  std::vector<int64_t> out(static_cast<size_t>(count), 0);
+  out[0] = quarter_octave(longest);
+  if (count > 1) {
+    // The rest's mean, rounded up; with a single sequence, the longest stands in.
+    const int64_t rest =
+        sequences > 1 ? (cu.back() - longest + sequences - 2) / (sequences - 1) : longest;
+    std::fill(out.begin() + 1, out.end(), std::min(quarter_octave(rest), out[0]));
+  }
+  return out;
+}
+
 }  // namespace
 
-AttentionTuning::AttentionTuning(attention::Problem problem) : problem_(std::move(problem)) {}
+attention::Problem length_profile(const attention::Problem& problem) {
+  if (!problem.packed()) return problem;
+  const int64_t count = quarter_octave(problem.batch);
+  const std::vector<int64_t> q = profile_lengths(problem.cu_seqlens_q, count);
+  const std::vector<int64_t> k = profile_lengths(problem.cu_seqlens_k, count);
+  constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
+  auto tokens = [](const std::vector<int64_t>& lengths) {
+    double sum = 0;
+    for (int64_t l : lengths) sum += static_cast<double>(l);
+    return sum;
+  };
+  if (tokens(q) > kMaxTokens || tokens(k) > kMaxTokens) return problem;
+  attention::Problem out = problem;
+  out.set_lengths(q, k);
+  return out;
+}
+
+AttentionTuning::AttentionTuning(attention::Problem problem)
+    : problem_(std::move(problem)), profile_(length_profile(problem_)) {}
+
+std::string AttentionTuning::signature() const {
+  return profile_.to_string();
+}
+
+std::unique_ptr<TuningProblem> AttentionTuning::tuned_as() const {
+  if (profile_.cu_seqlens_q == problem_.cu_seqlens_q &&
+      profile_.cu_seqlens_k == problem_.cu_seqlens_k)
+    return nullptr;
+  return std::make_unique<AttentionTuning>(profile_);
+}
 
 std::string AttentionTuning::problem_class() const {
   return problem_.kernel_class() + ",mask=" + mask_kind(problem_) +
@@ -675,11 +733,12 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
 }
 
 std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& signature) {
+  constexpr int64_t kMaxRebuiltSequences = int64_t{1} << 20;
   // batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..,
-  // [packed=q:a+b/k:c+d,]dtype=bf16|f16,d=..[,pass=backward][,deterministic=1]
+  // [packed=q:a+bxN/k:c+dxN,]dtype=bf16|f16,d=..[,pass=backward][,deterministic=1]
   static const std::regex form(
       R"(^batch=(\d+),heads=(\d+),kv_heads=(\d+),seq_q=(\d+),seq_k=(\d+),causal=([01]),)"
-      R"(window=(inf|\d+):(inf|\d+),scale=([^,]+),(packed=q:([\d+]+)/k:([\d+]+),)?)"
+      R"(window=(inf|\d+):(inf|\d+),scale=([^,]+),(packed=q:([\d+x]+)/k:([\d+x]+),)?)"
       R"(dtype=(bf16|f16),d=(\d+)(,pass=backward)?(,deterministic=1)?$)");
   std::smatch m;
   if (!std::regex_match(signature, m, form)) return nullptr;
@@ -695,12 +754,19 @@ std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& sig
     p.window_right = m[8] == "inf" ? -1 : std::stoll(m[8]);
     p.scale = std::stod(m[9]);
     if (m[10].matched) {
+      // "1+7+320x39": lengths, a run of equal ones as LENGTHxCOUNT.
       auto split = [](const std::string& text) {
         std::vector<int64_t> out;
         size_t start = 0;
         while (start < text.size()) {
           const size_t plus = std::min(text.find('+', start), text.size());
-          out.push_back(std::stoll(text.substr(start, plus - start)));
+          const std::string item = text.substr(start, plus - start);
+          const size_t times = item.find('x');
+          const int64_t count = times == std::string::npos ? 1 : std::stoll(item.substr(times + 1));
+          // A signature read from the store rebuilds at most kMaxRebuiltSequences.
+          if (count < 1 || static_cast<int64_t>(out.size()) + count > kMaxRebuiltSequences)
+            throw std::out_of_range("packed sequence count");
+          out.insert(out.end(), static_cast<size_t>(count), std::stoll(item.substr(0, times)));
           start = plus + 1;
         }
         return out;

@@ -51,7 +51,10 @@ class AttentionTuning : public TuningProblem {
   const attention::Problem& problem() const { return problem_; }
 
   std::string family() const override { return "attention"; }
-  std::string signature() const override { return problem_.to_string(); }
+  // The problem's text (Problem::to_string()); a packed batch's is its length
+  // profile's (length_profile()), which it is tuned as (tuned_as()).
+  std::string signature() const override;
+  std::unique_ptr<TuningProblem> tuned_as() const override;
   // The kernel class and the kind of mask ("dtype=bf16,d=128,mask=causal").
   std::string problem_class() const override;
   // batch, heads, seq_q, seq_k
@@ -70,7 +73,19 @@ class AttentionTuning : public TuningProblem {
 
  private:
   attention::Problem problem_;
+  attention::Problem profile_;  // length_profile(problem_)
 };
+
+// What a packed batch is tuned as: a representative batch of its length profile.
+// The sequence count, the longest query and key lengths and the mean length of the
+// other sequences are each rounded up to a quarter octave (exact up to 8, then 10,
+// 12, 14, 16, 20, ...: 300 -> 320, 2049 -> 2560); the representative has that many
+// sequences, the longest first, the others all of the mean. A training loop whose
+// packed batches differ in their lengths then shares one tuning (and one entry of
+// the store) per profile instead of tuning, with KJIT_TUNE=1, every batch it meets.
+// The profile of a representative is itself. Unpacked problems, and batches whose
+// representative would pass 2^31 - 1 tokens, are their own profile.
+attention::Problem length_profile(const attention::Problem& problem);
 
 // The problem an attention spec describes: {"family": "attention", "batch", "heads",
 // "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "window": "L:R",
@@ -78,7 +93,8 @@ class AttentionTuning : public TuningProblem {
 // heads, seq_k = seq_q, head_dim 128, bf16; packed when seqlens_q is given).
 // UserError naming the field otherwise.
 std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec);
-// From a signature (Problem::to_string()); nullptr if it is not one.
+// From a signature (Problem::to_string()); nullptr if it is not one (or names more
+// than 2^20 packed sequences).
 std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& signature);
 
 }  // namespace kjit::tuner

@@ -169,6 +169,7 @@ Choice Chooser::choose(const TuningProblem& problem) {
     auto it = remembered_.find(signature);
     if (it != remembered_.end()) return it->second;
   }
+  if (std::unique_ptr<TuningProblem> as = problem.tuned_as()) return choose(*as);
   Choice choice;
   bool found = false;
   if (std::optional<cache::TuningRecord> tuned = store_->find_tuning(gpu_model_, signature)) {

@@ -11,9 +11,10 @@
 //
 // Choices are remembered per problem signature, so a second lookup in a process is
 // a hash-map find; at most `max_remembered` of them (then the memory starts over), so
-// a process that meets ever new problems (packed attention batches, whose lengths are
-// part of the signature) does not grow without bound. KJIT_LOG=config prints each
-// first choice and where it came from.
+// a process that meets ever new problems does not grow without bound. A problem that
+// is tuned as another (TuningProblem::tuned_as(): packed attention batches, as their
+// length profile) is chosen for as that one. KJIT_LOG=config prints each first choice
+// and where it came from.
 #pragma once
 
 #include <map>

@@ -72,6 +72,11 @@ class TuningProblem {
   // choices that the problem's shape decides (matmul: pitch=line, which matters only
   // where an operand's rows are off the 128-byte lines). A tuning carried to a near
   // problem (the chooser's nearest) may take the twin the model prefers there.
+  // The problem this one is tuned as, where problems share one tuning: a packed
+  // attention batch is tuned as the representative batch of its length profile
+  // (tuner/attention_space.h), whose signature it has. nullptr: itself.
+  // Chooser::choose and tune() work on that problem.
+  virtual std::unique_ptr<TuningProblem> tuned_as() const { return nullptr; }
   virtual std::vector<std::string> run_time_twins(const std::string& config) const {
     (void)config;
     return {};

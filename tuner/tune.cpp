@@ -208,6 +208,8 @@ const Measured* pick_winner(const std::vector<Measured>& trials, const TuningPro
 
 TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& measurer,
                 const TuneOptions& options, const ProgressListener& progress) {
+  if (std::unique_ptr<TuningProblem> as = problem.tuned_as())
+    return tune(*as, chooser, measurer, options, progress);
   const auto started = std::chrono::steady_clock::now();
   const cuda::DeviceProperties& device = chooser.device();
   cache::Store& store = chooser.store();

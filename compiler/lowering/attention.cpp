@@ -95,10 +95,17 @@ std::string Problem::kernel_class() const {
 std::string Problem::to_string() const {
   std::string packed_text;
   if (packed()) {
+    // "1+7+300", a run of equal lengths as "320x39".
     auto lengths = [](const std::vector<int64_t>& cu) {
       std::string out;
-      for (size_t i = 1; i < cu.size(); ++i)
-        out += (i > 1 ? "+" : "") + std::to_string(cu[i] - cu[i - 1]);
+      for (size_t i = 1; i < cu.size();) {
+        const int64_t length = cu[i] - cu[i - 1];
+        size_t run = 1;
+        while (i + run < cu.size() && cu[i + run] - cu[i + run - 1] == length) ++run;
+        out += (out.empty() ? "" : "+") + std::to_string(length) +
+               (run > 1 ? "x" + std::to_string(run) : "");
+        i += run;
+      }
       return out;
     };
     packed_text = "packed=q:" + lengths(cu_seqlens_q) + "/k:" + lengths(cu_seqlens_k) + ",";

@@ -74,7 +74,8 @@ struct Problem {
   std::string kernel_class() const;
   // Every field, canonical, for logs and tuning keys:
   // "batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..",
-  // then ",packed=q:1+7+300/k:1+7+300" when packed, then "," + kernel_class(), then
+  // then ",packed=q:1+7+300/k:1+7+300" when packed (a run of equal lengths as
+  // "320x39"), then "," + kernel_class(), then
   // ",deterministic=1" for a deterministic backward pass.
   std::string to_string() const;
 };

@@ -143,6 +143,7 @@ void explain_command(const ExplainCommand& c) {
       out["measured_high_ms"] = measured.high_ms;
     }
     if (!measure_note.empty()) out["measure_error"] = measure_note;
+    if (problem->tuned_as()) out["tuned_as"] = problem->signature();
     return print_json(out);
   }
 
@@ -152,6 +153,9 @@ void explain_command(const ExplainCommand& c) {
                     ? signature
                     : fmt::format("{} {}", problem->family(), signature))
             << "\n";
+  if (problem->tuned_as())
+    std::cout << "tuned as   the batch above, its length profile's representative; this batch "
+                 "runs as given\n";
   std::cout << fmt::format("gpu        {}\n", target.describe());
   std::cout << fmt::format("config     {}\n", choice.config);
   if (!o.config.empty()) {

@@ -3,10 +3,12 @@
 // bad specs are user errors, the space matches attention_space, and the model
 // ranks the configs measured fastest on the H200 first.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include "kjit/cache/store.h"
@@ -86,6 +88,99 @@ TEST(AttentionTuning, ModifiersAreInTheSpecAndTheClass) {
       UserError);
   EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"score_mod", 3}}),
                UserError);
+}
+
+// Packed batches are tuned as their length profile: a training loop whose batches
+// differ in their lengths shares one tuning per profile (with KJIT_TUNE=1 it tuned
+// every batch it met, and the store kept a row per batch).
+TEST(AttentionTuning, PackedBatchesAreTunedAsTheirLengthProfile) {
+  attention::Problem p = benchmark_shape(true);
+  p.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});
+  // Four sequences; queries: the longest 2049 -> 2560, the others' mean
+  // ceil(308 / 3) = 103 -> 112; keys: 1000 -> 1024, ceil(29 / 3) = 10 -> 10.
+  const attention::Problem profile = length_profile(p);
+  EXPECT_EQ(profile.cu_seqlens_q, (std::vector<int64_t>{0, 2560, 2672, 2784, 2896}));
+  EXPECT_EQ(profile.cu_seqlens_k, (std::vector<int64_t>{0, 1024, 1034, 1044, 1054}));
+  const AttentionTuning tuning(p);
+  EXPECT_NE(tuning.signature().find(",packed=q:2560+112x3/k:1024+10x3,"), std::string::npos)
+      << tuning.signature();
+  EXPECT_EQ(tuning.signature(), profile.to_string());
+  EXPECT_EQ(tuning.problem().cu_seqlens_q, p.cu_seqlens_q);  // runs as given
+  const std::unique_ptr<TuningProblem> as = tuning.tuned_as();
+  ASSERT_NE(as, nullptr);
+  EXPECT_EQ(as->signature(), tuning.signature());
+  EXPECT_EQ(as->tuned_as(), nullptr);  // a profile's profile is itself
+  EXPECT_EQ(length_profile(profile).cu_seqlens_q, profile.cu_seqlens_q);
+
+  // Another batch of the same profile shares the signature; a longer one does not.
+  attention::Problem same = benchmark_shape(true);
+  same.set_lengths({90, 2100, 8, 209}, {9, 900, 9, 11});
+  EXPECT_EQ(AttentionTuning(same).signature(), tuning.signature());
+  attention::Problem longer = same;
+  longer.set_lengths({90, 2600, 8, 209}, {9, 900, 9, 11});
+  EXPECT_NE(AttentionTuning(longer).signature(), tuning.signature());
+
+  // Self-attention stays self-attention ({8, 4, 4}: the others' mean is 4); counts
+  // and lengths up to 8 are exact; 9 sequences are tuned as 10.
+  attention::Problem self = benchmark_shape(false);
+  self.set_lengths({3, 8, 5});
+  EXPECT_EQ(length_profile(self).cu_seqlens_q, (std::vector<int64_t>{0, 8, 12, 16}));
+  EXPECT_EQ(length_profile(self).cu_seqlens_k, length_profile(self).cu_seqlens_q);
+  self.set_lengths(std::vector<int64_t>(9, 64));
+  EXPECT_EQ(length_profile(self).batch, 10);
+  EXPECT_EQ(length_profile(self).seq_q, 64);
+  EXPECT_EQ(AttentionTuning(self).tuned_as()->signature(), AttentionTuning(self).signature());
+
+  // Unpacked problems are their own profile.
+  EXPECT_EQ(AttentionTuning(benchmark_shape(true)).tuned_as(), nullptr);
+
+  // The chooser finds a tuning of the profile for any batch of it.
+  std::string dir = (std::filesystem::temp_directory_path() / "kjit-profile-XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  {
+    std::shared_ptr<cache::Store> store = cache::Store::open(dir + "/kjit.db");
+    const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+    const std::string model = "NVIDIA H200 cc9.0 132SM";
+    const std::string tuned = "mma=wgmma,bm=128,bn=64,stages=2";
+    cache::TuningRecord record;
+    record.gpu_model = model;
+    record.problem = as->signature();
+    record.config = tuned;
+    record.measured = {0.5, 0.01, 25};
+    record.tuner_version = "test";
+    store->put_tuning(record);
+    Chooser chooser(store, model, h200);
+    for (const attention::Problem& batch : {p, same}) {
+      const Choice choice = chooser.choose(AttentionTuning(batch));
+      EXPECT_EQ(choice.source, Choice::Source::Store);
+      EXPECT_EQ(choice.config, tuned);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A stored signature names its packed lengths in runs ("320x39"); one naming more
+// sequences than a tuner would rebuild is not read.
+TEST(AttentionTuning, PackedSignaturesSpellRunsOfLengths) {
+  attention::Problem p = benchmark_shape(false);
+  std::vector<int64_t> lengths(40, 300);
+  lengths[7] = 2049;
+  p.set_lengths(lengths);
+  const std::string exact = p.to_string();
+  EXPECT_NE(exact.find("packed=q:300x7+2049+300x32/k:300x7+2049+300x32,"), std::string::npos)
+      << exact;
+  const std::unique_ptr<TuningProblem> rebuilt = problem_from_signature(exact);
+  ASSERT_NE(rebuilt, nullptr);
+  const auto& problem = dynamic_cast<const AttentionTuning&>(*rebuilt).problem();
+  EXPECT_EQ(problem.cu_seqlens_q, p.cu_seqlens_q);
+  EXPECT_EQ(problem.cu_seqlens_k, p.cu_seqlens_k);
+  std::string huge = exact;
+  for (size_t at; (at = huge.find("300x32")) != std::string::npos;)
+    huge.replace(at, 6, "1x2000000");
+  EXPECT_EQ(problem_from_signature(huge), nullptr);
+  std::string bad = exact;
+  bad.replace(bad.find("300x32/"), 7, "300x/");
+  EXPECT_EQ(problem_from_signature(bad), nullptr);
 }
 
 TEST(AttentionTuning, BadSpecsAreUserErrors) {

@@ -133,8 +133,8 @@ TEST_F(ChooserTest, ChoicesAreRememberedUntilRefresh) {
   EXPECT_EQ(chooser.choose(square(2048)).source, Choice::Source::Store);
 }
 
-// A process that meets ever new problems (packed attention batches name their lengths
-// in the signature) remembers at most max_remembered choices, then starts over.
+// A process that meets ever new problems remembers at most max_remembered choices,
+// then starts over.
 TEST_F(ChooserTest, RememberedChoicesAreBounded) {
   Chooser chooser(store_, kModel, h200_, 3);
   for (int64_t size : {256, 512, 768}) chooser.choose(square(size));

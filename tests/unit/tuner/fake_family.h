@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ class FakeProblem : public TuningProblem {
   std::map<std::string, std::string> schedules;  // config -> Prediction::schedule (else "")
   std::string name = "fake n=1";
   std::string bound = "memory";  // every prediction's Prediction::bound
+  // What tuned_as() gives (a copy); none: the problem is tuned as itself.
+  std::shared_ptr<const FakeProblem> tuned_as_problem;
 
   std::string family() const override { return "fake"; }
   std::string signature() const override { return name; }
@@ -47,6 +50,10 @@ class FakeProblem : public TuningProblem {
     return config;
   }
   std::vector<KernelSource> sources(const std::string&) const override { return {}; }
+  std::unique_ptr<TuningProblem> tuned_as() const override {
+    if (!tuned_as_problem) return nullptr;
+    return std::make_unique<FakeProblem>(*tuned_as_problem);
+  }
   Work work() const override { return {}; }
 };
 

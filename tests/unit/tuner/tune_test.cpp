@@ -30,11 +30,13 @@ struct ScriptedMeasurer {
   int calls = 0;
   TimerOptions timer;                     // the last job's
   std::vector<std::string> last_configs;  // the last job's
+  std::set<std::string> problems;         // every job's problem's name
 
   Measurer get() {
-    return [this](const TuningProblem&, const std::vector<std::string>& configs,
+    return [this](const TuningProblem& problem, const std::vector<std::string>& configs,
                   const TimerOptions& options, double, const MeasureListener& listener) {
       ++calls;
+      if (auto* fake = dynamic_cast<const FakeProblem*>(&problem)) problems.insert(fake->name);
       timer = options;
       last_configs = configs;
       if (sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
@@ -105,6 +107,26 @@ TEST_F(TuneTest, ModelStrategyCoversTopKernelsThenTheWinnersVariants) {
   // The chooser now takes the tuning.
   Chooser chooser(store_, "gpu", device_);
   EXPECT_EQ(chooser.choose(problem_).source, Choice::Source::Store);
+}
+
+// A problem tuned as another (packed attention batches, as their length profile's
+// representative) has that one measured, and the tuning and trials are stored under
+// the signature the two share: what the chooser finds for either.
+TEST_F(TuneTest, AProblemTunedAsAnotherMeasuresThatOne) {
+  auto representative = std::make_shared<FakeProblem>(problem_);
+  representative->name = "fake n=8";
+  FakeProblem exact = problem_;
+  exact.tuned_as_problem = representative;
+  Chooser chooser(store_, "gpu", device_);
+  const TuneResult r = tune(exact, chooser, measurer_.get(), TuneOptions{});
+  EXPECT_EQ(r.signature, "fake n=8");
+  EXPECT_EQ(measurer_.problems, (std::set<std::string>{"fake n=8"}));
+  ASSERT_TRUE(store_->find_tuning("gpu", "fake n=8").has_value());
+  EXPECT_FALSE(store_->find_tuning("gpu", exact.signature()).has_value());
+  EXPECT_EQ(store_->find_tuning("gpu", "fake n=8")->config, r.config);
+  chooser.refresh();
+  EXPECT_EQ(chooser.choose(exact).source, Choice::Source::Store);
+  EXPECT_EQ(chooser.choose(exact).config, r.config);
 }
 
 // Where a family names schedules the model cannot rank (elementwise grids), phase 1
