@@ -6,10 +6,11 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
-#include <regex>
+#include <string_view>
 #include <utility>
 
 #include "kjit/support/error.h"
+#include "kjit/tuner/signature_fields.h"
 
 namespace kjit::tuner {
 
@@ -733,55 +734,97 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
 }
 
 std::unique_ptr<AttentionTuning> attention_from_signature(const std::string& signature) {
-  constexpr int64_t kMaxRebuiltSequences = int64_t{1} << 20;
   // batch=..,heads=..,kv_heads=..,seq_q=..,seq_k=..,causal=0|1,window=L:R,scale=..,
   // [packed=q:a+bxN/k:c+dxN,]dtype=bf16|f16,d=..[,pass=backward][,deterministic=1]
-  static const std::regex form(
-      R"(^batch=(\d+),heads=(\d+),kv_heads=(\d+),seq_q=(\d+),seq_k=(\d+),causal=([01]),)"
-      R"(window=(inf|\d+):(inf|\d+),scale=([^,]+),(packed=q:([\d+x]+)/k:([\d+x]+),)?)"
-      R"(dtype=(bf16|f16),d=(\d+)(,pass=backward)?(,deterministic=1)?$)");
-  std::smatch m;
-  if (!std::regex_match(signature, m, form)) return nullptr;
-  try {
-    attention::Problem p;
-    p.batch = std::stoll(m[1]);
-    p.heads = std::stoll(m[2]);
-    p.kv_heads = std::stoll(m[3]);
-    p.seq_q = std::stoll(m[4]);
-    p.seq_k = std::stoll(m[5]);
-    p.causal = m[6] == "1";
-    p.window_left = m[7] == "inf" ? -1 : std::stoll(m[7]);
-    p.window_right = m[8] == "inf" ? -1 : std::stoll(m[8]);
-    p.scale = std::stod(m[9]);
-    if (m[10].matched) {
-      // "1+7+320x39": lengths, a run of equal ones as LENGTHxCOUNT.
-      auto split = [](const std::string& text) {
-        std::vector<int64_t> out;
-        size_t start = 0;
-        while (start < text.size()) {
-          const size_t plus = std::min(text.find('+', start), text.size());
-          const std::string item = text.substr(start, plus - start);
-          const size_t times = item.find('x');
-          const int64_t count = times == std::string::npos ? 1 : std::stoll(item.substr(times + 1));
-          // A signature read from the store rebuilds at most kMaxRebuiltSequences.
-          if (count < 1 || static_cast<int64_t>(out.size()) + count > kMaxRebuiltSequences)
-            throw std::out_of_range("packed sequence count");
-          out.insert(out.end(), static_cast<size_t>(count), std::stoll(item.substr(0, times)));
-          start = plus + 1;
-        }
-        return out;
-      };
-      p.set_lengths(split(m[11]), split(m[12]));
+  namespace field = signature_fields;
+  // A signature read from the store rebuilds at most this many packed sequences.
+  constexpr int64_t kMaxRebuiltSequences = int64_t{1} << 20;
+  const std::vector<std::string_view> fields = field::split(signature, ',');
+  size_t next = 0;
+  // The next field's value when it is KEY=value; nullopt (and no step) otherwise.
+  auto take = [&](std::string_view key) -> std::optional<std::string_view> {
+    if (next >= fields.size()) return std::nullopt;
+    std::optional<std::string_view> value = field::value_of(fields[next], key);
+    if (value) ++next;
+    return value;
+  };
+  // "inf" (-1) or a count.
+  auto side = [](std::string_view text) -> std::optional<int64_t> {
+    if (text == "inf") return -1;
+    return field::count(text);
+  };
+  // "1+7+320x39": lengths, a run of equal ones as LENGTHxCOUNT.
+  auto lengths = [](std::string_view text) -> std::optional<std::vector<int64_t>> {
+    std::vector<int64_t> out;
+    for (std::string_view item : field::split(text, '+')) {
+      const std::vector<std::string_view> run = field::split(item, 'x');
+      const std::optional<int64_t> length = field::count(run[0]);
+      const std::optional<int64_t> times = run.size() == 2 ? field::count(run[1]) : 1;
+      if (run.size() > 2 || !length || !times || *times < 1 ||
+          static_cast<int64_t>(out.size()) + *times > kMaxRebuiltSequences)
+        return std::nullopt;
+      out.insert(out.end(), static_cast<size_t>(*times), *length);
     }
-    p.dtype = m[13] == "f16" ? ir::DType::F16 : ir::DType::BF16;
-    p.head_dim = std::stoi(m[14]);
-    p.backward = m[15].matched;
-    p.deterministic = m[16].matched;
+    return out;
+  };
+
+  attention::Problem p;
+  const std::optional<int64_t> batch = field::count(take("batch").value_or("")),
+                               heads = field::count(take("heads").value_or("")),
+                               kv_heads = field::count(take("kv_heads").value_or("")),
+                               seq_q = field::count(take("seq_q").value_or("")),
+                               seq_k = field::count(take("seq_k").value_or(""));
+  const std::optional<std::string_view> causal = take("causal"), window = take("window"),
+                                        scale = take("scale");
+  if (!batch || !heads || !kv_heads || !seq_q || !seq_k || !causal ||
+      (*causal != "0" && *causal != "1") || !window || !scale)
+    return nullptr;
+  const std::vector<std::string_view> window_sides = field::split(*window, ':');
+  if (window_sides.size() != 2) return nullptr;
+  const std::optional<int64_t> left = side(window_sides[0]), right = side(window_sides[1]);
+  if (!left || !right) return nullptr;
+  if (std::optional<std::string_view> packed = take("packed")) {
+    const std::vector<std::string_view> sides = field::split(*packed, '/');
+    if (sides.size() != 2 || sides[0].substr(0, 2) != "q:" || sides[1].substr(0, 2) != "k:")
+      return nullptr;
+    const std::optional<std::vector<int64_t>> q = lengths(sides[0].substr(2)),
+                                              k = lengths(sides[1].substr(2));
+    if (!q || !k) return nullptr;
+    try {
+      p.set_lengths(*q, *k);
+    } catch (const UserError&) {
+      return nullptr;
+    }
+  } else {
+    p.batch = *batch;
+    p.seq_q = *seq_q;
+    p.seq_k = *seq_k;
+  }
+  const std::optional<std::string_view> dtype = take("dtype");
+  const std::optional<int64_t> head_dim = field::count(take("d").value_or(""));
+  if (!dtype || (*dtype != "bf16" && *dtype != "f16") || !head_dim || *head_dim > 4096)
+    return nullptr;
+  const std::optional<std::string_view> pass = take("pass"), deterministic = take("deterministic");
+  if ((pass && *pass != "backward") || (deterministic && *deterministic != "1")) return nullptr;
+  if (next != fields.size()) return nullptr;  // modifiers, or fields this version lacks
+  p.backward = pass.has_value();
+  p.deterministic = deterministic.has_value();
+  p.heads = *heads;
+  p.kv_heads = *kv_heads;
+  p.causal = *causal == "1";
+  p.window_left = *left;
+  p.window_right = *right;
+  p.dtype = *dtype == "f16" ? ir::DType::F16 : ir::DType::BF16;
+  p.head_dim = static_cast<int>(*head_dim);
+  try {
+    size_t used = 0;
+    p.scale = std::stod(std::string(*scale), &used);
+    if (used != scale->size()) return nullptr;
     attention::validate_problem(p);
-    return std::make_unique<AttentionTuning>(std::move(p));
   } catch (const std::exception&) {
     return nullptr;
   }
+  return std::make_unique<AttentionTuning>(std::move(p));
 }
 
 }  // namespace kjit::tuner

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <regex>
 #include <sstream>
 
 #include "kjit/compiler/ir/parser.h"
@@ -15,6 +14,7 @@
 #include "kjit/support/error.h"
 #include "kjit/support/hash.h"
 #include "kjit/support/key_values.h"
+#include "kjit/tuner/signature_fields.h"
 
 namespace kjit::tuner {
 
@@ -472,16 +472,30 @@ std::unique_ptr<ElementwiseTuning> elementwise_from_spec(const nlohmann::json& s
 
 std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& signature) {
   // "elementwise ir=H in=x:f32:full,... out=y:f32,... align=16 n=N cols=C cost=W"
-  static const std::regex form(
-      R"(^(elementwise ir=\w+ in=(\S*) out=(\S+) align=(16|1)) n=(\d+) cols=(\d+) cost=([0-9.]+)$)");
-  std::smatch m;
-  if (!std::regex_match(signature, m, form)) return nullptr;
+  namespace field = signature_fields;
+  const std::vector<std::string_view> words = field::split(signature, ' ');
+  if (words.size() != 8 || words[0] != "elementwise") return nullptr;
+  const std::optional<std::string_view> ir = field::value_of(words[1], "ir"),
+                                        inputs = field::value_of(words[2], "in"),
+                                        outputs = field::value_of(words[3], "out"),
+                                        align = field::value_of(words[4], "align"),
+                                        cost = field::value_of(words[7], "cost");
+  const std::optional<int64_t> n = field::count(field::value_of(words[5], "n").value_or("")),
+                               cols = field::count(field::value_of(words[6], "cols").value_or(""));
+  if (!ir || !field::is_word(*ir) || !inputs || !outputs || outputs->empty() || !align ||
+      (*align != "16" && *align != "1") || !n || !cols || !cost || cost->empty() ||
+      cost->find_first_not_of("0123456789.") != std::string_view::npos)
+    return nullptr;
   std::unique_ptr<ElementwiseTuning> t(new ElementwiseTuning());
-  t->class_text_ = m[1];
-  t->shape_.aligned = m[4] == "16";
-  t->shape_.n = std::stoll(m[5]);
-  t->shape_.cols = std::stoll(m[6]);
-  t->shape_.cost = std::stod(m[7]);
+  t->class_text_ = signature.substr(0, static_cast<size_t>(words[5].data() - signature.data()) - 1);
+  t->shape_.aligned = *align == "16";
+  t->shape_.n = *n;
+  t->shape_.cols = *cols;
+  try {
+    t->shape_.cost = std::stod(std::string(*cost));
+  } catch (const std::exception&) {
+    return nullptr;  // "."
+  }
   auto items = [](const std::string& text) {
     std::vector<std::vector<std::string>> out;
     std::stringstream list(text);
@@ -493,14 +507,14 @@ std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& sig
     }
     return out;
   };
-  for (const auto& parts : items(m[2])) {
+  for (const auto& parts : items(std::string(*inputs))) {
     if (parts.size() != 3) return nullptr;
     std::optional<DType> d = ir::parse_dtype(parts[1]);
     std::optional<Access> a = ir::parse_access(parts[2]);
     if (!d || !a) return nullptr;
     t->shape_.inputs.emplace_back(*d, *a);
   }
-  for (const auto& parts : items(m[3])) {
+  for (const auto& parts : items(std::string(*outputs))) {
     if (parts.size() != 2) return nullptr;
     std::optional<DType> d = ir::parse_dtype(parts[1]);
     if (!d) return nullptr;

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <regex>
+#include <iterator>
+#include <optional>
+#include <string_view>
 
 #include "kjit/compiler/lowering/matmul_epilogue.h"
 #include "kjit/support/error.h"
 #include "kjit/support/key_values.h"
+#include "kjit/tuner/signature_fields.h"
 
 namespace kjit::tuner {
 
@@ -735,36 +738,55 @@ std::unique_ptr<MatmulTuning> matmul_from_spec(const nlohmann::json& spec) {
 
 std::unique_ptr<MatmulTuning> matmul_from_signature(const std::string& signature) {
   // m=..,n=..,k=..,batch=..,layout=..,dtype=..,out=..,align=16|1[,epilogue=TEXT{,name:kind:dtype}]
-  static const std::regex head(
-      R"(^m=(\d+),n=(\d+),k=(\d+),batch=(\d+),layout=([nt]{2}),dtype=(\w+),out=(\w+),align=(16|1)(,epilogue=.*)?$)");
-  std::smatch match;
-  if (!std::regex_match(signature, match, head)) return nullptr;
+  namespace field = signature_fields;
+  const size_t epilogue_at = signature.find(",epilogue=");
+  const std::vector<std::string_view> head =
+      field::split(std::string_view(signature).substr(0, epilogue_at), ',');
+  static const char* const keys[] = {"m", "n", "k", "batch", "layout", "dtype", "out", "align"};
+  if (head.size() != std::size(keys)) return nullptr;
+  std::string_view values[std::size(keys)];
+  for (size_t i = 0; i < std::size(keys); ++i) {
+    const std::optional<std::string_view> value = field::value_of(head[i], keys[i]);
+    if (!value) return nullptr;
+    values[i] = *value;
+  }
+  const std::optional<int64_t> m = field::count(values[0]), n = field::count(values[1]),
+                               k = field::count(values[2]), batch = field::count(values[3]);
+  const std::string_view layout = values[4], align = values[7];
+  if (!m || !n || !k || !batch || layout.size() != 2 ||
+      layout.find_first_not_of("nt") != std::string_view::npos || !field::is_word(values[5]) ||
+      !field::is_word(values[6]) || (align != "16" && align != "1"))
+    return nullptr;
   try {
     Problem p;
-    p.m = std::stoll(match[1]);
-    p.n = std::stoll(match[2]);
-    p.k = std::stoll(match[3]);
-    p.batch = std::stoll(match[4]);
-    matmul::set_layout(p, match[5]);
-    p.input = matmul::parse_dtype(match[6]);
-    p.output = matmul::parse_dtype(match[7]);
-    p.aligned = match[8] == "16";
-    std::string tail = match[9];
-    if (!tail.empty()) {
+    p.m = *m;
+    p.n = *n;
+    p.k = *k;
+    p.batch = *batch;
+    matmul::set_layout(p, std::string(layout));
+    p.input = matmul::parse_dtype(std::string(values[5]));
+    p.output = matmul::parse_dtype(std::string(values[6]));
+    p.aligned = align == "16";
+    if (epilogue_at != std::string::npos) {
       // The operands close the text: ",name:kind:dtype" each, read from the end.
-      static const std::regex operand(R"(,([A-Za-z_]\w*):(row|col|tensor):(f32|f16|bf16)$)");
+      std::string_view tail = std::string_view(signature).substr(epilogue_at);
       p.epilogue.function_name = "kjit_epilogue_fn";
       p.epilogue.function_source = "(from a signature)";
-      std::smatch op;
-      while (std::regex_search(tail, op, operand)) {
-        const matmul::OperandKind kind = op[2] == "row"   ? matmul::OperandKind::RowVector
-                                         : op[2] == "col" ? matmul::OperandKind::ColumnVector
-                                                          : matmul::OperandKind::Tensor;
-        p.epilogue.operands.insert(p.epilogue.operands.begin(),
-                                   {op[1], kind, matmul::parse_dtype(op[3])});
-        tail = tail.substr(0, static_cast<size_t>(op.position(0)));
+      for (size_t comma; (comma = tail.rfind(',')) != std::string_view::npos && comma > 0;) {
+        const std::vector<std::string_view> operand = field::split(tail.substr(comma + 1), ':');
+        if (operand.size() != 3 || !field::is_identifier(operand[0]) ||
+            (operand[1] != "row" && operand[1] != "col" && operand[1] != "tensor") ||
+            (operand[2] != "f32" && operand[2] != "f16" && operand[2] != "bf16"))
+          break;
+        const matmul::OperandKind kind = operand[1] == "row"   ? matmul::OperandKind::RowVector
+                                         : operand[1] == "col" ? matmul::OperandKind::ColumnVector
+                                                               : matmul::OperandKind::Tensor;
+        p.epilogue.operands.insert(
+            p.epilogue.operands.begin(),
+            {std::string(operand[0]), kind, matmul::parse_dtype(std::string(operand[2]))});
+        tail = tail.substr(0, comma);
       }
-      p.epilogue.text = tail.substr(std::string(",epilogue=").size());
+      p.epilogue.text = std::string(tail.substr(std::string_view(",epilogue=").size()));
     }
     return std::make_unique<MatmulTuning>(std::move(p));
   } catch (const UserError&) {

@@ -8,7 +8,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string_view>
 
@@ -53,24 +52,61 @@ ir::Shape grid_shape(ModifierOperandKind kind) {
   return {};
 }
 
+// One statement as a declaration "NAME : DTYPE [ heads|q|kv ]" (spaces anywhere
+// between): its three words, or nullopt. Read by hand: std::regex recursed once per
+// character and overflowed the stack on a statement of 100,000 spaces.
+struct Declaration {
+  std::string_view name, dtype, grid;
+};
+std::optional<Declaration> read_declaration(std::string_view statement) {
+  size_t at = 0;
+  auto skip_spaces = [&] {
+    while (at < statement.size() && std::isspace(static_cast<unsigned char>(statement[at]))) ++at;
+  };
+  auto word = [&] {
+    const size_t start = at;
+    while (at < statement.size() &&
+           (std::isalnum(static_cast<unsigned char>(statement[at])) || statement[at] == '_'))
+      ++at;
+    return statement.substr(start, at - start);
+  };
+  auto punctuation = [&](char c) {
+    skip_spaces();
+    if (at >= statement.size() || statement[at] != c) return false;
+    ++at;
+    skip_spaces();
+    return true;
+  };
+  Declaration d;
+  skip_spaces();
+  d.name = word();
+  if (d.name.empty() || std::isdigit(static_cast<unsigned char>(d.name[0])) || !punctuation(':'))
+    return std::nullopt;
+  d.dtype = word();
+  if (d.dtype.empty() || !punctuation('[')) return std::nullopt;
+  d.grid = word();
+  if ((d.grid != "heads" && d.grid != "q" && d.grid != "kv") || !punctuation(']') ||
+      at != statement.size())
+    return std::nullopt;
+  return d;
+}
+
 // Declarations of one grid dim ("slope:f32[heads]") are taken out of the text
 // (blanked, so that error positions stay the user's) and declared before it with
 // their grid shape; the rest of the text parses as written.
 std::vector<ir::Predeclared> take_declarations(std::string& text) {
-  static const std::regex declaration(
-      R"(^\s*([A-Za-z_]\w*)\s*:\s*(\w+)\s*\[\s*(heads|q|kv)\s*\]\s*$)");
   std::vector<ir::Predeclared> out;
   for (size_t start = 0; start < text.size();) {
     size_t end = text.find_first_of(";\n#", start);
     if (end == std::string::npos) end = text.size();
-    std::smatch match;
-    const std::string statement = text.substr(start, end - start);
-    if (std::regex_match(statement, match, declaration)) {
-      if (const std::optional<DType> dtype = ir::parse_dtype(match[2].str())) {
-        const ModifierOperandKind kind = match[3] == "heads" ? ModifierOperandKind::PerHead
-                                         : match[3] == "q"   ? ModifierOperandKind::PerQuery
-                                                             : ModifierOperandKind::PerKey;
-        out.push_back({match[1].str(), *dtype, grid_shape(kind)});
+    const std::optional<Declaration> declaration =
+        read_declaration(std::string_view(text).substr(start, end - start));
+    if (declaration) {
+      if (const std::optional<DType> dtype = ir::parse_dtype(std::string(declaration->dtype))) {
+        const ModifierOperandKind kind = declaration->grid == "heads" ? ModifierOperandKind::PerHead
+                                         : declaration->grid == "q" ? ModifierOperandKind::PerQuery
+                                                                    : ModifierOperandKind::PerKey;
+        out.push_back({std::string(declaration->name), *dtype, grid_shape(kind)});
         std::fill(text.begin() + static_cast<std::ptrdiff_t>(start),
                   text.begin() + static_cast<std::ptrdiff_t>(end), ' ');
       }

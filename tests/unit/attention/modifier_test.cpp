@@ -83,6 +83,24 @@ TEST(AttentionModifier, AlibiReadsAPerHeadSlope) {
   EXPECT_EQ(positions.operands[1].kind, ModifierOperandKind::PerKey);
 }
 
+// Declarations are read by hand, with spaces anywhere between their words: a
+// regex recursed once per character and overflowed the stack (a segfault) on a
+// statement of 100,000 spaces.
+TEST(AttentionModifier, DeclarationsOfAnyLengthAreRead) {
+  const Modifier spaced = score_mod_from_ir(" \t slope :  f32 [ heads ]  ; s - slope");
+  ASSERT_EQ(spaced.operands.size(), 1u);
+  EXPECT_EQ(spaced.operands[0].name, "slope");
+  EXPECT_EQ(spaced.operands[0].kind, ModifierOperandKind::PerHead);
+  const std::string spaces(100000, ' ');
+  EXPECT_TRUE(score_mod_from_ir(spaces + "s * 2").operands.empty());
+  EXPECT_EQ(score_mod_from_ir(spaces + "w:f32[kv]" + spaces + "; s * w").operands[0].kind,
+            ModifierOperandKind::PerKey);
+  // Not declarations: they parse as expressions (and fail there, as before).
+  EXPECT_THROW(score_mod_from_ir("slope:f32[heads] x; s - slope"), UserError);
+  EXPECT_THROW(score_mod_from_ir("9slope:f32[heads]; s"), UserError);
+  EXPECT_THROW(score_mod_from_ir(std::string(100000, 'w') + ":f32[rows]; s"), UserError);
+}
+
 // An undeclared name is an operand, so a misspelt s, q_idx, kv_idx or head read random
 // operand values: a name one edit (or case) from those is refused unless declared.
 TEST(AttentionModifier, MisspeltNamesAreRefusedUnlessDeclared) {

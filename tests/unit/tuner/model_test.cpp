@@ -9,6 +9,7 @@
 #include "kjit/cache/records.h"
 #include "kjit/compiler/lowering/matmul_epilogue.h"
 #include "kjit/support/error.h"
+#include "kjit/tuner/attention_space.h"
 #include "kjit/tuner/elementwise_space.h"
 #include "kjit/tuner/fit.h"
 #include "kjit/tuner/matmul_space.h"
@@ -484,6 +485,83 @@ TEST(Signature, ElementwiseRoundTripsWhatTheModelNeeds) {
   EXPECT_EQ(make_problem(t.spec())->signature(), t.signature());
   // The bias is a row: read once, not once per output.
   EXPECT_NEAR(t.work().bytes, 2.0 * (4096 * 1000 * 2) + 1000 * 2, 1e-9);
+}
+
+// Signatures come from the store, which another process or an imported file may have
+// written, so they may be of any length. Read with std::regex they overflowed the
+// stack (a segfault while the chooser refit the model) at some 40,000 characters.
+TEST(Signature, LongSignaturesAreReadWithoutOverflowingTheStack) {
+  // A matmul epilogue's text of 400,000 characters, then its operand.
+  const std::string text(400000, 'a');
+  const std::unique_ptr<MatmulTuning> matmul = matmul_from_signature(
+      "m=256,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16,align=16,epilogue=" + text +
+      ",bias:row:bf16");
+  ASSERT_NE(matmul, nullptr);
+  EXPECT_EQ(matmul->problem().epilogue.text, text);
+  ASSERT_EQ(matmul->problem().epilogue.operands.size(), 1u);
+  EXPECT_EQ(matmul->problem().epilogue.operands[0].name, "bias");
+
+  // A packed attention batch naming 50,000 lengths (as signatures did before length
+  // profiles).
+  std::string lengths;
+  for (int i = 0; i < 50000; ++i) lengths += (i ? "+" : "") + std::to_string(100 + i % 7);
+  const std::unique_ptr<TuningProblem> attention = problem_from_signature(
+      "batch=50000,heads=1,kv_heads=1,seq_q=106,seq_k=106,causal=0,window=inf:inf,scale=0.1,"
+      "packed=q:" +
+      lengths + "/k:" + lengths + ",dtype=bf16,d=128");
+  ASSERT_NE(attention, nullptr);
+  EXPECT_EQ(dynamic_cast<const AttentionTuning&>(*attention).problem().batch, 50000);
+
+  // An elementwise chain with 20,000 more inputs.
+  const ElementwiseTuning t("x:bf16[n]; y = x * 2", "", {{"n", 4096}});
+  std::string many = t.signature();
+  const size_t in = many.find(" in=") + 4;
+  const std::string first = many.substr(in, many.find_first_of(", ", in) - in) + ",";
+  std::string extra;
+  for (int i = 0; i < 20000; ++i) extra += first;
+  many.insert(in, extra);
+  const std::unique_ptr<TuningProblem> elementwise = problem_from_signature(many);
+  ASSERT_NE(elementwise, nullptr) << many.substr(0, 200);
+  EXPECT_EQ(elementwise->family(), "elementwise");
+}
+
+// What is not a signature of this version is not read (nullptr), whatever it holds.
+TEST(Signature, MalformedSignaturesAreNotRead) {
+  const std::string matmul = "m=256,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16,align=16";
+  ASSERT_NE(problem_from_signature(matmul), nullptr);
+  for (const std::string& bad : std::vector<std::string>{
+           std::string("m=99999999999999999999,n=1,k=1,batch=1,layout=nn,dtype=bf16,out=bf16,"
+                       "align=16"),
+           "m=256,n=256,k=256,batch=1,layout=nx,dtype=bf16,out=bf16,align=16",
+           "m=256,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16,align=8",
+           "m=256,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16", matmul + ",extra=1",
+           "m=-1,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16,align=16"})
+    EXPECT_EQ(matmul_from_signature(bad), nullptr) << bad;
+
+  const std::string attention =
+      "batch=2,heads=4,kv_heads=2,seq_q=300,seq_k=300,causal=1,window=inf:0,scale=0.125,"
+      "packed=q:1+299/k:1+299,dtype=bf16,d=128";
+  ASSERT_NE(problem_from_signature(attention), nullptr);
+  ASSERT_NE(problem_from_signature(attention + ",pass=backward,deterministic=1"), nullptr);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = attention;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  for (const std::string& bad : std::vector<std::string>{
+           attention + ",pass=forward", attention + ",score_mod=ab12", attention + ",",
+           with("1+299/k", "1x/k"), with("1+299/k", "1+2+3/k"), with("0.125", "0.125x"),
+           with("inf:0", "inf"), with("causal=1", "causal=2"), with("d=128", "d=99999999999"),
+           with("dtype=bf16", "dtype=f32"), with("1+299/k", "0+299/k")})
+    EXPECT_EQ(problem_from_signature(bad), nullptr) << bad;
+
+  const std::string elementwise =
+      ElementwiseTuning("x:bf16[n]; y = x * 2", "", {{"n", 4096}}).signature();
+  ASSERT_NE(problem_from_signature(elementwise), nullptr);
+  for (const std::string& bad :
+       {elementwise + " more", elementwise.substr(0, elementwise.find(" cost=")) + " cost=.",
+        elementwise.substr(0, elementwise.find(" n=")) + " n=x cols=1 cost=1"})
+    EXPECT_EQ(problem_from_signature(bad), nullptr) << bad;
 }
 
 // Strided inputs (the coalescing lesson): the spec carries the strides, the kernel
