@@ -14,6 +14,7 @@
 #include "kjit/cache/store.h"
 #include "kjit/cache/store_internal.h"
 #include "kjit/support/hash.h"
+#include "kjit/support/json.h"
 
 namespace kjit::cache {
 
@@ -134,7 +135,7 @@ std::string encode_options(const std::vector<std::string>& options) {
 }
 
 std::vector<std::string> decode_options(const std::string& text) {
-  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json parsed = parse_json(text, /*allow_exceptions=*/false);
   if (!parsed.is_array()) return {};
   std::vector<std::string> options;
   for (const nlohmann::json& item : parsed)

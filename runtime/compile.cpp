@@ -8,6 +8,7 @@
 #include "kjit/cache/key.h"
 
 #include "kjit/support/hash.h"
+#include "kjit/support/json.h"
 #include "kjit/support/options.h"
 #include "kjit/templates/embedded.h"
 
@@ -81,7 +82,7 @@ std::string ptxas_stats_json(const std::vector<cuda::KernelStats>& kernels) {
 
 std::vector<cuda::KernelStats> ptxas_stats_from_json(const std::string& text) {
   std::vector<cuda::KernelStats> out;
-  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json parsed = parse_json(text, /*allow_exceptions=*/false);
   if (!parsed.is_array()) return out;
   for (const nlohmann::json& k : parsed) {
     if (!k.is_object()) continue;

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "kjit/support/error.h"
+#include "kjit/support/json.h"
 
 extern char** environ;
 
@@ -258,7 +259,7 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
         }
         break;
       }
-      const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+      const nlohmann::json event = parse_json(line, /*allow_exceptions=*/false);
       if (!event.is_object() || !event.contains("event")) continue;  // stray output
       const std::string kind = event.value("event", "");
       const std::string config = event.value("config", "");
@@ -321,7 +322,7 @@ int serve_measurements(const HarnessFactory& make_harness, const cuda::DevicePro
     if (line.empty()) continue;
     nlohmann::json job;
     try {
-      job = nlohmann::json::parse(line);
+      job = parse_json(line);
       if (!harness || job.at("spec") != harness_spec) {
         harness.reset();
         harness = make_harness(job.at("spec"));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kjit/support/error.h"
+#include "kjit/support/json.h"
 
 namespace kjit::tuner {
 
@@ -55,7 +56,7 @@ std::vector<WorkloadEntry> parse_workload(const std::string& text, const std::st
                     "\"n\": 4096, \"k\": 4096}]");
   nlohmann::json parsed;
   try {
-    parsed = nlohmann::json::parse(text);
+    parsed = parse_json(text, /*allow_exceptions=*/true, "workload " + path);
   } catch (const nlohmann::json::parse_error& e) {
     throw UserError(fmt::format("workload {}: line {}: not valid JSON ({})", path,
                                 line_of(text, e.byte > 0 ? e.byte - 1 : 0), e.what()));

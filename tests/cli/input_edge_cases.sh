@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # input_edge_cases.sh KJIT — inputs a careless user (or a hostile file) gives:
 # stdout that cannot be written, paths that are not regular files, bytes that
-# are not UTF-8 in --json output, and expressions longer than one argument.
+# are not UTF-8 in --json output, expressions longer than one argument, and JSON
+# nested a million levels deep.
 # Each check failed before issue 14: exit 0 on /dev/full, a FIFO that blocked
 # forever, a JSON type error (exit 3).
 set -uo pipefail
@@ -41,5 +42,13 @@ expect 0 "kjit_ew_" "$kjit" emit -f "$dir/long.txt"
 head -c 1100000 /dev/zero | tr '\0' ' ' >"$dir/huge.txt"
 expect 2 "kjit reads at most 1.0 MiB of expression text" "$kjit" emit -f "$dir/huge.txt"
 expect 2 "give WHAT or -f FILE, not both" "$kjit" emit -f "$dir/long.txt" "y = x"
+
+# A workload of a million nested lists is bad input, not a stack overflow (a
+# segfault, exit 139, before the bound on nesting).
+{
+  head -c 1000000 /dev/zero | tr '\0' '['
+  head -c 1000000 /dev/zero | tr '\0' ']'
+} >"$dir/deep.json"
+expect 2 "deep.json: values nest more than 64 levels deep" "$kjit" tune --workload "$dir/deep.json"
 
 finish

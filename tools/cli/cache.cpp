@@ -9,6 +9,7 @@
 #include "kjit/cache/sqlite.h"
 #include "kjit/cache/store.h"
 #include "kjit/support/error.h"
+#include "kjit/support/json.h"
 #include "tools/cli/command.h"
 
 namespace kjit::cli {
@@ -173,7 +174,7 @@ void run_show(const CacheCommandOptions& o) {
   if (!b)
     throw UserError(fmt::format("no binary whose key starts with '{}'", o.key),
                     "`kjit cache ls` lists the keys");
-  nlohmann::json stats = nlohmann::json::parse(b->ptxas_stats, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json stats = parse_json(b->ptxas_stats, /*allow_exceptions=*/false);
   if (stats.is_discarded()) stats = b->ptxas_stats;
   if (o.json) {
     nlohmann::json out = binary_json(*b);
