@@ -2,8 +2,10 @@
 // and a per-thread last error; no exception crosses it.
 #include "kjit/kjit_c.h"
 
+#include <cxxabi.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -28,27 +30,65 @@
 #include "kjit/tuner/elementwise_space.h"
 #include "kjit/tuner/matmul_space.h"
 
+// Every kernel and buffer holds a reference to its runtime: kjit_runtime_destroy
+// drops the caller's, and the runtime goes with the last handle made from it, so
+// handles may be destroyed in any order (a kernel destroyed after its runtime used
+// freed memory).
 struct kjit_runtime {
   std::unique_ptr<kjit::Runtime> runtime;
+  std::atomic<int> references{1};
 };
+
+namespace kjit_c {
+
+void release(kjit_runtime* runtime) {
+  if (runtime != nullptr && runtime->references.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    delete runtime;
+}
+
+// A handle's reference to its runtime; the first member of each handle, so that it
+// goes after the kernel.
+class Held {
+ public:
+  Held() = default;
+  explicit Held(kjit_runtime* runtime) { hold(runtime); }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() { release(runtime_); }
+  void hold(kjit_runtime* runtime) {
+    runtime->references.fetch_add(1, std::memory_order_relaxed);
+    runtime_ = runtime;
+  }
+  kjit_runtime* operator->() const { return runtime_; }
+
+ private:
+  kjit_runtime* runtime_ = nullptr;
+};
+
+}  // namespace kjit_c
+
 struct kjit_buffer {
-  kjit_runtime* runtime;
+  kjit_c::Held runtime;
   kjit::cuda::DeviceBuffer memory;
 };
 struct kjit_elementwise {
+  kjit_c::Held runtime;
   std::unique_ptr<kjit::ElementwiseKernel> kernel;
   std::vector<std::string> input_names, output_names;
   std::vector<kjit_dtype> input_dtypes, output_dtypes;
 };
 struct kjit_matmul {
+  kjit_c::Held runtime;
   std::unique_ptr<kjit::matmul::Matmul> matmul;
 };
 
 struct kjit_attention {
+  kjit_c::Held runtime;
   std::unique_ptr<kjit::attention::Attention> attention;
   std::vector<kjit::attention::ModifierOperand> operands;  // the modifiers', launch order
 };
 struct kjit_attention_backward {
+  kjit_c::Held runtime;
   std::unique_ptr<kjit::attention::AttentionBackward> backward;
   std::vector<kjit::attention::ModifierOperand> operands;
 };
@@ -57,12 +97,22 @@ namespace {
 
 thread_local std::string last_error;
 
-kjit_status fail(kjit_status status, const std::string& message) {
-  last_error = message;
+// Records the message (`what`, then `more` when given) as the last error. Never
+// throws: out of memory, the message is lost, not the status.
+kjit_status fail(kjit_status status, const char* what, const std::string* more = nullptr) noexcept {
+  try {
+    last_error = what;
+    if (more != nullptr) last_error += "\n" + *more;
+  } catch (...) {
+    last_error.clear();
+  }
   return status;
 }
 
-// Runs `body`, turning every exception into a status and the last error.
+// Runs `body`, turning every exception into a status and the last error; all but
+// a thread's cancellation (glibc unwinds it as an exception that must go on: the
+// Python interpreter ends its daemon threads so at exit, and one swallowed aborts
+// the process).
 template <class Body>
 kjit_status guarded(Body&& body) {
   try {
@@ -72,13 +122,17 @@ kjit_status guarded(Body&& body) {
   } catch (const kjit::UserError& e) {
     return fail(KJIT_ERROR_USER, e.what());
   } catch (const kjit::CompileError& e) {
-    return fail(KJIT_ERROR_COMPILE, std::string(e.what()) + "\n" + e.log());
+    return fail(KJIT_ERROR_COMPILE, e.what(), &e.log());
   } catch (const kjit::CudaError& e) {
     return fail(KJIT_ERROR_CUDA, e.what());
   } catch (const kjit::CacheError& e) {
     return fail(KJIT_ERROR_CACHE, e.what());
   } catch (const std::exception& e) {
     return fail(KJIT_ERROR_INTERNAL, e.what());
+  } catch (abi::__forced_unwind&) {
+    throw;
+  } catch (...) {
+    return fail(KJIT_ERROR_INTERNAL, "an exception that is no std::exception");
   }
 }
 
@@ -258,12 +312,14 @@ const char* kjit_version(void) {
 }
 
 void kjit_set_log_topics(const char* topics) {
-  kjit::set_log_topics(topics ? topics : "");
+  guarded([&] { kjit::set_log_topics(topics ? topics : ""); });
 }
 
 void kjit_set_log_callback(kjit_log_callback callback, void* user) {
-  if (callback == nullptr) return kjit::set_log_sink(nullptr);
-  kjit::set_log_sink([callback, user](const std::string& line) { callback(line.c_str(), user); });
+  guarded([&] {
+    if (callback == nullptr) return kjit::set_log_sink(nullptr);
+    kjit::set_log_sink([callback, user](const std::string& line) { callback(line.c_str(), user); });
+  });
 }
 
 void kjit_free(void* pointer) {
@@ -282,7 +338,7 @@ kjit_status kjit_runtime_create(int device, kjit_runtime** out) {
 }
 
 void kjit_runtime_destroy(kjit_runtime* runtime) {
-  delete runtime;
+  kjit_c::release(runtime);
 }
 
 kjit_status kjit_elementwise_create(kjit_runtime* runtime, const char* expression,
@@ -295,6 +351,7 @@ kjit_status kjit_elementwise_create(kjit_runtime* runtime, const char* expressio
     auto handle = std::make_unique<kjit_elementwise>();
     handle->kernel = std::make_unique<kjit::ElementwiseKernel>(
         *runtime->runtime, kjit::ir::parse(expression, options));
+    handle->runtime.hold(runtime);
     const kjit::Graph& graph = handle->kernel->graph();
     for (int id : graph.inputs()) {
       handle->input_names.push_back(graph.node(id).name);
@@ -379,6 +436,9 @@ kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem*
     p.m = problem->m;
     p.n = problem->n;
     p.k = problem->k;
+    if (problem->batch < 0)
+      throw kjit::UserError(fmt::format("matmul batch is {}", problem->batch),
+                            "a batch is >= 1, or 0 for 1 (kjit_c.h)");
     p.batch = problem->batch > 0 ? problem->batch : 1;
     kjit::matmul::set_layout(p, problem->layout ? problem->layout : "nn");
     p.input = to_matmul(problem->input);
@@ -387,6 +447,7 @@ kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem*
       p.epilogue = kjit::matmul::epilogue_from_ir(problem->epilogue, p.input).epilogue;
     auto handle = std::make_unique<kjit_matmul>();
     handle->matmul = std::make_unique<kjit::matmul::Matmul>(*runtime->runtime, p);
+    handle->runtime.hold(runtime);
     *out = handle.release();
   });
 }
@@ -461,6 +522,7 @@ kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_pr
     const kjit::attention::Problem p = attention_problem(problem);
     auto handle = std::make_unique<kjit_attention>();
     handle->attention = std::make_unique<kjit::attention::Attention>(*runtime->runtime, p);
+    handle->runtime.hold(runtime);
     handle->operands = p.modifier_operands();
     *out = handle.release();
   });
@@ -561,6 +623,7 @@ kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
     const kjit::attention::Problem p = attention_problem(problem);
     auto handle = std::make_unique<kjit_attention_backward>();
     handle->backward = std::make_unique<kjit::attention::AttentionBackward>(*runtime->runtime, p);
+    handle->runtime.hold(runtime);
     handle->operands = p.modifier_operands();
     *out = handle.release();
   });
@@ -617,6 +680,7 @@ kjit_status kjit_emit(const char* expression, kjit_dtype default_dtype, int64_t 
                       char** source) {
   return guarded([&] {
     if (source == nullptr) throw kjit::UserError("kjit_emit: source is NULL");
+    *source = nullptr;
     const std::string text = planned_source(expression, default_dtype, n, device_for(gpu)).source;
     char* copy = static_cast<char*>(std::malloc(text.size() + 1));
     if (copy == nullptr) throw kjit::UserError("out of memory");
@@ -628,6 +692,8 @@ kjit_status kjit_emit(const char* expression, kjit_dtype default_dtype, int64_t 
 kjit_status kjit_compile(const char* expression, kjit_dtype default_dtype, int64_t n,
                          const char* arch, int* registers, int* spill_bytes) {
   return guarded([&] {
+    if (registers) *registers = 0;
+    if (spill_bytes) *spill_bytes = 0;
     const std::string target = arch ? arch : "sm_90";
     kjit::cuda::validate_arch(target);
     const kjit::KernelSource source =
@@ -637,7 +703,10 @@ kjit_status kjit_compile(const char* expression, kjit_dtype default_dtype, int64
       if (k.name == source.name) {
         if (registers) *registers = k.registers;
         if (spill_bytes) *spill_bytes = k.spill_store_bytes + k.spill_load_bytes;
+        return;
       }
+    throw kjit::Error(kjit::ErrorKind::Internal,
+                      "kjit_compile: ptxas reported no kernel named " + source.name);
   });
 }
 
@@ -647,13 +716,15 @@ kjit_status kjit_buffer_create(kjit_runtime* runtime, size_t bytes, kjit_buffer*
       throw kjit::UserError("kjit_buffer_create: runtime and out are required");
     if (bytes == 0) throw kjit::UserError("kjit_buffer_create: bytes must be positive");
     runtime->runtime->context().make_current();
-    *out = new kjit_buffer{runtime, kjit::cuda::DeviceBuffer(bytes)};
+    *out = new kjit_buffer{kjit_c::Held(runtime), kjit::cuda::DeviceBuffer(bytes)};
   });
 }
 
 void kjit_buffer_destroy(kjit_buffer* buffer) {
   if (buffer == nullptr) return;
-  buffer->runtime->runtime->context().make_current();
+  // The memory is freed in its runtime's context; if that cannot be made current
+  // (the driver shutting down at exit), freeing it is all that is left to try.
+  guarded([&] { buffer->runtime->runtime->context().make_current(); });
   delete buffer;
 }
 

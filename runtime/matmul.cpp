@@ -374,6 +374,7 @@ Matmul::Variant& Matmul::variant(bool aligned) {
 }
 
 const Problem& Matmul::problem() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   return last_ ? last_->problem : problem_;
 }
 const Config& Matmul::config() const {
@@ -391,13 +392,21 @@ std::string Matmul::config_source() const {
 std::string Matmul::kernel_origin() const {
   return to_string(const_cast<Matmul*>(this)->current().main->origin());
 }
+const char* Matmul::split_way() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return split_way_;
+}
 
+// A variant lives as long as the Matmul: the references the accessors return stay
+// valid after the lock.
 Matmul::Variant& Matmul::current() {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (last_) return *last_;
   return variant(true);
 }
 
 void Matmul::launch(const Tensors& given, CUstream stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Tensors t = resolve(problem_, given);
   const bool aligned = is_aligned(problem_, t);
   Variant* v = nullptr;

@@ -70,7 +70,9 @@ class Matmul {
   // C = epilogue(alpha * op(A) * op(B) + beta * C0, extras), asynchronously on
   // `stream`. Scratch (padding, split-K partials and arrival counters) is owned by
   // this object and reused across launches; do not launch one Matmul on two streams
-  // at once.
+  // at once. Threads may share it on one stream: launches and the accessors below
+  // take a lock (a launch's host side, microseconds; the first launch of an
+  // alignment class compiles under it).
   void launch(const Tensors& tensors, CUstream stream);
 
   // The problem, config, source and ptxas report of the class used last (before
@@ -88,7 +90,7 @@ class Matmul {
   // through the workspace, each summing a slice: a cooperative launch), "last"
   // (through the workspace, the last split of each tile summing it) or "streamk"
   // (schedule=streamk: the last wave's tiles split, each summed by its last split).
-  const char* split_way() const { return split_way_; }
+  const char* split_way() const;
 
  private:
   struct Variant;
@@ -99,6 +101,9 @@ class Matmul {
   Runtime* runtime_;
   Problem problem_;
   bool fixed_ = false;
+  // Held by launch() and the accessors: what a launch changes (variants_, last_,
+  // split_way_, the scratch buffers) is host state shared by the threads.
+  mutable std::mutex mutex_;
   std::unique_ptr<Variant> variants_[2];  // [aligned]
   Variant* last_ = nullptr;
   const char* split_way_ = "none";

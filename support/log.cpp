@@ -15,7 +15,10 @@ namespace kjit {
 namespace {
 
 struct LogState {
-  std::mutex mutex;
+  // Recursive: the sink runs with it held (one line at a time, from any thread) and
+  // may itself call kjit, which logs or sets the sink or the topics on the same
+  // thread. A std::mutex deadlocked there.
+  std::recursive_mutex mutex;
   std::set<std::string> topics;
   bool all = false;
   bool none = false;
@@ -32,8 +35,9 @@ const std::set<std::string>& known_topics() {
 }
 
 void send(LogState& s, const std::string& line) {  // with s.mutex held
-  if (s.sink) {
-    s.sink(line);
+  // A copy: a sink that replaces itself (set_log_sink) finishes this call.
+  if (const std::function<void(const std::string&)> sink = s.sink) {
+    sink(line);
   } else {
     std::fprintf(stderr, "%s\n", line.c_str());
   }
@@ -81,38 +85,38 @@ LogState& state() {
 bool log_enabled(const char* topic) {
   LogState& s = state();
   if (!s.any.load(std::memory_order_relaxed)) return false;
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   return !s.none && (s.all || s.topics.count(topic) > 0);
 }
 
 void log_line(const char* topic, const std::string& message) {
   if (!log_enabled(topic)) return;
   LogState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   send(s, std::string("kjit[") + topic + "]: " + message);
 }
 
 void log_warning(const std::string& message) {
   LogState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   if (!s.none) send(s, "kjit: warning: " + message);
 }
 
 void log_text(const std::string& text) {
   LogState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   send(s, !text.empty() && text.back() == '\n' ? text.substr(0, text.size() - 1) : text);
 }
 
 void set_log_topics(const std::string& topics) {
   LogState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   parse_topics(s, topics);
 }
 
 void set_log_sink(std::function<void(const std::string&)> sink) {
   LogState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   s.sink = std::move(sink);
 }
 

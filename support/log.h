@@ -32,7 +32,10 @@ void log_text(const std::string& text);
 // "none" for nothing).
 void set_log_topics(const std::string& topics);
 // Where log lines go; nullptr restores stderr. The sink may be called from any
-// thread (kjit serializes the calls).
+// thread; kjit serializes the calls, holding its log lock, which the sink's own
+// thread may take again: a sink may call kjit (log, set the topics, replace
+// itself). set_log_sink returns once no call of the old sink is under way on
+// another thread, so the caller may then free what the old sink used.
 void set_log_sink(std::function<void(const std::string& line)> sink);
 
 }  // namespace kjit

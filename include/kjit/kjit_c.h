@@ -44,12 +44,16 @@ typedef enum kjit_dtype {
   KJIT_BOOL = 4
 } kjit_dtype;
 
-/* The message of the last failed call on this thread ("" when none). */
+/* The message of the last failed call on this thread ("" when none; a call that
+ * succeeds clears it). Valid until the thread's next kjit call. */
 const char* kjit_last_error(void);
 /* "0.1.0 (kjit-gen-2)". */
 const char* kjit_version(void);
 /* Where diagnostics go: `callback(line, user)` for every line (warnings, and the
- * topics KJIT_LOG enables); NULL restores stderr. */
+ * topics KJIT_LOG enables); NULL restores stderr. Calls come from any thread, one
+ * at a time; the callback may call kjit (log, set the topics, replace itself).
+ * Once kjit_set_log_callback returns, no call of the old callback is under way on
+ * another thread, so what it used may be freed. */
 typedef void (*kjit_log_callback)(const char* line, void* user);
 void kjit_set_log_callback(kjit_log_callback callback, void* user);
 /* What is logged: "" warnings only (the default, unless KJIT_LOG says otherwise),
@@ -70,6 +74,8 @@ typedef struct kjit_tensor {
 /* ---- the runtime: one GPU's context, the store, the tuner's choices ---- */
 typedef struct kjit_runtime kjit_runtime;
 kjit_status kjit_runtime_create(int device, kjit_runtime** out);
+/* Drops the caller's hold on the runtime. Kernels and buffers made from it hold it
+ * too: it goes with the last of them, so handles may be destroyed in any order. */
 void kjit_runtime_destroy(kjit_runtime* runtime);
 
 /* ---- elementwise chains: an expression fused into one kernel ---- */

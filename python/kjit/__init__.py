@@ -201,15 +201,16 @@ def set_log(topics=None, callback=_KEEP):
         _set_log_topics(_text_arg("set_log topics", topics))
     if callback is _KEEP:
         return
-    if callback is None:
-        _log_callback = None
-        _set_log_callback(_LOG_CALLBACK(), None)
-    elif not callable(callback):
+    if callback is not None and not callable(callback):
         raise UserError(f"set_log callback must be callable (it gets each line) or None; got "
                         f"{callback!r}", 1)
-    else:
-        _log_callback = _LOG_CALLBACK(lambda line, user: callback(line.decode("utf-8", "replace")))
-        _set_log_callback(_log_callback, None)
+    # The C side first: it returns once no call of the old callback is under way, and
+    # only then may the old one be freed (freed first, a thread inside kjit called
+    # freed memory).
+    fresh = None if callback is None else \
+        _LOG_CALLBACK(lambda line, user: callback(line.decode("utf-8", "replace")))
+    _set_log_callback(_LOG_CALLBACK() if fresh is None else fresh, None)
+    _log_callback = fresh
 
 
 _DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "i32": 3, "bool": 4}
@@ -764,6 +765,28 @@ class Elementwise:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+# Kernels kept per cache (elementwise, matmul, attention): keys hold shapes,
+# expressions and a packed batch's lengths, so a loop over ever new ones would
+# otherwise keep a handle, and its device memory, for each.
+_CACHE_LIMIT = 256
+_cache_lock = threading.Lock()
+
+
+def _cached(cache, key, make):
+    """cache[key], made by make() when missing; the oldest entry goes past the limit."""
+    kernel = cache.get(key)
+    if kernel is None:
+        kernel = make()  # outside the lock: it may compile
+        with _cache_lock:
+            kept = cache.get(key)
+            if kept is not None:  # another thread made it meanwhile
+                return kept
+            if len(cache) >= _CACHE_LIMIT:
+                del cache[next(iter(cache))]
+            cache[key] = kernel
+    return kernel
+
+
 _elementwise_cache = {}
 
 
@@ -771,15 +794,16 @@ def elementwise(expression, dtype=None, device=None):
     """The fused kernel of `expression` (cached per expression, dtype and device;
     device None: the current CUDA device)."""
     device = _device_index(device)
-    key = (expression, dtype, device)
-    if key not in _elementwise_cache:
-        _elementwise_cache[key] = Elementwise(expression, dtype, device)
-    return _elementwise_cache[key]
+    return _cached(_elementwise_cache, (expression, dtype, device),
+                   lambda: Elementwise(expression, dtype, device))
 
 
 class Matmul:
     """C = epilogue(a @ b, operands) for one problem (sizes, layout, dtype, epilogue).
-    `operands` lists the epilogue's extra operands in the order __call__ takes them."""
+    `operands` lists the epilogue's extra operands in the order __call__ takes them.
+    Its scratch (padding, split-K partials) serves one stream at a time: threads may
+    share a Matmul on one stream, but streams that run at once need one each
+    (kjit.matmul keeps one per stream)."""
 
     def __init__(self, m, n, k, batch=1, layout="nn", dtype="bf16", out=None, epilogue=None,
                  device=None):
@@ -850,11 +874,16 @@ class Matmul:
                 packed = " and packed batches" if batched else ""
                 raise UserError(f"out needs unit-stride rows{packed}; its strides are "
                                 f"{c.stride()}", 1)
+            if c.shape[-2] > 1 and c.stride(-2) == 0:  # the C API reads 0 as "packed"
+                raise UserError(f"out is broadcast (its rows share memory: strides "
+                                f"{c.stride()}); give a tensor with a row of its own per row",
+                                1)
         return self._run(a, b, operands, c, batched)
 
-    def _run(self, a, b, operands, c, batched):
-        """The launch, `a` and `b` checked (`c`: out, checked, or None for a new one):
-        checks the operands, copies what the C API cannot read in place."""
+    def _run(self, a, b, operands, c, batched, stream=None):
+        """The launch, `a` and `b` checked (`c`: out, checked, or None for a new one;
+        `stream`: the current raw stream, when the caller has it): checks the operands,
+        copies what the C API cannot read in place."""
         m, n = self.shape[0], self.shape[1]
         if c is None:  # new_empty on an empty C takes its dtype and device (no dtype=)
             template = self._c_template
@@ -875,9 +904,13 @@ class Matmul:
                 _expect_dtype(label, t, operand_dtype)
         if batched:  # packed batches: the C API takes no batch strides
             a, b = a.contiguous(), b.contiguous()
-        else:  # rows must be unit-stride (a leading dimension is fine)
-            a = a if a.stride(-1) == 1 else a.contiguous()
-            b = b if b.stride(-1) == 1 else b.contiguous()
+        else:  # rows must be unit-stride (a leading dimension is fine, 0 is not: the
+            # C API reads a leading dimension of 0 as "packed", so a broadcast row,
+            # expand(m, k), is copied)
+            a = a if a.stride(-1) == 1 and (a.stride(-2) != 0 or a.shape[-2] == 1) \
+                else a.contiguous()
+            b = b if b.stride(-1) == 1 and (b.stride(-2) != 0 or b.shape[-2] == 1) \
+                else b.contiguous()
         args = getattr(self._scratch, "args", None)  # this thread's arguments, made once
         if args is None:
             args = self._scratch.args = _MatmulArgs()
@@ -893,7 +926,8 @@ class Matmul:
         args.lda, args.ldb = a.stride(-2), b.stride(-2)
         # A 2-D out may have padded rows (a size-1 dimension's stride is arbitrary).
         args.ldc = 0 if batched else (c.stride(-2) if m > 1 else n)
-        status = _mm_launch(self._handle, ctypes.byref(args), _raw_stream(a))
+        status = _mm_launch(self._handle, ctypes.byref(args),
+                            _raw_stream(a) if stream is None else stream)
         del held
         if status:
             _check(status)
@@ -975,7 +1009,8 @@ class AttentionBackward:
     """Flash attention, backward, for one problem: dq, dk, dv from do, recomputing P from
     the forward's log-sum-exp. `deterministic`: the same bits every run (dq in a kernel of
     its own); otherwise the tuner may pick a config that sums dq with atomics (its last
-    bits then vary from run to run)."""
+    bits then vary from run to run). Its workspace serves one stream at a time: streams
+    that run at once need one each (kjit.attention's autograd keeps one per stream)."""
 
     def __init__(self, batch, heads, seq_q, head_dim, kv_heads=None, seq_k=None, dtype="bf16",
                  causal=False, window=None, scale=None, device=None, score_mod=None,
@@ -1088,19 +1123,6 @@ def _operand_pointers(operands):
 
 _attention_cache = {}
 _attention_backward_cache = {}
-# Kernels kept per cache: a packed batch's lengths are part of its key, so a training
-# loop over ever new batches would otherwise keep a handle for each.
-_ATTENTION_CACHE_LIMIT = 256
-
-
-def _cached(cache, key, make):
-    """cache[key], made by make() when missing; the oldest entry goes past the limit."""
-    kernel = cache.get(key)
-    if kernel is None:
-        if len(cache) >= _ATTENTION_CACHE_LIMIT:
-            del cache[next(iter(cache))]
-        kernel = cache[key] = make()
-    return kernel
 
 
 def _attention_function():
@@ -1124,7 +1146,8 @@ def _attention_function():
         @staticmethod
         def backward(ctx, d_o, _d_lse):
             q, k, v, o, lse = ctx.saved_tensors
-            key = ctx.key + (ctx.deterministic,)
+            # Per stream too: the backward's workspace serves one stream at a time.
+            key = ctx.key + (ctx.deterministic, _raw_stream(d_o))
             batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, window, scale, \
                 device, score_mod, mask_mod, packed = ctx.key
             kernel = _cached(_attention_backward_cache, key, lambda: AttentionBackward(
@@ -1215,13 +1238,15 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
     for name, t in (("a", a), ("b", b)):
         if not _expect_tensor(name, t).is_cuda:
             raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
-    # The kernel, and how to read a and b, per shapes, strides, dtypes and epilogue.
+    # The kernel, and how to read a and b, per shapes, strides, dtypes, epilogue and
+    # stream (a Matmul's scratch serves one stream at a time).
+    stream = _raw_stream(a)
     key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
-           a.get_device(), b.get_device())
+           a.get_device(), b.get_device(), stream)
     plan = _matmul_cache.get(key)
     checked = plan is not None
     if plan is None:
-        plan = _matmul_cache[key] = _plan_matmul(a, b, epilogue, out_dtype)
+        plan = _cached(_matmul_cache, key, lambda: _plan_matmul(a, b, epilogue, out_dtype))
     kernel, transpose_a, transpose_b = plan
     if len(operands) != len(kernel.operands) or any(n not in operands for n in kernel.operands):
         unknown = sorted(set(operands) - set(kernel.operands))
@@ -1234,7 +1259,7 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
     b = b.transpose(-1, -2) if transpose_b else b
     ordered = [operands[name] for name in kernel.operands]
     if checked:
-        return kernel._run(a, b, ordered, None, a.dim() == 3)
+        return kernel._run(a, b, ordered, None, a.dim() == 3, stream)
     return kernel(a, b, *ordered)
 
 

@@ -119,6 +119,46 @@ check(any("no log topic 'conifg'" in line for line in lines),
       "set_log: an unknown topic warns, through the callback kept")
 kjit.set_log("", None)
 
+# A callback may call kjit (it deadlocked on the log's lock), and swapping callbacks
+# while other threads log frees none in use (a segfault within seconds before: the
+# old callback was freed before the C side let go of it). In a child process: a
+# crash or a hang fails the check instead of the test.
+race = """
+import threading, time, kjit
+kjit.set_log("", lambda line: kjit.set_log(None, None))
+kjit.set_log("conifg")  # warns through the callback, which replaces itself
+stop = False
+def log():
+    while not stop:
+        kjit._set_log_topics(b"bogus")  # a warning through the current callback
+threads = [threading.Thread(target=log, daemon=True) for _ in range(4)]
+kjit.set_log(None, lambda line: None)
+for t in threads:
+    t.start()
+start = time.time()
+while time.time() - start < 4:
+    kjit.set_log(None, lambda line: None)
+stop = True
+for t in threads:
+    t.join()
+print("swapped")
+"""
+try:
+    result = subprocess.run([sys.executable, "-c", race], capture_output=True, text=True,
+                            timeout=60)
+    check(result.returncode == 0 and "swapped" in result.stdout,
+          f"set_log: callbacks that call kjit, swapped while threads log (exit "
+          f"{result.returncode}: {result.stderr[-300:]})")
+except subprocess.TimeoutExpired:
+    check(False, "set_log: a callback that calls kjit hung")
+
+# The kernel caches keep at most _CACHE_LIMIT handles, the oldest going first.
+cache = {}
+for i in range(kjit._CACHE_LIMIT + 44):
+    kjit._cached(cache, i, lambda: object())
+check(len(cache) == kjit._CACHE_LIMIT and 0 not in cache and kjit._CACHE_LIMIT + 43 in cache,
+      "kernel caches are bounded (elementwise and matmul grew without bound before)")
+
 # The library's path in the error when it cannot be loaded.
 env = dict(os.environ, KJIT_LIBRARY="/nonexistent/libkjit_c.so")
 result = subprocess.run([sys.executable, "-c", "import kjit"], env=env, capture_output=True,
@@ -206,6 +246,18 @@ else:
     c = mm(a, b, out=padded)
     check(torch.allclose(c.float(), (a.float() @ b.float()), atol=0.5, rtol=0.02),
           "Matmul(): an out with padded rows is written row by row (packed before)")
+    # A leading dimension of 0 means "packed" to the C API: a broadcast row (expand)
+    # read 64 rows from one before, and a broadcast out wrote 64 rows into one.
+    row = torch.randn(1, 32, **cuda)
+    c = mm(row.expand(64, 32), b)
+    check(torch.allclose(c.float(), (row.float() @ b.float()).expand(64, 48), atol=0.5,
+                         rtol=0.02), "Matmul(): a broadcast a (expand) is read as its rows")
+    column = torch.randn(32, 1, **cuda)
+    c = kjit.matmul(a, column.expand(32, 48))
+    check(torch.allclose(c.float(), (a.float() @ column.float()).expand(64, 48), atol=0.5,
+                         rtol=0.02), "matmul: a broadcast b (expand) is read as its rows")
+    check(refused(lambda: mm(a, b, out=torch.empty(1, 48, **cuda).expand(64, 48)),
+                  "out is broadcast"), "Matmul(): a broadcast out (written out of bounds before)")
     check(refused(lambda: kjit.matmul(1, b), "a must be a torch.Tensor"),
           "matmul: not a tensor (AttributeError before)")
     ew = kjit.elementwise("y = x + g")

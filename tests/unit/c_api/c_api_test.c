@@ -38,11 +38,15 @@ int main(void) {
   CHECK(spills == 0);
 
   /* Bad input: a status and a message that says what is wrong. */
-  source = NULL;
+  source = (char*)&registers; /* a failed call sets it to NULL (left as it was before) */
   CHECK(kjit_emit("y = sinn(x)", KJIT_F32, 1024, NULL, &source) == KJIT_ERROR_USER);
   CHECK(strstr(kjit_last_error(), "sin") != NULL);
   CHECK(source == NULL);
   CHECK(kjit_compile("y = x", KJIT_F32, 1024, "sm_42", NULL, NULL) == KJIT_ERROR_USER);
+  registers = spills = 7; /* a failed compile reports 0 and 0 (left as they were before) */
+  CHECK(kjit_compile("y = sinn(x)", KJIT_F32, 1024, "sm_90", &registers, &spills) ==
+        KJIT_ERROR_USER);
+  CHECK(registers == 0 && spills == 0);
   CHECK(kjit_emit(NULL, KJIT_F32, 1024, NULL, &source) == KJIT_ERROR_USER);
 
   /* Handles that were never created: errors or neutral answers, never crashes. */

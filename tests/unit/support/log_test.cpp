@@ -63,5 +63,28 @@ TEST(Log, TopicsIgnoreSpacesAndCaseAndUnknownOnesWarn) {
       << c.lines[0];
 }
 
+// A sink that calls kjit again on its own thread (logs, sets the topics, replaces
+// itself) deadlocked on the log's lock.
+TEST(Log, TheSinkMayCallKjit) {
+  std::vector<std::string> lines;
+  int calls = 0;
+  set_log_sink([&](const std::string& line) {
+    lines.push_back(line);
+    if (++calls == 1) {
+      set_log_topics("config");
+      log_line("config", "from the sink");
+      set_log_sink([&](const std::string& later) { lines.push_back("second: " + later); });
+      lines.push_back("the first sink ran on");  // replaced, it finishes its call
+    }
+  });
+  log_warning("first");
+  log_warning("after");
+  set_log_sink(nullptr);
+  set_log_topics("");
+  EXPECT_EQ(lines,
+            (std::vector<std::string>{"kjit: warning: first", "kjit[config]: from the sink",
+                                      "the first sink ran on", "second: kjit: warning: after"}));
+}
+
 }  // namespace
 }  // namespace kjit
