@@ -78,10 +78,4 @@ __device__ __forceinline__ void store_vec_streaming(T* p, const Vec<T, V>& in) {
   for (int c = 0; c < Vec<T, V>::kChunks; ++c) __stcs(dst + c, in.chunks[c]);
 }
 
-// Rounds an f32 value to the precision of T and back (a cast inside the chain).
-template <typename T>
-__device__ __forceinline__ float round_through(float x) {
-  return to_f32(from_f32<T>(x));
-}
-
 }  // namespace kjit

@@ -81,6 +81,13 @@ __device__ __forceinline__ bool from_f32<bool>(float x) {
   return x != 0.0f;
 }
 
+// Rounds an f32 value to the precision of T and back: a cast inside an expression
+// (an elementwise chain, a matmul epilogue, an attention modifier).
+template <typename T>
+__device__ __forceinline__ float round_through(float x) {
+  return to_f32(from_f32<T>(x));
+}
+
 // Two fp32 values packed into one 32-bit register of two 16-bit floats (low = a).
 __device__ __forceinline__ u32 pack_bf16x2(float a, float b) {
   u32 out;

@@ -695,6 +695,9 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
     if (!spec.at("deterministic").is_boolean())
       throw UserError("attention spec: 'deterministic' must be true or false");
     p.deterministic = spec.at("deterministic").get<bool>();
+    if (p.deterministic && !p.backward)
+      throw UserError("attention spec: 'deterministic' applies to the backward pass",
+                      "add \"backward\": true (the forward pass gives the same bits anyway)");
   }
   if (spec.contains("window")) {
     const std::string w = spec.at("window").is_string() ? spec.at("window").get<std::string>() : "";

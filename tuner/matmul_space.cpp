@@ -720,9 +720,10 @@ std::unique_ptr<MatmulTuning> matmul_from_spec(const nlohmann::json& spec) {
   if (!epilogue.empty()) p.epilogue = matmul::epilogue_from_ir(epilogue, p.input).epilogue;
   if (spec.contains("align")) {
     const nlohmann::json& a = spec.at("align");
-    if (!a.is_number_integer() || (a.get<int>() != 1 && a.get<int>() != 16))
+    // Read as int64: get<int>() cut 4294967297 to 1.
+    if (!a.is_number_integer() || (a.get<int64_t>() != 1 && a.get<int64_t>() != 16))
       throw UserError("matmul spec: 'align' is 16 (aligned operands) or 1 (any), got " + a.dump());
-    p.aligned = a.get<int>() == 16;
+    p.aligned = a.get<int64_t>() == 16;
     if (p.aligned && !packed_operands_aligned(p))
       throw UserError(
           "matmul spec: align 16 needs rows of whole 16-byte chunks; these packed "

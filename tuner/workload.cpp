@@ -60,6 +60,8 @@ std::vector<WorkloadEntry> parse_workload(const std::string& text, const std::st
   } catch (const nlohmann::json::parse_error& e) {
     throw UserError(fmt::format("workload {}: line {}: not valid JSON ({})", path,
                                 line_of(text, e.byte > 0 ? e.byte - 1 : 0), e.what()));
+  } catch (const nlohmann::json::exception& e) {  // a number past a double: 1e999
+    throw UserError(fmt::format("workload {}: not valid JSON ({})", path, e.what()));
   }
   const nlohmann::json* list = &parsed;
   int depth = 1;

@@ -65,14 +65,27 @@ DeviceProperties planning_device(const std::string& name) {
   throw UserError("unknown GPU '" + name + "' to plan for", "use h200, h100 or a100");
 }
 
+std::optional<int> arch_number(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return std::nullopt;
+  size_t end = arch.size();
+  if (end > 3 && (arch.back() == 'a' || arch.back() == 'f')) --end;
+  // Up to four digits: every architecture there is, and no int overflow.
+  if (end - 3 < 2 || end - 3 > 4) return std::nullopt;
+  int number = 0;
+  for (size_t i = 3; i < end; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(arch[i]))) return std::nullopt;
+    number = number * 10 + (arch[i] - '0');
+  }
+  return number;
+}
+
 DeviceProperties planning_device_for_arch(const std::string& arch) {
-  const bool digits = arch.size() >= 5 && std::isdigit(static_cast<unsigned char>(arch[3])) &&
-                      std::isdigit(static_cast<unsigned char>(arch[4]));
-  if (!digits || arch.rfind("sm_", 0) != 0 || (arch[3] != '8' && arch[3] != '9'))
+  const std::optional<int> number = arch_number(arch);
+  if (!number || *number < 80 || *number > 99)
     throw UserError("no GPU to plan for architecture " + arch, "use sm_80 ... sm_90");
-  DeviceProperties d = planning_device(arch[3] == '9' ? "h200" : "a100");
-  d.cc_major = arch[3] - '0';
-  d.cc_minor = arch[4] - '0';
+  DeviceProperties d = planning_device(*number >= 90 ? "h200" : "a100");
+  d.cc_major = *number / 10;
+  d.cc_minor = *number % 10;
   return d;
 }
 

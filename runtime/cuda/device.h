@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace kjit::cuda {
@@ -50,5 +51,8 @@ DeviceProperties h200_class_device(const std::string& name);
 DeviceProperties planning_device(const std::string& name);
 // The planning device of an architecture: sm_90 -> h200, sm_80 -> a100.
 DeviceProperties planning_device_for_arch(const std::string& arch);
+// The number of an architecture name "sm_NN" with an optional 'a' or 'f' after it
+// (90 for "sm_90a"); nullopt for anything else ("sm_9x", "sm_99999999999").
+std::optional<int> arch_number(const std::string& arch);
 
 }  // namespace kjit::cuda

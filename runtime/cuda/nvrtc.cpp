@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "kjit/runtime/cuda/device.h"
 #include "kjit/support/error.h"
 
 namespace kjit::cuda {
@@ -60,12 +61,10 @@ bool nvrtc_has_driver_cache() {
 }
 
 void validate_arch(const std::string& arch) {
-  static const std::regex pattern(R"(sm_(\d+)[af]?)");
-  std::smatch match;
   std::vector<int> supported = nvrtc_supported_archs();
   bool ok = false;
-  if (std::regex_match(arch, match, pattern)) {
-    int number = std::stoi(match[1]);
+  if (const std::optional<int> parsed = arch_number(arch)) {
+    const int number = *parsed;
     for (int s : supported) ok = ok || s == number;
     // Architecture-specific ('a') targets begin at sm_90, family ('f') ones at sm_100:
     // NVRTC's "sm_80a" error names a flag, not the architecture.

@@ -50,5 +50,21 @@ expect 2 "give WHAT or -f FILE, not both" "$kjit" emit -f "$dir/long.txt" "y = x
   head -c 1000000 /dev/zero | tr '\0' ']'
 } >"$dir/deep.json"
 expect 2 "deep.json: values nest more than 64 levels deep" "$kjit" tune --workload "$dir/deep.json"
+# A number past a double is bad JSON (an internal error, exit 3, before).
+echo '[{"family": "matmul", "m": 64, "n": 64, "k": 1e999}]' >"$dir/huge_number.json"
+expect 2 "huge_number.json: not valid JSON .*number overflow" "$kjit" tune --workload "$dir/huge_number.json"
+
+# Integers are decimal: 010 was read as octal 8, 0x10 as 16; an architecture
+# number past an int was an internal error (std::stoi, exit 3).
+expect 0 "^matmul m=10,n=10,k=100," "$kjit" explain matmul --m 010 --n 010 --k 0100 --gpu h200
+expect 2 "--top: must be a decimal integer, got '0x5'" "$kjit" explain matmul --m 8 --n 8 --k 8 --gpu h200 --top 0x5
+expect 2 "past the largest integer" "$kjit" explain matmul --m 8 --n 8 --k 8 --gpu h200 --top 99999999999999999999
+expect 2 "no GPU to plan for architecture sm_99999999999999" "$kjit" compile "y = x + 1" --arch sm_99999999999999
+expect 2 "unknown GPU architecture 'sm_99999999999999'" "$kjit" compile "$(dirname "$0")/data/demo_kernel.cu" --arch sm_99999999999999
+expect 2 "no GPU to plan for architecture sm_90x" "$kjit" emit "y = x + 1" --arch sm_90x
+
+# A NUL byte in CUDA source: NVRTC read up to it and compiled what came before.
+printf '__global__ void k() {}\n\0\n#error not seen\n' >"$dir/nul.cu"
+expect 2 "nul.cu' holds a NUL byte \(line 2\)" "$kjit" compile "$dir/nul.cu"
 
 finish

@@ -35,11 +35,44 @@ bool register_command(int order, AddCommand add) {
   return true;
 }
 
+namespace {
+
+// Integers on the command line are decimal. CLI11 reads them with strtoll's base 0,
+// so "--m 010" was M = 8 (octal) and "--top 0x10" 16; an integer past 64 bits was
+// clamped to the largest. This transform runs first on every integer option: it
+// drops leading zeros and refuses anything but an optional '-' and digits.
+const CLI::Validator kDecimal(
+    [](std::string& text) -> std::string {
+      const size_t digits = text.rfind('-', 0) == 0 ? 1 : 0;
+      if (text.size() == digits ||
+          text.find_first_not_of("0123456789", digits) != std::string::npos)
+        return "must be a decimal integer, got '" + text + "'";
+      const size_t first = std::min(text.find_first_not_of('0', digits), text.size() - 1);
+      text = text.substr(0, digits) + text.substr(first);
+      if (text == "-0") text = "0";
+      if (text.size() - digits > 19 ||
+          (text.size() - digits == 19 && text.substr(digits) > "9223372036854775807"))
+        return "'" + text + "' is past the largest integer, 9223372036854775807";
+      return "";
+    },
+    "", "decimal");
+
+void read_integers_in_decimal(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();  // "INT:>= 1" with a validator
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) option->transform(kDecimal);
+  }
+  for (CLI::App* sub : app.get_subcommands({})) read_integers_in_decimal(*sub);
+}
+
+}  // namespace
+
 void add_registered_commands(CLI::App& app) {
   std::vector<std::pair<int, AddCommand>> commands = registry();
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [order, add] : commands) add(app);
+  read_integers_in_decimal(app);
 }
 
 namespace {
@@ -282,7 +315,16 @@ StoreCompile compile_with_store(const KernelSource& source, const std::string& a
 }
 
 std::string read_source_file(const std::string& path) {
-  return read_regular_file(path, kMaxSourceBytes, "CUDA source");
+  std::string text = read_regular_file(path, kMaxSourceBytes, "CUDA source");
+  // NVRTC takes the source as a C string: what follows a NUL byte would be dropped
+  // without a word (an #error there compiled fine).
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    const int64_t line =
+        1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+    throw UserError(fmt::format("'{}' holds a NUL byte (line {}); CUDA source is text", path, line),
+                    "NVRTC would read the source only up to it");
+  }
+  return text;
 }
 
 void print_json(const nlohmann::json& value) {

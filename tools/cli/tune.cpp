@@ -198,6 +198,15 @@ void tune_command(const TuneCommand& c) {
   if (!c.workload.empty()) {
     if (!c.kernel.what.empty() || !c.kernel.file.empty())
       throw UserError("give WHAT or --workload FILE, not both");
+    // Each problem of the file says its own sizes, dtypes and options: one given
+    // here as well was ignored without a word.
+    if (!c.kernel.given.empty()) {
+      std::string names;
+      for (const std::string& name : c.kernel.given) names += (names.empty() ? "" : ", ") + name;
+      throw UserError(
+          names + (c.kernel.given.size() > 1 ? " do" : " does") + " not apply with --workload",
+          "each problem of the workload file gives its own options");
+    }
     for (tuner::WorkloadEntry& e :
          tuner::parse_workload(read_regular_file(c.workload, 16 << 20, "workload"), c.workload))
       owned.push_back(std::move(e.problem));

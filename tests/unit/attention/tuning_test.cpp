@@ -186,6 +186,11 @@ TEST(AttentionTuning, PackedSignaturesSpellRunsOfLengths) {
 TEST(AttentionTuning, BadSpecsAreUserErrors) {
   using nlohmann::json;
   EXPECT_THROW(make_problem(json{{"family", "attention"}}), UserError);  // no seq_q
+  // As on the command line (--deterministic needs --backward); accepted before.
+  EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"deterministic", true}}),
+               UserError);
+  EXPECT_NO_THROW(make_problem(
+      json{{"family", "attention"}, {"seq_q", 64}, {"backward", true}, {"deterministic", true}}));
   EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"rows", 1}}), UserError);
   EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"head_dim", 80}}),
                UserError);

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "kjit/runtime/cuda/device.h"
 #include "kjit/support/error.h"
 
 namespace kjit::cuda {
@@ -70,6 +71,14 @@ TEST(Nvrtc, UnknownArchListsSupportedOnes) {
   // No 'a' target below sm_90 (NVRTC's own error named its --nv_arch flag).
   EXPECT_THROW(validate_arch("sm_80a"), UserError);
   EXPECT_THROW(validate_arch("sm_90f"), UserError);
+  // A number past an int was std::stoi's out_of_range (an internal error).
+  EXPECT_THROW(validate_arch("sm_99999999999999"), UserError);
+  EXPECT_THROW(validate_arch("sm_9x"), UserError);
+  EXPECT_EQ(arch_number("sm_90a"), 90);
+  EXPECT_EQ(arch_number("sm_100f"), 100);
+  EXPECT_EQ(arch_number("sm_99999"), std::nullopt);
+  EXPECT_EQ(arch_number("sm_9"), std::nullopt);
+  EXPECT_EQ(arch_number("sm_90x"), std::nullopt);
 }
 
 TEST(Nvrtc, ArchSpecificTargetCompiles) {

@@ -37,6 +37,9 @@ TEST(Json, ValuesNestedDeeperThanTheLimitFailToParse) {
   // Bad syntax as nlohmann::json::parse reports it.
   EXPECT_THROW(parse_json("[1,"), nlohmann::json::parse_error);
   EXPECT_TRUE(parse_json("[1,", false).is_discarded());
+  // A number past a double: nlohmann's out_of_range, or discarded.
+  EXPECT_THROW(parse_json("[1e999]"), nlohmann::json::exception);
+  EXPECT_TRUE(parse_json("[1e999]", false).is_discarded());
 }
 
 }  // namespace

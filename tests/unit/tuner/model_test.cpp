@@ -675,6 +675,10 @@ TEST(Specs, BadSpecsNameTheField) {
   EXPECT_NE(
       message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 3}, {"align", 16}}).find("align"),
       std::string::npos);
+  // 4294967297 is no 1: read as an int it was cut to one.
+  EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 3}, {"align", 4294967297}})
+                .find("'align' is 16"),
+            std::string::npos);
 }
 
 // Trials measured at a known efficiency fit back to it.

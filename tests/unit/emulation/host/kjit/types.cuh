@@ -114,4 +114,8 @@ template <>
 inline bool from_f32<bool>(float x) {
   return x != 0.0f;
 }
+template <typename T>
+inline float round_through(float x) {
+  return to_f32(from_f32<T>(x));
+}
 }  // namespace kjit
