@@ -67,7 +67,10 @@ expect 2 "attention head dim 80 is not supported" "$kjit" bench attention --seq-
 expect 2 "--config ',' names no key=value" "$kjit" emit 'y = x' --config ,
 expect 2 "gives an i32 value" "$kjit" emit attention --seq-q 64 --gpu h200 --score-mod 'q_idx - kv_idx'
 expect 2 "export needs the name of a new file" "$kjit" cache export ''
-expect 2 "--dtype is empty" "$kjit" emit 'y = x' --dtype ''
+expect 2 "--dtype: is empty" "$kjit" emit 'y = x' --dtype ''
+# So is any other option given an empty value (each went on with its default).
+expect 2 "--window: is empty" "$kjit" explain attention --seq-q 64 --gpu h200 --window ''
+expect 2 "--m: is empty" "$kjit" explain matmul --m '' --n 4 --k 4 --gpu h200
 
 # A misspelt KJIT_CACHE=off left the cache on without a word.
 expect 0 "KJIT_CACHE='offf' is neither off .* the cache stays on" env KJIT_CACHE=offf "$kjit" cache path
@@ -77,6 +80,9 @@ touch "$dir/a-file"
 expect 2 "cannot create the output folder '$dir/a-file/x'" \
   "$kjit" lesson fusion --dry-run --out "$dir/a-file/x"
 expect 0 "wrote $dir/out/fusion.csv" "$kjit" lesson fusion --dry-run --out "$dir/out"
+# A lesson in ms named predicted_ms and measured_ms twice; a time not measured was 0.
+expect 0 "^series,x,predicted_ms,measured_ms,config$" head -1 "$dir/out/fusion.csv"
+expect 0 "^\"fused \(one kernel\)\",1,[0-9.e-]+,," sed -n 2p "$dir/out/fusion.csv"
 
 # A store's import and merge name what a path is (merge advised "remove it").
 expect 2 "'$dir' is a directory, not a store's file" "$kjit" cache merge "$dir"

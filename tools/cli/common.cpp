@@ -57,12 +57,23 @@ const CLI::Validator kDecimal(
     },
     "", "decimal");
 
-void read_integers_in_decimal(CLI::App& app) {
+// An option given an empty value ("--window ''", a script's unset variable) is an
+// error: each read "" as "not given" and went on with its default without a word.
+const CLI::Validator kNotEmpty(
+    [](std::string& text) -> std::string {
+      return text.empty() ? "is empty; give a value, or leave the option out for its default"
+                          : "";
+    },
+    "", "not empty");
+
+// Checks every option's value as above, at every level of subcommands.
+void check_option_values(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();  // "INT:>= 1" with a validator
     if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) option->transform(kDecimal);
+    if (option->nonpositional() && option->get_type_size() > 0) option->transform(kNotEmpty);
   }
-  for (CLI::App* sub : app.get_subcommands({})) read_integers_in_decimal(*sub);
+  for (CLI::App* sub : app.get_subcommands({})) check_option_values(*sub);
 }
 
 }  // namespace
@@ -72,7 +83,7 @@ void add_registered_commands(CLI::App& app) {
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [order, add] : commands) add(app);
-  read_integers_in_decimal(app);
+  check_option_values(app);
 }
 
 namespace {

@@ -379,8 +379,14 @@ void lesson_command(const LessonOptions& o) {
 
   const std::string base = (std::filesystem::path(o.out) / lesson.name).string();
   std::ofstream csv(base + ".csv");
-  csv << "series,x,predicted_ms,measured_ms,predicted_" << lesson.y_metric << ",measured_"
-      << lesson.y_metric << ",config" << (lesson.extra ? ",extra" : "") << "\n";
+  // The metric's columns after the times, unless the metric is the time itself (the
+  // header repeated predicted_ms and measured_ms). A time not measured (no GPU, a
+  // dry run) is empty, not 0.
+  const std::string metric_name = lesson.y_metric;
+  const bool metric_columns = metric_name != "ms";
+  csv << "series,x,predicted_ms,measured_ms"
+      << (metric_columns ? ",predicted_" + metric_name + ",measured_" + metric_name : "")
+      << ",config" << (lesson.extra ? ",extra" : "") << "\n";
   nlohmann::json json = {{"lesson", lesson.name},
                          {"claim", lesson.claim},
                          {"x", lesson.x_label},
@@ -415,9 +421,12 @@ void lesson_command(const LessonOptions& o) {
     std::cout << fmt::format("{:<40} {:>18.4g} {:>20.4g}{}{}  {}\n", t.series, t.x, predicted,
                              measure ? fmt::format(" {:>20.4g}", measured) : "",
                              lesson.extra ? fmt::format(" {:>22.4g}", t.extra) : "", t.configs);
-    csv << fmt::format("\"{}\",{},{},{},{},{},\"{}\"{}\n", t.series, t.x, t.predicted_ms,
-                       t.measured_ms, predicted, measured, t.configs,
-                       lesson.extra ? fmt::format(",{}", t.extra) : "");
+    const std::string measured_ms = measure ? fmt::format("{}", t.measured_ms) : "";
+    csv << fmt::format("\"{}\",{},{},{}{},\"{}\"{}\n", t.series, t.x, t.predicted_ms, measured_ms,
+                       metric_columns ? fmt::format(",{},{}", predicted,
+                                                    measure ? fmt::format("{}", measured) : "")
+                                      : "",
+                       t.configs, lesson.extra ? fmt::format(",{}", t.extra) : "");
     nlohmann::json point = {
         {"series", t.series},           {"x", t.x},         {"predicted_ms", t.predicted_ms},
         {"measured_ms", t.measured_ms}, {"flops", t.flops}, {"bytes", t.bytes},

@@ -38,7 +38,7 @@ def main():
     predicted_metric = next((k for k in rows[0] if k.startswith("predicted_") and
                              k != "predicted_ms"), "predicted_ms")
     for row in rows:
-        measured = float(row[metric]) if metric else 0.0
+        measured = float(row[metric]) if row.get(metric) else 0.0  # empty: not measured
         value, kind = (measured, "measured") if measured > 0 else \
             (float(row[predicted_metric]), "predicted")
         series.setdefault((row["series"], kind), []).append((float(row["x"]), value))
