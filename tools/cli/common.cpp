@@ -61,8 +61,7 @@ const CLI::Validator kDecimal(
 // error: each read "" as "not given" and went on with its default without a word.
 const CLI::Validator kNotEmpty(
     [](std::string& text) -> std::string {
-      return text.empty() ? "is empty; give a value, or leave the option out for its default"
-                          : "";
+      return text.empty() ? "is empty; give a value, or leave the option out for its default" : "";
     },
     "", "not empty");
 
