@@ -261,8 +261,28 @@ class Parser {
       if (byte < 0x20 || byte == 0x7f) ch = '?';
     }
     throw UserError("parse error at line " + std::to_string(line) + ", column " +
-                    std::to_string(column) + ": " + message + "\n  " + shown + "\n  " +
-                    std::string(caret, ' ') + "^");
+                    std::to_string(column) + ": " + shorten_quoted(message) + "\n  " + shown +
+                    "\n  " + std::string(caret, ' ') + "^");
+  }
+
+  // The message with every quoted name or number past 64 characters cut to its
+  // first 48 ('fff...' (1000000 characters)): the whole token was echoed, a megabyte
+  // of stderr for a megabyte-long name.
+  static std::string shorten_quoted(const std::string& message) {
+    constexpr size_t kLongest = 64, kKept = 48;
+    std::string out;
+    size_t at = 0;
+    for (size_t open; (open = message.find('\'', at)) != std::string::npos;) {
+      const size_t close = message.find('\'', open + 1);
+      if (close == std::string::npos) break;
+      const size_t length = close - open - 1;
+      out += message.substr(at, open + 1 - at);
+      out += length > kLongest ? message.substr(open + 1, kKept) + "...' (" +
+                                     std::to_string(length) + " characters)"
+                               : message.substr(open + 1, length) + "'";
+      at = close + 1;
+    }
+    return out + message.substr(at);
   }
 
   // ---- statements

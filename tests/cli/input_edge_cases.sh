@@ -42,6 +42,14 @@ expect 0 "kjit_ew_" "$kjit" emit -f "$dir/long.txt"
 head -c 1100000 /dev/zero | tr '\0' ' ' >"$dir/huge.txt"
 expect 2 "kjit reads at most 1.0 MiB of expression text" "$kjit" emit -f "$dir/huge.txt"
 expect 2 "give WHAT or -f FILE, not both" "$kjit" emit -f "$dir/long.txt" "y = x"
+# A name of 200,000 characters is quoted by its first 48 (the message echoed it whole).
+{
+  printf 'y = '
+  head -c 200000 /dev/zero | tr '\0' 'f'
+  printf '(x)\n'
+} >"$dir/long_name.txt"
+expect 2 "unknown op 'f{48}\.\.\.' \(200000 characters\)" "$kjit" emit -f "$dir/long_name.txt"
+expect 0 "^[0-9]{3,4}$" sh -c "'$kjit' emit -f '$dir/long_name.txt' 2>&1 | wc -c"
 
 # A workload of a million nested lists is bad input, not a stack overflow (a
 # segfault, exit 139, before the bound on nesting).
