@@ -116,6 +116,9 @@ std::string ElementwiseConfig::text() const {
 
 namespace {
 const char* const kConfigHint = "write key=integer, e.g. block=256,unroll=4";
+const char* const kKeysHint =
+    "the keys are block, vec, unroll, prefetch, stream, per_sm and grid (and, on the command "
+    "line, align)";
 }  // namespace
 
 ElementwiseConfig ElementwiseConfig::parse(const std::string& text) {
@@ -136,10 +139,17 @@ ElementwiseConfig ElementwiseConfig::parse(const KeyValues& pairs) {
                                            : Grid::Waves;
       continue;
     }
+    // A key of another family's config (mma=wgmma) is unknown here, not a bad integer.
+    static const char* const kIntegerKeys[] = {"block",    "vec",    "unroll",
+                                               "prefetch", "stream", "per_sm"};
+    if (std::find(std::begin(kIntegerKeys), std::end(kIntegerKeys), key) == std::end(kIntegerKeys))
+      throw UserError("unknown config key '" + key + "'", kKeysHint);
     int value = 0;
     const char* b = text_value.data();
     const char* e = b + text_value.size();
     auto r = std::from_chars(b, e, value);
+    if (r.ec == std::errc::result_out_of_range)
+      throw UserError("config item '" + key + "=" + text_value + "' is out of range");
     if (r.ec != std::errc() || r.ptr != e || b == e)
       throw UserError("bad config item '" + key + "=" + text_value + "'", kConfigHint);
     auto power_of_two = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
@@ -170,9 +180,6 @@ ElementwiseConfig ElementwiseConfig::parse(const KeyValues& pairs) {
         throw UserError("per_sm=" + std::to_string(value) +
                         " is not in [0, 32] (0: auto, 2048 vectors in flight per SM)");
       config.per_sm = value;
-    } else {
-      throw UserError("unknown config key '" + key + "'",
-                      "the keys are block, vec, unroll, prefetch, stream, per_sm and grid");
     }
   }
   if (config.grid == Grid::Rows && config.prefetch)

@@ -115,6 +115,18 @@ TEST(Config, ParsesAndRejects) {
   EXPECT_THROW(ElementwiseConfig::parse("tile=3"), UserError);
   EXPECT_THROW(ElementwiseConfig::parse("block"), UserError);
   EXPECT_THROW(ElementwiseConfig::parse("block=128,block=256"), UserError);  // was: last won
+  // Another family's key is unknown ("write key=integer" before); an integer past an
+  // int is out of range ("bad config item" before).
+  auto message = [](const std::string& text) -> std::string {
+    try {
+      ElementwiseConfig::parse(text);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message("mma=wgmma").find("unknown config key 'mma'"), std::string::npos);
+  EXPECT_NE(message("block=99999999999").find("out of range"), std::string::npos);
   EXPECT_EQ(ElementwiseConfig::parse(" block = 128, unroll=2 ,vec=8").text(), c.text());
   // Plain stores are the default; stream=1 is spelled out and round-trips.
   EXPECT_EQ(ElementwiseConfig().stream, 0);
