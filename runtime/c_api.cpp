@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "kjit/compiler/lowering/matmul_epilogue.h"
 #include "kjit/runtime/attention.h"
 #include "kjit/runtime/compile.h"
+#include "kjit/runtime/cuda/context.h"
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/elementwise.h"
@@ -60,6 +62,7 @@ class Held {
     runtime_ = runtime;
   }
   kjit_runtime* operator->() const { return runtime_; }
+  kjit_runtime* get() const { return runtime_; }
 
  private:
   kjit_runtime* runtime_ = nullptr;
@@ -294,7 +297,22 @@ void check_copy(const char* what, const kjit_buffer* buffer, const void* host, s
     throw kjit::UserError(std::string(what) + ": " + std::to_string(bytes) +
                           " bytes do not fit the buffer's " +
                           std::to_string(buffer->memory.bytes()));
-  buffer->runtime->runtime->context().make_current();
+}
+
+// Every entry point that does driver work runs in its runtime's context and gives
+// the caller's back (cuda::ScopedContext).
+const kjit::cuda::Context* context_of(const kjit_runtime* runtime) {
+  return &runtime->runtime->context();
+}
+
+// Destroys a handle in its runtime's context (if that cannot be made current, the
+// driver shutting down at exit, destroying it is all that is left to try).
+template <class Handle>
+void destroy_in_context(Handle* handle) {
+  if (handle == nullptr) return;
+  std::optional<kjit::cuda::ScopedContext> scope;
+  guarded([&] { scope.emplace(context_of(handle->runtime.get())); });
+  delete handle;
 }
 
 }  // namespace
@@ -331,6 +349,7 @@ kjit_status kjit_runtime_create(int device, kjit_runtime** out) {
     if (out == nullptr) throw kjit::UserError("kjit_runtime_create: out is NULL");
     kjit::RuntimeOptions options;
     options.device = device;
+    const kjit::cuda::ScopedContext scope(nullptr);  // the Runtime makes its own current
     auto handle = std::make_unique<kjit_runtime>();
     handle->runtime = std::make_unique<kjit::Runtime>(options);
     *out = handle.release();
@@ -338,6 +357,9 @@ kjit_status kjit_runtime_create(int device, kjit_runtime** out) {
 }
 
 void kjit_runtime_destroy(kjit_runtime* runtime) {
+  if (runtime == nullptr) return;
+  std::optional<kjit::cuda::ScopedContext> scope;
+  guarded([&] { scope.emplace(context_of(runtime)); });
   kjit_c::release(runtime);
 }
 
@@ -348,6 +370,7 @@ kjit_status kjit_elementwise_create(kjit_runtime* runtime, const char* expressio
       throw kjit::UserError("kjit_elementwise_create: runtime, expression and out are required");
     kjit::ir::ParseOptions options;
     options.default_dtype = to_ir(default_dtype);
+    const kjit::cuda::ScopedContext scope(context_of(runtime));
     auto handle = std::make_unique<kjit_elementwise>();
     handle->kernel = std::make_unique<kjit::ElementwiseKernel>(
         *runtime->runtime, kjit::ir::parse(expression, options));
@@ -366,7 +389,7 @@ kjit_status kjit_elementwise_create(kjit_runtime* runtime, const char* expressio
 }
 
 void kjit_elementwise_destroy(kjit_elementwise* kernel) {
-  delete kernel;
+  destroy_in_context(kernel);
 }
 
 int kjit_elementwise_inputs(const kjit_elementwise* k) {
@@ -393,6 +416,7 @@ kjit_status kjit_elementwise_launch(kjit_elementwise* kernel, const kjit_tensor*
                                     void* stream) {
   return guarded([&] {
     if (kernel == nullptr) throw kjit::UserError("kjit_elementwise_launch: kernel is NULL");
+    const kjit::cuda::ScopedContext scope(context_of(kernel->runtime.get()));
     kernel->kernel->launch(tensors(inputs, input_count, "input"),
                            tensors(outputs, output_count, "output"), static_cast<CUstream>(stream));
   });
@@ -423,6 +447,7 @@ kjit_status kjit_elementwise_launch_flat(kjit_elementwise* kernel, const uint64_
     };
     fill(in, kernel->input_dtypes, pointers);
     fill(out, kernel->output_dtypes, pointers + inputs);
+    const kjit::cuda::ScopedContext scope(context_of(kernel->runtime.get()));
     kernel->kernel->launch(in, out, static_cast<CUstream>(stream));
   });
 }
@@ -445,6 +470,7 @@ kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem*
     p.output = to_matmul(problem->output);
     if (problem->epilogue != nullptr && problem->epilogue[0] != '\0')
       p.epilogue = kjit::matmul::epilogue_from_ir(problem->epilogue, p.input).epilogue;
+    const kjit::cuda::ScopedContext scope(context_of(runtime));
     auto handle = std::make_unique<kjit_matmul>();
     handle->matmul = std::make_unique<kjit::matmul::Matmul>(*runtime->runtime, p);
     handle->runtime.hold(runtime);
@@ -453,7 +479,7 @@ kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem*
 }
 
 void kjit_matmul_destroy(kjit_matmul* matmul) {
-  delete matmul;
+  destroy_in_context(matmul);
 }
 
 int kjit_matmul_operands(const kjit_matmul* matmul) {
@@ -510,6 +536,7 @@ kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args
     if (args->extra_count > 0 && args->extras == nullptr)
       throw kjit::UserError("kjit_matmul_launch: extra_count > 0 but extras is NULL");
     for (int i = 0; i < args->extra_count; ++i) t.extras.push_back({args->extras[i], 0, 0});
+    const kjit::cuda::ScopedContext scope(context_of(matmul->runtime.get()));
     matmul->matmul->launch(t, static_cast<CUstream>(stream));
   });
 }
@@ -520,6 +547,7 @@ kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_pr
     if (runtime == nullptr || out == nullptr)
       throw kjit::UserError("kjit_attention_create: runtime and out are required");
     const kjit::attention::Problem p = attention_problem(problem);
+    const kjit::cuda::ScopedContext scope(context_of(runtime));
     auto handle = std::make_unique<kjit_attention>();
     handle->attention = std::make_unique<kjit::attention::Attention>(*runtime->runtime, p);
     handle->runtime.hold(runtime);
@@ -529,7 +557,7 @@ kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_pr
 }
 
 void kjit_attention_destroy(kjit_attention* attention) {
-  delete attention;
+  destroy_in_context(attention);
 }
 
 namespace {
@@ -610,6 +638,7 @@ kjit_status kjit_attention_launch(kjit_attention* attention, const kjit_attentio
     t.v_strides = strides(args->v_strides);
     t.o_strides = strides(args->o_strides);
     t.modifier_operands = modifier_operands(args->modifier_operands, args->modifier_operand_count);
+    const kjit::cuda::ScopedContext scope(context_of(attention->runtime.get()));
     attention->attention->launch(t, static_cast<CUstream>(stream));
   });
 }
@@ -621,6 +650,7 @@ kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
     if (runtime == nullptr || out == nullptr)
       throw kjit::UserError("kjit_attention_backward_create: runtime and out are required");
     const kjit::attention::Problem p = attention_problem(problem);
+    const kjit::cuda::ScopedContext scope(context_of(runtime));
     auto handle = std::make_unique<kjit_attention_backward>();
     handle->backward = std::make_unique<kjit::attention::AttentionBackward>(*runtime->runtime, p);
     handle->runtime.hold(runtime);
@@ -630,7 +660,7 @@ kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
 }
 
 void kjit_attention_backward_destroy(kjit_attention_backward* backward) {
-  delete backward;
+  destroy_in_context(backward);
 }
 
 kjit_status kjit_attention_backward_launch(kjit_attention_backward* backward,
@@ -657,6 +687,7 @@ kjit_status kjit_attention_backward_launch(kjit_attention_backward* backward,
     t.dk_strides = strides(args->dk_strides);
     t.dv_strides = strides(args->dv_strides);
     t.modifier_operands = modifier_operands(args->modifier_operands, args->modifier_operand_count);
+    const kjit::cuda::ScopedContext scope(context_of(backward->runtime.get()));
     backward->backward->launch(t, static_cast<CUstream>(stream));
   });
 }
@@ -715,17 +746,13 @@ kjit_status kjit_buffer_create(kjit_runtime* runtime, size_t bytes, kjit_buffer*
     if (runtime == nullptr || out == nullptr)
       throw kjit::UserError("kjit_buffer_create: runtime and out are required");
     if (bytes == 0) throw kjit::UserError("kjit_buffer_create: bytes must be positive");
-    runtime->runtime->context().make_current();
+    const kjit::cuda::ScopedContext scope(context_of(runtime));
     *out = new kjit_buffer{kjit_c::Held(runtime), kjit::cuda::DeviceBuffer(bytes)};
   });
 }
 
 void kjit_buffer_destroy(kjit_buffer* buffer) {
-  if (buffer == nullptr) return;
-  // The memory is freed in its runtime's context; if that cannot be made current
-  // (the driver shutting down at exit), freeing it is all that is left to try.
-  guarded([&] { buffer->runtime->runtime->context().make_current(); });
-  delete buffer;
+  destroy_in_context(buffer);
 }
 
 uint64_t kjit_buffer_pointer(const kjit_buffer* buffer) {
@@ -735,6 +762,7 @@ uint64_t kjit_buffer_pointer(const kjit_buffer* buffer) {
 kjit_status kjit_buffer_upload(kjit_buffer* buffer, const void* host, size_t bytes) {
   return guarded([&] {
     check_copy("kjit_buffer_upload", buffer, host, bytes);
+    const kjit::cuda::ScopedContext scope(context_of(buffer->runtime.get()));
     buffer->memory.upload(host, bytes);
   });
 }
@@ -742,6 +770,7 @@ kjit_status kjit_buffer_upload(kjit_buffer* buffer, const void* host, size_t byt
 kjit_status kjit_buffer_download(const kjit_buffer* buffer, void* host, size_t bytes) {
   return guarded([&] {
     check_copy("kjit_buffer_download", buffer, host, bytes);
+    const kjit::cuda::ScopedContext scope(context_of(buffer->runtime.get()));
     buffer->memory.download(host, bytes);
   });
 }

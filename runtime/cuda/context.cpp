@@ -32,4 +32,20 @@ void Context::synchronize() const {
   KJIT_CU(cuCtxSynchronize);
 }
 
+ScopedContext::ScopedContext(const Context* context) {
+  KJIT_CU(cuCtxGetCurrent, &previous_);
+  if (context == nullptr) {
+    restore_ = true;
+  } else if (context->get() != previous_) {
+    context->make_current();
+    restore_ = true;
+  }
+}
+
+ScopedContext::~ScopedContext() {
+  if (!restore_) return;
+  // A failure here (the driver shutting down) leaves the context as it is.
+  Driver::get().api().cuCtxSetCurrent(previous_);
+}
+
 }  // namespace kjit::cuda

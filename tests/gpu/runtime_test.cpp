@@ -1,6 +1,7 @@
 // The runtime core on a real GPU: load, launch, copy, time, and typed errors.
 #include <gtest/gtest.h>
 
+#include "kjit/runtime/cuda/context.h"
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/module.h"
@@ -32,6 +33,35 @@ class RuntimeGpu : public GpuTest {
     return cuda::Module::load(p.cubin);
   }
 };
+
+// The C API runs in its runtime's context and gives the caller's back: PyTorch
+// keeps its device's context current, and kjit work for another device left that
+// one current (or failed in the caller's).
+TEST_F(RuntimeGpu, ScopedContextPutsBackTheCallersContext) {
+  const cuda::Context& ours = *testing::gpu_state().context;
+  auto current = [] {
+    CUcontext c = nullptr;
+    KJIT_CU(cuCtxGetCurrent, &c);
+    return c;
+  };
+  KJIT_CU(cuCtxSetCurrent, nullptr);  // a thread with no context (or another one)
+  {
+    const cuda::ScopedContext scope(&ours);
+    EXPECT_EQ(current(), ours.get());
+  }
+  EXPECT_EQ(current(), nullptr);
+  {
+    const cuda::ScopedContext scope(nullptr);  // work that makes its own current
+    ours.make_current();
+  }
+  EXPECT_EQ(current(), nullptr);
+  ours.make_current();
+  {
+    const cuda::ScopedContext scope(&ours);  // current already: nothing switches
+    EXPECT_EQ(current(), ours.get());
+  }
+  EXPECT_EQ(current(), ours.get());
+}
 
 TEST_F(RuntimeGpu, DevicePropertiesAreSane) {
   EXPECT_GT(device().sm_count, 0);
