@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <sstream>
 
 #include "kjit/cache/key.h"
@@ -80,6 +82,23 @@ std::string ptxas_stats_json(const std::vector<cuda::KernelStats>& kernels) {
   return out.dump();
 }
 
+namespace {
+
+// `object[name]` when it is an integer an int holds, else 0. The text comes from
+// the store, where nothing vouches for it (the MAC covers the key and the cubin
+// only): json::value() threw type_error for "registers": "32", and every hit of
+// that binary ended kjit with an internal error.
+int int_field(const nlohmann::json& object, const char* name) {
+  auto it = object.find(name);
+  if (it == object.end() || !it->is_number_integer()) return 0;
+  const int64_t value = it->get<int64_t>();
+  return value >= std::numeric_limits<int>::min() && value <= std::numeric_limits<int>::max()
+             ? static_cast<int>(value)
+             : 0;
+}
+
+}  // namespace
+
 std::vector<cuda::KernelStats> ptxas_stats_from_json(const std::string& text) {
   std::vector<cuda::KernelStats> out;
   nlohmann::json parsed = parse_json(text, /*allow_exceptions=*/false);
@@ -87,14 +106,15 @@ std::vector<cuda::KernelStats> ptxas_stats_from_json(const std::string& text) {
   for (const nlohmann::json& k : parsed) {
     if (!k.is_object()) continue;
     cuda::KernelStats stats;
-    stats.name = k.value("name", "");
-    stats.registers = k.value("registers", 0);
-    stats.barriers = k.value("barriers", 0);
-    stats.shared_bytes = k.value("shared_bytes", 0);
-    stats.constant_bytes = k.value("constant_bytes", 0);
-    stats.stack_bytes = k.value("stack_bytes", 0);
-    stats.spill_store_bytes = k.value("spill_store_bytes", 0);
-    stats.spill_load_bytes = k.value("spill_load_bytes", 0);
+    auto name = k.find("name");
+    if (name != k.end() && name->is_string()) stats.name = name->get<std::string>();
+    stats.registers = int_field(k, "registers");
+    stats.barriers = int_field(k, "barriers");
+    stats.shared_bytes = int_field(k, "shared_bytes");
+    stats.constant_bytes = int_field(k, "constant_bytes");
+    stats.stack_bytes = int_field(k, "stack_bytes");
+    stats.spill_store_bytes = int_field(k, "spill_store_bytes");
+    stats.spill_load_bytes = int_field(k, "spill_load_bytes");
     out.push_back(stats);
   }
   return out;

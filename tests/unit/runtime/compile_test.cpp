@@ -31,6 +31,29 @@ TEST(BinaryKey, ChangesWithEverythingThatChangesTheCubin) {
   EXPECT_EQ(base, binary_key(d, "sm_90"));
 }
 
+// ptxas' report comes back from the store, where nothing vouches for it (the
+// MAC covers the key and the cubin): a value of the wrong JSON type threw
+// nlohmann's type_error on every hit of that binary ("kjit: internal error").
+// A field of the wrong type reads as absent.
+TEST(PtxasStats, ValuesOfTheWrongTypeReadAsAbsent) {
+  const std::vector<cuda::KernelStats> stats = ptxas_stats_from_json(
+      R"([{"name": 7, "registers": "32", "barriers": 1.5, "shared_bytes": [1],)"
+      R"( "constant_bytes": 99999999999, "stack_bytes": null, "spill_store_bytes": 8},)"
+      R"( "not an object", {"name": "k2", "registers": 40}])");
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].name, "");
+  EXPECT_EQ(stats[0].registers, 0);
+  EXPECT_EQ(stats[0].barriers, 0);
+  EXPECT_EQ(stats[0].shared_bytes, 0);
+  EXPECT_EQ(stats[0].constant_bytes, 0);
+  EXPECT_EQ(stats[0].stack_bytes, 0);
+  EXPECT_EQ(stats[0].spill_store_bytes, 8);
+  EXPECT_EQ(stats[1].name, "k2");
+  EXPECT_EQ(stats[1].registers, 40);
+  EXPECT_TRUE(ptxas_stats_from_json(R"({"registers": "32"})").empty());
+  EXPECT_TRUE(ptxas_stats_from_json("not json").empty());
+}
+
 TEST(CompileForArch, CompilesWithTemplates) {
   cuda::CompiledProgram p = compile_for_arch(demo(), "sm_90");
   EXPECT_FALSE(p.cubin.empty());
