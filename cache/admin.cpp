@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -49,33 +50,52 @@ struct BinaryPolicy {
 
 // A transfer's source must read whole: SQLite does not always notice damage
 // while it reads (a damaged page may read as an empty one), and an import that
-// quietly took 0 of a table's rows looked like success. PRAGMA quick_check reads
-// every page; its first complaint is the CacheError's reason.
-void check_readable(Database& source, const std::string& what, const std::string& hint) {
-  std::string problem;
+// quietly took 0 of a table's rows looked like success. `check` is PRAGMA
+// quick_check (every page) or integrity_check (also every index against its
+// table: a file from elsewhere, whose table page was emptied under an intact
+// index, passed quick_check). Returns its first complaint, "" when sound.
+std::string unreadable(Database& source, const char* check) {
   try {
-    Statement check = source.prepare("PRAGMA quick_check");
-    if (check.step() && check.column_text(0) != "ok") problem = check.column_text(0);
+    Statement pragma = source.prepare(check);
+    if (pragma.step() && pragma.column_text(0) != "ok") return pragma.column_text(0);
   } catch (const SqliteError& e) {
     if (!e.is_corruption()) throw;
-    problem = e.what();
+    return e.what();
   }
-  if (!problem.empty())
-    throw CacheError(
-        fmt::format("{} is damaged ({}); nothing was copied. {}", what, problem, hint));
+  return "";
 }
+
+// verify and clear found the file's tables are not kjit's (schema_problem()).
+struct SchemaProblem {};
+
+// No kjit store holds this many rows in one table; a file that does is refused
+// rather than copied for hours.
+constexpr int64_t kMaxTransferRows = int64_t{1} << 24;
 
 // Copies rows from `from` into `to` (inside the caller's write transaction on
 // `to`), every conflict settled by the store's policies. With `gpu_model`, only
 // that model's device, tunings and trials, and binaries for its architecture.
 void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64_t now,
                const BinaryPolicy& policy, TransferReport& report) {
+  int64_t rows = 0;
+  const auto bounded = [&rows, &from](const char* table) {
+    if (++rows > kMaxTransferRows)
+      throw UserError(
+          fmt::format("{}'s {} holds more than {} rows, more than any kjit store; "
+                      "nothing was copied",
+                      from.path(), table, kMaxTransferRows));
+  };
+  // Every row is checked as the store checks what it is given (why_invalid):
+  // one that fails is counted as rejected and left out.
   Statement devices =
       from.prepare("SELECT " KJIT_DEVICE_COLUMNS " FROM devices WHERE ?1 = '' OR model = ?1");
   devices.bind(1, gpu_model);
   while (devices.step()) {
+    bounded("devices");
     DeviceRecord device = read_device(devices);
-    report.devices.count(upsert_device(to, device, device.first_seen, device.last_seen));
+    report.devices.count(why_invalid(device, now).empty()
+                             ? upsert_device(to, device, device.first_seen, device.last_seen)
+                             : PutOutcome::Rejected);
   }
 
   std::string arch = gpu_model.empty() ? "" : model_arch(from, gpu_model);
@@ -83,7 +103,9 @@ void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64
       std::string("SELECT ") + (policy.take ? KJIT_BINARY_COLUMNS : KJIT_BINARY_META_COLUMNS) +
       " FROM " KJIT_BINARIES_WITH_USAGE " WHERE ?1 = 0 OR b.arch IN (?2, ?2 || 'a', ?2 || 'f')");
   binaries.bind(1, gpu_model.empty() ? 0 : 1).bind(2, arch);
+  rows = 0;
   while (binaries.step()) {
+    bounded("binaries");
     if (!policy.take) {
       ++report.binaries.skipped;
       continue;
@@ -91,16 +113,19 @@ void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64
     BinaryRecord binary;
     read_binary(binaries, binary, /*with_content=*/true);
     const std::string_view cubin(binary.cubin.data(), binary.cubin.size());
-    if (checksum(cubin) != binary.checksum ||
+    if (!why_invalid(binary).empty() || checksum(cubin) != binary.checksum ||
         (policy.source != nullptr && !policy.source->verify(binary.key, cubin, binary.mac))) {
       report.binaries.count(PutOutcome::Rejected);
     } else if (binary_exists(to, binary.key)) {
       // Same key, same inputs: the copy already there is as good.
       report.binaries.count(PutOutcome::Kept);
     } else {
+      // Its use is the source's: a time to come would keep it from eviction.
+      const int64_t last_used = std::clamp<int64_t>(binary.last_used, 0, now);
       insert_binary(to, binary, binary.checksum,
                     policy.target != nullptr ? policy.target->mac(binary.key, cubin) : "",
-                    binary.created, binary.last_used, binary.hits);
+                    std::clamp<int64_t>(binary.created, 0, now), last_used,
+                    std::max<int64_t>(binary.hits, 0));
       report.binaries.count(PutOutcome::Inserted);
     }
   }
@@ -108,12 +133,24 @@ void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64
   Statement tunings =
       from.prepare("SELECT " KJIT_TUNING_COLUMNS " FROM tunings WHERE ?1 = '' OR gpu_model = ?1");
   tunings.bind(1, gpu_model);
-  while (tunings.step()) report.tunings.count(upsert_tuning(to, read_tuning(tunings), now));
+  rows = 0;
+  while (tunings.step()) {
+    bounded("tunings");
+    const TuningRecord tuning = read_tuning(tunings);
+    report.tunings.count(why_invalid(tuning, now).empty() ? upsert_tuning(to, tuning, now)
+                                                          : PutOutcome::Rejected);
+  }
 
   Statement trials =
       from.prepare("SELECT " KJIT_TRIAL_COLUMNS " FROM trials WHERE ?1 = '' OR gpu_model = ?1");
   trials.bind(1, gpu_model);
-  while (trials.step()) report.trials.count(upsert_trial(to, read_trial(trials), now));
+  rows = 0;
+  while (trials.step()) {
+    bounded("trials");
+    const TrialRecord trial = read_trial(trials);
+    report.trials.count(why_invalid(trial, now).empty() ? upsert_trial(to, trial, now)
+                                                        : PutOutcome::Rejected);
+  }
 }
 
 }  // namespace
@@ -129,7 +166,8 @@ CacheStats Store::stats() {
   s.free_bytes =
       database.query_int("PRAGMA freelist_count") * database.query_int("PRAGMA page_size");
   Statement binaries = database.prepare(
-      "SELECT count(*), total(bytes), (SELECT total(hits) FROM binary_usage) FROM binaries");
+      "SELECT count(*), total(max(bytes, 0)), (SELECT total(hits) FROM binary_usage) FROM "
+      "binaries");
   if (binaries.step()) {
     s.binaries = binaries.column_int(0);
     s.binary_bytes = static_cast<int64_t>(binaries.column_double(1));
@@ -147,19 +185,32 @@ VerifyReport Store::verify(bool remove_bad) {
   Database& database = db();
   VerifyReport report;
   report.untrusted = distrust_;
+  // Opening moved a damaged file aside already: say so (this store is the fresh
+  // one), and --fix has nothing left to do.
+  report.damaged_on_open = damaged_on_open_;
+  report.replaced_damaged = remove_bad && !damaged_on_open_.empty();
+  // By rowid: a key stored as a blob (by hand) matches no text key, and its row
+  // could not be deleted.
+  std::vector<int64_t> bad_rows;
+  std::string schema;
   try {
+    // Views in place of tables are not read: they may never end.
+    schema = schema_problem(database, /*complete=*/true);
+    if (!schema.empty()) throw SchemaProblem();
     Statement integrity = database.prepare("PRAGMA integrity_check");
     while (integrity.step()) report.integrity.push_back(integrity.column_text(0));
     Statement binaries =
-        database.prepare("SELECT key, checksum, cubin, mac FROM binaries ORDER BY key");
+        database.prepare("SELECT key, checksum, cubin, mac, rowid FROM binaries ORDER BY key");
     while (binaries.step()) {
       ++report.binaries_checked;
       const std::string key = binaries.column_text(0);
       const std::string_view cubin = binaries.column_blob(2);
       if (checksum(cubin) != binaries.column_text(1)) {
         report.bad_binaries.push_back(key);
+        bad_rows.push_back(binaries.column_int(4));
       } else if (authenticator_ && !authenticator_->verify(key, cubin, binaries.column_text(3))) {
         report.unauthenticated.push_back(key);
+        bad_rows.push_back(binaries.column_int(4));
       }
     }
   } catch (const SqliteError& e) {
@@ -170,15 +221,20 @@ VerifyReport Store::verify(bool remove_bad) {
       report.replaced_damaged = true;
     }
     return report;
+  } catch (const SchemaProblem&) {
+    report.integrity.push_back("its tables are not kjit's: " + schema);
+    if (remove_bad) {  // rows of a view cannot be deleted: the file goes aside whole
+      replace_damaged("verifying the cache found " + report.integrity.back());
+      report.replaced_damaged = true;
+    }
+    return report;
   }
-  if (remove_bad && (!report.bad_binaries.empty() || !report.unauthenticated.empty())) {
+  if (remove_bad && !bad_rows.empty()) {
     WriteTransaction write(database);
-    Statement drop = database.prepare("DELETE FROM binaries WHERE key = ?1");
-    for (const auto* keys : {&report.bad_binaries, &report.unauthenticated}) {
-      for (const std::string& key : *keys) {
-        drop.bind(1, key).run();
-        report.removed += database.changes();
-      }
+    Statement drop = database.prepare("DELETE FROM binaries WHERE rowid = ?1");
+    for (int64_t rowid : bad_rows) {
+      drop.bind(1, rowid).run();
+      report.removed += database.changes();
     }
     write.commit();
   }
@@ -209,14 +265,28 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
                       models.empty() ? std::string("the cache holds no GPU model yet")
                                      : fmt::format("known models: {}", fmt::join(models, "; ")));
   }
-  check_readable(database, "this cache's file " + file_,
-                 "`kjit cache verify --fix` moves it aside and starts an empty store");
+  refuse_damaged_source("exported");
   // Written under a temporary name and renamed, so a failure leaves no half file.
-  std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
+  // The name is made here, exclusively and without following a link (mkstemp:
+  // O_CREAT | O_EXCL, mode 0600, a name nobody can guess), before SQLite opens it:
+  // at the old predictable name, FILE.tmp-<pid>, a planted link redirected the
+  // export wherever it pointed.
+  std::string temporary = path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
+  if (fd < 0) throw CacheError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  struct stat made {};
+  const bool known = ::fstat(fd, &made) == 0;
+  ::close(fd);  // before SQLite opens it: no lock of ours on it yet
   TransferReport report;
   try {
     {
-      Database out(temporary, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
+      // Empty is a valid database; NOFOLLOW: a link swapped in meanwhile is refused.
+      Database out(temporary, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW);
+      struct stat opened {};
+      if (!known || ::lstat(temporary.c_str(), &opened) != 0 || opened.st_dev != made.st_dev ||
+          opened.st_ino != made.st_ino)
+        throw CacheError(
+            fmt::format("cannot write '{}': its temporary file {} was replaced", path, temporary));
       configure(out);
       WriteTransaction read(database, /*immediate=*/false);  // one consistent snapshot
       WriteTransaction write(out);
@@ -252,6 +322,16 @@ void check_named_file(const std::string& path) {
                     "name a kjit.db file (kjit cache export writes one)");
 }
 
+// An error reading the file to import: a busy file may be tried again; any other
+// is the file's fault.
+[[noreturn]] void throw_source_error(const std::string& path, const SqliteError& e) {
+  const int primary = e.code() & 0xff;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
+    throw CacheError(fmt::format("cannot read '{}' now: {}", path, e.what()));
+  throw UserError(fmt::format("'{}' is not a readable kjit cache: {}", path, e.what()),
+                  "nothing was imported; import a file that kjit cache export wrote");
+}
+
 }  // namespace
 
 TransferReport Store::import_from(const std::string& path, bool trust_binaries) {
@@ -265,14 +345,17 @@ TransferReport Store::import_from(const std::string& path, bool trust_binaries) 
                     "import another store's file (kjit cache export writes one)");
   if (trust_binaries && !authenticator_)
     throw CacheError("binaries cannot be imported into this cache: " + distrust_);
-  Database source(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
-  configure(source);
+  // Errors reading the file are that file's: bad input (exit 2), named. Only the
+  // store's own errors may point at the store (a damaged file to import was
+  // blamed on the user's healthy store, with `kjit cache clear` as the way out).
+  std::unique_ptr<Database> source;
   FileKind kind;
   try {
-    kind = classify(source);
-  } catch (const SqliteError& e) {  // the named file is bad input: exit 2, as a missing one
-    throw UserError(fmt::format("'{}' is not a readable kjit cache: {}", path, e.what()),
-                    "import a file that kjit cache export wrote");
+    source = std::make_unique<Database>(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+    configure(*source);
+    kind = classify(*source);
+  } catch (const SqliteError& e) {
+    throw_source_error(path, e);
   }
   if (kind != FileKind::Current)
     throw UserError(
@@ -283,22 +366,36 @@ TransferReport Store::import_from(const std::string& path, bool trust_binaries) 
                     : kind == FileKind::Empty   ? "it is empty"
                     : kind == FileKind::Invalid ? "its header is damaged"
                                                 : "another application's file"));
-  check_readable(source, "'" + path + "'", "Import another copy of it.");
-  TransferReport report;
-  WriteTransaction read(source, /*immediate=*/false);
-  WriteTransaction write(database);
-  flush_locked();
-  stored_content_ = true;
-  // A file from elsewhere: its MACs (if any) are under another key. Its
-  // binaries enter only when the user vouches for them, authenticated anew.
-  BinaryPolicy policy;
-  policy.take = trust_binaries;
-  policy.target = authenticator_.get();
-  copy_rows(source, database, "", now(), policy, report);
-  evict_locked("");
-  write.commit();
-  read.commit();
-  return report;
+  try {
+    // Before any row is read: a view in place of a table can be endless.
+    const std::string schema = schema_problem(*source, /*complete=*/true);
+    if (!schema.empty())
+      throw UserError(
+          fmt::format("'{}' is not a kjit cache: its tables are not kjit's: {}", path, schema),
+          "nothing was imported; import a file that kjit cache export wrote");
+    const std::string damage = unreadable(*source, "PRAGMA integrity_check");
+    if (!damage.empty())
+      throw UserError(fmt::format("'{}' is damaged ({}); nothing was imported", path, damage),
+                      "import another copy of it");
+    TransferReport report;
+    WriteTransaction read(*source, /*immediate=*/false);
+    WriteTransaction write(database);
+    flush_locked();
+    stored_content_ = true;
+    // A file from elsewhere: its MACs (if any) are under another key. Its
+    // binaries enter only when the user vouches for them, authenticated anew.
+    BinaryPolicy policy;
+    policy.take = trust_binaries;
+    policy.target = authenticator_.get();
+    copy_rows(*source, database, "", now(), policy, report);
+    evict_locked("");
+    write.commit();
+    read.commit();
+    return report;
+  } catch (const SqliteError& e) {
+    if (!e.from(*source)) throw;
+    throw_source_error(path, e);
+  }
 }
 
 TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
@@ -311,8 +408,7 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   if (::stat(path.c_str(), &info) == 0 && info.st_dev == file_device_ && info.st_ino == file_inode_)
     throw UserError("cannot merge the cache into itself");
   check_named_file(path);
-  check_readable(database, "this cache's file " + file_,
-                 "`kjit cache verify --fix` moves it aside and starts an empty store");
+  refuse_damaged_source("merged");
   StoreOptions target_options;
   target_options.recover = false;  // a file the user named is never moved aside
   target_options.max_bytes = std::numeric_limits<int64_t>::max();
@@ -342,8 +438,27 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
 
 void Store::replace_damaged(const SqliteError& error, const char* what) {
   if (!error.is_corruption()) throw error;
-  quarantine(fmt::format("{} found the file damaged ({})", what, error.what()));
+  replace_damaged(fmt::format("{} found the file damaged ({})", what, error.what()));
+}
+
+void Store::replace_damaged(const std::string& why) {
+  quarantine(why);
   attach();  // a fresh file: a failure here is this command's error
+}
+
+void Store::refuse_damaged_source(const char* verb) {
+  // Opening moved the damaged file aside: this store is a fresh, empty one, and
+  // a copy of it would pass for a backup.
+  if (!damaged_on_open_.empty())
+    throw CacheError(
+        fmt::format("the cache's file was damaged ({}); nothing was {}: the store is now empty",
+                    damaged_on_open_, verb));
+  const std::string damage = unreadable(*db_, "PRAGMA quick_check");
+  if (!damage.empty())
+    throw CacheError(
+        fmt::format("this cache's file {} is damaged ({}); nothing was {}. `kjit cache "
+                    "verify --fix` moves it aside and starts an empty store",
+                    file_, damage, verb));
 }
 
 ClearReport Store::clear(bool binaries_only) {
@@ -352,7 +467,11 @@ ClearReport Store::clear(bool binaries_only) {
   pending_hits_.clear();
   stored_content_ = true;
   ClearReport report;
+  std::string schema;
   try {
+    // Rows of a view cannot be deleted: the file goes aside whole.
+    schema = schema_problem(database, /*complete=*/true);
+    if (!schema.empty()) throw SchemaProblem();
     WriteTransaction write(database);
     database.exec("DELETE FROM binaries");
     report.binaries = database.changes();
@@ -371,6 +490,9 @@ ClearReport Store::clear(bool binaries_only) {
     // with --binaries-only: what it kept is unreadable anyway).
     replace_damaged(e, "clearing the cache");
     report = ClearReport{};
+    report.replaced_damaged = true;
+  } catch (const SchemaProblem&) {
+    replace_damaged("clearing the cache found its tables are not kjit's: " + schema);
     report.replaced_damaged = true;
   }
   return report;

@@ -13,8 +13,10 @@
 #include "kjit/cache/sqlite.h"
 #include "kjit/cache/store.h"
 #include "kjit/cache/store_internal.h"
+#include "kjit/support/error.h"
 #include "kjit/support/hash.h"
 #include "kjit/support/json.h"
+#include "kjit/support/key_values.h"
 
 namespace kjit::cache {
 
@@ -75,6 +77,109 @@ void TableCounts::count(PutOutcome outcome) {
 }
 
 namespace detail {
+
+namespace {
+
+// Bounds on what a row may hold, far beyond anything kjit writes.
+constexpr size_t kMaxKeyBytes = 16 * 1024;    // GPU model, problem, binary key
+constexpr size_t kMaxConfigBytes = 2 * 1024;  // ~100 in practice; each is parsed below
+constexpr size_t kMaxLabelBytes = 256;        // tuner version, device name, driver
+constexpr size_t kMaxErrorBytes = 64 * 1024;  // why a trial failed
+// A kernel launch takes microseconds at least; a median below 100 ns is not one.
+constexpr double kMinMedianMs = 1e-4;
+constexpr double kMaxMedianMs = 1e7;  // about 3 hours
+constexpr double kMaxSpread = 100;    // relative
+constexpr int64_t kMaxRuns = 1000000000;
+constexpr int64_t kClockSlack = 24 * 3600;
+
+std::string text_problem(const char* what, const std::string& text, size_t limit, bool required) {
+  if (required && text.empty()) return fmt::format("no {}", what);
+  if (text.size() > limit)
+    return fmt::format("a {} of {} bytes (at most {})", what, text.size(), limit);
+  return "";
+}
+
+std::string time_problem(const char* what, int64_t time, int64_t now) {
+  if (time < 0 || time > now + kClockSlack)
+    return fmt::format("{} {} is not a past time", what, time);
+  return "";
+}
+
+// A measurement a tuner could have taken.
+std::string measurement_problem(const Measurement& m) {
+  if (!(m.runs >= 1 && m.runs <= kMaxRuns)) return fmt::format("{} runs", m.runs);
+  if (!(m.median_ms >= kMinMedianMs && m.median_ms <= kMaxMedianMs))
+    return fmt::format("a median of {} ms", m.median_ms);
+  if (!(m.spread >= 0 && m.spread <= kMaxSpread)) return fmt::format("a spread of {}", m.spread);
+  return "";
+}
+
+// The columns tunings and trials share. A config is a "key=value,..." list in
+// every family; the family checks its keys when it uses one.
+std::string measured_row_problem(const std::string& gpu_model, const std::string& problem,
+                                 const std::string& config, const std::string& tuner_version,
+                                 int64_t created, int64_t now) {
+  std::string why = text_problem("GPU model", gpu_model, kMaxKeyBytes, true);
+  if (why.empty()) why = text_problem("problem", problem, kMaxKeyBytes, true);
+  if (why.empty()) why = text_problem("config", config, kMaxConfigBytes, true);
+  if (why.empty()) why = text_problem("tuner version", tuner_version, kMaxLabelBytes, false);
+  if (why.empty()) why = time_problem("created", created, now);
+  if (why.empty()) {
+    try {
+      if (split_key_values(config, "config", "").empty()) why = "an empty config";
+    } catch (const UserError& e) {
+      why = fmt::format("a config that is not a key=value list ({})", e.what());
+    }
+  }
+  return why;
+}
+
+}  // namespace
+
+std::string why_invalid(const TuningRecord& t, int64_t now) {
+  std::string why =
+      measured_row_problem(t.gpu_model, t.problem, t.config, t.tuner_version, t.created, now);
+  return why.empty() ? measurement_problem(t.measured) : why;
+}
+
+std::string why_invalid(const TrialRecord& t, int64_t now) {
+  std::string why =
+      measured_row_problem(t.gpu_model, t.problem, t.config, t.tuner_version, t.created, now);
+  if (why.empty()) why = text_problem("error", t.error, kMaxErrorBytes, false);
+  if (!why.empty()) return why;
+  // A config that failed (or was never timed) has no measurement: runs 0.
+  const Measurement& m = t.measured;
+  if (m.runs == 0)
+    return std::isfinite(m.median_ms) && m.median_ms >= 0 && std::isfinite(m.spread) &&
+                   m.spread >= 0
+               ? ""
+               : "a trial without runs but with a median or spread";
+  if (!t.error.empty()) return fmt::format("a failed trial with {} runs", m.runs);
+  return measurement_problem(m);
+}
+
+std::string why_invalid(const DeviceRecord& d, int64_t now) {
+  std::string why = text_problem("model", d.model, kMaxKeyBytes, true);
+  if (why.empty()) why = text_problem("name", d.name, kMaxLabelBytes, true);
+  if (why.empty()) why = text_problem("driver", d.driver, kMaxLabelBytes, false);
+  if (!why.empty()) return why;
+  // sm_XY: one digit of minor version.
+  if (d.cc_major < 1 || d.cc_major > 99 || d.cc_minor < 0 || d.cc_minor > 9)
+    return fmt::format("compute capability {}.{}", d.cc_major, d.cc_minor);
+  if (d.sm_count < 1 || d.sm_count > 100000) return fmt::format("{} SMs", d.sm_count);
+  if (d.memory_bytes < 0 || d.memory_bytes > (int64_t{1} << 50))
+    return fmt::format("{} bytes of memory", d.memory_bytes);
+  if (why = time_problem("first seen", d.first_seen, now); !why.empty()) return why;
+  if (why = time_problem("last seen", d.last_seen, now); !why.empty()) return why;
+  if (d.first_seen > d.last_seen) return "first seen after last seen";
+  return "";
+}
+
+std::string why_invalid(const BinaryRecord& b) {
+  std::string why = text_problem("key", b.key, kMaxKeyBytes, true);
+  if (why.empty() && b.cubin.empty()) why = "no cubin";
+  return why;
+}
 
 std::string checksum(std::string_view bytes) {
   return hex64(hash64(bytes));

@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "kjit/cache/sqlite.h"
 #include "kjit/support/error.h"
@@ -222,6 +226,118 @@ FileKind classify_snapshot(Database& db) {
 
 int64_t file_schema_version(Database& db) {
   return db.query_int("PRAGMA user_version");
+}
+
+namespace {
+
+// What schema_problem() expects of a file at schema_version(): each table with the
+// columns kjit reads and writes, and kjit's one trigger (as kSchemaV1 writes it).
+// Spelled out rather than made by migrate() in an in-memory database, which cost
+// 0.25 ms per process, a third of opening the store. Should these drift from
+// the schema, every fresh store fails the check and every store test with it.
+struct ExpectedTable {
+  const char* name;
+  const char* columns;  // what a SELECT must be able to name
+};
+constexpr ExpectedTable kTables[] = {
+    {"devices",
+     "model, name, cc_major, cc_minor, sm_count, driver, memory_bytes, first_seen, last_seen"},
+    {"binaries",
+     "key, bytes, created, arch, nvrtc_version, generator_version, checksum, options, "
+     "ptxas_stats, nvrtc_log, source, cubin, mac"},
+    {"binary_usage", "key, last_used, hits"},
+    {"tunings", "gpu_model, problem, config, median_ms, spread, runs, tuner_version, created"},
+    {"trials",
+     "gpu_model, problem, config, median_ms, spread, runs, error, tuner_version, created"},
+};
+constexpr const char* kTriggerName = "binaries_delete_usage";
+constexpr const char* kTriggerSql =
+    "CREATE TRIGGER binaries_delete_usage AFTER DELETE ON binaries BEGIN DELETE FROM "
+    "binary_usage WHERE key = old.key; END";
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+// SQL with every run of white space made one space: a file migrated from
+// schema 1 keeps the trigger's text as that kjit wrote it.
+std::string normalized(const std::string& sql) {
+  std::string out;
+  for (char c : sql) {
+    const bool space = std::isspace(static_cast<unsigned char>(c)) != 0;
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out += space ? ' ' : c;
+  }
+  if (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+// The kind of table a CREATE statement makes: "table", "virtual table" or
+// "table without rowid" (SQLite keeps the statement as written).
+std::string table_kind(const std::string& sql) {
+  const std::string text = lower(normalized(sql));
+  if (text.rfind("create virtual table", 0) == 0) return "virtual table";
+  const size_t options = text.rfind(')');
+  if (options != std::string::npos && text.find("without rowid", options) != std::string::npos)
+    return "table without rowid";
+  return "table";
+}
+
+std::string check_schema(Database& db, bool complete) {
+  // Names as SQL matches them, whatever their case.
+  std::map<std::string, std::string> tables;  // lower-case name -> table_kind()
+  Statement objects = db.prepare(
+      "SELECT type, name, sql FROM sqlite_schema WHERE type IN ('table', 'view', 'trigger')");
+  while (objects.step()) {
+    const std::string type = objects.column_text(0), name = objects.column_text(1);
+    if (type == "table") {
+      tables[lower(name)] = table_kind(objects.column_text(2));
+    } else if (type == "view") {
+      return fmt::format("it has a view ({}), which no kjit makes", name);
+    } else if (lower(name) != kTriggerName || normalized(objects.column_text(2)) != kTriggerSql) {
+      return fmt::format("it has a trigger ({}) that is not kjit's", name);
+    }
+  }
+  for (const ExpectedTable& table : kTables) {
+    auto kind = tables.find(table.name);
+    if (kind == tables.end()) {
+      if (complete) return fmt::format("it has no table {}", table.name);
+    } else if (kind->second != "table") {
+      return fmt::format("its {} is not an ordinary table (a {})", table.name, kind->second);
+    }
+  }
+  if (!complete) return "";  // an older schema's columns
+  for (const ExpectedTable& table : kTables) {
+    // Prepared, never run: SQLite names the first column that is missing.
+    const std::string query = fmt::format("SELECT {} FROM {}", table.columns, table.name);
+    sqlite3_stmt* statement = nullptr;
+    const int rc = sqlite3_prepare_v2(db.handle(), query.c_str(), -1, &statement, nullptr);
+    sqlite3_finalize(statement);
+    if ((rc & 0xff) == SQLITE_ERROR)
+      return fmt::format("its table {} lacks kjit's columns ({})", table.name,
+                         sqlite3_errmsg(db.handle()));
+    check(db.handle(), rc, "reading the schema");
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string schema_problem(Database& db, bool complete) {
+  try {
+    // One read snapshot for every query: each would take its own otherwise.
+    std::optional<WriteTransaction> snapshot;
+    if (sqlite3_get_autocommit(db.handle())) snapshot.emplace(db, /*immediate=*/false);
+    std::string problem = check_schema(db, complete);
+    if (snapshot) snapshot->commit();
+    return problem;
+  } catch (const SqliteError& e) {
+    // A schema SQLite cannot even list (a virtual table of a module this build
+    // lacks, say) is not kjit's; busy and damage are the caller's to handle.
+    if ((e.code() & 0xff) != SQLITE_ERROR) throw;
+    return fmt::format("its schema cannot be read ({})", e.what());
+  }
 }
 
 std::string migrate(Database& db, int64_t now) {

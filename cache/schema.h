@@ -33,6 +33,16 @@ FileKind classify(Database& db);
 // The schema version a kjit file says it has (PRAGMA user_version).
 int64_t file_schema_version(Database& db);
 
+// Why the file's objects are not the ones kjit made ("" when they are): each of
+// kjit's tables that the file has is an ordinary table (not a view, a virtual
+// table or WITHOUT ROWID), there are no views, and the only trigger is kjit's
+// own. A view over an endless recursive query in place of `tunings` made every
+// read of it endless (an import filled the disk). With `complete` (a file at
+// schema_version()), every table must also be there with the columns kjit
+// reads and writes; before a migration the tables are an older schema's, so
+// only their kind is checked.
+std::string schema_problem(Database& db, bool complete);
+
 // Brings an Older or Empty file to schema_version() and stamps application_id and
 // user_version. Call inside a write transaction. Returns a note on what the
 // migration did (empty when nothing worth saying).

@@ -9,6 +9,10 @@ bool SqliteError::is_corruption() const {
   return primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB;
 }
 
+bool SqliteError::from(const Database& db) const {
+  return origin_ != nullptr && origin_ == db.handle();
+}
+
 void check(sqlite3* db, int rc, std::string_view what) {
   if (rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE) return;
   int extended = db != nullptr ? sqlite3_extended_errcode(db) : rc;
@@ -16,7 +20,7 @@ void check(sqlite3* db, int rc, std::string_view what) {
   std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   std::string kind = sqlite3_errstr(rc);
   if (message != kind) message += " (" + kind + ")";
-  throw SqliteError(fmt::format("{}: {}", what, message), extended);
+  throw SqliteError(fmt::format("{}: {}", what, message), extended, db);
 }
 
 Statement::Statement(sqlite3* db, std::string_view sql) : db_(db) {
@@ -142,7 +146,7 @@ void Database::exec(const char* sql) {
     int extended = sqlite3_extended_errcode(db_);
     if ((extended & 0xff) != (rc & 0xff)) extended = rc;
     throw SqliteError(fmt::format("running '{}': {}", std::string_view(sql).substr(0, 60), message),
-                      extended);
+                      extended, db_);
   }
 }
 

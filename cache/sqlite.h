@@ -22,16 +22,23 @@
 
 namespace kjit::cache {
 
+class Database;
+
 // A failed SQLite call; `code()` is the extended result code.
 class SqliteError : public CacheError {
  public:
-  SqliteError(const std::string& message, int code) : CacheError(message), code_(code) {}
+  SqliteError(const std::string& message, int code, const sqlite3* origin = nullptr)
+      : CacheError(message), code_(code), origin_(origin) {}
   int code() const { return code_; }
   // The file is not a database or is damaged: it must be moved aside.
   bool is_corruption() const;
+  // Whether the error came from this connection: a transfer reads one file and
+  // writes another, and a damaged source must not be blamed on the store.
+  bool from(const Database& db) const;
 
  private:
   int code_;
+  const sqlite3* origin_;  // compared, never used: the connection may be closed by now
 };
 
 class Statement {

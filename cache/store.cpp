@@ -187,9 +187,10 @@ std::string Store::default_path(std::string* reason) {
       return say("KJIT_CACHE=" + *setting + " disables the cache");
     // A misspelt "off" must not pass for "on" without a word.
     if (!(lower.empty() || lower == "on" || lower == "1" || lower == "true" || lower == "yes"))
-      print_once(fmt::format("KJIT_CACHE='{}' is neither off (off, 0, false, no) nor on (on, 1, "
-                             "true, yes); the cache stays on",
-                             *setting));
+      print_once(
+          fmt::format("KJIT_CACHE='{}' is neither off (off, 0, false, no) nor on (on, 1, "
+                      "true, yes); the cache stays on",
+                      *setting));
   }
   fs::path dir;
   if (std::optional<std::string> value = env("KJIT_CACHE_DIR")) {
@@ -396,6 +397,13 @@ void Store::attach() {
     throw Rejected(Rejected::Kind::Unusable,
                    fmt::format("it was written by a newer kjit (schema {} > {}); left untouched",
                                file_schema_version(*database), schema_version()));
+  // Before anything reads or migrates a table: a view or a trigger planted in
+  // the file (or a table dropped from it) made every command hang or fail.
+  if (kind == FileKind::Current || kind == FileKind::Older) {
+    const std::string problem = schema_problem(*database, kind == FileKind::Current);
+    if (!problem.empty())
+      throw Rejected(Rejected::Kind::Damaged, "its tables are not kjit's: " + problem);
+  }
   // WAL lets readers work while one process writes. The mode is stored in the
   // file, so only the first opener changes it; several may race here, which
   // the busy timeout settles.
@@ -412,7 +420,22 @@ void Store::attach() {
     if (now_kind == FileKind::Newer)
       throw Rejected(Rejected::Kind::Unusable, "it was written by a newer kjit; left untouched");
     std::string note;
-    if (now_kind != FileKind::Current) note = migrate(*database, now());
+    if (now_kind != FileKind::Current) {
+      try {
+        note = migrate(*database, now());
+      } catch (const SqliteError& e) {
+        // The header names a schema its tables are not (schema 2's tables under
+        // version 1: "duplicate column name: mac"); the write rolls back.
+        if ((e.code() & 0xff) != SQLITE_ERROR) throw;
+        throw Rejected(Rejected::Kind::Damaged,
+                       fmt::format("its tables are not those of the schema its header names "
+                                   "(version {}): migrating it failed ({})",
+                                   file_schema_version(*database), e.what()));
+      }
+      const std::string problem = schema_problem(*database, /*complete=*/true);
+      if (!problem.empty())
+        throw Rejected(Rejected::Kind::Damaged, "its tables are not kjit's: " + problem);
+    }
     write.commit();
     if (!note.empty()) warn(note);
   }
@@ -478,11 +501,12 @@ void Store::connect() {
     if (!options_.recover)
       throw CacheError(fmt::format("{} is damaged or not a kjit cache: {}", path_, damage));
     if (quarantined++ > 0) return disable("a fresh file was damaged again: " + damage);
-    quarantine(damage);
+    const std::string aside = quarantine(damage);
+    if (!aside.empty()) damaged_on_open_ = fmt::format("{}; moved aside to {}", damage, aside);
   }
 }
 
-void Store::quarantine(const std::string& why) {
+std::string Store::quarantine(const std::string& why) {
   db_.reset();
   authenticator_.reset();
   // Under a lock file so that processes that found the same damage move it
@@ -501,6 +525,7 @@ void Store::quarantine(const std::string& why) {
   struct stat info {};
   bool same_file = ::lstat(file_.c_str(), &info) == 0 && info.st_dev == file_device_ &&
                    info.st_ino == file_inode_;
+  std::string moved_to;
   if (same_file) {
     std::string aside = file_ + ".corrupt-" + timestamp_now();
     for (int n = 2; path_exists(aside); ++n)
@@ -519,6 +544,7 @@ void Store::quarantine(const std::string& why) {
     }
     if (::rename(file_.c_str(), aside.c_str()) == 0) {
       warn(fmt::format("{}; moved it aside to {} and started a fresh cache", why, aside));
+      moved_to = aside;
     } else {
       const int error = errno;
       for (const char* suffix : moved)  // the damaged file stays: so does its WAL
@@ -531,6 +557,7 @@ void Store::quarantine(const std::string& why) {
     ::close(lock_fd);
   }
   file_device_ = file_inode_ = 0;
+  return moved_to;
 }
 
 void Store::on_failure(const char* what, const std::exception& error) {
@@ -608,8 +635,8 @@ std::optional<BinaryRecord> Store::find_binary(const std::string& key) {
 PutOutcome Store::put_binary(const BinaryRecord& record) {
   return guarded<PutOutcome>("storing a binary", PutOutcome::Rejected, [&](Database& db) {
     if (!authenticator_) return PutOutcome::Rejected;  // not trusted: warned once when opened
-    if (record.key.empty() || record.cubin.empty()) {
-      warn("refused a binary without a key or a cubin");
+    if (const std::string why = why_invalid(record); !why.empty()) {
+      warn("refused a binary: " + why);
       return PutOutcome::Rejected;
     }
     const std::string_view cubin(record.cubin.data(), record.cubin.size());
@@ -664,28 +691,32 @@ int64_t Store::evict() {
 // max_bytes, so that eviction runs in bursts rather than on every store.
 int64_t Store::evict_locked(const std::string& keep_key) {
   Database& db = *db_;
-  Statement& total_query = db.cached("SELECT total(bytes) FROM binaries");
-  int64_t total = 0;
+  // A negative `bytes` (written by hand: kjit never does) counts as 0, not as
+  // room: INT64_MIN in one row made the total negative and stopped eviction.
+  // Sums stay doubles (total()), which no row's value can overflow.
+  Statement& total_query = db.cached("SELECT total(max(bytes, 0)) FROM binaries");
+  double total = 0;
   {
     StatementReset rewind(total_query);
-    if (total_query.step()) total = static_cast<int64_t>(total_query.column_double(0));
+    if (total_query.step()) total = total_query.column_double(0);
   }
-  if (total <= options_.max_bytes) return 0;
-  int64_t target = options_.max_bytes / 10 * 9;
-  std::vector<std::string> victims;
+  if (total <= static_cast<double>(options_.max_bytes)) return 0;
+  const double target = static_cast<double>(options_.max_bytes / 10 * 9);
+  // By rowid: a key stored as a blob (by hand) matches no text key.
+  std::vector<int64_t> victims;
   {
     Statement& oldest =
-        db.cached("SELECT b.key, b.bytes FROM " KJIT_BINARIES_WITH_USAGE
+        db.cached("SELECT b.rowid, max(b.bytes, 0) FROM " KJIT_BINARIES_WITH_USAGE
                   " WHERE b.key != ?1 ORDER BY coalesce(u.last_used, b.created), b.created, b.key");
     StatementReset rewind(oldest);
     oldest.bind(1, keep_key);
     while (total > target && oldest.step()) {
-      victims.push_back(oldest.column_text(0));
-      total -= oldest.column_int(1);
+      victims.push_back(oldest.column_int(0));
+      total -= oldest.column_double(1);
     }
   }
-  Statement& drop = db.cached("DELETE FROM binaries WHERE key = ?1");
-  for (const std::string& key : victims) drop.bind(1, key).run();
+  Statement& drop = db.cached("DELETE FROM binaries WHERE rowid = ?1");
+  for (int64_t rowid : victims) drop.bind(1, rowid).run();
   return static_cast<int64_t>(victims.size());
 }
 
@@ -722,11 +753,13 @@ std::optional<BinaryRecord> Store::describe_binary(const std::string& key_prefix
 
 void Store::record_device(const DeviceRecord& device) {
   guarded<bool>("recording a device", false, [&](Database& db) {
-    if (device.model.empty()) {
-      warn("refused a device without a model name");
+    int64_t time = now();
+    DeviceRecord seen = device;
+    seen.first_seen = seen.last_seen = time;  // the store sets them
+    if (const std::string why = why_invalid(seen, time); !why.empty()) {
+      warn("refused a device: " + why);
       return false;
     }
-    int64_t time = now();
     WriteTransaction write(db);
     upsert_device(db, device, time, time);
     write.commit();
@@ -759,8 +792,8 @@ std::optional<TuningRecord> Store::find_tuning(const std::string& gpu_model,
 
 PutOutcome Store::put_tuning(const TuningRecord& tuning) {
   return guarded<PutOutcome>("storing a tuning", PutOutcome::Rejected, [&](Database& db) {
-    if (tuning.gpu_model.empty() || tuning.problem.empty() || tuning.config.empty()) {
-      warn("refused a tuning without a GPU model, problem or config");
+    if (const std::string why = why_invalid(tuning, now()); !why.empty()) {
+      warn("refused a tuning: " + why);
       return PutOutcome::Rejected;
     }
     stored_content_ = true;
@@ -784,8 +817,8 @@ std::vector<TuningRecord> Store::tunings(const std::string& gpu_model) {
 
 PutOutcome Store::put_trial(const TrialRecord& trial) {
   return guarded<PutOutcome>("storing a trial", PutOutcome::Rejected, [&](Database& db) {
-    if (trial.gpu_model.empty() || trial.problem.empty() || trial.config.empty()) {
-      warn("refused a trial without a GPU model, problem or config");
+    if (const std::string why = why_invalid(trial, now()); !why.empty()) {
+      warn("refused a trial: " + why);
       return PutOutcome::Rejected;
     }
     stored_content_ = true;

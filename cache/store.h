@@ -90,9 +90,13 @@ struct VerifyReport {
   // verify(true) of a damaged file: moved aside (quarantine's warning names where)
   // and a fresh, empty store started in its place.
   bool replaced_damaged = false;
+  // Opening found the file damaged (its tables not kjit's, say) and moved it
+  // aside: why, and where. The rest of the report is the fresh store's.
+  std::string damaged_on_open;
   // Sound and trusted, and every bad binary (if any) removed.
   bool ok() const {
     return integrity.size() == 1 && integrity[0] == "ok" && untrusted.empty() &&
+           damaged_on_open.empty() &&
            static_cast<int64_t>(bad_binaries.size() + unauthenticated.size()) == removed;
   }
 };
@@ -103,8 +107,10 @@ struct TableCounts {
   int64_t replaced =
       0;             // the incoming row was better measured (tunings, trials) or newer (devices)
   int64_t kept = 0;  // the existing row stayed
-  int64_t rejected = 0;  // invalid incoming rows (a binary whose checksum or MAC fails)
-  int64_t skipped = 0;   // binaries left out: not asked for (no --trust-binaries) or not trusted
+  // Invalid incoming rows: a binary whose checksum or MAC fails, a row that fails
+  // the store's checks (an impossible measurement, an empty key, a future time).
+  int64_t rejected = 0;
+  int64_t skipped = 0;  // binaries left out: not asked for (no --trust-binaries) or not trusted
   void count(PutOutcome outcome);
 };
 struct TransferReport {
@@ -230,10 +236,16 @@ class Store {
   // the key that authenticates them.
   void establish_trust(const std::string& directory);
   void set_wal_mode(Database& database);
-  void quarantine(const std::string& why);
+  // Moves the damaged file aside; returns where ("" when it was not moved: another
+  // process did, or the rename failed).
+  std::string quarantine(const std::string& why);
   // An administrative command's answer to a damaged file (clear, verify --fix):
   // moved aside, and a fresh store attached. Rethrows what is not damage.
   void replace_damaged(const SqliteError& error, const char* what);
+  void replace_damaged(const std::string& why);
+  // Export and merge copy this store: CacheError when its file is damaged, or
+  // was when opened (an empty copy would pass for a backup). `verb`: "exported".
+  void refuse_damaged_source(const char* verb);
   // Whether the path no longer names the file attach() opened (another process
   // moved it aside, and perhaps created a fresh one): errors from the old file are
   // then not this cache's, and attaching again is the cure.
@@ -262,6 +274,10 @@ class Store {
   std::unique_ptr<detail::Authenticator> authenticator_;
   std::string distrust_;
   bool quarantined_once_ = false;
+  // Opening found the file damaged and moved it aside (why, and where): this
+  // Store holds a fresh, empty file. verify reports it, and export and merge
+  // refuse, since an empty copy would pass for a backup.
+  std::string damaged_on_open_;
   bool stored_content_ = false;  // binaries, tunings or trials written: checkpoint on close
   // The file's identity when opened: quarantine() moves it aside only if the
   // path still names that file (another process may already have replaced it).

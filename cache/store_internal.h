@@ -41,6 +41,17 @@ inline constexpr int kCubinColumn = 1;
 #define KJIT_DEVICE_COLUMNS \
   "model, name, cc_major, cc_minor, sm_count, driver, memory_bytes, first_seen, last_seen"
 
+// Why a row may not enter a store ("" when it may): one set of rules for every
+// way in, put_* and record_device as much as the rows an import, export or merge
+// copies. A file from elsewhere is data to check: a tuning measured at 1e-9 ms
+// over a million runs replaced the user's for good, a device seen in the year
+// 292277026596 stayed "newest" for ever, a megabyte of problem text was kept.
+// `now` bounds timestamps (a day ahead is allowed: clocks differ between machines).
+std::string why_invalid(const TuningRecord& tuning, int64_t now);
+std::string why_invalid(const TrialRecord& trial, int64_t now);
+std::string why_invalid(const DeviceRecord& device, int64_t now);
+std::string why_invalid(const BinaryRecord& binary);
+
 void read_binary(const Statement& row, BinaryRecord& record, bool with_content);
 TuningRecord read_tuning(const Statement& row);
 TrialRecord read_trial(const Statement& row);

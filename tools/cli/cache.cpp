@@ -109,15 +109,16 @@ void print_transfer(const std::string& what, const cache::TransferReport& r, boo
   }
   std::cout << what << ":\n";
   auto line = [](const char* table, const cache::TableCounts& c, const char* kept_means,
-                 const char* replaced_means) {
+                 const char* replaced_means, const char* rejected_means) {
     std::cout << fmt::format("  {:<9} {} inserted, {} replaced{}, {} kept{}, {} rejected{}\n",
                              table, c.inserted, c.replaced, replaced_means, c.kept, kept_means,
-                             c.rejected, c.rejected ? " (checksum or MAC failed)" : "");
+                             c.rejected, c.rejected ? rejected_means : "");
   };
-  line("devices", r.devices, " (already newer)", " (newer)");
-  line("binaries", r.binaries, " (already present)", "");
-  line("tunings", r.tunings, " (existing better measured)", " (better measured)");
-  line("trials", r.trials, " (existing better measured)", " (better measured)");
+  const char* invalid = " (impossible values: an empty key, a bad measurement, a future time)";
+  line("devices", r.devices, " (already newer)", " (newer)", invalid);
+  line("binaries", r.binaries, " (already present)", "", " (checksum or MAC failed, or no key)");
+  line("tunings", r.tunings, " (existing better measured)", " (better measured)", invalid);
+  line("trials", r.trials, " (existing better measured)", " (better measured)", invalid);
   if (r.binaries.skipped)
     std::cout << fmt::format(
         "  {} binaries left out: compiled code crosses between files only with "
@@ -229,6 +230,7 @@ void run_verify(const CacheCommandOptions& o) {
   if (o.json) {
     return print_json({{"ok", r.ok()},
                        {"replaced_damaged", r.replaced_damaged},
+                       {"damaged_on_open", r.damaged_on_open},
                        {"integrity", r.integrity},
                        {"trusted", r.untrusted.empty()},
                        {"untrusted", r.untrusted},
@@ -237,6 +239,9 @@ void run_verify(const CacheCommandOptions& o) {
                        {"unauthenticated", r.unauthenticated},
                        {"removed", r.removed}});
   }
+  if (!r.damaged_on_open.empty())
+    std::cout << "damaged:   " << r.damaged_on_open
+              << "\n           (when opened; an empty store started in its place, checked below)\n";
   std::cout << "integrity: " << fmt::format("{}", fmt::join(r.integrity, "\n  ")) << "\n";
   if (!r.untrusted.empty())
     std::cout << "trust:     binaries are not loaded from this cache: " << r.untrusted << "\n";

@@ -56,7 +56,7 @@ int writer(const std::string& path, int process, int start_fd) {
         return 6;
   }
   if (store->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "own-" + std::to_string(process),
-                                    "x", 1.0, 0.01, 20)) != PutOutcome::Inserted)
+                                    "x=1", 1.0, 0.01, 20)) != PutOutcome::Inserted)
     return 7;
   TrialRecord trial{"NVIDIA H200 cc9.0 132SM",
                     "shared-0",
@@ -225,7 +225,7 @@ TEST(Concurrency, ASecondStoreKeepsTheFirstStoresLocks) {
   ScratchDir dir;
   const std::string path = dir.file("kjit.db");
   std::unique_ptr<Store> first = Store::open(path);
-  first->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "p", "c", 1.0, 0.01, 20));
+  first->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "p", "tile=c", 1.0, 0.01, 20));
   ASSERT_TRUE(first->find_tuning("NVIDIA H200 cc9.0 132SM", "p").has_value());
   ASSERT_TRUE(shared_lock_held(path));
   {
@@ -239,7 +239,7 @@ TEST(Concurrency, ASecondStoreKeepsTheFirstStoresLocks) {
   const pid_t child = ::fork();
   if (child == 0) {
     std::unique_ptr<Store> other = Store::open(path);
-    other->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "q", "c", 1.0, 0.01, 20));
+    other->put_tuning(make_tuning("NVIDIA H200 cc9.0 132SM", "q", "tile=c", 1.0, 0.01, 20));
     other.reset();
     ::_exit(0);
   }

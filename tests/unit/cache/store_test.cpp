@@ -137,12 +137,36 @@ TEST(Store, EvictsLeastRecentlyUsedAboveTheLimit) {
   EXPECT_LE(store->stats().binary_bytes, options.max_bytes);
 
   // A tuning is never evicted, and one binary larger than the limit stays.
-  store->put_tuning(make_tuning("gpu", "p", "c", 1.0, 0.01, 20));
+  store->put_tuning(make_tuning("gpu", "p", "tile=c", 1.0, 0.01, 20));
   clock = 6;
   ASSERT_EQ(store->put_binary(make_binary("huge", 400 * 1024, 9)), PutOutcome::Inserted);
   EXPECT_TRUE(store->find_binary("huge"));
   EXPECT_FALSE(store->find_binary("b1"));
   EXPECT_TRUE(store->find_tuning("gpu", "p"));
+}
+
+// A negative `bytes` in one row (INT64_MIN, written by hand) made the total
+// negative: nothing was ever evicted again. It counts as 0 now.
+TEST(Store, NegativeBytesDoNotStopEviction) {
+  ScratchDir scratch;
+  int64_t clock = 1;
+  StoreOptions options;
+  options.clock = [&clock] { return clock; };
+  options.max_bytes = 350 * 1024;
+  const std::string path = scratch.file("kjit.db");
+  std::unique_ptr<Store> store = Store::open(path, options);
+  ASSERT_EQ(store->put_binary(make_binary("b1", 100 * 1024, 1)), PutOutcome::Inserted);
+  RawDb(path).exec("UPDATE binaries SET bytes = -9223372036854775807 - 1 WHERE key = 'b1'");
+  for (int i = 2; i <= 8; ++i) {
+    clock = i;
+    ASSERT_EQ(store->put_binary(make_binary("b" + std::to_string(i), 100 * 1024, i)),
+              PutOutcome::Inserted);
+  }
+  const CacheStats stats = store->stats();
+  EXPECT_LE(stats.binaries, 4);
+  EXPECT_GE(stats.binary_bytes, 0);
+  EXPECT_LE(stats.binary_bytes, options.max_bytes);
+  EXPECT_FALSE(store->find_binary("b1")) << "the oldest goes first, whatever it claims to weigh";
 }
 
 TEST(Store, MaxMegabytesComesFromTheEnvironment) {
@@ -211,7 +235,7 @@ TEST(Store, DisabledStoreMissesAndDropsQuietly) {
   EXPECT_NE(store->disabled_reason().find("KJIT_CACHE=off"), std::string::npos);
   EXPECT_EQ(store->put_binary(make_binary("k", 100, 1)), PutOutcome::Rejected);
   EXPECT_FALSE(store->find_binary("k"));
-  EXPECT_EQ(store->put_tuning(make_tuning("g", "p", "c", 1, 0, 10)), PutOutcome::Rejected);
+  EXPECT_EQ(store->put_tuning(make_tuning("g", "p", "tile=c", 1, 0, 10)), PutOutcome::Rejected);
   EXPECT_FALSE(store->find_tuning("g", "p"));
   EXPECT_TRUE(store->warnings().empty()) << "turning the cache off is not worth a warning";
   EXPECT_THROW(store->stats(), CacheError);
@@ -265,7 +289,7 @@ TEST(Store, TuningConflictsKeepTheBetterMeasured) {
   EXPECT_FALSE(store->find_tuning(gpu, "mm 2048"));
   EXPECT_FALSE(store->find_tuning(gpu_model("NVIDIA H100", 9, 0, 114), "mm 4096"));
   EXPECT_EQ(store->tunings().size(), 1u);
-  EXPECT_EQ(store->put_tuning(make_tuning("", "p", "c", 1, 0, 1)), PutOutcome::Rejected);
+  EXPECT_EQ(store->put_tuning(make_tuning("", "p", "tile=c", 1, 0, 1)), PutOutcome::Rejected);
 }
 
 TEST(Store, TrialsAccumulateSoANewConfigIsMeasuredAlone) {
@@ -275,20 +299,20 @@ TEST(Store, TrialsAccumulateSoANewConfigIsMeasuredAlone) {
     return TrialRecord{"gpu", "prob",    config, {ms, 0.01, error.empty() ? 20 : 0},
                        error, "tuner-1", 0};
   };
-  EXPECT_EQ(store->put_trial(trial("a", 2.0)), PutOutcome::Inserted);
-  EXPECT_EQ(store->put_trial(trial("b", 1.0)), PutOutcome::Inserted);
-  EXPECT_EQ(store->put_trial(trial("c", 0, "needs 240 KiB shared memory > 227 KiB")),
+  EXPECT_EQ(store->put_trial(trial("cfg=a", 2.0)), PutOutcome::Inserted);
+  EXPECT_EQ(store->put_trial(trial("cfg=b", 1.0)), PutOutcome::Inserted);
+  EXPECT_EQ(store->put_trial(trial("cfg=c", 0, "needs 240 KiB shared memory > 227 KiB")),
             PutOutcome::Inserted);
-  EXPECT_EQ(store->put_trial(trial("d", 0.5)), PutOutcome::Inserted);
+  EXPECT_EQ(store->put_trial(trial("cfg=d", 0.5)), PutOutcome::Inserted);
   // Re-measuring "a" slower keeps the better measurement.
-  EXPECT_EQ(store->put_trial(trial("a", 5.0)), PutOutcome::Kept);
+  EXPECT_EQ(store->put_trial(trial("cfg=a", 5.0)), PutOutcome::Kept);
   std::vector<TrialRecord> trials = store->trials_for("gpu", "prob");
   ASSERT_EQ(trials.size(), 4u);
-  EXPECT_EQ(trials[0].config, "d");
-  EXPECT_EQ(trials[1].config, "b");
-  EXPECT_EQ(trials[2].config, "a");
+  EXPECT_EQ(trials[0].config, "cfg=d");
+  EXPECT_EQ(trials[1].config, "cfg=b");
+  EXPECT_EQ(trials[2].config, "cfg=a");
   EXPECT_DOUBLE_EQ(trials[2].measured.median_ms, 2.0);
-  EXPECT_EQ(trials[3].config, "c");
+  EXPECT_EQ(trials[3].config, "cfg=c");
   EXPECT_EQ(trials[3].error, "needs 240 KiB shared memory > 227 KiB");
   EXPECT_TRUE(store->trials_for("gpu", "other").empty());
 }

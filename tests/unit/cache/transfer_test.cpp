@@ -75,8 +75,8 @@ TEST(Transfer, ImportKeepsTheBetterMeasuredAndSaysWhatItDid) {
   ScratchDir scratch;
   std::unique_ptr<Store> mine = Store::open(scratch.file("mine/kjit.db"));
   mine->put_binary(make_binary("shared", 5000, 1));
-  mine->put_tuning(make_tuning(kH200, "p1", "mine", 1.0, 0.01, 20));  // better than theirs
-  mine->put_tuning(make_tuning(kH200, "p2", "mine", 2.0, 0.01, 20));  // worse than theirs
+  mine->put_tuning(make_tuning(kH200, "p1", "tile=mine", 1.0, 0.01, 20));  // better than theirs
+  mine->put_tuning(make_tuning(kH200, "p2", "tile=mine", 2.0, 0.01, 20));  // worse than theirs
 
   std::string theirs_path = scratch.file("theirs/kjit.db");
   {
@@ -84,9 +84,9 @@ TEST(Transfer, ImportKeepsTheBetterMeasuredAndSaysWhatItDid) {
     theirs->put_binary(make_binary("shared", 5000, 1));
     theirs->put_binary(make_binary("new", 6000, 2));
     theirs->put_binary(make_binary("torn", 7000, 3));
-    theirs->put_tuning(make_tuning(kH200, "p1", "theirs", 1.5, 0.01, 20));
-    theirs->put_tuning(make_tuning(kH200, "p2", "theirs", 1.0, 0.01, 20));
-    theirs->put_tuning(make_tuning(kH200, "p3", "theirs", 1.0, 0.01, 20));
+    theirs->put_tuning(make_tuning(kH200, "p1", "tile=theirs", 1.5, 0.01, 20));
+    theirs->put_tuning(make_tuning(kH200, "p2", "tile=theirs", 1.0, 0.01, 20));
+    theirs->put_tuning(make_tuning(kH200, "p3", "tile=theirs", 1.0, 0.01, 20));
     theirs->record_device({kH200, "NVIDIA H200", 9, 0, 132, "13.0", 1});
   }
   {
@@ -98,15 +98,15 @@ TEST(Transfer, ImportKeepsTheBetterMeasuredAndSaysWhatItDid) {
   EXPECT_EQ(cautious.binaries.skipped, 3);
   EXPECT_EQ(cautious.binaries.inserted, 0);
   EXPECT_FALSE(mine->find_binary("new"));
-  EXPECT_EQ(mine->find_tuning(kH200, "p3")->config, "theirs");
+  EXPECT_EQ(mine->find_tuning(kH200, "p3")->config, "tile=theirs");
   TransferReport report = mine->import_from(theirs_path, /*trust_binaries=*/true);
   EXPECT_EQ(report.binaries.inserted, 1);
   EXPECT_EQ(report.binaries.kept, 1);
   EXPECT_EQ(report.binaries.rejected, 1) << "a blob whose checksum fails never enters";
   EXPECT_EQ(report.tunings.kept, 3) << "the cautious import took them already";
-  EXPECT_EQ(mine->find_tuning(kH200, "p1")->config, "mine");
-  EXPECT_EQ(mine->find_tuning(kH200, "p2")->config, "theirs");
-  EXPECT_EQ(mine->find_tuning(kH200, "p3")->config, "theirs");
+  EXPECT_EQ(mine->find_tuning(kH200, "p1")->config, "tile=mine");
+  EXPECT_EQ(mine->find_tuning(kH200, "p2")->config, "tile=theirs");
+  EXPECT_EQ(mine->find_tuning(kH200, "p3")->config, "tile=theirs");
   EXPECT_TRUE(mine->find_binary("new"));
   EXPECT_FALSE(mine->find_binary("torn"));
 
@@ -137,6 +137,186 @@ TEST(Transfer, ImportIntoItselfIsRefused) {
   fs::create_symlink(scratch.file("kjit.db"), scratch.file("alias.db"));
   EXPECT_THROW(mine->import_from(scratch.file("alias.db")), UserError) << "the same file by a link";
   EXPECT_TRUE(mine->find_tuning(kH200, "mm 4096")) << "the store is untouched";
+}
+
+// A file to import whose `tunings` is a view: over an endless recursive query,
+// import read it for ever and filled the disk. Its schema is checked before any
+// row is read, and the file refused as bad input. (The view here ends, so that
+// without the check the test fails rather than hangs.)
+TEST(Transfer, ImportRefusesAFileWhoseTablesAreNotKjits) {
+  ScratchDir scratch;
+  std::unique_ptr<Store> mine = Store::open(scratch.file("kjit.db"));
+  const std::string theirs = scratch.file("theirs.db");
+  Store::open(theirs).reset();
+  {
+    RawDb raw(theirs);
+    raw.exec(
+        "DROP TABLE tunings; CREATE VIEW tunings AS WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL "
+        "SELECT x + 1 FROM n WHERE x < 1000) SELECT 'g' gpu_model, 'p' || x problem, 'tile=1' "
+        "config, 1.0 median_ms, 0.0 spread, 20 runs, 't' tuner_version, 1 created FROM n");
+  }
+  try {
+    mine->import_from(theirs);
+    FAIL() << "a file with a view for a table was imported";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + theirs +
+                                         "' is not a kjit cache: its tables are "
+                                         "not kjit's: it has a view (tunings)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(mine->tunings().empty());
+}
+
+// A damaged file to import: binary_usage's table page emptied under its intact
+// indexes. PRAGMA quick_check passed it, the copy then failed reading it, and the
+// message blamed the user's healthy store ("kjit cache clear --yes moves it
+// aside"). Now the file is checked whole first and named as the bad input.
+TEST(Transfer, ImportOfADamagedFileNamesTheFile) {
+  ScratchDir scratch;
+  std::unique_ptr<Store> mine = Store::open(scratch.file("kjit.db"));
+  const std::string theirs = scratch.file("theirs.db");
+  {
+    std::unique_ptr<Store> store = Store::open(theirs);
+    for (int i = 0; i < 20; ++i) store->put_binary(make_binary("k" + std::to_string(i), 500, i));
+    store->put_tuning(make_tuning(kH200, "mm", "tile=1", 1.0, 0.01, 20));
+  }
+  int64_t page_size = 0, root = 0;
+  {
+    RawDb raw(theirs);
+    raw.exec("PRAGMA journal_mode = DELETE");
+    page_size = raw.query_int("PRAGMA page_size");
+    root = raw.query_int("SELECT rootpage FROM sqlite_schema WHERE name = 'binary_usage'");
+  }
+  const std::string emptied = scratch.file("emptied.db");
+  fs::copy_file(theirs, emptied);
+  RawDb(emptied).exec("DELETE FROM binary_usage");
+  std::string bytes = read_bytes(theirs);
+  const size_t offset = static_cast<size_t>((root - 1) * page_size);
+  bytes.replace(offset, static_cast<size_t>(page_size),
+                read_bytes(emptied).substr(offset, static_cast<size_t>(page_size)));
+  write_bytes(theirs, bytes);
+  ASSERT_EQ(RawDb(theirs).query_text("PRAGMA quick_check"), "ok")
+      << "the damage quick_check misses";
+  try {
+    mine->import_from(theirs);
+    FAIL() << "a damaged file was imported";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + theirs + "' is damaged"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(mine->verify().ok()) << "the store is not to blame";
+  EXPECT_TRUE(mine->tunings().empty()) << "nothing was copied";
+}
+
+// Imported rows pass the checks put_tuning, put_trial and record_device make
+// (one function): before, a tuning "measured" at 1e-9 ms over a million runs
+// replaced the user's for good, and empty keys, a megabyte of problem text and
+// a device last seen in the year 292277026596 went in as they were.
+TEST(Transfer, ImportRejectsImpossibleRows) {
+  ScratchDir scratch;
+  std::unique_ptr<Store> mine = Store::open(scratch.file("kjit.db"));
+  mine->put_tuning(make_tuning(kH200, "mm", "tile=128", 1.0, 0.01, 20));
+  const std::string theirs = scratch.file("theirs.db");
+  Store::open(theirs).reset();
+  {
+    RawDb raw(theirs);
+    raw.exec(
+        "INSERT INTO tunings VALUES "
+        "('" +
+        kH200 +
+        "', 'mm', 'tile=fake', 1e-9, 0, 1000000, 't', 1),"
+        "('g', 'empty config', '', 1.0, 0.01, 20, 't', 1),"
+        "('', 'no model', 'tile=1', 1.0, 0.01, 20, 't', 1),"
+        "('g', 'negative', 'tile=1', -1.0, 0.01, 20, 't', 1),"
+        "('g', 'infinite', 'tile=1', 9e999, 0.01, 20, 't', 1),"
+        "('g', 'no runs', 'tile=1', 1.0, 0.01, 0, 't', 1),"
+        "('g', 'not a config', 'fast please', 1.0, 0.01, 20, 't', 1),"
+        "('g', 'from the future', 'tile=1', 1.0, 0.01, 20, 't', 9223372036854775807),"
+        "('g', replace(hex(zeroblob(500000)), '0', 'x'), 'tile=1', 1.0, 0.01, 20, 't', 1),"
+        "('g', 'fine', 'tile=1', 1.0, 0.01, 20, 't', 1);"
+        "INSERT INTO trials VALUES "
+        "('g', 'p', 'tile=1', 0, 0, 0, 'needs too much shared memory', 't', 1),"
+        "('g', 'p', 'tile=2', 1e-9, 0, 20, '', 't', 1),"
+        "('g', 'p', 'tile=3', 0.5, 0.01, 5, 'failed, yet timed', 't', 1),"
+        "('g', 'p', 'tile=4', 0.5, 0.01, 20, '', 't', 1);"
+        "INSERT INTO devices VALUES "
+        "('D1', 'NVIDIA X', 9, 0, 132, '13.0', 1, 1, 9223372036854775807),"
+        "('D2', 'NVIDIA X', 9999, 0, 132, '13.0', 1, 1, 1),"
+        "('D3', '', 9, 0, 132, '13.0', 1, 1, 1),"
+        "('D4', 'NVIDIA X', 9, 0, 132, '13.0', 1, -5, 1),"
+        "('D5', 'NVIDIA X', 9, 0, 132, '13.0', 1, 1, 1)");
+  }
+  const TransferReport report = mine->import_from(theirs);
+  EXPECT_EQ(report.tunings.rejected, 9);
+  EXPECT_EQ(report.tunings.inserted, 1);
+  EXPECT_EQ(report.trials.rejected, 2);
+  EXPECT_EQ(report.trials.inserted, 2);
+  EXPECT_EQ(report.devices.rejected, 4);
+  EXPECT_EQ(report.devices.inserted, 1);
+  EXPECT_EQ(mine->find_tuning(kH200, "mm")->config, "tile=128") << "the real tuning stays";
+  EXPECT_EQ(mine->tunings().size(), 2u);
+  // put_tuning refuses the same row, by the same rule.
+  EXPECT_EQ(mine->put_tuning(make_tuning(kH200, "mm", "tile=fake", 1e-9, 0, 1000000)),
+            PutOutcome::Rejected);
+  EXPECT_TRUE(any_contains(mine->warnings(), "refused a tuning: a median of 1e-09 ms"));
+}
+
+// export wrote through FILE.tmp-<pid>, opened without O_EXCL or O_NOFOLLOW: a
+// link planted at that predictable name sent the export wherever it pointed.
+TEST(Transfer, ExportNeverFollowsALinkAtItsTemporaryName) {
+  ScratchDir scratch;
+  std::unique_ptr<Store> store = Store::open(scratch.file("kjit.db"));
+  fill(*store);
+  const std::string out = scratch.file("h200.db");
+  const std::string planted = out + ".tmp-" + std::to_string(::getpid());
+  fs::create_symlink(scratch.file("stolen.db"), planted);
+  EXPECT_EQ(store->export_to(out).tunings.inserted, 3);
+  EXPECT_FALSE(fs::exists(scratch.file("stolen.db"))) << "the export went through the link";
+  EXPECT_TRUE(fs::is_symlink(planted)) << "the link is left alone";
+  EXPECT_FALSE(fs::is_symlink(out));
+  EXPECT_EQ(mode_of(out), 0600);
+  EXPECT_EQ(files_starting_with(scratch.path(), "h200.db").size(), 2u) << "no temporary left";
+  std::unique_ptr<Store> exported = Store::open(out, strict());
+  EXPECT_TRUE(exported->find_tuning(kH200, "mm 4096"));
+}
+
+// A store found damaged when opened is moved aside and a fresh one started: an
+// export then wrote an empty file and exited 0, a "backup" of nothing.
+TEST(Transfer, ExportAndMergeOfAStoreDamagedWhenOpenedFail) {
+  ScratchDir scratch;
+  const std::string path = scratch.file("kjit.db");
+  write_bytes(path, std::string(30000, 'x'));
+  std::unique_ptr<Store> store = Store::open(path);
+  ASSERT_TRUE(any_contains(store->warnings(), "moved it aside"));
+  try {
+    store->export_to(scratch.file("backup.db"));
+    FAIL() << "an export of a store damaged when opened succeeded";
+  } catch (const CacheError& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing was exported"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(files_starting_with(scratch.path(), "backup.db").empty());
+  EXPECT_THROW(store->merge_into(scratch.file("team.db")), CacheError);
+  EXPECT_FALSE(fs::exists(scratch.file("team.db")));
+  EXPECT_FALSE(store->verify().ok()) << "verify says what opening found";
+}
+
+// A bad row whose key is stored as a blob (TEXT affinity keeps blobs as they
+// are): verify --fix deleted by the key as text, matched nothing, and the row
+// stayed.
+TEST(Transfer, VerifyFixRemovesABadRowWhoseKeyIsABlob) {
+  ScratchDir scratch;
+  const std::string path = scratch.file("kjit.db");
+  std::unique_ptr<Store> store = Store::open(path);
+  fill(*store);
+  RawDb(path).exec(
+      "UPDATE binaries SET key = CAST(key AS BLOB), checksum = '0000000000000000' "
+      "WHERE key = 'a1'");
+  const VerifyReport fixed = store->verify(/*remove_bad=*/true);
+  EXPECT_EQ(fixed.bad_binaries, std::vector<std::string>{"a1"});
+  EXPECT_EQ(fixed.removed, 1);
+  EXPECT_TRUE(fixed.ok());
+  EXPECT_EQ(store->verify().binaries_checked, 3);
 }
 
 TEST(Transfer, MergeIntoAnotherFile) {

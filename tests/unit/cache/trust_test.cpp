@@ -163,7 +163,7 @@ TEST(Trust, AnotherStoresMacsDoNotVerify) {
   theirs->put_binary(make_binary("k", 2000, 7));
   theirs.reset();
   std::unique_ptr<Store> mine = Store::open(scratch.file("mine/kjit.db"));
-  mine->put_tuning(make_tuning("g", "p", "c", 1.0, 0.01, 20));
+  mine->put_tuning(make_tuning("g", "p", "tile=c", 1.0, 0.01, 20));
   {
     RawDb raw(scratch.file("mine/kjit.db"));
     raw.exec("ATTACH '" + scratch.file("theirs/kjit.db") + "' AS theirs");
