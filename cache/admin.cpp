@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "kjit/cache/authenticator.h"
@@ -241,6 +242,27 @@ VerifyReport Store::verify(bool remove_bad) {
   return report;
 }
 
+namespace {
+
+// A file the user named for import, export or merge: a regular file (or, for an
+// export or a merge, nothing yet, in a folder that exists); a UserError naming what it is otherwise
+// (kjit's own advice for the store's files, "remove it", is not for a path someone chose).
+void check_named_file(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    throw UserError(fmt::format("'{}' is {}, not a store's file", path,
+                                S_ISDIR(info.st_mode) ? "a directory" : "not a regular file"),
+                    "name a kjit.db file (kjit cache export writes one)");
+  // A file to write goes into a folder that exists: merge made the missing folders
+  // (/nonexistent_dir too, as root) and export failed on its temporary file's name.
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  if (!folder.empty() && (::stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)))
+    throw UserError(fmt::format("the folder of '{}' does not exist", path),
+                    "make it first, or name a file in a folder that exists");
+}
+
+}  // namespace
+
 TransferReport Store::export_to(const std::string& path, const std::string& gpu_model) {
   std::lock_guard<std::mutex> lock(mutex_);
   Database& database = db();
@@ -250,6 +272,7 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
     throw UserError(fmt::format("'{}' already exists", path),
                     "export writes a new file; to add to an existing kjit file use "
                     "`kjit cache merge FILE`");
+  check_named_file(path);
   if (!gpu_model.empty()) {
     Statement known = database.prepare(
         "SELECT model FROM devices UNION SELECT gpu_model FROM tunings "
@@ -310,17 +333,6 @@ TransferReport Store::export_to(const std::string& path, const std::string& gpu_
 }
 
 namespace {
-
-// A file the user named for import or merge: a regular file (or, for a merge,
-// nothing yet); a UserError naming what it is otherwise (kjit's own advice for the
-// store's files, "remove it", is not for a path someone chose).
-void check_named_file(const std::string& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
-    throw UserError(fmt::format("'{}' is {}, not a store's file", path,
-                                S_ISDIR(info.st_mode) ? "a directory" : "not a regular file"),
-                    "name a kjit.db file (kjit cache export writes one)");
-}
 
 // An error reading the file to import: a busy file may be tried again; any other
 // is the file's fault.
@@ -413,7 +425,13 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   target_options.recover = false;  // a file the user named is never moved aside
   target_options.max_bytes = std::numeric_limits<int64_t>::max();
   target_options.clock = options_.clock;
-  std::unique_ptr<Store> target = Store::open(path, target_options);
+  std::unique_ptr<Store> target;
+  try {
+    target = Store::open(path, target_options);
+  } catch (const CacheError& e) {  // the file the user named is not a kjit cache
+    throw UserError(fmt::format("cannot merge into '{}': {}", path, e.what()),
+                    "merge into a new file, or one that kjit cache merge or export wrote");
+  }
   std::lock_guard<std::mutex> target_lock(target->mutex_);
   Database& out = target->db();
   if (trust_binaries && !target->authenticator_)

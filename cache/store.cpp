@@ -202,6 +202,18 @@ std::string Store::default_path(std::string* reason) {
   } else {
     return say("none of KJIT_CACHE_DIR, XDG_CACHE_HOME and HOME is set");
   }
+  // The folder, or the nearest part of it that exists, must be a directory:
+  // KJIT_CACHE_DIR=/dev/null was reported enabled ("cache path") and then failed
+  // at every open.
+  for (fs::path at = dir; !at.empty(); at = at.parent_path()) {
+    std::error_code error;
+    const fs::file_status status = fs::status(at, error);
+    if (fs::exists(status)) {
+      if (!fs::is_directory(status)) return say(at.string() + " is not a directory");
+      break;
+    }
+    if (at == at.parent_path()) break;
+  }
   return (dir / kCacheFileName).string();
 }
 

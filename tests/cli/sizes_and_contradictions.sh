@@ -87,6 +87,17 @@ expect 0 "^\"fused \(one kernel\)\",1,[0-9.e-]+,," sed -n 2p "$dir/out/fusion.cs
 # A store's import and merge name what a path is (merge advised "remove it").
 expect 2 "'$dir' is a directory, not a store's file" "$kjit" cache merge "$dir"
 expect 2 "'$dir' is a directory, not a store's file" "$kjit" cache import "$dir"
+# A file that is no kjit cache is bad input for merge as for import (merge: exit 1);
+# a file to write goes into a folder that exists (merge made the folders; export
+# failed on its temporary file's name, exit 1).
+echo hello >"$dir/not-a-cache.db"
+expect 2 "cannot merge into '$dir/not-a-cache.db'" "$kjit" cache merge "$dir/not-a-cache.db"
+expect 2 "the folder of '$dir/no/such/x.db' does not exist" "$kjit" cache merge "$dir/no/such/x.db"
+expect 2 "the folder of '$dir/no/x.db' does not exist" "$kjit" cache export "$dir/no/x.db"
+expect 2 "No such file" ls "$dir/no"
+# A cache folder that is a file is reported disabled (it was "enabled", then failed).
+expect 0 "\"enabled\": false" env KJIT_CACHE_DIR=/dev/null "$kjit" cache path --json
+expect 0 "cache disabled: /dev/null is not a directory" env KJIT_CACHE_DIR=/dev/null/kjit "$kjit" cache path
 "$kjit" cache path >/dev/null
 expect 2 "cannot import the cache into itself" "$kjit" cache import "$KJIT_CACHE_DIR/kjit.db"
 
