@@ -451,6 +451,16 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   copy_rows(database, out, "", now(), policy, report);
   write.commit();
   read.commit();
+  // A merged file is usually shipped, and read where its folder may not be
+  // writable: in WAL mode a reader must create the -shm file beside it, so an
+  // import from a read-only install folder failed ("attempt to write a readonly
+  // database"). A rollback journal needs nothing beside the file. Best effort:
+  // another process using the file keeps it in WAL (and a store opening it
+  // switches back).
+  try {
+    out.exec("PRAGMA journal_mode = DELETE");
+  } catch (const SqliteError&) {
+  }
   return report;
 }
 

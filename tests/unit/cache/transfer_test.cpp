@@ -1,5 +1,6 @@
 // export / import / merge, verify, clear and vacuum.
 #include "kjit/cache/key.h"
+#include "kjit/cache/sqlite.h"
 #include "kjit/cache/store.h"
 #include "kjit/support/error.h"
 #include "tests/unit/cache/test_util.h"
@@ -328,6 +329,14 @@ TEST(Transfer, MergeIntoAnotherFile) {
   EXPECT_EQ(created.tunings.inserted, 3);
   mine->put_tuning(make_tuning(kH200, "mm 4096", "tile=512", 0.5, 0.02, 20));
   EXPECT_FALSE(fs::exists(scratch.file("team.db-wal"))) << "a merged file is self-contained";
+  {
+    // In a rollback journal: a reader in a read-only folder cannot make the -shm
+    // file WAL needs (import from an install folder failed).
+    Database team(scratch.file("team.db"), SQLITE_OPEN_READONLY);
+    Statement mode = team.prepare("PRAGMA journal_mode");
+    ASSERT_TRUE(mode.step());
+    EXPECT_EQ(mode.column_text(0), "delete");
+  }
   TransferReport second = mine->merge_into(scratch.file("team.db"));
   EXPECT_EQ(second.binaries.skipped, 4) << "binaries cross only when asked";
   EXPECT_EQ(second.tunings.replaced, 1);
