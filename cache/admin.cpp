@@ -419,6 +419,14 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0 && info.st_dev == file_device_ && info.st_ino == file_inode_)
     throw UserError("cannot merge the cache into itself");
+  // Nor into the files beside it: a database written into kjit.db-wal would be
+  // read as the store's log.
+  std::error_code error;
+  const std::filesystem::path named = std::filesystem::weakly_canonical(path, error);
+  for (const char* suffix : {"-wal", "-shm", "-journal", ".key"})
+    if (!error && named == std::filesystem::weakly_canonical(path_ + suffix, error))
+      throw UserError(fmt::format("'{}' is the cache's own {} file", path, suffix),
+                      "merge into a file of its own");
   check_named_file(path);
   refuse_damaged_source("merged");
   StoreOptions target_options;

@@ -100,5 +100,8 @@ expect 0 "\"enabled\": false" env KJIT_CACHE_DIR=/dev/null "$kjit" cache path --
 expect 0 "cache disabled: /dev/null is not a directory" env KJIT_CACHE_DIR=/dev/null/kjit "$kjit" cache path
 "$kjit" cache path >/dev/null
 expect 2 "cannot import the cache into itself" "$kjit" cache import "$KJIT_CACHE_DIR/kjit.db"
+# Nor merge it into the files beside it (a database written into kjit.db-wal).
+expect 2 "is the cache's own -wal file" "$kjit" cache merge "$KJIT_CACHE_DIR/kjit.db-wal"
+expect 2 "is the cache's own .key file" "$kjit" cache merge "$KJIT_CACHE_DIR/kjit.db.key"
 
 finish
