@@ -1065,6 +1065,43 @@ TEST_F(MatmulGpu, PersistentSchedule) {
 
 // KJIT_LOG=launch: a line per launch with the grid, block, clusters and split-K way
 // (here the persistent grid: one block per SM, as many as there are tiles).
+// Threads sharing one Matmul on one stream: its launches take a lock. Without it
+// two first launches of an alignment class built the variant at once, and a launch
+// read the last-launch state another was writing. A and B hold ones, so every
+// element of C is K; half the launches read A one element off its 16-byte
+// alignment (the padded class, built on first use).
+TEST_F(MatmulGpu, ThreadsShareOneMatmulOnAStream) {
+  Problem p{.m = 256, .n = 256, .k = 256};
+  Matmul matmul(runtime(), p);
+  const std::vector<uint16_t> ones((p.m * p.k + 8), 0x3F80);  // bf16 1.0
+  cuda::DeviceBuffer a(ones.size() * 2), b(p.k * p.n * 2), c(p.m * p.n * 2);
+  a.upload(ones.data(), ones.size() * 2);
+  b.upload(ones.data(), p.k * p.n * 2);
+  cuda::Stream stream;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int id = 0; id < 4; ++id)
+    threads.emplace_back([&, id] {
+      runtime().context().make_current();
+      try {
+        for (int i = 0; i < 20; ++i) {
+          const bool off = (i + id) % 2 == 1;
+          matmul.launch({.a = a.get() + (off ? 2 : 0), .b = b.get(), .c = c.get()}, stream.get());
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "thread " << id << ": " << e.what();
+        ++failures;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  stream.synchronize();
+  ASSERT_EQ(failures.load(), 0);
+  std::vector<uint16_t> out(p.m * p.n);
+  c.download(out.data(), out.size() * 2);
+  for (size_t i = 0; i < out.size(); ++i)
+    ASSERT_EQ(out[i], 0x4380) << "element " << i << " is not 256";  // bf16 256.0
+}
+
 TEST_F(MatmulGpu, LaunchLogNamesGridAndClusters) {
   if (!gpu_is_sm90()) GTEST_SKIP() << "the persistent schedule runs on the wgmma engine (sm_90)";
   std::vector<std::string> lines;
