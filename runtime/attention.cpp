@@ -85,8 +85,12 @@ DeviceArgs forward_args(const Problem& p, CUdeviceptr q, CUdeviceptr k, CUdevice
   const double scale = p.softmax_scale();
   args.scale = static_cast<float>(scale);
   args.scale_log2 = static_cast<float>(scale * kLog2e);
-  args.window_left = static_cast<int>(p.window_left);
-  args.window_right = static_cast<int>(p.right());
+  // A side as wide as the keys (left) or the queries (right) reach bounds nothing:
+  // query i sees key j when j - i - (S_k - S_q) lies in [-left, right], which spans
+  // [1 - S_k, S_q - 1]. It goes to the kernels as unbounded (-1): kept, a side near
+  // 2^31 overflowed their 32-bit key ranges and masked every key (O = 0).
+  args.window_left = p.window_left >= p.seq_k ? -1 : static_cast<int>(p.window_left);
+  args.window_right = p.right() >= p.seq_q ? -1 : static_cast<int>(p.right());
   args.total_q = static_cast<int>(p.total_q());
   args.batch = static_cast<int>(p.batch);
   if (p.packed()) {
@@ -355,6 +359,37 @@ void check_modifier_operands(const Problem& p, const std::vector<CUdeviceptr>& p
   }
 }
 
+// The modifiers' operand arrays against the outputs (and the forward's LSE): they
+// are read while the outputs are written (an operand placed in O or in the LSE was
+// accepted). An array holds one value per head, query position or key position
+// (positions within a sequence: the longest).
+void check_operands_apart(const Problem& p, const std::vector<CUdeviceptr>& pointers,
+                          const std::vector<Extent>& outputs, CUdeviceptr output_lse) {
+  const std::vector<ModifierOperand> operands = p.modifier_operands();
+  for (size_t i = 0; i < operands.size() && i < pointers.size(); ++i) {
+    const ModifierOperand& o = operands[i];
+    const int64_t count = o.kind == ModifierOperandKind::PerHead    ? p.heads
+                          : o.kind == ModifierOperandKind::PerQuery ? p.seq_q
+                                                                    : p.seq_k;
+    const auto a0 = static_cast<int64_t>(pointers[i]);
+    const int64_t a1 = a0 + count * ir::size_bytes(o.dtype);
+    auto refuse = [&](const char* what, CUdeviceptr at) {
+      throw UserError(fmt::format("attention modifier operand '{}' (0x{:x}, {} bytes) overlaps "
+                                  "the output {} (0x{:x})",
+                                  o.name, static_cast<unsigned long long>(pointers[i]), a1 - a0,
+                                  what, static_cast<unsigned long long>(at)),
+                      "the operands are read while the outputs are written: give them "
+                      "memory apart");
+    };
+    for (const Extent& e : outputs)
+      if (a0 < end_byte(p, e) && static_cast<int64_t>(e.pointer) < a1) refuse(e.name, e.pointer);
+    if (output_lse != 0) {
+      const auto l0 = static_cast<int64_t>(output_lse);
+      if (a0 < l0 + 4 * backward_workspace_rows(p) && l0 < a1) refuse("LSE", output_lse);
+    }
+  }
+}
+
 }  // namespace
 
 Tensors resolve(const Problem& p, Tensors t) {
@@ -381,6 +416,7 @@ Tensors resolve(const Problem& p, Tensors t) {
   const Extent o{"O", t.o, t.o_strides, batches, positions(p, true), p.heads};
   check_outputs_apart(p, {o}, {q, k, v}, /*o_may_be_q=*/true);
   check_lse_apart(p, t.lse, {q, k, v, o}, /*lse_is_output=*/true);
+  check_operands_apart(p, t.modifier_operands, {o}, t.lse);
   return t;
 }
 
@@ -422,6 +458,7 @@ BackwardTensors resolve(const Problem& p, BackwardTensors t) {
                     positions(p, tensor.query), tensor.heads});
   check_outputs_apart(p, outputs, inputs, /*o_may_be_q=*/false);
   check_lse_apart(p, t.lse, outputs, /*lse_is_output=*/false);
+  check_operands_apart(p, t.modifier_operands, outputs, 0);
   return t;
 }
 

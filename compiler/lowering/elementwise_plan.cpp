@@ -207,24 +207,33 @@ ElementwisePlan plan_elementwise(const Graph& graph, const std::string& ir_diges
 
 namespace {
 
+// A tensor's stride along dim d (packed where it gives none, or too few: plan()
+// refuses those after this has run, so this must not read past the list).
+int64_t stride_of(const TensorArg& t, size_t d, int64_t packed) {
+  return d < t.strides.size() && t.strides.size() == t.shape.size() ? t.strides[d] : packed;
+}
+
 // The bytes [first, last) a tensor's elements span (no allocation: this runs at every
-// launch).
+// launch). A negative stride reaches below the pointer: a reversed view's span ran
+// the other way, and an output over it was not seen to overlap.
 std::pair<uint64_t, uint64_t> byte_range(const TensorArg& t) {
-  int64_t last = 0, stride = 1;
+  int64_t low = 0, high = 0, stride = 1;
   for (size_t d = t.shape.size(); d-- > 0;) {
     if (t.shape[d] == 0) return {t.data, t.data};
-    const int64_t s = t.strides.empty() ? stride : t.strides[d];
-    last += (t.shape[d] - 1) * s;
+    const int64_t reach = (t.shape[d] - 1) * stride_of(t, d, stride);
+    (reach < 0 ? low : high) += reach;
     stride *= t.shape[d];
   }
-  return {t.data, t.data + static_cast<uint64_t>((last + 1) * ir::size_bytes(t.dtype))};
+  const int64_t bytes = static_cast<int64_t>(ir::size_bytes(t.dtype));
+  return {t.data + static_cast<uint64_t>(low * bytes),
+          t.data + static_cast<uint64_t>((high + 1) * bytes)};
 }
 
 bool contiguous(const TensorArg& t) {
   if (t.strides.empty()) return true;
   int64_t stride = 1;
   for (size_t d = t.shape.size(); d-- > 0;) {
-    if (t.shape[d] > 1 && t.strides[d] != stride) return false;
+    if (t.shape[d] > 1 && stride_of(t, d, stride) != stride) return false;
     stride *= t.shape[d];
   }
   return true;

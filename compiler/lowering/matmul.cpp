@@ -328,11 +328,17 @@ void validate_problem(const Problem& problem) {
                                 "batch={}",
                                 problem.m, problem.n, problem.k, problem.batch),
                     "an empty matmul has nothing to compute; K = 0 would leave C undefined");
-  constexpr int64_t kIntMax = 2147483647;
-  if (problem.m > kIntMax || problem.n > kIntMax || problem.k > kIntMax || problem.batch > 65535)
-    throw UserError(fmt::format("matmul sizes must be at most 2147483647 (32-bit signed) and "
-                                "batch at most 65535; got M={}, N={}, K={}, batch={}",
-                                problem.m, problem.n, problem.k, problem.batch),
+  // The kernels count tiles and K ranges in 32-bit ints: (M + BM - 1) / BM for tiles
+  // of up to 256 rows, and each split's K range rounded up to whole k-tiles, whose end
+  // may pass K by up to one range. Past these, M or N near 2^31 made the persistent
+  // schedules' tile count negative (C never written) and K near 2^31 a split's range
+  // INT_MIN (a zero product).
+  constexpr int64_t kMaxMN = 2147483647 - 1023, kMaxK = int64_t{1} << 30;
+  if (problem.m > kMaxMN || problem.n > kMaxMN || problem.k > kMaxK || problem.batch > 65535)
+    throw UserError(fmt::format("matmul M and N must be at most {}, K at most {} and batch at "
+                                "most 65535 (the kernels' 32-bit tile arithmetic); got M={}, "
+                                "N={}, K={}, batch={}",
+                                kMaxMN, kMaxK, problem.m, problem.n, problem.k, problem.batch),
                     "split the problem into several calls");
   // Every byte offset the kernels form is 64-bit: each packed operand must fit, and
   // the three together (they share one address space).

@@ -21,8 +21,8 @@ expect 0 "kjit_matmul_" "$kjit" compile matmul --m 64 --n 64 --k 600000000 --gpu
 
 # Products past 2^63 bytes, in every verb that plans (explain accepted them).
 for verb in emit explain; do
-  expect 2 "A, B and C of 2147483647x2147483647x64 \(batch 1\) hold more than 2\^63 bytes" \
-    "$kjit" $verb matmul --m 2147483647 --n 2147483647 --k 64 --gpu h200
+  expect 2 "A, B and C of 2147482624x2147482624x4096 \(batch 1\) hold more than 2\^63 bytes" \
+    "$kjit" $verb matmul --m 2147482624 --n 2147482624 --k 4096 --gpu h200
 done
 expect 2 "got M=3000000000, N=3, K=3" "$kjit" emit matmul --m 3000000000 --n 3 --k 3 --gpu h200
 expect 2 "holds more than 2\^63 bytes \(Q, O, dO and dQ" \

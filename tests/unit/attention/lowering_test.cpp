@@ -446,6 +446,27 @@ TEST(AttentionTensors, OutputsSharingElementsWithOtherTensorsAreUserErrors) {
   BackwardTensors dq_over_lse = g;
   dq_over_lse.dq = g.lse;
   EXPECT_CONTAINS(error(dq_over_lse), "LSE");
+
+  // The modifiers' operand arrays are read while the outputs are written: one in O,
+  // in the LSE or under dQ was accepted.
+  p.score_mod = "a:f32[q]; b:f32[kv]; s + a * b";
+  Tensors modified = apart;
+  modified.modifier_operands = {base + 9 * mb, base + 10 * mb};
+  EXPECT_NO_THROW(resolve(p, modified));
+  Tensors a_in_o = modified;
+  a_in_o.modifier_operands[0] = apart.o + 4096;
+  EXPECT_CONTAINS(error(a_in_o), "modifier operand 'a'");
+  EXPECT_CONTAINS(error(a_in_o), "overlaps the output O");
+  Tensors b_in_lse = modified;
+  b_in_lse.modifier_operands[1] = apart.lse + 16;
+  EXPECT_CONTAINS(error(b_in_lse), "overlaps the output LSE");
+  BackwardTensors g_modified = g;
+  g_modified.modifier_operands = modified.modifier_operands;
+  EXPECT_NO_THROW(resolve(p, g_modified));
+  g_modified.modifier_operands[1] = g.dq + 64;
+  EXPECT_CONTAINS(error(g_modified), "overlaps the output dQ");
+  g_modified.modifier_operands[1] = g.lse;  // the backward reads the LSE: sharing is fine
+  EXPECT_NO_THROW(resolve(p, g_modified));
 }
 
 // Strides given in part: a BHSD tensor's head and seq strides with batch 0 made the

@@ -78,6 +78,20 @@ TEST(LaunchChecksAliasing, OutputsShareNoByteButInPlace) {
   z_on_y.data = y.data + 16;
   EXPECT_NE(error({x, r}, {y, z_on_y}).find("output 'y' and output 'z' overlap"),
             std::string::npos);
+  // A reversed view (negative strides) reaches below its pointer: its span was
+  // taken to run upward, and an output over the elements it reaches was not seen.
+  TensorArg reversed = x;  // the last element first: [x.data - 124, x.data + 4)
+  reversed.strides = {-8, -1};
+  TensorArg y_below = y;
+  y_below.data = x.data - 64;  // rows 2 and 3 of the reversed x's reach
+  EXPECT_NE(error({reversed, r}, {y_below, z}).find("overlaps input 'x'"), std::string::npos)
+      << error({reversed, r}, {y_below, z});
+  y_below.data = x.data - 124 - 4 * 8 * 4;  // ends where its reach begins
+  EXPECT_EQ(error({reversed, r}, {y_below, z}), "(no error)");
+  // Fewer strides than dims: refused by plan(); this check must not read past them.
+  TensorArg short_strides = x;
+  short_strides.strides = {8};
+  EXPECT_EQ(error({short_strides, r}, {y, z}), "(no error)");
 }
 
 // A strided input's element count was checked, not its reach: a stride of 2^61

@@ -99,6 +99,28 @@ TEST(MatmulConfig, ValidationSaysWhichConstraintFailed) {
   EXPECT_THROW(set_layout(p, "nx"), UserError);
 }
 
+// Sizes the kernels' 32-bit tile arithmetic cannot count: N near 2^31 made the
+// persistent schedules' tile count negative (C never written), K near 2^31 a
+// split's K range INT_MIN (a zero product). Both passed validation before.
+TEST(MatmulConfig, SizesPastTheKernelsIntArithmeticAreUserErrors) {
+  auto message = [](Problem p) -> std::string {
+    try {
+      validate_problem(p);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Problem p{.m = 1, .n = 2147483647, .k = 8};
+  EXPECT_NE(message(p).find("M and N must be at most 2147482624"), std::string::npos) << message(p);
+  p.n = 2147482624;
+  EXPECT_EQ(message(p), "");
+  p = Problem{.m = 1, .n = 1, .k = 2147483647};
+  EXPECT_NE(message(p).find("K at most 1073741824"), std::string::npos) << message(p);
+  p.k = int64_t{1} << 30;
+  EXPECT_EQ(message(p), "");
+}
+
 // load=narrow: the mma.sync engine's alternative to padding; prints and parses
 // back, and is refused with the wgmma engine (TMA needs aligned rows).
 TEST(MatmulConfig, NarrowLoads) {
