@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kjit/cache/sqlite.h"
+#include "kjit/cache/store_internal.h"
 #include "kjit/support/error.h"
 
 namespace kjit::cache {
@@ -141,14 +142,31 @@ std::string migrate_0_to_1(Database& db, int64_t now) {
   if (!legacy) return "";
   int64_t tunings = 0, binaries = 0;
   if (tables.count("tunings")) {
-    Statement copy = db.prepare(
-        "INSERT OR IGNORE INTO tunings (gpu_model, problem, config, median_ms, spread, runs, "
-        "tuner_version, created) "
-        "SELECT gpu_model, problem, config, median_ms, 1.0, 1, 'legacy-v0', ?1 FROM legacy_tunings "
+    // Each row passes the rules of every other way into a store (why_invalid): a
+    // prototype's median of 1e999 (read back as infinity) or 1e-9 ms, or a config
+    // that is not a key=value list, was kept and then chosen.
+    Statement rows = db.prepare(
+        "SELECT gpu_model, problem, config, median_ms FROM legacy_tunings "
         "WHERE typeof(gpu_model) = 'text' AND typeof(problem) = 'text' AND typeof(config) = 'text' "
-        "AND typeof(median_ms) IN ('real', 'integer') AND median_ms > 0");
-    copy.bind(1, now).run();
-    tunings = db.changes();
+        "AND typeof(median_ms) IN ('real', 'integer')");
+    // Schema 1's columns, spelled out: a later schema's must not change this step.
+    Statement insert = db.prepare(
+        "INSERT OR IGNORE INTO tunings (gpu_model, problem, config, median_ms, spread, runs, "
+        "tuner_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    while (rows.step()) {
+      TuningRecord t;
+      t.gpu_model = rows.column_text(0);
+      t.problem = rows.column_text(1);
+      t.config = rows.column_text(2);
+      t.measured = {rows.column_double(3), 1.0, 1};
+      t.tuner_version = "legacy-v0";
+      t.created = now;
+      if (!detail::why_invalid(t, now).empty()) continue;
+      insert.bind(1, t.gpu_model).bind(2, t.problem).bind(3, t.config);
+      insert.bind(4, t.measured.median_ms).bind(5, t.measured.spread).bind(6, t.measured.runs);
+      insert.bind(7, t.tuner_version).bind(8, t.created).run();
+      tunings += db.changes();
+    }
     db.exec("DROP TABLE legacy_tunings");
   }
   if (tables.count("binaries")) {

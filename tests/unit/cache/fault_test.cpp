@@ -175,9 +175,16 @@ TEST(Faults, OlderSchemaIsMigratedNotDiscarded) {
         "INSERT INTO binaries VALUES ('old1', 'sm_80', x'7f454c46');"
         "CREATE TABLE tunings (gpu_model TEXT, problem TEXT, config TEXT, median_ms REAL);"
         "INSERT INTO tunings VALUES ('A100', 'mm 1024', 'tile=128', 0.75);"
-        "INSERT INTO tunings VALUES ('A100', 'mm 2048', 'tile=64', NULL);");
+        "INSERT INTO tunings VALUES ('A100', 'mm 2048', 'tile=64', NULL);"
+        // Rows no other way into a store accepts: a median of infinity (1e999) and
+        // one of 1e-9 ms were kept, and the first then listed as a tuning.
+        "INSERT INTO tunings VALUES ('A100', 'mm 4096', 'tile=64', 1e999);"
+        "INSERT INTO tunings VALUES ('A100', 'mm 8192', 'tile=64', 1e-9);"
+        "INSERT INTO tunings VALUES ('A100', 'mm 512', 'not a config', 0.5);");
   }
   std::unique_ptr<Store> store = open_migrated(scratch, path, "kept 1 tunings, dropped 1 binaries");
+  for (const char* problem : {"mm 4096", "mm 8192", "mm 512"})
+    EXPECT_FALSE(store->find_tuning("A100", problem)) << problem;
   std::optional<TuningRecord> kept = store->find_tuning("A100", "mm 1024");
   ASSERT_TRUE(kept);
   EXPECT_EQ(kept->config, "tile=128");
