@@ -17,6 +17,9 @@ namespace kjit::cuda {
 // leaves any value there), but the copy engine takes only multiples of 16 below
 // 2^40 bytes; such a dimension gets the packed stride (the span of the dimensions
 // below it, rounded up to 16 bytes) instead.
+// UserError where a stride of a dimension of more than one element reaches
+// kMaxStrideBytes.
+inline constexpr int64_t kMaxStrideBytes = int64_t{1} << 40;
 std::vector<uint64_t> tensor_map_strides(int64_t element_bytes, std::span<const int64_t> counts,
                                          std::span<const int64_t> strides);
 

@@ -1,13 +1,17 @@
 // The strides a tensor map gets (runtime/cuda/tensor_map.h): a dimension of one
 // element is only read at coordinate 0, so whatever stride the caller left there
 // (PyTorch leaves any value on a size-1 dimension) is replaced by the packed one,
-// which the copy engine accepts (a multiple of 16 below 2^40 bytes).
+// which the copy engine accepts (a multiple of 16 below 2^40 bytes); a far stride of
+// a longer dimension is a user error.
 #include "kjit/runtime/cuda/tensor_map.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "kjit/support/error.h"
 
 namespace kjit::cuda {
 namespace {
@@ -48,14 +52,23 @@ TEST(TensorMapStrides, PackedStridesAreWhole16ByteUnits) {
   EXPECT_EQ(tensor_map_strides(2, one, strides), (std::vector<uint64_t>{16, 16}));
 }
 
-TEST(TensorMapStrides, AFarStrideBelowALongDimensionIsKept) {
-  // Only dimensions of one element are rewritten: a far stride of a dimension read at
-  // other coordinates stays (such a tensor would not fit in a GPU's memory).
+TEST(TensorMapStrides, AFarStrideOfALongDimensionIsAUserError) {
+  // Only dimensions of one element are rewritten. A stride of 2^40 bytes or more of a
+  // dimension read at other coordinates was handed to cuTensorMapEncodeTiled, whose
+  // CUDA_ERROR_INVALID_VALUE named no stride: now a user error names it and the limit.
   const int64_t counts[] = {64, 3, 1};
   const int64_t strides[] = {kFar, 7};
-  const std::vector<uint64_t> bytes = tensor_map_strides(2, counts, strides);
-  EXPECT_EQ(bytes[0], static_cast<uint64_t>(kFar * 2));
-  EXPECT_EQ(bytes[1], static_cast<uint64_t>(kFar * 2 * 3));
+  try {
+    tensor_map_strides(2, counts, strides);
+    ADD_FAILURE() << "a stride of 2^42 bytes was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kFar * 2)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2^40"), std::string::npos) << e.what();
+  }
+  // One element below the limit is kept as given.
+  const int64_t rows[] = {64, 3};
+  const int64_t near[] = {kMaxStrideBytes / 2 - 8};
+  EXPECT_EQ(tensor_map_strides(2, rows, near)[0], static_cast<uint64_t>(kMaxStrideBytes - 16));
 }
 
 TEST(TensorMapStrides, RefusesAMismatchedRank) {
