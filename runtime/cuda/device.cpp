@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include <fmt/format.h>
+
 #include "kjit/runtime/cuda/driver.h"
 #include "kjit/support/error.h"
 
@@ -81,11 +83,25 @@ std::optional<int> arch_number(const std::string& arch) {
 
 DeviceProperties planning_device_for_arch(const std::string& arch) {
   const std::optional<int> number = arch_number(arch);
-  if (!number || *number < 80 || *number > 99)
-    throw UserError("no GPU to plan for architecture " + arch, "use sm_80 ... sm_90");
-  DeviceProperties d = planning_device(*number >= 90 ? "h200" : "a100");
-  d.cc_major = *number / 10;
+  constexpr const char* kKnown = "use sm_80, sm_86, sm_87, sm_89 or sm_90 (sm_90a)";
+  // The architectures of the GPUs kjit plans for: Ampere (sm_80 A100, sm_86 GA10x,
+  // sm_87 Orin), Ada (sm_89) and Hopper (sm_90). "sm_85" or "sm_95" name no GPU.
+  if (!number ||
+      (*number != 80 && *number != 86 && *number != 87 && *number != 89 && *number != 90))
+    throw UserError("no GPU to plan for architecture " + arch, kKnown);
+  if (*number == 90) return planning_device("h200");
+  DeviceProperties d = planning_device("a100");
+  if (*number == 80) return d;
+  // No datasheet of one card stands for sm_86, sm_87 or sm_89: plan with the A100's
+  // figures and the architecture's own limits, under a name that says so (it shows
+  // in kjit emit and explain). sm_86 and sm_89 give a block at most 99 KiB of shared
+  // memory (100 KiB per SM); sm_87 the A100's 163 KiB.
   d.cc_minor = *number % 10;
+  d.name = fmt::format("a generic sm_{} GPU (A100 figures)", *number);
+  if (*number != 87) {
+    d.shared_per_block_optin = 101376;
+    d.shared_per_sm = 102400;
+  }
   return d;
 }
 

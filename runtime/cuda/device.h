@@ -49,7 +49,9 @@ DeviceProperties h200_class_device(const std::string& name);
 // A GPU to plan for without one: "h200", "h100" or "a100" (datasheet limits, clocks
 // and bandwidth); UserError naming the known ones otherwise.
 DeviceProperties planning_device(const std::string& name);
-// The planning device of an architecture: sm_90 -> h200, sm_80 -> a100.
+// The planning device of an architecture: sm_90 -> h200, sm_80 -> a100; sm_86,
+// sm_87 and sm_89 -> the a100 under a generic name, with the architecture's shared
+// memory. UserError for any other architecture.
 DeviceProperties planning_device_for_arch(const std::string& arch);
 // The number of an architecture name "sm_NN" with an optional 'a' or 'f' after it
 // (90 for "sm_90a"); nullopt for anything else ("sm_9x", "sm_99999999999").

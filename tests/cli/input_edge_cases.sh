@@ -70,6 +70,10 @@ expect 2 "past the largest integer" "$kjit" explain matmul --m 8 --n 8 --k 8 --g
 expect 2 "no GPU to plan for architecture sm_99999999999999" "$kjit" compile "y = x + 1" --arch sm_99999999999999
 expect 2 "unknown GPU architecture 'sm_99999999999999'" "$kjit" compile "$(dirname "$0")/data/demo_kernel.cu" --arch sm_99999999999999
 expect 2 "no GPU to plan for architecture sm_90x" "$kjit" emit "y = x + 1" --arch sm_90x
+# sm_95 names no GPU (it was planned as an H200); sm_89 was planned as an A100 with
+# the A100's 163 KiB of shared memory a block (an sm_89 block has 99 KiB).
+expect 2 "no GPU to plan for architecture sm_95 .*sm_89" "$kjit" emit matmul --m 64 --n 64 --k 64 --arch sm_95
+expect 0 "^gpu +a generic sm_89 GPU" "$kjit" explain matmul --m 4096 --n 4096 --k 4096 --arch sm_89
 
 # A NUL byte in CUDA source: NVRTC read up to it and compiled what came before.
 printf '__global__ void k() {}\n\0\n#error not seen\n' >"$dir/nul.cu"

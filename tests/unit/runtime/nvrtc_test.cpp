@@ -81,6 +81,32 @@ TEST(Nvrtc, UnknownArchListsSupportedOnes) {
   EXPECT_EQ(arch_number("sm_90x"), std::nullopt);
 }
 
+// Planning without a GPU: sm_86 and sm_89 planned as an A100 with 163 KiB of shared
+// memory per block (their limit is 99 KiB) and under the A100's name; sm_95 as an H200.
+TEST(Nvrtc, EachArchitectureIsPlannedWithItsOwnLimits) {
+  EXPECT_EQ(planning_device_for_arch("sm_90a").name, "NVIDIA H200");
+  EXPECT_EQ(planning_device_for_arch("sm_80").name, "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(planning_device_for_arch("sm_80").shared_per_block_optin, 166912);
+  for (const char* arch : {"sm_86", "sm_89"}) {
+    const DeviceProperties d = planning_device_for_arch(arch);
+    EXPECT_EQ(d.arch(), arch);
+    EXPECT_EQ(d.shared_per_block_optin, 101376) << arch;
+    EXPECT_EQ(d.shared_per_sm, 102400) << arch;
+    EXPECT_NE(d.name.find(arch), std::string::npos) << d.name;
+    EXPECT_EQ(d.name.find("A100-SXM4"), std::string::npos) << d.name;
+  }
+  EXPECT_EQ(planning_device_for_arch("sm_87").shared_per_block_optin, 166912);
+  for (const char* arch : {"sm_85", "sm_95", "sm_70", "sm_100"}) {
+    try {
+      planning_device_for_arch(arch);
+      ADD_FAILURE() << arch << " was planned for";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(arch), std::string::npos) << e.what();
+      EXPECT_NE(e.hint().find("sm_89"), std::string::npos) << e.hint();
+    }
+  }
+}
+
 TEST(Nvrtc, ArchSpecificTargetCompiles) {
   NvrtcOptions options;
   options.arch = "sm_90a";
