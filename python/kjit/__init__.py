@@ -455,14 +455,19 @@ def _device_index(device):
 _current_raw_stream = None  # torch's accessor of a device's current CUstream, found once
 
 
-def _raw_stream(tensor):
-    """The current torch stream of the tensor's device, as a CUstream (an int)."""
+def _raw_stream_on(device):
+    """The current torch stream of CUDA device `device` (an index), as a CUstream (an int)."""
     global _current_raw_stream
     if _current_raw_stream is None:
         torch = _torch()
         _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
             (lambda device: torch.cuda.current_stream(device).cuda_stream)
-    return _current_raw_stream(tensor.get_device())
+    return _current_raw_stream(device)
+
+
+def _raw_stream(tensor):
+    """The current torch stream of the tensor's device, as a CUstream (an int)."""
+    return _raw_stream_on(tensor.get_device())
 
 
 def _code_of(tensor):
@@ -823,6 +828,7 @@ class Matmul:
         self.dtype = _torch_dtype(_dtype_code(dtype))
         self.out_dtype = _torch_dtype(_dtype_code(out or dtype))
         self.operands = [_mm_operand_name(handle, i).decode() for i in range(_mm_operands(handle))]
+        self._operand_names = dict.fromkeys(self.operands).keys()  # compared with **operands
         self.operand_kinds = [_mm_operand_kind(handle, i).decode()
                               for i in range(len(self.operands))]
         self.operand_dtypes = [_torch_dtype(_mm_operand_dtype(handle, i))
@@ -1235,26 +1241,34 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
     """a @ b (bfloat16/float16/float32; batched with 3-D tensors) with an optional
     fused epilogue in kjit's IR over `acc` and named operands, e.g.
     matmul(a, b, epilogue="gelu(acc + bias)", bias=bias)."""
-    for name, t in (("a", a), ("b", b)):
-        if not _expect_tensor(name, t).is_cuda:
-            raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
-    # The kernel, and how to read a and b, per shapes, strides, dtypes, epilogue and
-    # stream (a Matmul's scratch serves one stream at a time).
-    stream = _raw_stream(a)
-    key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
-           a.get_device(), b.get_device(), stream)
-    plan = _matmul_cache.get(key)
+    # The kernel, and how to read a and b, per shapes, strides, dtypes, epilogue,
+    # devices and stream (a Matmul's scratch serves one stream at a time). A plan is
+    # only made for two CUDA tensors, and their devices are in its key: a call that
+    # finds one launches at once (everything its key fixes was checked at the first).
+    try:
+        device = a.get_device()
+        key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
+               device, b.get_device())
+    except (AttributeError, TypeError):  # not tensors: the checks below say so
+        device, key = -1, None
+    plan = None
+    if device >= 0:
+        stream = _raw_stream_on(device)
+        key = key + (stream,)
+        plan = _matmul_cache.get(key)
     checked = plan is not None
     if plan is None:
-        plan = _cached(_matmul_cache, key, lambda: _plan_matmul(a, b, epilogue, out_dtype))
+        for name, t in (("a", a), ("b", b)):
+            if not _expect_tensor(name, t).is_cuda:
+                raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
+        plan = _plan_matmul(a, b, epilogue, out_dtype) if key is None else \
+            _cached(_matmul_cache, key, lambda: _plan_matmul(a, b, epilogue, out_dtype))
     kernel, transpose_a, transpose_b = plan
-    if len(operands) != len(kernel.operands) or any(n not in operands for n in kernel.operands):
+    if operands.keys() != kernel._operand_names:
         unknown = sorted(set(operands) - set(kernel.operands))
         missing = [name for name in kernel.operands if name not in operands]
         raise UserError(f"the epilogue reads {', '.join(kernel.operands) or 'no operands'}; "
                         f"missing {missing or 'none'}, unknown {unknown or 'none'}", 1)
-    # The plan's first call checked a and b against the kernel (shapes, strides, dtypes
-    # and devices are its key): later calls launch at once.
     a = a.transpose(-1, -2) if transpose_a else a
     b = b.transpose(-1, -2) if transpose_b else b
     ordered = [operands[name] for name in kernel.operands]

@@ -260,6 +260,17 @@ else:
                   "out is broadcast"), "Matmul(): a broadcast out (written out of bounds before)")
     check(refused(lambda: kjit.matmul(1, b), "a must be a torch.Tensor"),
           "matmul: not a tensor (AttributeError before)")
+    # A planned call launches without the first call's checks: what its key does not
+    # hold (another device, operands) is still refused.
+    kjit.matmul(a, b)
+    check(refused(lambda: kjit.matmul(a.cpu(), b), "a is on cpu"),
+          "matmul: a on the CPU, shaped as a planned call's")
+    check(refused(lambda: kjit.matmul(a, b.cpu()), "b is on cpu"),
+          "matmul: b on the CPU, shaped as a planned call's")
+    check(refused(lambda: kjit.matmul(a, b.float().numpy(force=True)),
+                  "b must be a torch.Tensor"), "matmul: a numpy b, shaped as a planned call's")
+    check(refused(lambda: kjit.matmul(a, b, bias=bias), "unknown ['bias']"),
+          "matmul: an operand the epilogue does not read, on the planned path")
     ew = kjit.elementwise("y = x + g")
     x = torch.randn(8, **cuda)
     check(refused(lambda: ew(x, x, g=x), "given twice"), "elementwise: an input given twice")
