@@ -738,7 +738,7 @@ class Elementwise:
                     pointers[i] = o.data_ptr()
                     i += 1
                 status = _ew_launch_flat(kernel.handle, pointers, i, first.numel(),
-                                         _raw_stream(first))
+                                         _raw_stream_on(device))
                 if status:
                     _check(status)
                 return outs[0] if len(outs) == 1 else tuple(outs)
