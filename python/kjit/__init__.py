@@ -1243,38 +1243,48 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
     matmul(a, b, epilogue="gelu(acc + bias)", bias=bias)."""
     # The kernel, and how to read a and b, per shapes, strides, dtypes, epilogue,
     # devices and stream (a Matmul's scratch serves one stream at a time). A plan is
-    # only made for two CUDA tensors, and their devices are in its key: a call that
-    # finds one launches at once (everything its key fixes was checked at the first).
+    # kept only after a call with it passed every check of a, b and its operands: a
+    # later call with the same key launches at once (the checks of the operands,
+    # which the key does not hold, run in _run).
     try:
         device = a.get_device()
         key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
                device, b.get_device())
+        cuda = a.is_cuda and b.is_cuda  # get_device() numbers other accelerators too
     except (AttributeError, TypeError):  # not tensors: the checks below say so
-        device, key = -1, None
-    plan = None
-    if device >= 0:
+        device, key, cuda = -1, None, False
+    if cuda and device >= 0:
         stream = _raw_stream_on(device)
         key = key + (stream,)
         plan = _matmul_cache.get(key)
-    checked = plan is not None
-    if plan is None:
-        for name, t in (("a", a), ("b", b)):
-            if not _expect_tensor(name, t).is_cuda:
-                raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
-        plan = _plan_matmul(a, b, epilogue, out_dtype) if key is None else \
-            _cached(_matmul_cache, key, lambda: _plan_matmul(a, b, epilogue, out_dtype))
+        if plan is not None:
+            kernel, transpose_a, transpose_b = plan
+            _expect_operand_names(kernel, operands)
+            return kernel._run(a.transpose(-1, -2) if transpose_a else a,
+                               b.transpose(-1, -2) if transpose_b else b,
+                               [operands[name] for name in kernel.operands], None,
+                               a.dim() == 3, stream)
+    for name, t in (("a", a), ("b", b)):
+        if not _expect_tensor(name, t).is_cuda:
+            raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
+    plan = _plan_matmul(a, b, epilogue, out_dtype)
     kernel, transpose_a, transpose_b = plan
+    _expect_operand_names(kernel, operands)
+    c = kernel(a.transpose(-1, -2) if transpose_a else a,
+               b.transpose(-1, -2) if transpose_b else b,
+               *[operands[name] for name in kernel.operands])  # every check
+    if key is not None and cuda and device >= 0:
+        _cached(_matmul_cache, key, lambda: plan)
+    return c
+
+
+def _expect_operand_names(kernel, operands):
+    """The epilogue's operands by name, each once, none unknown."""
     if operands.keys() != kernel._operand_names:
         unknown = sorted(set(operands) - set(kernel.operands))
         missing = [name for name in kernel.operands if name not in operands]
         raise UserError(f"the epilogue reads {', '.join(kernel.operands) or 'no operands'}; "
                         f"missing {missing or 'none'}, unknown {unknown or 'none'}", 1)
-    a = a.transpose(-1, -2) if transpose_a else a
-    b = b.transpose(-1, -2) if transpose_b else b
-    ordered = [operands[name] for name in kernel.operands]
-    if checked:
-        return kernel._run(a, b, ordered, None, a.dim() == 3, stream)
-    return kernel(a, b, *ordered)
 
 
 def _plan_matmul(a, b, epilogue, out_dtype):

@@ -93,11 +93,15 @@ DeviceProperties planning_device_for_arch(const std::string& arch) {
   DeviceProperties d = planning_device("a100");
   if (*number == 80) return d;
   // No datasheet of one card stands for sm_86, sm_87 or sm_89: plan with the A100's
-  // figures and the architecture's own limits, under a name that says so (it shows
-  // in kjit emit and explain). sm_86 and sm_89 give a block at most 99 KiB of shared
-  // memory (100 KiB per SM); sm_87 the A100's 163 KiB.
+  // figures and the architecture's own limits (the CUDA programming guide's table of
+  // compute capabilities), under a name that says so (it shows in kjit emit and
+  // explain). All three keep 1536 threads (48 warps) resident per SM; sm_86 and sm_87
+  // 16 blocks, sm_89 24. sm_86 and sm_89 give a block at most 99 KiB of shared memory
+  // (100 KiB per SM); sm_87 the A100's 163 KiB.
   d.cc_minor = *number % 10;
   d.name = fmt::format("a generic sm_{} GPU (A100 figures)", *number);
+  d.max_threads_per_sm = 1536;
+  d.max_blocks_per_sm = *number == 89 ? 24 : 16;
   if (*number != 87) {
     d.shared_per_block_optin = 101376;
     d.shared_per_sm = 102400;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 
 #include "kjit/runtime/cuda/driver.h"
@@ -17,14 +18,20 @@ std::vector<uint64_t> tensor_map_strides(int64_t element_bytes, std::span<const 
   int64_t packed = counts[0] * element_bytes;  // the span of the dimensions below
   for (size_t i = 0; i < strides.size(); ++i) {
     const int64_t count = counts[i + 1];
-    // Rounded up to the copy engine's 16 bytes: a row of 17 bf16 elements spans 34.
-    const int64_t stride = count == 1 ? (packed + 15) / 16 * 16 : strides[i] * element_bytes;
-    if (stride >= kMaxStrideBytes)
-      throw UserError(fmt::format("a stride of {} bytes (dimension {} of a tensor map over {} "
-                                  "elements): the copy engine (TMA) takes strides below 2^40 "
-                                  "bytes",
-                                  stride, i + 1, count),
-                      "pass a leading dimension or batch stride spanning less than 1 TiB");
+    int64_t stride;
+    if (count == 1) {
+      // Never stepped: the packed span, rounded up to the copy engine's 16 bytes (a
+      // row of 17 bf16 elements spans 34), and kept below its limit.
+      stride = std::min((packed + 15) / 16 * 16, kMaxStrideBytes - 16);
+    } else {
+      stride = strides[i] * element_bytes;
+      if (stride >= kMaxStrideBytes)
+        throw UserError(fmt::format("a stride of {} bytes (dimension {} of a tensor map, over "
+                                    "{} elements): the copy engine (TMA) takes strides below "
+                                    "2^40 bytes",
+                                    stride, i + 1, count),
+                        "pass a leading dimension or batch stride spanning less than 1 TiB");
+    }
     bytes[i] = static_cast<uint64_t>(stride);
     packed = stride * count;
   }

@@ -236,9 +236,19 @@ else:
           "attention: a CPU tensor ('device -1 does not exist' before)")
     a, b = torch.randn(64, 32, **cuda), torch.randn(32, 48, **cuda)
     bias = torch.zeros(3, **cuda)
+    plans = len(kjit._matmul_cache)
     check(refused(lambda: kjit.matmul(a, b, epilogue="acc + bias", bias=bias),
                   "operand 'bias' (column) has shape (3,)", "(48,)"),
           "matmul: a bias of the wrong length (read out of bounds before)")
+    # A plan is kept only after a call with it passed every check: a call refused by
+    # the kernel's checks (b on another GPU: the second such call launched before)
+    # keeps none, so the same call is refused again.
+    check(len(kjit._matmul_cache) == plans, "matmul: a refused call keeps no plan")
+    if torch.cuda.device_count() > 1:
+        other = b.to("cuda:1")
+        for attempt in (1, 2):
+            check(refused(lambda: kjit.matmul(a, other), "b is on cuda:1"),
+                  f"matmul: b on another GPU, call {attempt}")
     mm = kjit.Matmul(64, 48, 32)
     check(refused(lambda: mm(a, torch.randn(32, 40, **cuda)), "b has shape (32, 40)"),
           "Matmul(): b of the wrong shape")
@@ -261,7 +271,7 @@ else:
     check(refused(lambda: kjit.matmul(1, b), "a must be a torch.Tensor"),
           "matmul: not a tensor (AttributeError before)")
     # A planned call launches without the first call's checks: what its key does not
-    # hold (another device, operands) is still refused.
+    # hold (CPU or numpy arrays of a planned call's shape, operands) is still refused.
     kjit.matmul(a, b)
     check(refused(lambda: kjit.matmul(a.cpu(), b), "a is on cpu"),
           "matmul: a on the CPU, shaped as a planned call's")

@@ -81,8 +81,9 @@ TEST(Nvrtc, UnknownArchListsSupportedOnes) {
   EXPECT_EQ(arch_number("sm_90x"), std::nullopt);
 }
 
-// Planning without a GPU: sm_86 and sm_89 planned as an A100 with 163 KiB of shared
-// memory per block (their limit is 99 KiB) and under the A100's name; sm_95 as an H200.
+// Planning without a GPU: sm_86 and sm_89 were planned as an A100 with 163 KiB of
+// shared memory per block (their limit is 99 KiB), 2048 threads and 32 blocks per SM
+// (1536 and 16 or 24), under the A100's name; sm_95 as an H200.
 TEST(Nvrtc, EachArchitectureIsPlannedWithItsOwnLimits) {
   EXPECT_EQ(planning_device_for_arch("sm_90a").name, "NVIDIA H200");
   EXPECT_EQ(planning_device_for_arch("sm_80").name, "NVIDIA A100-SXM4-80GB");
@@ -92,10 +93,15 @@ TEST(Nvrtc, EachArchitectureIsPlannedWithItsOwnLimits) {
     EXPECT_EQ(d.arch(), arch);
     EXPECT_EQ(d.shared_per_block_optin, 101376) << arch;
     EXPECT_EQ(d.shared_per_sm, 102400) << arch;
+    EXPECT_EQ(d.max_threads_per_sm, 1536) << arch;
     EXPECT_NE(d.name.find(arch), std::string::npos) << d.name;
     EXPECT_EQ(d.name.find("A100-SXM4"), std::string::npos) << d.name;
   }
   EXPECT_EQ(planning_device_for_arch("sm_87").shared_per_block_optin, 166912);
+  EXPECT_EQ(planning_device_for_arch("sm_87").max_threads_per_sm, 1536);
+  EXPECT_EQ(planning_device_for_arch("sm_86").max_blocks_per_sm, 16);
+  EXPECT_EQ(planning_device_for_arch("sm_89").max_blocks_per_sm, 24);
+  EXPECT_EQ(planning_device_for_arch("sm_80").max_threads_per_sm, 2048);
   for (const char* arch : {"sm_85", "sm_95", "sm_70", "sm_100"}) {
     try {
       planning_device_for_arch(arch);
