@@ -157,7 +157,7 @@ void copy_rows(Database& from, Database& to, const std::string& gpu_model, int64
 }  // namespace
 
 CacheStats Store::stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   flush_locked();
   CacheStats s;
@@ -182,7 +182,7 @@ CacheStats Store::stats() {
 }
 
 VerifyReport Store::verify(bool remove_bad) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   VerifyReport report;
   report.untrusted = distrust_;
@@ -264,7 +264,7 @@ void check_named_file(const std::string& path) {
 }  // namespace
 
 TransferReport Store::export_to(const std::string& path, const std::string& gpu_model) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   flush_locked();
   if (path.empty()) throw UserError("export needs the name of a new file", "e.g. h200.db");
@@ -347,7 +347,7 @@ namespace {
 }  // namespace
 
 TransferReport Store::import_from(const std::string& path, bool trust_binaries) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   if (!path_exists(path)) throw UserError(fmt::format("cannot read '{}': no such file", path));
   check_named_file(path);
@@ -411,7 +411,7 @@ TransferReport Store::import_from(const std::string& path, bool trust_binaries) 
 }
 
 TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   flush_locked();
   if (trust_binaries && !authenticator_)
@@ -440,7 +440,7 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
     throw UserError(fmt::format("cannot merge into '{}': {}", path, e.what()),
                     "merge into a new file, or one that kjit cache merge or export wrote");
   }
-  std::lock_guard<std::mutex> target_lock(target->mutex_);
+  const Lock target_lock(*target);
   Database& out = target->db();
   if (trust_binaries && !target->authenticator_)
     throw CacheError(fmt::format("binaries cannot be merged into {}: {}", path, target->distrust_));
@@ -498,7 +498,7 @@ void Store::refuse_damaged_source(const char* verb) {
 }
 
 ClearReport Store::clear(bool binaries_only) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   pending_hits_.clear();
   stored_content_ = true;
@@ -535,7 +535,7 @@ ClearReport Store::clear(bool binaries_only) {
 }
 
 int64_t Store::vacuum() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   flush_locked();
   int64_t before = store_bytes(file_);

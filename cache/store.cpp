@@ -43,12 +43,18 @@ class Store::Rejected : public std::runtime_error {
 
 namespace {
 
-// Every warning is printed once per process, however many stores repeat it.
+// Every warning is printed once per process, however many stores repeat it. The
+// log is written after the lock is released: a log callback that called kjit, which
+// opened a store that warned, deadlocked here.
 void print_once(const std::string& message) {
   static std::mutex mutex;
   static std::set<std::string> printed;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (printed.insert(message).second) log_warning("cache: " + message);
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    first = printed.insert(message).second;
+  }
+  if (first) log_warning("cache: " + message);
 }
 
 // Creates the missing directories of `dir` with mode 0700, set explicitly so
@@ -156,7 +162,7 @@ Store::Store(std::string path, StoreOptions options)
 }
 
 Store::~Store() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   if (!db_) return;
   try {
     flush_locked();
@@ -236,7 +242,10 @@ std::unique_ptr<Store> Store::open_default() {
   std::string path = default_path(&reason);
   if (path.empty()) {
     std::unique_ptr<Store> store = disabled(reason);
-    if (reason.rfind("KJIT_CACHE=", 0) != 0) store->warn("disabled: " + reason);
+    if (reason.rfind("KJIT_CACHE=", 0) != 0) {
+      const Lock lock(*store);
+      store->warn("disabled: " + reason);
+    }
     return store;
   }
   try {
@@ -245,46 +254,64 @@ std::unique_ptr<Store> Store::open_default() {
     // open() with recover handles every fault it knows; this is the promise
     // that nothing else escapes either.
     std::unique_ptr<Store> store = disabled(e.what());
-    store->warn(std::string("disabled for this process: ") + e.what());
+    {
+      const Lock lock(*store);
+      store->warn(std::string("disabled for this process: ") + e.what());
+    }
     return store;
   }
 }
 
 std::unique_ptr<Store> Store::open(const std::string& path, StoreOptions options) {
   std::unique_ptr<Store> store(new Store(path, std::move(options)));
-  store->connect();
+  {
+    const Lock lock(*store);  // its warnings go to the log as it is released
+    store->connect();
+  }
   return store;
 }
 
 bool Store::enabled() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   return db_ != nullptr;
 }
 
 std::string Store::disabled_reason() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   return disabled_reason_;
 }
 
 std::vector<std::string> Store::warnings() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   return warnings_;
 }
 
 bool Store::binaries_trusted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   return db_ != nullptr && authenticator_ != nullptr;
 }
 
 std::string Store::binaries_distrust() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   if (!db_) return "the cache is disabled: " + disabled_reason_;
   return distrust_;
 }
 
 void Store::warn(const std::string& message) {
   warnings_.push_back(message);
-  print_once(path_.empty() ? message : fmt::format("{}: {}", path_, message));
+  unsent_.push_back(path_.empty() ? message : fmt::format("{}: {}", path_, message));
+}
+
+Store::Lock::~Lock() {
+  std::vector<std::string> unsent;
+  unsent.swap(store_.unsent_);
+  lock_.unlock();
+  for (const std::string& message : unsent) {
+    try {
+      print_once(message);
+    } catch (...) {  // a log callback's exception: the store's work is done
+    }
+  }
 }
 
 void Store::disable(const std::string& reason) {
@@ -590,7 +617,7 @@ void Store::on_failure(const char* what, const std::exception& error) {
 
 template <class T, class Body>
 T Store::guarded(const char* what, T fallback, Body&& body) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   if (!db_) return fallback;
   try {
     return body(*db_);
@@ -690,7 +717,7 @@ void Store::flush_locked() {
 }
 
 int64_t Store::evict() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   WriteTransaction write(db());
   flush_locked();
   int64_t removed = evict_locked("");
@@ -733,7 +760,7 @@ int64_t Store::evict_locked(const std::string& keep_key) {
 }
 
 std::vector<BinaryRecord> Store::binaries() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   flush_locked();
   std::vector<BinaryRecord> out;
@@ -744,7 +771,7 @@ std::vector<BinaryRecord> Store::binaries() {
 }
 
 std::optional<BinaryRecord> Store::describe_binary(const std::string& key_prefix) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   Database& database = db();
   flush_locked();
   // A prefix match without LIKE, so no character of the input is a wildcard.
@@ -780,7 +807,7 @@ void Store::record_device(const DeviceRecord& device) {
 }
 
 std::vector<DeviceRecord> Store::devices() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   std::vector<DeviceRecord> out;
   Statement query = db().prepare("SELECT " KJIT_DEVICE_COLUMNS " FROM devices ORDER BY model");
   while (query.step()) out.push_back(read_device(query));
@@ -817,7 +844,7 @@ PutOutcome Store::put_tuning(const TuningRecord& tuning) {
 }
 
 std::vector<TuningRecord> Store::tunings(const std::string& gpu_model) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const Lock lock(*this);
   std::vector<TuningRecord> out;
   Statement query = db().prepare("SELECT " KJIT_TUNING_COLUMNS
                                  " FROM tunings WHERE ?1 = '' OR gpu_model = ?1 "

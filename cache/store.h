@@ -250,7 +250,23 @@ class Store {
   // moved it aside, and perhaps created a fresh one): errors from the old file are
   // then not this cache's, and attaching again is the cure.
   bool replaced_underneath() const;
+  // mutex_, held for a scope. The warnings raised meanwhile (warn) go to the log
+  // once it is released: a log callback may call kjit, and this store, again (it
+  // deadlocked on mutex_ when a stored binary failed its checksum).
+  class Lock {
+   public:
+    explicit Lock(const Store& store) : store_(store), lock_(store.mutex_) {}
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    const Store& store_;
+    std::unique_lock<std::mutex> lock_;
+  };
   void disable(const std::string& reason);
+  // Keeps `message` in warnings() and queues it for the log (mutex_ held: under a
+  // Lock, which sends it).
   void warn(const std::string& message);
   int64_t now() const;
   Database& db();  // throws CacheError when disabled
@@ -269,7 +285,8 @@ class Store {
   std::unique_ptr<Database> db_;
   std::string disabled_reason_;
   std::vector<std::string> warnings_;
-  std::vector<std::string> pending_hits_;  // keys found since the last flush
+  mutable std::vector<std::string> unsent_;  // warn()'s, for the log when mutex_ is released
+  std::vector<std::string> pending_hits_;    // keys found since the last flush
   // Null when binaries are not trusted; distrust_ says why.
   std::unique_ptr<detail::Authenticator> authenticator_;
   std::string distrust_;

@@ -346,6 +346,7 @@ void kjit_free(void* pointer) {
 
 kjit_status kjit_runtime_create(int device, kjit_runtime** out) {
   return guarded([&] {
+    if (out != nullptr) *out = nullptr;  // NULL on failure: a cleanup path may destroy it
     if (out == nullptr) throw kjit::UserError("kjit_runtime_create: out is NULL");
     kjit::RuntimeOptions options;
     options.device = device;
@@ -366,6 +367,7 @@ void kjit_runtime_destroy(kjit_runtime* runtime) {
 kjit_status kjit_elementwise_create(kjit_runtime* runtime, const char* expression,
                                     kjit_dtype default_dtype, kjit_elementwise** out) {
   return guarded([&] {
+    if (out != nullptr) *out = nullptr;  // NULL on failure: a cleanup path may destroy it
     if (runtime == nullptr || expression == nullptr || out == nullptr)
       throw kjit::UserError("kjit_elementwise_create: runtime, expression and out are required");
     kjit::ir::ParseOptions options;
@@ -434,7 +436,17 @@ kjit_status kjit_elementwise_launch_flat(kjit_elementwise* kernel, const uint64_
           pointers == nullptr ? 0 : count, inputs + outputs, inputs, outputs));
     if (n < 0) throw kjit::UserError(fmt::format("kjit_elementwise_launch_flat: n = {} < 0", n));
     // This thread's argument lists, reused: a call allocates nothing once they exist.
-    thread_local std::vector<kjit::TensorArg> in, out;
+    // A call from a log callback inside this one (a first launch compiles, and logs)
+    // gets lists of its own: it overwrote these, and this launch took its tensors.
+    thread_local std::vector<kjit::TensorArg> reused_in, reused_out;
+    thread_local int depth = 0;
+    const struct Depth {
+      Depth() { ++depth; }
+      ~Depth() { --depth; }
+    } level;
+    std::vector<kjit::TensorArg> own_in, own_out;
+    std::vector<kjit::TensorArg>& in = depth == 1 ? reused_in : own_in;
+    std::vector<kjit::TensorArg>& out = depth == 1 ? reused_out : own_out;
     auto fill = [&](std::vector<kjit::TensorArg>& list, const std::vector<kjit_dtype>& dtypes,
                     const uint64_t* first) {
       list.resize(dtypes.size());
@@ -455,6 +467,7 @@ kjit_status kjit_elementwise_launch_flat(kjit_elementwise* kernel, const uint64_
 kjit_status kjit_matmul_create(kjit_runtime* runtime, const kjit_matmul_problem* problem,
                                kjit_matmul** out) {
   return guarded([&] {
+    if (out != nullptr) *out = nullptr;  // NULL on failure: a cleanup path may destroy it
     if (runtime == nullptr || problem == nullptr || out == nullptr)
       throw kjit::UserError("kjit_matmul_create: runtime, problem and out are required");
     kjit::matmul::Problem p;
@@ -544,6 +557,7 @@ kjit_status kjit_matmul_launch(kjit_matmul* matmul, const kjit_matmul_args* args
 kjit_status kjit_attention_create(kjit_runtime* runtime, const kjit_attention_problem* problem,
                                   kjit_attention** out) {
   return guarded([&] {
+    if (out != nullptr) *out = nullptr;  // NULL on failure: a cleanup path may destroy it
     if (runtime == nullptr || out == nullptr)
       throw kjit::UserError("kjit_attention_create: runtime and out are required");
     const kjit::attention::Problem p = attention_problem(problem);
@@ -647,6 +661,7 @@ kjit_status kjit_attention_backward_create(kjit_runtime* runtime,
                                            const kjit_attention_problem* problem,
                                            kjit_attention_backward** out) {
   return guarded([&] {
+    if (out != nullptr) *out = nullptr;  // NULL on failure: a cleanup path may destroy it
     if (runtime == nullptr || out == nullptr)
       throw kjit::UserError("kjit_attention_backward_create: runtime and out are required");
     const kjit::attention::Problem p = attention_problem(problem);
@@ -743,6 +758,7 @@ kjit_status kjit_compile(const char* expression, kjit_dtype default_dtype, int64
 
 kjit_status kjit_buffer_create(kjit_runtime* runtime, size_t bytes, kjit_buffer** out) {
   return guarded([&] {
+    if (out != nullptr) *out = nullptr;  // NULL on failure: a cleanup path may destroy it
     if (runtime == nullptr || out == nullptr)
       throw kjit::UserError("kjit_buffer_create: runtime and out are required");
     if (bytes == 0) throw kjit::UserError("kjit_buffer_create: bytes must be positive");

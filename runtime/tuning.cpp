@@ -576,8 +576,10 @@ tuner::Choice choose_config(Runtime& runtime, const tuner::TuningProblem& proble
   tuner::Choice choice = chooser.choose(problem);
   if (choice.source == tuner::Choice::Source::Store || !runtime.tune_on_first_use()) return choice;
   // KJIT_TUNE=1: tune now (one problem at a time per process), then choose again.
-  static std::mutex tuning;
-  std::lock_guard<std::mutex> lock(tuning);
+  // Recursive: a tune logs, and a log callback may call kjit on this thread, whose
+  // problem may need tuning too (it waits for no one but this thread).
+  static std::recursive_mutex tuning;
+  std::lock_guard<std::recursive_mutex> lock(tuning);
   choice = chooser.choose(problem);
   if (choice.source == tuner::Choice::Source::Store) return choice;
   tuner::TuneOptions options;

@@ -34,12 +34,19 @@ const std::set<std::string>& known_topics() {
   return known;
 }
 
-void send(LogState& s, const std::string& line) {  // with s.mutex held
+void send(LogState& s, const std::string& text) {  // with s.mutex held
   // A copy: a sink that replaces itself (set_log_sink) finishes this call.
   if (const std::function<void(const std::string&)> sink = s.sink) {
-    sink(line);
+    // One call a line, as kjit_c.h promises: a pass dump, or a message quoting a
+    // compiler's log, is several (they came in one call).
+    for (size_t start = 0;;) {
+      const size_t end = text.find('\n', start);
+      sink(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+      if (end == std::string::npos || end + 1 == text.size()) break;
+      start = end + 1;
+    }
   } else {
-    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fprintf(stderr, "%s\n", text.c_str());
   }
 }
 

@@ -385,8 +385,11 @@ class Parser {
   Value power() {
     Value base = primary();
     if (peek().text == "^" || peek().text == "**") {
+      // Right-associative (2^-x, a^b^c = a^(b^c)): a chain of powers nests, each
+      // exponent a level (x^x^...^x recursed past the limit and overflowed the stack).
+      Nesting guard(*this);
       const Token& op = next();
-      Value exponent = unary();  // right-associative: 2^-x, a^b^c = a^(b^c)
+      Value exponent = unary();
       return apply(op, OpCode::Pow, {base, exponent});
     }
     return base;

@@ -13,7 +13,8 @@
  *   kjit_elementwise_destroy(k); kjit_runtime_destroy(rt);
  *
  * Every call returns a status; on failure kjit_last_error() (per thread) says what
- * went wrong and how to fix it. Nothing here exits or prints: diagnostics go to
+ * went wrong and how to fix it; a failed kjit_*_create sets its handle to NULL
+ * (which every kjit_*_destroy takes). Nothing here exits or prints: diagnostics go to
  * the callback of kjit_set_log_callback (stderr by default). Device pointers are
  * CUdeviceptr values (uint64_t); streams are CUstream (NULL: the default stream).
  */
@@ -50,8 +51,9 @@ const char* kjit_last_error(void);
 /* "0.1.0 (kjit-gen-2)". */
 const char* kjit_version(void);
 /* Where diagnostics go: `callback(line, user)` for every line (warnings, and the
- * topics KJIT_LOG enables); NULL restores stderr. Calls come from any thread, one
- * at a time; the callback may call kjit (log, set the topics, replace itself).
+ * topics KJIT_LOG enables; a text of several lines comes one line a call); NULL
+ * restores stderr. Calls come from any thread, one at a time; the callback may call
+ * kjit (log, set the topics, replace itself, compile and launch).
  * Once kjit_set_log_callback returns, no call of the old callback is under way on
  * another thread, so what it used may be freed. */
 typedef void (*kjit_log_callback)(const char* line, void* user);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # python_check.sh PACK — on a GPU machine: the embedding interfaces end to end.
 # PACK holds a build's kjit, examples/kjit_example_{elementwise,matmul,c,attention},
-# tools/bench/runtime_bench (+ libbenchmark) and runtime/libkjit_c.so (see
-# tools/device/pack.sh). Runs the examples, the C++ launch benchmarks, then
+# tests/unit/c_api/kjit_c_api_test, tools/bench/runtime_bench (+ libbenchmark) and
+# runtime/libkjit_c.so (see tools/device/pack.sh). Runs the examples, a C API
+# launch from the log callback, the C++ launch benchmarks, then
 # tests/python/api_test.py (every argument and tensor check) and
 # tests/python/torch_check.py (correctness against torch eager, host overhead per
 # call over the C++ launch, torch.compile without a graph break). Logs and JSON
@@ -32,6 +33,9 @@ export LD_LIBRARY_PATH=$pack/runtime${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # the
 for example in elementwise matmul c attention; do
   run "example_$example" "$pack/examples/kjit_example_$example"
 done
+# A kernel launched from the log callback inside another launch (the C API's
+# per-thread argument lists were overwritten).
+run c_api_reentrant_launch "$pack/tests/unit/c_api/kjit_c_api_test" reentrant-launch
 run runtime_bench "$pack/tools/bench/runtime_bench" --benchmark_filter='Launch' \
   --benchmark_repetitions=5 --benchmark_format=json --benchmark_out="$out/runtime_bench.json"
 # The argument and tensor checks (their tensor part needs this machine's GPU).

@@ -22,7 +22,101 @@ static void count_lines(const char* line, void* user) {
   ++*(int*)user;
 }
 
-int main(void) {
+/* A log callback that calls kjit the first time it runs. */
+static int reentered = 0;
+static void emit_from_callback(const char* line, void* user) {
+  char* text = NULL;
+  (void)line;
+  ++*(int*)user;
+  if (reentered++ == 0 && kjit_emit("y = x * 2", KJIT_F32, 64, "h200", &text) == KJIT_OK)
+    kjit_free(text);
+}
+
+/* `kjit_c_api_test reentrant`, with KJIT_CACHE_DIR naming a file: the store's
+ * warning ("disabled: ... is not a directory") reaches a callback that calls kjit,
+ * which opens a store that warns again. The store held its warning lock while the
+ * callback ran, and this hung (ctest's timeout fails it). */
+static int reentrant(void) {
+  int calls = 0;
+  char* source = NULL;
+  kjit_set_log_callback(emit_from_callback, &calls);
+  CHECK(kjit_emit("y = x + 1", KJIT_F32, 64, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+  CHECK(calls > 0);
+  CHECK(reentered > 0);
+  kjit_set_log_callback(NULL, NULL);
+  if (failures == 0) printf("reentrant log callback: passed\n");
+  return failures == 0 ? 0 : 1;
+}
+
+/* `kjit_c_api_test reentrant-launch` (a GPU; exit 77 without one): a log callback
+ * launches another kernel while the first launch of y = x * 2 compiles (and logs).
+ * kjit_elementwise_launch_flat kept its argument lists per thread, and the callback's
+ * call overwrote them: the outer launch ran with the inner call's tensors. */
+enum { kCount = 4096 };
+static kjit_elementwise* inner_kernel = NULL;
+static uint64_t inner_pointers[3];
+static int inner_launches = 0;
+static void launch_from_callback(const char* line, void* user) {
+  (void)line;
+  (void)user;
+  if (inner_launches == 0 && ++inner_launches == 1)
+    CHECK(kjit_elementwise_launch_flat(inner_kernel, inner_pointers, 3, kCount, NULL) == KJIT_OK);
+}
+
+static int reentrant_launch(void) {
+  kjit_runtime* runtime = NULL;
+  if (kjit_runtime_create(0, &runtime) != KJIT_OK) {
+    printf("skipped: no GPU (%s)\n", kjit_last_error());
+    return 77;
+  }
+  static float x[kCount], y[kCount], a[kCount], c[kCount];
+  for (int i = 0; i < kCount; ++i) {
+    x[i] = (float)i;
+    a[i] = 1.0f;
+  }
+  kjit_buffer *bx = NULL, *by = NULL, *ba = NULL, *bb = NULL, *bc = NULL;
+  CHECK(kjit_buffer_create(runtime, sizeof x, &bx) == KJIT_OK);
+  CHECK(kjit_buffer_create(runtime, sizeof y, &by) == KJIT_OK);
+  CHECK(kjit_buffer_create(runtime, sizeof a, &ba) == KJIT_OK);
+  CHECK(kjit_buffer_create(runtime, sizeof a, &bb) == KJIT_OK);
+  CHECK(kjit_buffer_create(runtime, sizeof c, &bc) == KJIT_OK);
+  CHECK(kjit_buffer_upload(bx, x, sizeof x) == KJIT_OK);
+  CHECK(kjit_buffer_upload(ba, a, sizeof a) == KJIT_OK);
+  CHECK(kjit_buffer_upload(bb, a, sizeof a) == KJIT_OK);
+  inner_pointers[0] = kjit_buffer_pointer(ba);
+  inner_pointers[1] = kjit_buffer_pointer(bb);
+  inner_pointers[2] = kjit_buffer_pointer(bc);
+  kjit_elementwise* outer = NULL;
+  CHECK(kjit_elementwise_create(runtime, "y = x * 2", KJIT_F32, &outer) == KJIT_OK);
+  CHECK(kjit_elementwise_create(runtime, "z = a + b", KJIT_F32, &inner_kernel) == KJIT_OK);
+  kjit_set_log_topics("config");
+  kjit_set_log_callback(launch_from_callback, NULL);
+  const uint64_t outer_pointers[2] = {kjit_buffer_pointer(bx), kjit_buffer_pointer(by)};
+  CHECK(kjit_elementwise_launch_flat(outer, outer_pointers, 2, kCount, NULL) == KJIT_OK);
+  kjit_set_log_callback(NULL, NULL);
+  kjit_set_log_topics(NULL);
+  CHECK(inner_launches == 1);
+  CHECK(kjit_buffer_download(by, y, sizeof y) == KJIT_OK);
+  CHECK(kjit_buffer_download(bc, c, sizeof c) == KJIT_OK);
+  int wrong = 0;
+  for (int i = 0; i < kCount; ++i) wrong += y[i] != 2.0f * x[i] || c[i] != 2.0f;
+  CHECK(wrong == 0);
+  kjit_elementwise_destroy(outer);
+  kjit_elementwise_destroy(inner_kernel);
+  kjit_buffer_destroy(bx);
+  kjit_buffer_destroy(by);
+  kjit_buffer_destroy(ba);
+  kjit_buffer_destroy(bb);
+  kjit_buffer_destroy(bc);
+  kjit_runtime_destroy(runtime);
+  if (failures == 0) printf("a launch from the log callback inside a launch: passed\n");
+  return failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "reentrant") == 0) return reentrant();
+  if (argc > 1 && strcmp(argv[1], "reentrant-launch") == 0) return reentrant_launch();
   CHECK(strstr(kjit_version(), "kjit-gen-") != NULL);
 
   char* source = NULL;
@@ -147,7 +241,9 @@ int main(void) {
   CHECK(strstr(kjit_last_error(), "n is 0") != NULL);
   kjit_attention* attention_kernel = NULL;
   CHECK(kjit_attention_create(NULL, &attention, &attention_kernel) == KJIT_ERROR_USER);
-  kjit_attention_backward* backward_kernel = NULL;
+  /* A failed create sets its handle to NULL (it was left as it was: a cleanup path
+   * that destroyed it freed garbage). */
+  kjit_attention_backward* backward_kernel = (kjit_attention_backward*)&failures;
   CHECK(kjit_attention_backward_create(NULL, &attention, &backward_kernel) == KJIT_ERROR_USER);
   CHECK(backward_kernel == NULL);
   CHECK(kjit_attention_backward_launch(NULL, NULL, NULL) == KJIT_ERROR_USER);
@@ -171,7 +267,7 @@ int main(void) {
   kjit_set_log_callback(NULL, NULL);
 
   /* Without a GPU the runtime reports why instead of crashing. */
-  kjit_runtime* runtime = NULL;
+  kjit_runtime* runtime = (kjit_runtime*)&failures;
   kjit_status status = kjit_runtime_create(0, &runtime);
   if (getenv("KJIT_LIBCUDA") != NULL) { /* ctest points it at a missing driver */
     CHECK(status == KJIT_ERROR_CUDA || status == KJIT_ERROR_USER);

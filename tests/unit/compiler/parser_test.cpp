@@ -169,6 +169,13 @@ TEST(Parser, LimitsAreUserErrorsThatNameTheLimit) {
   EXPECT_EQ(error_of("y = " + repeated("-", kMaxNesting - 1) + "x"), "(no error)");
   EXPECT_NE(error_of("y = " + repeated("-", kMaxNesting + 1) + "x").find("nested more than 256"),
             std::string::npos);
+  // A chain of powers is right-associative, so it nests: 20 000 of them (40 KB, under
+  // the text limit; the op limit is checked on the way back out) overflowed the stack.
+  EXPECT_EQ(error_of("y = x" + repeated("^x", kMaxNesting - 1)), "(no error)");
+  EXPECT_NE(error_of("y = x" + repeated("^x", 20000)).find("nested more than 256"),
+            std::string::npos);
+  EXPECT_NE(error_of("y = x" + repeated("**-x", 20000)).find("nested more than 256"),
+            std::string::npos);
   EXPECT_NE(error_of("y = x" + std::string(kMaxTextBytes, ' ')).find("kjit parses at most 1048576"),
             std::string::npos);
 }

@@ -33,6 +33,20 @@ TEST(Log, WarningsReachTheSinkUnlessNone) {
   EXPECT_EQ(c.lines.size(), 2u);
 }
 
+// kjit_c.h promises the callback a line a call: a pass dump came whole, in one.
+TEST(Log, TextOfSeveralLinesComesALineACall) {
+  Captured c;
+  log_text("== after fold ==\n  _1 = sin(x)\n  return _1\n");
+  EXPECT_EQ(c.lines,
+            (std::vector<std::string>{"== after fold ==", "  _1 = sin(x)", "  return _1"}));
+  c.lines.clear();
+  log_warning("cache: two\nlines");
+  EXPECT_EQ(c.lines, (std::vector<std::string>{"kjit: warning: cache: two", "lines"}));
+  c.lines.clear();
+  log_text("one line, and an empty one between\n\nlast");
+  EXPECT_EQ(c.lines, (std::vector<std::string>{"one line, and an empty one between", "", "last"}));
+}
+
 TEST(Log, TopicsSelectLines) {
   Captured c;
   set_log_topics("config,tune");
