@@ -585,7 +585,8 @@ tuner::Choice choose_config(Runtime& runtime, const tuner::TuningProblem& proble
   tuner::TuneOptions options;
   options.arch = runtime.arch();
   tuner::Measurer measurer;
-  if (std::optional<std::string> worker = env("KJIT_TUNE_WORKER")) {
+  std::optional<std::string> worker = env("KJIT_TUNE_WORKER");
+  if (worker && problem.has_spec()) {
     tuner::WorkerOptions w;
     w.argv = {*worker, "__tune-worker", "--device", std::to_string(runtime.device().ordinal)};
     measurer = worker_measurer(std::make_shared<tuner::MeasureWorker>(w));

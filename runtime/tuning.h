@@ -21,7 +21,8 @@ namespace kjit {
 // The config for `problem` on `runtime`'s GPU (tuner/choose.h). With
 // tune_on_first_use (KJIT_TUNE=1), a problem the store has no tuning for is tuned
 // first (the model's top 8, measured in this process, or in the worker named by
-// KJIT_TUNE_WORKER, e.g. the path of the kjit binary).
+// KJIT_TUNE_WORKER, e.g. the path of the kjit binary; an elementwise problem planned
+// from tensors has no spec to send it and is measured in this process).
 tuner::Choice choose_config(Runtime& runtime, const tuner::TuningProblem& problem);
 
 // The harness that measures configs of `problem` on `runtime`'s device: matmul or

@@ -380,12 +380,15 @@ std::vector<int64_t> profile_lengths(const std::vector<int64_t>& cu, int64_t cou
   int64_t longest = 0;
   for (size_t i = 1; i < cu.size(); ++i) longest = std::max(longest, cu[i] - cu[i - 1]);
   std::vector<int64_t> out(static_cast<size_t>(count), 0);
-  out[0] = quarter_octave(longest);
+  // At least 1: a batch may hold empty sequences (offsets never decrease), but a
+  // problem's lengths are positive (a mean of 0 made a representative that
+  // set_lengths refused, so such a batch could not be planned).
+  out[0] = std::max<int64_t>(1, quarter_octave(longest));
   if (count > 1) {
     // The rest's mean, rounded up; with a single sequence, the longest stands in.
     const int64_t rest =
         sequences > 1 ? (cu.back() - longest + sequences - 2) / (sequences - 1) : longest;
-    std::fill(out.begin() + 1, out.end(), std::min(quarter_octave(rest), out[0]));
+    std::fill(out.begin() + 1, out.end(), std::clamp<int64_t>(quarter_octave(rest), 1, out[0]));
   }
   return out;
 }
@@ -394,7 +397,9 @@ std::vector<int64_t> profile_lengths(const std::vector<int64_t>& cu, int64_t cou
 
 attention::Problem length_profile(const attention::Problem& problem) {
   if (!problem.packed()) return problem;
-  const int64_t count = quarter_octave(problem.batch);
+  // No more sequences than a grid dimension holds (57345..65535 rounded to 65536, a
+  // batch the kernels refuse: such a batch could not be planned).
+  const int64_t count = std::min<int64_t>(quarter_octave(problem.batch), attention::kMaxBatch);
   const std::vector<int64_t> q = profile_lengths(problem.cu_seqlens_q, count);
   const std::vector<int64_t> k = profile_lengths(problem.cu_seqlens_k, count);
   constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
@@ -676,7 +681,12 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
   attention::Problem p;
   p.heads = integer("heads", 1);
   p.kv_heads = integer("kv_heads", p.heads);
-  p.head_dim = static_cast<int>(integer("head_dim", 128));
+  // Checked before the cast: 2^32 + 128 was read as 128.
+  const int64_t head_dim = integer("head_dim", 128);
+  if (head_dim > 256)
+    throw UserError(fmt::format("attention spec: head_dim {} is not supported", head_dim),
+                    "64, 96, 128 or 256");
+  p.head_dim = static_cast<int>(head_dim);
   const std::string dtype = read.text("dtype", "bf16");
   if (dtype != "bf16" && dtype != "f16")
     throw UserError("attention spec: dtype '" + dtype + "' is not supported", "bf16 or f16");

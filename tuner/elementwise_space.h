@@ -39,6 +39,7 @@ class ElementwiseTuning : public TuningProblem {
   std::string problem_class() const override { return class_text_; }
   std::vector<double> sizes() const override;
   nlohmann::json spec() const override;
+  bool has_spec() const override { return !expression_.empty(); }
   Space space(const cuda::DeviceProperties& device) const override;
   Prediction predict(const std::string& config, const cuda::DeviceProperties& device,
                      const Efficiencies& efficiencies,

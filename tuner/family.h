@@ -51,6 +51,9 @@ class TuningProblem {
   // The description that rebuilds this problem (make_problem()); what workload
   // files hold and what a measuring child process is sent.
   virtual nlohmann::json spec() const = 0;
+  // Whether spec() can describe it: an elementwise problem the runtime planned
+  // from tensors has no expression text, so it is measured in this process.
+  virtual bool has_spec() const { return true; }
 
   // Every config of the family's default space for this problem on `device`;
   // those that cannot run (resources, alignment, layout) are pruned with the reason.

@@ -288,7 +288,12 @@ nlohmann::json MatmulTuning::spec() const {
                         {"dtype", matmul::to_string(problem_.input)},
                         {"out", matmul::to_string(problem_.output)},
                         {"align", problem_.aligned ? 16 : 1}};
-  if (!epilogue_ir_.empty()) out["epilogue"] = epilogue_ir_;
+  // The runtime's problems carry their epilogue's IR in the problem only (a worker
+  // sent this spec tuned the product without its epilogue).
+  const std::string& epilogue = !epilogue_ir_.empty()                     ? epilogue_ir_
+                                : problem_.epilogue.function_name.empty() ? epilogue_ir_
+                                                                          : problem_.epilogue.text;
+  if (!epilogue.empty()) out["epilogue"] = epilogue;
   return out;
 }
 

@@ -198,7 +198,7 @@ void validate_problem(const Problem& p) {
   positive("kv_heads", p.kv_heads);
   positive("seq_q", p.seq_q);
   positive("seq_k", p.seq_k);
-  if (p.batch > 65535 || p.heads > 65535)
+  if (p.batch > kMaxBatch || p.heads > kMaxBatch)
     throw UserError(fmt::format("attention batch {} or heads {} is over 65535 (a grid dimension)",
                                 p.batch, p.heads),
                     "fold batch into heads, or split the call");

@@ -20,6 +20,10 @@
 
 namespace kjit::attention {
 
+// The most batch items (sequences of a packed batch) and heads: each is a grid
+// dimension of the kernels.
+inline constexpr int64_t kMaxBatch = 65535;
+
 struct Problem {
   int64_t batch = 1, heads = 1, kv_heads = 1;  // kv_heads divides heads (GQA / MQA)
   int64_t seq_q = 0, seq_k = 0;                // S_q != S_k is fine

@@ -134,6 +134,22 @@ TEST(AttentionTuning, PackedBatchesAreTunedAsTheirLengthProfile) {
   // Unpacked problems are their own profile.
   EXPECT_EQ(AttentionTuning(benchmark_shape(true)).tuned_as(), nullptr);
 
+  // 57 345 to 65 535 sequences rounded up to 65 536, a batch the kernels refuse:
+  // such a batch could not be planned. The count stops at 65 535.
+  attention::Problem many = benchmark_shape(false);
+  many.set_lengths(std::vector<int64_t>(60000, 1));
+  EXPECT_EQ(length_profile(many).batch, attention::kMaxBatch);
+  EXPECT_NO_THROW(attention::validate_problem(length_profile(many)));
+  EXPECT_NO_THROW(AttentionTuning{many}.signature());
+  // Empty sequences (offsets may repeat): the others' mean was 0, a length that
+  // set_lengths refused, so the batch could not be planned either.
+  attention::Problem empty = benchmark_shape(false);
+  empty.set_lengths({100, 1});
+  empty.cu_seqlens_q = empty.cu_seqlens_k = {0, 100, 100};
+  ASSERT_NO_THROW(attention::validate_problem(empty));
+  EXPECT_EQ(length_profile(empty).cu_seqlens_q, (std::vector<int64_t>{0, 112, 113}));
+  EXPECT_NO_THROW(AttentionTuning{empty}.signature());
+
   // The chooser finds a tuning of the profile for any batch of it.
   std::string dir = (std::filesystem::temp_directory_path() / "kjit-profile-XXXXXX").string();
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
@@ -186,6 +202,9 @@ TEST(AttentionTuning, PackedSignaturesSpellRunsOfLengths) {
 TEST(AttentionTuning, BadSpecsAreUserErrors) {
   using nlohmann::json;
   EXPECT_THROW(make_problem(json{{"family", "attention"}}), UserError);  // no seq_q
+  // A head dim past an int wrapped (2^32 + 128 read as 128).
+  EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"head_dim", 4294967424}}),
+               UserError);
   // As on the command line (--deterministic needs --backward); accepted before.
   EXPECT_THROW(make_problem(json{{"family", "attention"}, {"seq_q", 64}, {"deterministic", true}}),
                UserError);

@@ -470,6 +470,10 @@ TEST(Signature, MatmulRoundTripsWhatTheModelNeeds) {
   EXPECT_EQ(matmul_from_signature("m=1,n=2"), nullptr);
   // The spec rebuilds the same problem.
   EXPECT_EQ(make_problem(t.spec())->signature(), t.signature());
+  // So does the spec of a problem the runtime made (its epilogue only in the
+  // Problem): a KJIT_TUNE_WORKER was sent the product without its epilogue.
+  const MatmulTuning runtime_made(p);
+  EXPECT_EQ(make_problem(runtime_made.spec())->signature(), t.signature());
 }
 
 TEST(Signature, ElementwiseRoundTripsWhatTheModelNeeds) {
@@ -483,6 +487,10 @@ TEST(Signature, ElementwiseRoundTripsWhatTheModelNeeds) {
   const std::string c = best_of(t, h200);
   EXPECT_EQ(back->predict(c, h200, Efficiencies()).ms, t.predict(c, h200, Efficiencies()).ms);
   EXPECT_EQ(make_problem(t.spec())->signature(), t.signature());
+  EXPECT_TRUE(t.has_spec());
+  // A problem the runtime planned from tensors has no expression: it is measured in
+  // process (a KJIT_TUNE_WORKER was asked for its spec, an internal error).
+  EXPECT_FALSE(ElementwiseTuning(t.plan()).has_spec());
   // The bias is a row: read once, not once per output.
   EXPECT_NEAR(t.work().bytes, 2.0 * (4096 * 1000 * 2) + 1000 * 2, 1e-9);
 }
