@@ -4,7 +4,6 @@
     python3 tools/device/report_tuner.py OUT [--plot sweep.png] [--markdown report.md]
 """
 import argparse
-import glob
 import json
 import os
 import sys

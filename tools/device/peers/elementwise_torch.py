@@ -81,7 +81,7 @@ def main():
                             compile_ms=compiled_ms,
                             compile_fraction_of_copy=copy_ms / compiled_ms,
                             compile_rel_l2=error))
-        del tensors, source, target, want, got
+        tensors = source = target = want = got = None  # free them before the next chain
         torch.cuda.empty_cache()
     print(f"{'chain':<22} {'dtype':<9} {'copy ms':>8} {'eager ms':>9} {'compile ms':>10} {'vs copy':>8}")
     for r in results:

@@ -82,7 +82,7 @@ def measure(shape, epilogue):
                compile_tflops=flops / compiled_ms / 1e9, compile_out_stride=compiled_stride,
                eager_rel_l2=eager_error,
                compile_rel_l2=compiled_error)
-    del a, b, args, want
+    a = b = args = want = None  # free them before the next shape
     torch.cuda.empty_cache()
     return row
 
