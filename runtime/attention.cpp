@@ -253,6 +253,11 @@ int64_t end_byte(const Problem& p, const Extent& e) {
               p.head_dim);
 }
 
+// Whether the bytes [begin, end) meet tensor e's byte range.
+bool meets(const Problem& p, const Extent& e, int64_t begin, int64_t end) {
+  return begin < end_byte(p, e) && static_cast<int64_t>(e.pointer) < end;
+}
+
 bool share_elements(const Problem& p, const Extent& a, const Extent& b) {
   const auto a0 = static_cast<int64_t>(a.pointer), b0 = static_cast<int64_t>(b.pointer);
   if (end_byte(p, a) <= b0 || end_byte(p, b) <= a0) return false;
@@ -315,7 +320,7 @@ void check_lse_apart(const Problem& p, CUdeviceptr lse, const std::vector<Extent
   const auto l0 = static_cast<int64_t>(lse);
   const int64_t l1 = l0 + 4 * backward_workspace_rows(p);
   for (const Extent& e : tensors) {
-    if (l0 < end_byte(p, e) && static_cast<int64_t>(e.pointer) < l1)
+    if (meets(p, e, l0, l1))
       throw UserError(fmt::format("attention LSE (0x{:x}, {} bytes) overlaps {} (0x{:x})",
                                   static_cast<unsigned long long>(lse), l1 - l0, e.name,
                                   static_cast<unsigned long long>(e.pointer)),
@@ -382,7 +387,7 @@ void check_operands_apart(const Problem& p, const std::vector<CUdeviceptr>& poin
                       "memory apart");
     };
     for (const Extent& e : outputs)
-      if (a0 < end_byte(p, e) && static_cast<int64_t>(e.pointer) < a1) refuse(e.name, e.pointer);
+      if (meets(p, e, a0, a1)) refuse(e.name, e.pointer);
     if (output_lse != 0) {
       const auto l0 = static_cast<int64_t>(output_lse);
       if (a0 < l0 + 4 * backward_workspace_rows(p) && l0 < a1) refuse("LSE", output_lse);

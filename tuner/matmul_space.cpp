@@ -290,10 +290,10 @@ nlohmann::json MatmulTuning::spec() const {
                         {"align", problem_.aligned ? 16 : 1}};
   // The runtime's problems carry their epilogue's IR in the problem only (a worker
   // sent this spec tuned the product without its epilogue).
-  const std::string& epilogue = !epilogue_ir_.empty()                     ? epilogue_ir_
-                                : problem_.epilogue.function_name.empty() ? epilogue_ir_
-                                                                          : problem_.epilogue.text;
-  if (!epilogue.empty()) out["epilogue"] = epilogue;
+  if (!epilogue_ir_.empty())
+    out["epilogue"] = epilogue_ir_;
+  else if (!problem_.epilogue.function_name.empty())
+    out["epilogue"] = problem_.epilogue.text;
   return out;
 }
 

@@ -1250,30 +1250,30 @@ def matmul(a, b, epilogue=None, out_dtype=None, **operands):
         device = a.get_device()
         key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, epilogue, out_dtype,
                device, b.get_device())
-        cuda = a.is_cuda and b.is_cuda  # get_device() numbers other accelerators too
+        # get_device() numbers other accelerators too
+        plannable = a.is_cuda and b.is_cuda and device >= 0
     except (AttributeError, TypeError):  # not tensors: the checks below say so
-        device, key, cuda = -1, None, False
-    if cuda and device >= 0:
+        plannable = False
+    plan = None
+    if plannable:
         stream = _raw_stream_on(device)
         key = key + (stream,)
         plan = _matmul_cache.get(key)
-        if plan is not None:
-            kernel, transpose_a, transpose_b = plan
-            _expect_operand_names(kernel, operands)
-            return kernel._run(a.transpose(-1, -2) if transpose_a else a,
-                               b.transpose(-1, -2) if transpose_b else b,
-                               [operands[name] for name in kernel.operands], None,
-                               a.dim() == 3, stream)
-    for name, t in (("a", a), ("b", b)):
-        if not _expect_tensor(name, t).is_cuda:
-            raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
-    plan = _plan_matmul(a, b, epilogue, out_dtype)
+    checked = plan is not None
+    if not checked:
+        for name, t in (("a", a), ("b", b)):
+            if not _expect_tensor(name, t).is_cuda:
+                raise UserError(f"kjit.matmul runs on CUDA tensors; {name} is on {t.device}", 1)
+        plan = _plan_matmul(a, b, epilogue, out_dtype)
     kernel, transpose_a, transpose_b = plan
     _expect_operand_names(kernel, operands)
-    c = kernel(a.transpose(-1, -2) if transpose_a else a,
-               b.transpose(-1, -2) if transpose_b else b,
-               *[operands[name] for name in kernel.operands])  # every check
-    if key is not None and cuda and device >= 0:
+    a = a.transpose(-1, -2) if transpose_a else a
+    b = b.transpose(-1, -2) if transpose_b else b
+    ordered = [operands[name] for name in kernel.operands]
+    if checked:
+        return kernel._run(a, b, ordered, None, a.dim() == 3, stream)
+    c = kernel(a, b, *ordered)  # every check
+    if plannable:
         _cached(_matmul_cache, key, lambda: plan)
     return c
 
