@@ -118,6 +118,45 @@ class Parser {
     return std::move(graph_);
   }
 
+  // The text with one spelling per meaning (see canonical_text in parser.h).
+  std::string canonical() const {
+    std::string out;
+    const Token* previous = nullptr;  // within the statement
+    bool separate = false;
+    int in_shape = 0;  // inside [...]: "[m,n]" as the printer writes shapes
+    for (const Token& t : tokens_) {
+      if (t.kind == Tok::End) break;
+      if (t.kind == Tok::Separator) {
+        separate = !out.empty();
+        previous = nullptr;
+        continue;
+      }
+      if (separate) out += "; ";
+      separate = false;
+      const bool after_operand =
+          previous != nullptr && (previous->kind == Tok::Ident || previous->kind == Tok::Number ||
+                                  previous->text == ")" || previous->text == "]");
+      const std::string& p = t.text;
+      if (t.kind != Tok::Punct) {
+        if (after_operand) out += ' ';  // `return y`
+        out += p;
+      } else if (p == "^" || p == "**") {
+        out += '^';
+      } else if (p == ",") {
+        out += in_shape > 0 ? "," : ", ";
+      } else if ((p == "+" || p == "-") && !after_operand) {
+        out += p;  // unary
+      } else if (p == "(" || p == ")" || p == "[" || p == "]" || p == ":") {
+        in_shape += p == "[" ? 1 : p == "]" && in_shape > 0 ? -1 : 0;
+        out += p;
+      } else {
+        out += ' ' + p + ' ';  // a binary operator or '='
+      }
+      previous = &t;
+    }
+    return out;
+  }
+
  private:
   // ---- tokens
   void tokenize() {
@@ -508,6 +547,10 @@ class Parser {
 
 Graph parse(const std::string& text, const ParseOptions& options) {
   return Parser(text, options).run();
+}
+
+std::string canonical_text(const std::string& text) {
+  return Parser(text, {}).canonical();
 }
 
 }  // namespace kjit::ir

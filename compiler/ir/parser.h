@@ -56,4 +56,12 @@ inline constexpr int kMaxNesting = 256;
 // broadcast to one shape (one kernel writes them all), or past a limit above.
 Graph parse(const std::string& text, const ParseOptions& options = {});
 
+// The text spelled one way, for keys that must not depend on how it was typed:
+// comments dropped, statements joined by "; ", one space around binary operators
+// and '=', none around '^' (also for '**'), ':', brackets or unary signs, ", "
+// between arguments. "gelu( acc+bias )  # fused" and "gelu(acc + bias)" both give
+// "gelu(acc + bias)". Only the spelling changes, not the meaning. UserError for a
+// character the tokenizer rejects; parse the text first for everything else.
+std::string canonical_text(const std::string& text);
+
 }  // namespace kjit::ir

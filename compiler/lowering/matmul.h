@@ -46,7 +46,8 @@ struct EpilogueOperand {
 };
 
 struct Epilogue {
-  std::string text;             // the source expression, for comments ("gelu(acc + bias)")
+  std::string text;  // the expression as ir::canonical_text spells it ("gelu(acc + bias)"):
+                     // comments and tuning keys
   std::string function_name;    // empty: the identity epilogue
   std::string function_source;  // the device function's CUDA text
   // The same function for a C of bf16 or f16, where it may spend less on precision

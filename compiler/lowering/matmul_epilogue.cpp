@@ -62,7 +62,7 @@ LoweredEpilogue epilogue_from_ir(const std::string& text, DType dtype) {
                     "write it over acc, e.g. 'gelu(acc + bias)'");
   LoweredEpilogue out;
   Epilogue& e = out.epilogue;
-  e.text = text;
+  e.text = ir::canonical_text(text);  // one key per meaning, however it was typed
   e.function_name = "kjit_epilogue_fn";
   e.function_source = ir::emit_epilogue_function(graph, e.function_name);
   e.function_source_16bit =

@@ -32,6 +32,21 @@ TEST(Parser, RoundTripsTheCorpus) {
   }
 }
 
+TEST(Parser, CanonicalTextSpellsEachMeaningOneWay) {
+  // Matmul tuning keys carry the epilogue's text: typed two ways it was two keys
+  // (and two tunes) for one kernel.
+  EXPECT_EQ(canonical_text("gelu( acc+bias )  # fused"), "gelu(acc + bias)");
+  EXPECT_EQ(canonical_text("gelu(acc + bias)"), "gelu(acc + bias)");
+  EXPECT_EQ(canonical_text("b:bf16[ m , 1 ];;\n y=acc*b- -2.5e-3\nreturn y"),
+            "b:bf16[m,1]; y = acc * b - -2.5e-3; return y");
+  EXPECT_EQ(canonical_text("x**2 + cast( x,f16 ) >= -(x)^-1"), "x^2 + cast(x, f16) >= -(x)^-1");
+  for (const char* text : kCorpus) {
+    const std::string canonical = canonical_text(text);
+    EXPECT_EQ(print(parse(canonical)), print(parse(text))) << text << " -> " << canonical;
+    EXPECT_EQ(canonical_text(canonical), canonical) << text;
+  }
+}
+
 TEST(Parser, PrecedenceAndAssociativity) {
   // -x^2 is -(x^2); a - b - c is (a - b) - c; 2^-x parses.
   EXPECT_EQ(print(parse("y = -x^2")), "x:f32[n]\n_1 = pow(x, 2)\ny = neg(_1)\nreturn y\n");

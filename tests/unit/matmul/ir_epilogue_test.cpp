@@ -33,6 +33,17 @@ TEST(IrEpilogue, GeluBiasLowersToOneFunctionOverAccFirst) {
     EXPECT_NEAR(e.reference(acc, {0.25}), builtin.reference(acc, {0.25}), 2e-3) << acc;
 }
 
+TEST(IrEpilogue, TheKernelClassDoesNotDependOnSpacing) {
+  Problem typed;
+  typed.epilogue = epilogue_from_ir("gelu(acc+bias)  # fused", DType::BF16).epilogue;
+  Problem usual;
+  usual.epilogue = epilogue_from_ir("gelu(acc + bias)", DType::BF16).epilogue;
+  EXPECT_EQ(typed.kernel_class(), usual.kernel_class());
+  EXPECT_NE(usual.kernel_class().find(",epilogue=gelu(acc + bias),bias:col:bf16"),
+            std::string::npos)
+      << usual.kernel_class();
+}
+
 TEST(IrEpilogue, OperandKindsFollowDeclaredShapes) {
   LoweredEpilogue e = epilogue_from_ir(
       "scale:f32[m,1]; r:f16[m,n]; b:bf16[1,n]; y = acc * scale + r + b", DType::BF16);
