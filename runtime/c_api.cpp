@@ -234,12 +234,14 @@ std::vector<CUdeviceptr> modifier_operands(const uint64_t* pointers, int count) 
 
 kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   if (c == nullptr) throw kjit::UserError("the attention problem is NULL");
-  // 0 means the default of a size; a negative one is an error, not a default.
-  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", c->batch},
+  // 0 means the default of a size; a negative one is an error, not a default. A
+  // packed batch ignores batch, seq_q and seq_k (kjit_c.h), so they are not checked.
+  const bool packed = c->seqlens_q != nullptr;
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", packed ? 0 : c->batch},
                                     {"heads", c->heads},
                                     {"kv_heads", c->kv_heads},
-                                    {"seq_q", c->seq_q},
-                                    {"seq_k", c->seq_k}})
+                                    {"seq_q", packed ? 0 : c->seq_q},
+                                    {"seq_k", packed ? 0 : c->seq_k}})
     if (value < 0)
       throw kjit::UserError(fmt::format("attention {} is {}", name, value),
                             "sizes are >= 1, or 0 for the default (kjit_c.h)");
@@ -254,7 +256,10 @@ kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   p.kv_heads = c->kv_heads > 0 ? c->kv_heads : p.heads;
   p.head_dim = c->head_dim;
   if (c->dtype != KJIT_BF16 && c->dtype != KJIT_F16)
-    throw kjit::UserError("attention dtype must be KJIT_BF16 or KJIT_F16");
+    throw kjit::UserError(fmt::format(
+        "attention dtype is {}; it must be KJIT_BF16 ({}) or "
+        "KJIT_F16 ({})",
+        static_cast<int>(c->dtype), static_cast<int>(KJIT_BF16), static_cast<int>(KJIT_F16)));
   p.dtype = c->dtype == KJIT_F16 ? kjit::ir::DType::F16 : kjit::ir::DType::BF16;
   p.causal = c->causal != 0;
   if (c->windowed) {
@@ -265,7 +270,7 @@ kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   if (c->score_mod != nullptr) p.score_mod = c->score_mod;
   if (c->mask_mod != nullptr) p.mask_mod = c->mask_mod;
   p.deterministic = c->deterministic != 0;
-  if (c->seqlens_q != nullptr) {
+  if (packed) {
     if (c->sequences < 1)
       throw kjit::UserError("attention: seqlens_q is given but sequences is " +
                             std::to_string(c->sequences));

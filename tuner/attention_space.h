@@ -59,6 +59,7 @@ class AttentionTuning : public TuningProblem {
   std::string problem_class() const override;
   // batch, heads, seq_q, seq_k
   std::vector<double> sizes() const override;
+  int64_t prediction_cost() const override { return problem_.packed() ? problem_.batch : 1; }
   nlohmann::json spec() const override;
   Space space(const cuda::DeviceProperties& device) const override;
   Prediction predict(const std::string& config, const cuda::DeviceProperties& device,

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -48,6 +49,9 @@ class TuningProblem {
   virtual std::string problem_class() const = 0;
   // Sizes compared (as log ratios) to find the nearest tuned problem of the class.
   virtual std::vector<double> sizes() const = 0;
+  // What one prediction costs against a plain problem's: a packed attention batch's
+  // predictions walk its sequences. The model's refit bounds its work by it (fit.cpp).
+  virtual int64_t prediction_cost() const { return 1; }
   // The description that rebuilds this problem (make_problem()); what workload
   // files hold and what a measuring child process is sent.
   virtual nlohmann::json spec() const = 0;

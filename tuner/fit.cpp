@@ -41,20 +41,35 @@ double solve_efficiency(const TuningProblem& problem, const std::string& config,
 Efficiencies fit_efficiencies(const std::vector<cache::TrialRecord>& trials,
                               const cuda::DeviceProperties& device,
                               const std::string& exclude_problem) {
-  std::map<std::string, std::unique_ptr<TuningProblem>> problems;
   std::map<std::string, std::vector<double>> by_key;
   std::map<std::string, double> priors;
-  for (const cache::TrialRecord& t : trials) {
+  // A trial by problem, so that one rebuilt problem is alive at a time.
+  std::vector<const cache::TrialRecord*> order;
+  for (const cache::TrialRecord& t : trials) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto* a, const auto* b) { return a->problem < b->problem; });
+  std::string current;
+  std::unique_ptr<TuningProblem> problem;
+  int64_t cost = 0;
+  for (const cache::TrialRecord* trial : order) {
+    const cache::TrialRecord& t = *trial;
     if (!t.error.empty() || t.measured.runs < 1 || !(t.measured.median_ms > 0)) continue;
     if (t.problem == exclude_problem) continue;
-    auto it = problems.find(t.problem);
-    if (it == problems.end())
-      it = problems.emplace(t.problem, problem_from_signature(t.problem)).first;
-    if (!it->second) continue;
+    if (problem == nullptr || t.problem != current) {
+      current = t.problem;
+      problem = problem_from_signature(t.problem);
+    }
+    if (!problem) continue;
+    // The refit runs on every process's first choice, over every trial of the GPU
+    // model, so its work is bounded: a store of a thousand trials of packed batches
+    // of 65535 sequences (about 40 predictions each, every one walking the
+    // sequences) took 5 s and 2 GB. Trials past the bound teach the model nothing.
+    cost += problem->prediction_cost();
+    if (cost > kMaxFitCost) continue;
     try {
-      const Prediction prior = it->second->predict(t.config, device, Efficiencies());
-      const double value = solve_efficiency(*it->second, t.config, prior.efficiency_key, device,
-                                            t.measured.median_ms);
+      const Prediction prior = problem->predict(t.config, device, Efficiencies());
+      const double value =
+          solve_efficiency(*problem, t.config, prior.efficiency_key, device, t.measured.median_ms);
       if (value > 0) {
         by_key[prior.efficiency_key].push_back(value);
         priors[prior.efficiency_key] = prior.efficiency;

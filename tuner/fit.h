@@ -4,6 +4,7 @@
 // there are few).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,11 @@
 #include "kjit/tuner/model.h"
 
 namespace kjit::tuner {
+
+// The most work one refit does, in plain problems' predictions
+// (TuningProblem::prediction_cost summed over the trials it reads): legitimate
+// stores stay far below; trials past it are left out.
+inline constexpr int64_t kMaxFitCost = int64_t{1} << 22;
 
 // Efficiencies fitted to `trials` (those with a measurement; signatures this
 // version cannot read are skipped), leaving out trials of `exclude_problem` (for an

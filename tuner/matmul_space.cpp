@@ -794,6 +794,9 @@ std::unique_ptr<MatmulTuning> matmul_from_signature(const std::string& signature
       }
       p.epilogue.text = std::string(tail.substr(std::string_view(",epilogue=").size()));
     }
+    // A stored row is checked like a spec: sizes whose products pass 64 bits would
+    // overflow the model's arithmetic.
+    matmul::validate_problem(p);
     return std::make_unique<MatmulTuning>(std::move(p));
   } catch (const UserError&) {
     return nullptr;

@@ -252,8 +252,17 @@ void validate_problem(const Problem& p) {
   } else if (!p.cu_seqlens_k.empty()) {
     throw UserError("packed attention: cu_seqlens_k given without cu_seqlens_q");
   }
+  // The kernels take the scale, and the scale times log2 e, as f32: past these
+  // bounds it would arrive as infinity (NaN scores) or as 0 (a uniform softmax).
+  constexpr double kMinScale = std::numeric_limits<float>::min();
+  constexpr double kMaxScale = std::numeric_limits<float>::max() / 2;
   if (!(std::isfinite(p.scale) && p.scale >= 0))
     throw UserError(fmt::format("attention scale {} is not a positive finite number", p.scale),
+                    "0 means 1 / sqrt(head dim)");
+  if (p.scale != 0 && (p.scale < kMinScale || p.scale > kMaxScale))
+    throw UserError(fmt::format("attention scale {} is outside [{:g}, {:g}], the f32 range the "
+                                "kernels compute in",
+                                p.scale, kMinScale, kMaxScale),
                     "0 means 1 / sqrt(head dim)");
   // Every byte offset the kernels form is 64-bit: each tensor must fit, and all of
   // them together (one address space): Q, O (and dO, dQ), K, V (and dK, dV), the LSE

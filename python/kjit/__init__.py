@@ -254,7 +254,11 @@ def _text_arg(name, value, optional=False):
     if "\0" in value:
         raise UserError(f"{name} holds a NUL character at {value.index(chr(0))} (C would end "
                         f"the text there)", 1)
-    return value.encode()
+    try:
+        return value.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate, e.g. from a bytes path decoded loosely
+        raise UserError(f"{name} is not valid Unicode at {e.start} ({value[e.start]!r} has no "
+                        f"UTF-8 form)", 1) from None
 
 
 def _bool_arg(name, value):
@@ -352,6 +356,8 @@ def _attention_problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, ca
     problem.seq_q = _int_arg("seq_q", seq_q)
     problem.seq_k = problem.seq_q if seq_k is None else _int_arg("seq_k", seq_k)
     problem.head_dim = _int_arg("head_dim", head_dim, 1, _INT32_MAX)
+    if dtype not in ("bf16", "f16"):
+        raise UserError(f"attention dtype {dtype!r} is not bf16 or f16", 1)
     problem.dtype = _dtype_code(dtype)
     problem.causal = 1 if _bool_arg("causal", causal) else 0
     window = _window_arg(window)

@@ -73,9 +73,12 @@ for name, value, words in (("heads", 0, ("heads is 0",)),
                            ("causal", "no", ("causal must be True or False",)),
                            ("scale", 0.0, ("scale must be a positive finite number",)),
                            ("scale", float("nan"), ("scale must be",)),
+                           ("scale", 1e39, ("scale 1e+39 is outside",)),
+                           ("score_mod", "s\udc80", ("score_mod is not valid Unicode at 1",)),
                            ("score_mod", 5, ("score_mod must be a string",)),
                            ("mask_mod", "kv_idx <= q_idx\x00junk", ("mask_mod holds a NUL",)),
-                           ("dtype", "f64", ("unknown dtype 'f64'",))):
+                           ("dtype", "f64", ("attention dtype 'f64' is not bf16 or f16",)),
+                           ("dtype", "f32", ("attention dtype 'f32' is not bf16 or f16",))):
     check(refused(lambda: kjit.emit_attention(**{**at, name: value}), *words),
           f"emit_attention: {name}={value!r}")
 

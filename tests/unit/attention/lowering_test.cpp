@@ -74,6 +74,13 @@ TEST(AttentionProblem, BadInputIsAUserErrorNamingTheValueAndTheSupportedSet) {
   p = base();
   p.scale = -1;
   EXPECT_CONTAINS(user_error(p), "scale -1");
+  // Checked as a double, run as an f32: 1e39 was infinity there and 1e-320 zero.
+  p.scale = 1e39;
+  EXPECT_CONTAINS(user_error(p), "scale 1e+39 is outside");
+  p.scale = 1e-320;
+  EXPECT_CONTAINS(user_error(p), "the f32 range");
+  p.scale = 1e-30;
+  EXPECT_EQ(user_error(p), "accepted");
   p = base();
   p.heads = 70000;
   p.kv_heads = 1;

@@ -201,6 +201,17 @@ int main(int argc, char** argv) {
   attention.window_right = 0;
   CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
   kjit_free(source);
+  /* With seqlens_q, batch, seq_q and seq_k are ignored (kjit_c.h): even negative. */
+  attention.batch = -1;
+  attention.seq_q = -3;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+  attention.batch = 2;
+  attention.seq_q = 1000;
+  attention.dtype = (kjit_dtype)9;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
+  CHECK(strstr(kjit_last_error(), "attention dtype is 9") != NULL);
+  attention.dtype = KJIT_BF16;
   attention.head_dim = 80;
   CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_ERROR_USER);
   CHECK(strstr(kjit_last_error(), "head dim 80") != NULL);

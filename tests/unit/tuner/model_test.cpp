@@ -1,8 +1,10 @@
 // Spaces, pruning with reasons, the model's terms (occupancy, waves, split-K,
 // memory) and its refit from trials. Everything on datasheet devices, no GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -543,7 +545,9 @@ TEST(Signature, MalformedSignaturesAreNotRead) {
            "m=256,n=256,k=256,batch=1,layout=nx,dtype=bf16,out=bf16,align=16",
            "m=256,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16,align=8",
            "m=256,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16", matmul + ",extra=1",
-           "m=-1,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16,align=16"})
+           "m=-1,n=256,k=256,batch=1,layout=nn,dtype=bf16,out=bf16,align=16",
+           // Checked like a spec: M x K x batch past 2^63 bytes overflowed work().
+           "m=2147482624,n=1,k=1073741824,batch=65535,layout=nn,dtype=bf16,out=bf16,align=16"})
     EXPECT_EQ(matmul_from_signature(bad), nullptr) << bad;
 
   const std::string attention =
@@ -713,6 +717,42 @@ TEST(Fit, TrialsRefitTheirKey) {
   EXPECT_EQ(fit_efficiencies(trials, h200, trials[0].problem).values().at(key).samples, 5);
   trials[1].error = "wrong result";
   EXPECT_EQ(fit_efficiencies(trials, h200).values().at(key).samples, 5);
+}
+
+// The refit reads every trial of the GPU model on a process's first choice: trials
+// of large packed batches (each prediction walks 65535 sequences) are read only up
+// to kMaxFitCost. A store of a thousand of them took 5 s and 2 GB per process.
+TEST(Fit, TrialsOfLargePackedBatchesAreBounded) {
+  const std::string config = "bm=64,bn=64,stages=2,warp_rows=16";
+  std::vector<cache::TrialRecord> trials;
+  const int64_t sequences = 65535;
+  const int64_t over = kMaxFitCost / sequences + 40;  // 40 trials past the bound
+  for (int64_t i = 1; i <= over; ++i) {
+    cache::TrialRecord r;
+    r.problem = fmt::format(
+        "batch={0},heads=1,kv_heads=1,seq_q={1},seq_k={1},causal=0,window=inf:inf,"
+        "scale=0.0883883,packed=q:{1}x{0}/k:{1}x{0},dtype=bf16,d=128",
+        sequences, i);
+    const std::unique_ptr<TuningProblem> problem = problem_from_signature(r.problem);
+    ASSERT_NE(problem, nullptr);
+    // Measured at 0.7 of the prior efficiency: every trial teaches its key.
+    const Prediction prior = problem->predict(config, h200, Efficiencies());
+    Efficiencies truth;
+    truth.set(prior.efficiency_key, prior.efficiency * 0.7, 1);
+    r.config = config;
+    r.measured.median_ms = problem->predict(config, h200, truth).ms;
+    r.measured.runs = 20;
+    trials.push_back(r);
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const Efficiencies fitted = fit_efficiencies(trials, h200);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  int samples = 0;
+  for (const auto& [key, value] : fitted.values()) samples += value.samples;
+  EXPECT_GT(samples, 0);
+  EXPECT_LE(samples, kMaxFitCost / sequences);
+  EXPECT_LT(seconds, 30.0);  // ~1 s here; unbounded, the 104 trials took longer still
 }
 
 }  // namespace
