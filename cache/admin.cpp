@@ -192,7 +192,7 @@ VerifyReport Store::verify(bool remove_bad) {
   report.replaced_damaged = remove_bad && !damaged_on_open_.empty();
   // By rowid: a key stored as a blob (by hand) matches no text key, and its row
   // could not be deleted.
-  std::vector<int64_t> bad_rows;
+  std::vector<int64_t> bad_rows, bad_tunings, bad_trials;
   std::string schema;
   try {
     // Views in place of tables are not read: they may never end.
@@ -214,6 +214,22 @@ VerifyReport Store::verify(bool remove_bad) {
         bad_rows.push_back(binaries.column_int(4));
       }
     }
+    // Tunings and trials are checked when stored; these are rows edited since.
+    const int64_t time = now();
+    auto check_rows = [&](const char* table, const char* columns, int count, auto read,
+                          std::vector<int64_t>& bad) {
+      Statement rows = database.prepare(fmt::format("SELECT {}, rowid FROM {}", columns, table));
+      while (rows.step()) {
+        const auto row = read(rows);
+        if (const std::string why = why_invalid(row, time); !why.empty()) {
+          report.bad_rows.push_back(
+              fmt::format("{} {} {} {}: {}", table, row.gpu_model, row.problem, row.config, why));
+          bad.push_back(rows.column_int(count));  // the rowid follows the columns
+        }
+      }
+    };
+    check_rows("tunings", KJIT_TUNING_COLUMNS, kTuningColumns, read_tuning, bad_tunings);
+    check_rows("trials", KJIT_TRIAL_COLUMNS, kTrialColumns, read_trial, bad_trials);
   } catch (const SqliteError& e) {
     if (!e.is_corruption()) throw;
     report.integrity.push_back(e.what());
@@ -230,12 +246,17 @@ VerifyReport Store::verify(bool remove_bad) {
     }
     return report;
   }
-  if (remove_bad && !bad_rows.empty()) {
+  if (remove_bad && !(bad_rows.empty() && bad_tunings.empty() && bad_trials.empty())) {
     WriteTransaction write(database);
-    Statement drop = database.prepare("DELETE FROM binaries WHERE rowid = ?1");
-    for (int64_t rowid : bad_rows) {
-      drop.bind(1, rowid).run();
-      report.removed += database.changes();
+    for (const auto& [table, rowids] :
+         {std::pair<const char*, const std::vector<int64_t>*>{"binaries", &bad_rows},
+          {"tunings", &bad_tunings},
+          {"trials", &bad_trials}}) {
+      Statement drop = database.prepare(fmt::format("DELETE FROM {} WHERE rowid = ?1", table));
+      for (int64_t rowid : *rowids) {
+        drop.bind(1, rowid).run();
+        report.removed += database.changes();
+      }
     }
     write.commit();
   }

@@ -825,7 +825,17 @@ std::optional<TuningRecord> Store::find_tuning(const std::string& gpu_model,
         StatementReset rewind(query);
         query.bind(1, gpu_model).bind(2, problem);
         if (!query.step()) return std::nullopt;
-        return read_tuning(query);
+        TuningRecord tuning = read_tuning(query);
+        // Rows are checked when stored, but a file can be edited: a row no store
+        // would take is not used.
+        if (const std::string why = why_invalid(tuning, now()); !why.empty()) {
+          warn(
+              fmt::format("ignored the stored tuning of {}: {} (`kjit cache verify --fix` "
+                          "removes it)",
+                          problem, why));
+          return std::nullopt;
+        }
+        return tuning;
       });
 }
 
@@ -850,7 +860,9 @@ std::vector<TuningRecord> Store::tunings(const std::string& gpu_model) {
                                  " FROM tunings WHERE ?1 = '' OR gpu_model = ?1 "
                                  "ORDER BY gpu_model, problem");
   query.bind(1, gpu_model);
-  while (query.step()) out.push_back(read_tuning(query));
+  while (query.step())
+    if (TuningRecord tuning = read_tuning(query); why_invalid(tuning, now()).empty())
+      out.push_back(std::move(tuning));  // what find_tuning would use (verify names the rest)
   return out;
 }
 
@@ -878,7 +890,10 @@ std::vector<TrialRecord> Store::trials_for(const std::string& gpu_model,
                                  "ORDER BY problem, error != '', median_ms, config");
     StatementReset rewind(query);
     query.bind(1, gpu_model).bind(2, problem);
-    while (query.step()) out.push_back(read_trial(query));
+    const int64_t time = now();
+    while (query.step())
+      if (TrialRecord trial = read_trial(query); why_invalid(trial, time).empty())
+        out.push_back(std::move(trial));  // an edited row is not learned from
     return out;
   });
 }

@@ -86,7 +86,10 @@ struct VerifyReport {
   int64_t binaries_checked = 0;
   std::vector<std::string> bad_binaries;     // keys whose checksum failed
   std::vector<std::string> unauthenticated;  // keys whose MAC failed (planted or swapped)
-  int64_t removed = 0;                       // bad binaries deleted (verify(true))
+  // Tunings and trials no store would take (edited by hand: an infinite median, a
+  // negative run count): "tuning|trial GPU PROBLEM CONFIG: why". They are not used.
+  std::vector<std::string> bad_rows;
+  int64_t removed = 0;  // bad binaries and rows deleted (verify(true))
   // verify(true) of a damaged file: moved aside (quarantine's warning names where)
   // and a fresh, empty store started in its place.
   bool replaced_damaged = false;
@@ -97,7 +100,8 @@ struct VerifyReport {
   bool ok() const {
     return integrity.size() == 1 && integrity[0] == "ok" && untrusted.empty() &&
            damaged_on_open.empty() &&
-           static_cast<int64_t>(bad_binaries.size() + unauthenticated.size()) == removed;
+           static_cast<int64_t>(bad_binaries.size() + unauthenticated.size() + bad_rows.size()) ==
+               removed;
   }
 };
 

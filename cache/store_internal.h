@@ -38,6 +38,7 @@ inline constexpr int kCubinColumn = 1;
   "gpu_model, problem, config, median_ms, spread, runs, tuner_version, created"
 #define KJIT_TRIAL_COLUMNS \
   "gpu_model, problem, config, median_ms, spread, runs, error, tuner_version, created"
+inline constexpr int kTuningColumns = 8, kTrialColumns = 9;
 #define KJIT_DEVICE_COLUMNS \
   "model, name, cc_major, cc_minor, sm_count, driver, memory_bytes, first_seen, last_seen"
 

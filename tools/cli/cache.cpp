@@ -237,6 +237,7 @@ void run_verify(const CacheCommandOptions& o) {
                        {"binaries_checked", r.binaries_checked},
                        {"bad_binaries", r.bad_binaries},
                        {"unauthenticated", r.unauthenticated},
+                       {"bad_rows", r.bad_rows},
                        {"removed", r.removed}});
   }
   if (!r.damaged_on_open.empty())
@@ -257,6 +258,10 @@ void run_verify(const CacheCommandOptions& o) {
   if ((!r.bad_binaries.empty() || !r.unauthenticated.empty()) && !o.fix)
     std::cout << "(`kjit cache verify --fix` removes them; they are also dropped and recompiled "
                  "on their next use)\n";
+  std::cout << fmt::format("rows:      {} tunings and trials no store would take (not used)\n",
+                           r.bad_rows.size());
+  for (const std::string& row : r.bad_rows) std::cout << "  " << row << "\n";
+  if (!r.bad_rows.empty() && !o.fix) std::cout << "(`kjit cache verify --fix` removes them)\n";
   if (r.replaced_damaged)
     std::cout << "the damaged file was moved aside (the warning above says where) and an empty "
                  "store started in its place\n";
@@ -354,7 +359,9 @@ void add_cache_command(CLI::App& app) {
                          "Check the file's integrity, who could write it, and every binary's "
                          "checksum and authentication (exit 1 when something is wrong)",
                          run_verify, true);
-  verify->add_flag("--fix", o->fix, "Delete the binaries whose checksum or authentication fails");
+  verify->add_flag("--fix", o->fix,
+                   "Delete the binaries whose checksum or authentication fails, and rows no "
+                   "store would take");
   CLI::App* exp =
       sub("export", "Write the store (or one GPU model's part) to a new file", run_export, true);
   exp->add_option("file", o->file, "The new file (must not exist)")->required();

@@ -399,6 +399,46 @@ TEST(Faults, VerifyAndClearRecoverFromTablesChangedUnderneath) {
   }
 }
 
+// Rows are checked when stored; a file edited afterwards is checked when read. An
+// infinite median over -5 runs was used, listed and passed verify.
+TEST(Faults, RowsEditedInTheFileAreNotUsedAndVerifyRemovesThem) {
+  ScratchDir scratch;
+  const std::string path = scratch.file("kjit.db");
+  std::unique_ptr<Store> store = Store::open(path);
+  store->put_tuning(make_tuning("g", "good", "tile=1", 1.0, 0.01, 20));
+  store->put_tuning(make_tuning("g", "edited", "tile=1", 1.0, 0.01, 20));
+  TrialRecord trial;
+  trial.gpu_model = "g";
+  trial.problem = "edited";
+  trial.config = "tile=2";
+  trial.measured = {2.0, 0.01, 20};
+  trial.tuner_version = "t";
+  store->put_trial(trial);
+  {
+    RawDb raw(path);
+    raw.exec(
+        "UPDATE tunings SET median_ms = 1e999, runs = -5 WHERE problem = 'edited';"
+        "UPDATE trials SET median_ms = 'abc' WHERE problem = 'edited'");
+  }
+  EXPECT_FALSE(store->find_tuning("g", "edited"));
+  EXPECT_TRUE(any_contains(store->warnings(), "ignored the stored tuning of edited"));
+  EXPECT_TRUE(store->find_tuning("g", "good"));
+  EXPECT_EQ(store->tunings("g").size(), 1u);
+  EXPECT_TRUE(store->trials_for("g", "edited").empty());
+  const VerifyReport found = store->verify();
+  EXPECT_FALSE(found.ok());
+  ASSERT_EQ(found.bad_rows.size(), 2u);
+  EXPECT_NE(found.bad_rows[0].find("tunings g edited tile=1: -5 runs"), std::string::npos)
+      << found.bad_rows[0];
+  EXPECT_NE(found.bad_rows[1].find("trials g edited tile=2: a median of 0 ms"), std::string::npos)
+      << found.bad_rows[1];
+  const VerifyReport fixed = store->verify(/*remove_bad=*/true);
+  EXPECT_EQ(fixed.removed, 2);
+  EXPECT_TRUE(fixed.ok());
+  EXPECT_TRUE(store->verify().ok());
+  EXPECT_TRUE(store->find_tuning("g", "good"));
+}
+
 TEST(Faults, NewerSchemaIsLeftAloneAndTheStoreDisabled) {
   ScratchDir scratch;
   std::string path = scratch.file("kjit.db");
