@@ -189,19 +189,18 @@ void validate_problem(const Problem& p) {
   // operand slots by construction.
   static_assert(2 * kMaxModifierOperands <= kMaxKernelModifierOperands);
   p.modifier_operands();
-  auto positive = [](const char* name, int64_t v) {
-    if (v < 1 || v > kMax32)
-      throw UserError(fmt::format("attention {} is {}; it must be in [1, {}]", name, v, kMax32));
+  // Batch and heads index a grid dimension (at most 65535); lengths are 32-bit.
+  auto positive = [](const char* name, int64_t v, int64_t most) {
+    if (v < 1 || v > most)
+      throw UserError(fmt::format("attention {} is {}; it must be in [1, {}]{}", name, v, most,
+                                  most == kMaxBatch ? " (a grid dimension)" : ""),
+                      most == kMaxBatch ? "fold batch into heads, or split the call" : "");
   };
-  positive("batch", p.batch);
-  positive("heads", p.heads);
-  positive("kv_heads", p.kv_heads);
-  positive("seq_q", p.seq_q);
-  positive("seq_k", p.seq_k);
-  if (p.batch > kMaxBatch || p.heads > kMaxBatch)
-    throw UserError(fmt::format("attention batch {} or heads {} is over 65535 (a grid dimension)",
-                                p.batch, p.heads),
-                    "fold batch into heads, or split the call");
+  positive("batch", p.batch, kMaxBatch);
+  positive("heads", p.heads, kMaxBatch);
+  positive("kv_heads", p.kv_heads, kMaxBatch);
+  positive("seq_q", p.seq_q, kMax32);
+  positive("seq_k", p.seq_k, kMax32);
   if (p.heads % p.kv_heads != 0)
     throw UserError(
         fmt::format("attention kv_heads {} does not divide heads {}", p.kv_heads, p.heads),

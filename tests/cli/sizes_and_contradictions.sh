@@ -54,7 +54,7 @@ for timeout in 0 nan -1; do
   expect 2 "the timeout is a number of seconds in \[1, 86400\], got $timeout" \
     "$kjit" tune 'y = x' --timeout $timeout
 done
-expect 2 "the seed is an integer >= 0, got -1" "$kjit" tune 'y = x' --seed -1
+expect 2 "--seed: must be a decimal integer >= 0, got '-1'" "$kjit" tune 'y = x' --seed -1
 expect 2 "Value -1 not in range 0 to 2147483647" "$kjit" info --device -1
 
 # run and bench report the input's errors before asking for a GPU ("needs a GPU"
@@ -83,6 +83,14 @@ expect 0 "wrote $dir/out/fusion.csv" "$kjit" lesson fusion --dry-run --out "$dir
 # A lesson in ms named predicted_ms and measured_ms twice; a time not measured was 0.
 expect 0 "^series,x,predicted_ms,measured_ms,config$" head -1 "$dir/out/fusion.csv"
 expect 0 "^\"fused \(one kernel\)\",1,[0-9.e-]+,," sed -n 2p "$dir/out/fusion.csv"
+# --plot runs its script without a shell: a quote in --out was shell syntax (a file
+# was created), and the script was looked up in the working directory.
+kjit_path=$(cd "$(dirname "$kjit")" && pwd)/$(basename "$kjit")
+(cd / && "$kjit_path" lesson fusion --dry-run --out "$dir/o'; touch $dir/planted; echo '" \
+  --plot >"$dir/plot.log" 2>&1)
+expect 0 "wrote .*fusion.csv" cat "$dir/plot.log"
+expect 1 "" test -e "$dir/planted"
+expect 1 "" grep "can't open file" "$dir/plot.log"
 
 # A store's import and merge name what a path is (merge advised "remove it").
 expect 2 "'$dir' is a directory, not a store's file" "$kjit" cache merge "$dir"
@@ -104,4 +112,22 @@ expect 2 "cannot import the cache into itself" "$kjit" cache import "$KJIT_CACHE
 expect 2 "is the cache's own -wal file" "$kjit" cache merge "$KJIT_CACHE_DIR/kjit.db-wal"
 expect 2 "is the cache's own .key file" "$kjit" cache merge "$KJIT_CACHE_DIR/kjit.db.key"
 
+# Review fixes (2026-12-05): options a verb ignored are refused; planning follows --gpu.
+expect 0 '"arch": "sm_80"' "$kjit" compile 'y = sin(x)' --gpu a100 --json
+expect 2 "--arch sm_80 does not match --gpu h200" \
+  "$kjit" emit 'y = sin(x)' --config block=128 --gpu h200 --arch sm_80
+expect 2 "does not fit NVIDIA A100.*524288 B of shared memory" "$kjit" explain matmul --m 256 \
+  --n 256 --k 256 --gpu a100 --config bm=256,bn=256,bk=64,stages=8,mma=sync
+expect 2 "--gpu does not apply to kjit tune" "$kjit" tune matmul --m 64 --n 64 --k 64 --gpu h100
+expect 2 "--config does not apply to kjit tune" "$kjit" tune matmul --m 64 --n 64 --k 64 \
+  --config bm=64
+expect 2 "--arch does not apply to kjit run" "$kjit" run matmul --m 64 --n 64 --k 64 --arch sm_80
+expect 2 "--templates does not apply with --json" "$kjit" emit matmul --m 256 --n 256 --k 256 \
+  --json --templates
+expect 2 "'99999999999999999999' is not a sequence length" \
+  "$kjit" emit attention --seqlens-q 99999999999999999999
+expect 2 "heads is 2147483648; it must be in \[1, 65535\]" \
+  "$kjit" emit attention --seq-q 128 --heads 2147483648
+expect 2 "past the largest integer, 18446744073709551615" \
+  "$kjit" tune matmul --m 8 --n 8 --k 8 --seed 18446744073709551616
 finish

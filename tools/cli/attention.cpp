@@ -76,8 +76,9 @@ std::vector<int64_t> parse_lengths(const std::string& text, const char* option) 
     const size_t comma = std::min(text.find(',', start), text.size());
     const std::string item = text.substr(start, comma - start);
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1)
+    if (item.empty() || *end != '\0' || v < 1 || errno == ERANGE)  // not clamped to 2^63 - 1
       throw UserError(
           std::string(option) + " '" + text + "': '" + item + "' is not a sequence length >= 1",
           "write the lengths separated by commas, e.g. 1,7,300,2049");

@@ -41,21 +41,26 @@ namespace {
 // so "--m 010" was M = 8 (octal) and "--top 0x10" 16; an integer past 64 bits was
 // clamped to the largest. This transform runs first on every integer option: it
 // drops leading zeros and refuses anything but an optional '-' and digits.
-const CLI::Validator kDecimal(
-    [](std::string& text) -> std::string {
-      const size_t digits = text.rfind('-', 0) == 0 ? 1 : 0;
-      if (text.size() == digits ||
-          text.find_first_not_of("0123456789", digits) != std::string::npos)
-        return "must be a decimal integer, got '" + text + "'";
-      const size_t first = std::min(text.find_first_not_of('0', digits), text.size() - 1);
-      text = text.substr(0, digits) + text.substr(first);
-      if (text == "-0") text = "0";
-      if (text.size() - digits > 19 ||
-          (text.size() - digits == 19 && text.substr(digits) > "9223372036854775807"))
-        return "'" + text + "' is past the largest integer, 9223372036854775807";
-      return "";
-    },
-    "", "decimal");
+// `largest`: the type's largest value, as digits ("9223372036854775807" for INT,
+// "18446744073709551615" for UINT, which takes no '-').
+CLI::Validator decimal(const std::string& largest, bool is_signed) {
+  return CLI::Validator(
+      [largest, is_signed](std::string& text) -> std::string {
+        const size_t digits = is_signed && text.rfind('-', 0) == 0 ? 1 : 0;
+        if (text.size() == digits ||
+            text.find_first_not_of("0123456789", digits) != std::string::npos)
+          return "must be a decimal integer" + std::string(is_signed ? "" : " >= 0") + ", got '" +
+                 text + "'";
+        const size_t first = std::min(text.find_first_not_of('0', digits), text.size() - 1);
+        text = text.substr(0, digits) + text.substr(first);
+        if (text == "-0") text = "0";
+        if (text.size() - digits > largest.size() ||
+            (text.size() - digits == largest.size() && text.substr(digits) > largest))
+          return "'" + text + "' is past the largest integer, " + largest;
+        return "";
+      },
+      "", "decimal");
+}
 
 // An option given an empty value ("--window ''", a script's unset variable) is an
 // error: each read "" as "not given" and went on with its default without a word.
@@ -69,7 +74,8 @@ const CLI::Validator kNotEmpty(
 void check_option_values(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();  // "INT:>= 1" with a validator
-    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) option->transform(kDecimal);
+    if (type.rfind("INT", 0) == 0) option->transform(decimal("9223372036854775807", true));
+    if (type.rfind("UINT", 0) == 0) option->transform(decimal("18446744073709551615", false));
     if (option->nonpositional() && option->get_type_size() > 0) option->transform(kNotEmpty);
   }
   for (CLI::App* sub : app.get_subcommands({})) check_option_values(*sub);

@@ -148,6 +148,7 @@ struct Planned {
   std::vector<KernelSource> sources;
   std::vector<std::string> config_sources;
   std::string note;  // a split chain's explanation (comment lines), else empty
+  std::string arch;  // what compile builds for: --arch, else the target's (--gpu a100: sm_80)
 };
 
 Planned planned_sources(const KernelCommandOptions& o, Setup& s) {
@@ -167,6 +168,9 @@ Planned planned_sources(const KernelCommandOptions& o, Setup& s) {
   }
   Planned out;
   out.note = kernel.split_note();
+  // Checked with or without --config: --arch sm_80 with --gpu h200 is a contradiction.
+  const Target target = command_target(o.arch, o.gpu);
+  out.arch = o.arch.empty() ? target.device.arch() : o.arch;
   std::unique_ptr<tuner::Chooser> chooser;
   for (size_t i = 0; i < kernels.size(); ++i) {
     const ElementwisePlan plan =
@@ -176,7 +180,7 @@ Planned planned_sources(const KernelCommandOptions& o, Setup& s) {
       out.config_sources.push_back("given (--config)");
       continue;
     }
-    if (!chooser) chooser = make_chooser(command_target(o.arch, o.gpu));
+    if (!chooser) chooser = make_chooser(target);
     const tuner::Choice choice = chooser->choose(tuner::ElementwiseTuning(plan));
     out.sources.push_back(kernels[i]->source(plan, ir::ElementwiseConfig::parse(choice.config)));
     out.config_sources.push_back(std::string(tuner::to_string(choice.source)) + ": " +
@@ -245,8 +249,8 @@ void compile(const KernelCommandOptions& o) {
   auto config = [&](size_t i) { return p.sources[i].config; };
   auto config_source = [&](size_t i) { return p.config_sources[i]; };
   report_family_compile("elementwise", joined(p, problem, "; "), p.sources, joined(p, config, "; "),
-                        joined(p, config_source, "; "), o.arch.empty() ? default_arch() : o.arch,
-                        o.json, o.ptx, {{"expression", o.what}}, p.note);
+                        joined(p, config_source, "; "), p.arch, o.json, o.ptx,
+                        {{"expression", o.what}}, p.note);
 }
 
 void run(const KernelCommandOptions& o) {

@@ -1,6 +1,7 @@
 // kjit emit WHAT — print the CUDA source kjit generates (no GPU needed).
 #include <memory>
 
+#include "kjit/support/error.h"
 #include "tools/cli/command.h"
 #include "tools/cli/kernel_options.h"
 
@@ -16,7 +17,14 @@ void add_emit_command(CLI::App& app) {
   cmd->add_flag("--templates", options->templates,
                 "Also print every kjit template the source includes (what NVRTC compiles with "
                 "it), so the whole kernel can be read without the repository");
-  cmd->callback([options] { run_kernel_command(*options); });
+  cmd->callback([options] {
+    // The JSON's "source" is the generated kernel alone: the templates were dropped
+    // from it without a word.
+    if (options->templates && options->json)
+      throw UserError("--templates does not apply with --json",
+                      "leave out --json to print the templates after the source");
+    run_kernel_command(*options);
+  });
 }
 }  // namespace
 

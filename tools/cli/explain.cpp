@@ -70,6 +70,15 @@ void explain_command(const ExplainCommand& c) {
     }
   const tuner::Prediction p =
       problem->predict(choice.config, device, chooser->efficiencies(), &resources);
+  // A config given by hand may not launch at all there (emit and compile refuse it).
+  if (p.occupancy.blocks_per_sm < 1)
+    throw UserError(
+        fmt::format("--config {} does not fit {}: {} threads, {} registers a thread and {} B of "
+                    "shared memory a block leave no block resident on an SM (limited by {}; "
+                    "{} B of shared memory a block at most)",
+                    choice.config, device.name, p.resources.threads, p.resources.registers,
+                    p.resources.shared_bytes, p.occupancy.limiter, device.shared_per_block_optin),
+        "pick a smaller tile or fewer stages; `kjit explain` without --config shows what fits");
   const tuner::DeviceRates rates = tuner::rates_of(device);
 
   // Measured: on the GPU when there is one (and it is the target), else nothing.

@@ -63,9 +63,15 @@ const std::vector<OptionUse>& option_uses() {
       {"--input", {"elementwise"}, {Verb::Run}},
       {"--output", {"elementwise"}, {Verb::Run}},
       {"--repeats", {"elementwise", "matmul", "attention"}, {Verb::Bench}},
-      {"--gpu",
+      // Planning options: tune measures this machine's GPUs (--gpus picks them) and
+      // the configs of its space; run and bench build for the GPU they run on.
+      {"--gpu", {"elementwise", "matmul", "attention"}, {Verb::Emit, Verb::Compile, Verb::Explain}},
+      {"--arch",
        {"elementwise", "matmul", "attention"},
-       {Verb::Emit, Verb::Compile, Verb::Explain, Verb::Tune}},
+       {Verb::Emit, Verb::Compile, Verb::Explain}},
+      {"--config",
+       {"elementwise", "matmul", "attention"},
+       {Verb::Emit, Verb::Compile, Verb::Explain, Verb::Run, Verb::Bench}},
   };
   return uses;
 }

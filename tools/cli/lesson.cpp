@@ -9,6 +9,8 @@
 //   kjit lesson waves --dry-run    # the kernels and the model's predictions only
 //
 // Without a GPU a lesson says so and shows its dry run (exit 0).
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -21,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "kjit/runtime/tuning.h"
 #include "kjit/support/error.h"
@@ -32,6 +35,41 @@
 namespace kjit::cli {
 
 namespace {
+
+// The plot script, in the sources this kjit was built from.
+std::string plot_script() {
+  return std::string(KJIT_SOURCE_DIR) + "/tools/lessons/plot.py";
+}
+
+// Runs `args` (args[0] found on PATH) without a shell, so that no argument (an --out
+// path, say) is read as shell syntax; "" when it exits 0, else what went wrong.
+std::string run_program(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0)
+    return fmt::format("{} could not start ({})", args[0], std::strerror(rc));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return fmt::format("waiting for {} failed ({})", args[0], std::strerror(errno));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  return WIFEXITED(status) ? fmt::format("{} exited with {}", args[0], WEXITSTATUS(status))
+                           : fmt::format("{} ended by signal {}", args[0], WTERMSIG(status));
+}
+
+// `args` as one line a POSIX shell reads back as the same arguments.
+std::string shell_quoted(const std::vector<std::string>& args) {
+  std::string out;
+  for (const std::string& a : args) {
+    if (!out.empty()) out += ' ';
+    out += '\'';
+    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
 
 // One point of a lesson: a problem (a family spec), a config ("" = the tuner's
 // choice), the series it belongs to and its x value.
@@ -445,16 +483,19 @@ void lesson_command(const LessonOptions& o) {
                     "is the disk full? --out names another folder");
   std::cout << fmt::format("\nwrote {}.csv and {}.json\n", base, base);
   if (o.plot) {
-    const std::string command =
-        fmt::format("python3 tools/lessons/plot.py '{}.csv' --title '{}' --x '{}' --y '{}'{}", base,
-                    lesson.name, lesson.x_label, lesson.y_metric,
-                    std::string(lesson.name) == "roofline"
-                        ? fmt::format(" --log --roof {},{}", json["peak_tflops"].get<double>(),
-                                      json["dram_tb_per_s"].get<double>())
-                        : "");
-    if (std::system((command + " 2>/dev/null").c_str()) != 0)
-      std::cout << "plotting needs Python with matplotlib (pip install matplotlib); then: "
-                << command << "\n";
+    std::vector<std::string> args = {"python3",      plot_script(), base + ".csv",
+                                     "--title",      lesson.name,   "--x",
+                                     lesson.x_label, "--y",         lesson.y_metric};
+    if (std::string(lesson.name) == "roofline")
+      for (std::string arg : {std::string("--log"), std::string("--roof"),
+                              fmt::format("{},{}", json["peak_tflops"].get<double>(),
+                                          json["dram_tb_per_s"].get<double>())})
+        args.push_back(arg);
+    if (const std::string failure = run_program(args); !failure.empty())
+      std::cout << fmt::format(
+          "no plot: {} (it needs Python 3 with matplotlib: pip install "
+          "matplotlib); the command:\n  {}\n",
+          failure, shell_quoted(args));
   }
 }
 

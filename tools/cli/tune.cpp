@@ -302,14 +302,8 @@ void add_tune_command(CLI::App& app) {
                        : "the timeout is a number of seconds in [1, 86400], got " + text;
           },
           "SECONDS"));
-  cmd->add_option("--seed", c->seed, "Seed of the random strategy (default 1)")
-      ->check(CLI::Validator(
-          [](const std::string& text) {
-            return text.find_first_not_of("0123456789") == std::string::npos && !text.empty()
-                       ? std::string()
-                       : "the seed is an integer >= 0, got " + text;
-          },
-          "UINT"));
+  // An unsigned 64-bit integer: every value is checked as such (check_option_values).
+  cmd->add_option("--seed", c->seed, "Seed of the random strategy (default 1)");
   cmd->add_option("--rounds", c->rounds, "Interleaved timing rounds (default 5)")
       ->check(CLI::Range(1, 100));
   cmd->add_option("--runs", c->runs, "Timed runs of each config per round (default 5)")
