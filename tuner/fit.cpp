@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "kjit/support/error.h"
 #include "kjit/tuner/family.h"
@@ -48,14 +49,14 @@ Efficiencies fit_efficiencies(const std::vector<cache::TrialRecord>& trials,
   for (const cache::TrialRecord& t : trials) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(),
                    [](const auto* a, const auto* b) { return a->problem < b->problem; });
-  std::string current;
+  std::optional<std::string> current;
   std::unique_ptr<TuningProblem> problem;
   int64_t cost = 0;
   for (const cache::TrialRecord* trial : order) {
     const cache::TrialRecord& t = *trial;
     if (!t.error.empty() || t.measured.runs < 1 || !(t.measured.median_ms > 0)) continue;
     if (t.problem == exclude_problem) continue;
-    if (problem == nullptr || t.problem != current) {
+    if (!current || t.problem != *current) {
       current = t.problem;
       problem = problem_from_signature(t.problem);
     }
@@ -65,7 +66,7 @@ Efficiencies fit_efficiencies(const std::vector<cache::TrialRecord>& trials,
     // of 65535 sequences (about 40 predictions each, every one walking the
     // sequences) took 5 s and 2 GB. Trials past the bound teach the model nothing.
     cost += problem->prediction_cost();
-    if (cost > kMaxFitCost) continue;
+    if (cost > kMaxFitCost) break;
     try {
       const Prediction prior = problem->predict(t.config, device, Efficiencies());
       const double value =
