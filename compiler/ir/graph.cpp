@@ -1,5 +1,7 @@
 #include "kjit/compiler/ir/graph.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "kjit/compiler/ir/printer.h"
@@ -136,6 +138,15 @@ Value Graph::constant(double value, DType dtype) {
   if (dtype == DType::F16 || dtype == DType::BF16)
     throw UserError("a literal is f32, i32 or bool; write cast(literal, " +
                     std::string(ir::to_string(dtype)) + ")");
+  // An f32 literal holds the f32 value the kernels compute with (0.1 is 0.1f): the
+  // reference and constant folding read this value, so `x > 0.1` agrees with the
+  // kernel at x = 0.1f.
+  if (dtype == DType::F32) {
+    const float rounded = static_cast<float>(value);
+    if (!std::isfinite(rounded))
+      throw UserError(fmt::format("literal {} is past the f32 range", value));
+    value = rounded;
+  }
   node.op = OpCode::Const;
   node.value = value;
   node.dtype = dtype;

@@ -18,15 +18,19 @@ double gelu(double x) {
   if (x == -INFINITY) return -0.0;
   return 0.5 * x * std::erfc(-x * kSqrtHalf);
 }
+// x / (1 + e^(-2u)), as the kernel computes it: 0.5 x (1 + tanh u) cancels for
+// negative x (-0 at x = -8 instead of -3.1e-21).
 double gelu_tanh(double x) {
-  return 0.5 * x * (1.0 + std::tanh(kSqrtTwoOverPi * (x + 0.044715 * x * x * x)));
+  return x / (1.0 + std::exp(-2.0 * kSqrtTwoOverPi * (x + 0.044715 * x * x * x)));
 }
 // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
 double softplus(double x) {
   return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
 }
 
-// Wraps to 32 bits like the GPU's integer arithmetic.
+// Wraps to 32 bits like the GPU's integer arithmetic. The kernels' i32 spellings add,
+// subtract, multiply and negate as unsigned and convert back: signed overflow is
+// undefined in C++, and NVVM folded on it ((x + 1) > x was always true).
 int64_t wrap32(int64_t v) {
   return static_cast<int32_t>(static_cast<uint32_t>(v));
 }
@@ -37,22 +41,23 @@ int64_t wrap32(int64_t v) {
 // gelu is kjit::gelu_f32 (templates/math.cuh: Phi(-|x|) from a polynomial and one
 // exponential, with the symmetry Phi(x) = 1 - Phi(-x)).
 // sigmoid, silu and gelu_tanh divide by 1 + e^(..) with __fdividef (2 ulps for
-// divisors up to 2^126, and 0 beyond, where the quotient is below the smallest normal
-// float anyway): IEEE division leaves its fast path whenever the exponential overflows
-// to infinity, which made gelu_tanh(acc + bias) cost 50% of a 4096^3 matmul on the
-// H200 (accumulators of magnitude ~20 overflow e^(-2u) for most negative outputs).
-// Float spellings use accurate math (expf, not __expf; sin, cos and gelu from
-// templates/math.cuh, within a few ulps): the f32 error budget is a relative L2 of
-// 1e-5 against fp64.
+// divisors up to 2^126, and 0 beyond: for sigmoid that quotient is below the smallest
+// normal float anyway; silu(x) and gelu_tanh(x) flush to -0 below x = -87.3, where the
+// true value is under 1e-36 in magnitude): IEEE division leaves its fast path whenever the
+// exponential overflows to infinity, which made gelu_tanh(acc + bias) cost 50% of a 4096^3 matmul
+// on the H200 (accumulators of magnitude ~20 overflow e^(-2u) for most negative outputs). Float
+// spellings use accurate math (expf, not __expf; sin, cos and gelu from templates/math.cuh, within
+// a few ulps): the f32 error budget is a relative L2 of 1e-5 against fp64.
 const std::vector<OpInfo> kTable = {
     {OpCode::Input, "input", 0, TypeRule::Leaf, nullptr, nullptr, "", nullptr, -2, 2,
      "a kernel argument"},
     {OpCode::Const, "const", 0, TypeRule::Leaf, nullptr, nullptr, "", nullptr, -2, 2, "a literal"},
     {OpCode::Neg, "neg", 1, TypeRule::Arithmetic, [](const double* a) { return -a[0]; },
-     [](const int64_t* a) { return wrap32(-a[0]); }, "-{0}", "-{0}", -3, 3, "-x"},
+     [](const int64_t* a) { return wrap32(-a[0]); }, "-{0}", "(int)(0u - (unsigned){0})", -3, 3,
+     "-x"},
     {OpCode::Abs, "abs", 1, TypeRule::Arithmetic, [](const double* a) { return std::abs(a[0]); },
-     [](const int64_t* a) { return wrap32(a[0] < 0 ? -a[0] : a[0]); }, "fabsf({0})", "abs({0})", -3,
-     3, "|x|"},
+     [](const int64_t* a) { return wrap32(a[0] < 0 ? -a[0] : a[0]); }, "fabsf({0})",
+     "(int)({0} < 0 ? 0u - (unsigned){0} : (unsigned){0})", -3, 3, "|x|"},
     {OpCode::Exp, "exp", 1, TypeRule::FloatMath, [](const double* a) { return std::exp(a[0]); },
      nullptr, "expf({0})", nullptr, -3, 3, "e^x"},
     {OpCode::Exp2, "exp2", 1, TypeRule::FloatMath, [](const double* a) { return std::exp2(a[0]); },
@@ -97,14 +102,14 @@ const std::vector<OpInfo> kTable = {
     {OpCode::Ceil, "ceil", 1, TypeRule::FloatMath, [](const double* a) { return std::ceil(a[0]); },
      nullptr, "ceilf({0})", nullptr, -3, 3, "round up"},
     {OpCode::Add, "add", 2, TypeRule::Arithmetic, [](const double* a) { return a[0] + a[1]; },
-     [](const int64_t* a) { return wrap32(a[0] + a[1]); }, "{0} + {1}", "{0} + {1}", -3, 3,
-     "a + b"},
+     [](const int64_t* a) { return wrap32(a[0] + a[1]); }, "{0} + {1}",
+     "(int)((unsigned){0} + (unsigned){1})", -3, 3, "a + b"},
     {OpCode::Sub, "sub", 2, TypeRule::Arithmetic, [](const double* a) { return a[0] - a[1]; },
-     [](const int64_t* a) { return wrap32(a[0] - a[1]); }, "{0} - {1}", "{0} - {1}", -3, 3,
-     "a - b"},
+     [](const int64_t* a) { return wrap32(a[0] - a[1]); }, "{0} - {1}",
+     "(int)((unsigned){0} - (unsigned){1})", -3, 3, "a - b"},
     {OpCode::Mul, "mul", 2, TypeRule::Arithmetic, [](const double* a) { return a[0] * a[1]; },
-     [](const int64_t* a) { return wrap32(a[0] * a[1]); }, "{0} * {1}", "{0} * {1}", -3, 3,
-     "a * b"},
+     [](const int64_t* a) { return wrap32(a[0] * a[1]); }, "{0} * {1}",
+     "(int)((unsigned){0} * (unsigned){1})", -3, 3, "a * b"},
     {OpCode::Div, "div", 2, TypeRule::FloatArith, [](const double* a) { return a[0] / a[1]; },
      nullptr, "{0} / {1}", nullptr, 0.5, 2, "a / b (true division)"},
     {OpCode::Pow, "pow", 2, TypeRule::FloatArith,

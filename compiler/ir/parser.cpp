@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -515,6 +516,9 @@ class Parser {
     if (integral && (value >= 2147483648.0 || value < -2147483648.0))
       fail(t, "integer literal out of the i32 range; write it as a float (" + t.text + ".0)");
     if (!std::isfinite(value)) fail(t, "literal is not finite");
+    if (!integral && std::abs(value) > std::numeric_limits<float>::max())
+      fail(t, fmt::format("literal is past the f32 range (magnitudes up to {:g})",
+                          std::numeric_limits<float>::max()));
     return graph_.constant(value, integral ? DType::I32 : DType::F32);
   }
   Value apply(const Token& at, OpCode op, const std::vector<Value>& operands,

@@ -296,17 +296,23 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
                                   std::vector<std::string>* result_names, ScalarMath math) {
   std::vector<std::string> names(graph.nodes().size());
   // sin(v) and cos(v) of one value share their argument reduction, the costly
-  // part of both: such pairs are emitted as one kjit::sincos_f32() call.
-  std::vector<int> cos_partner(graph.nodes().size(), -1);
+  // part of both: such pairs are emitted as one kjit::sincos_f32() call, where the
+  // first of the two comes (cos(x) may come before sin(x)).
+  struct SinCos {
+    int sin = -1, cos = -1;
+  };
+  std::vector<SinCos> pair_at(graph.nodes().size());
+  std::vector<bool> paired(graph.nodes().size(), false);
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     const Node& sin_node = graph.node(static_cast<int>(i));
     if (sin_node.op != OpCode::Sin || std::string(compute_type(sin_node.dtype)) != "float")
       continue;
     for (size_t j = 0; j < graph.nodes().size(); ++j) {
       const Node& cos_node = graph.node(static_cast<int>(j));
-      if (cos_node.op == OpCode::Cos && cos_node.operands == sin_node.operands &&
+      if (cos_node.op == OpCode::Cos && !paired[j] && cos_node.operands == sin_node.operands &&
           cos_node.dtype == sin_node.dtype) {
-        cos_partner[i] = static_cast<int>(j);
+        pair_at[std::min(i, j)] = {static_cast<int>(i), static_cast<int>(j)};
+        paired[i] = paired[j] = true;
         break;
       }
     }
@@ -331,19 +337,22 @@ std::string emit_chain_statements(const Graph& graph, const std::string& indent,
       names[i] = literal(n.value, compute_type(n.dtype));
       continue;
     }
-    if (!names[i].empty()) continue;  // the cos half of a sin/cos pair, emitted already
+    if (!names[i].empty()) continue;  // the second half of a sin/cos pair, emitted already
     names[i] = variable_name(ir_names[i]);
-    if (cos_partner[i] >= 0) {
-      const int cos_id = cos_partner[i];
-      names[static_cast<size_t>(cos_id)] = variable_name(ir_names[static_cast<size_t>(cos_id)]);
-      const std::string argument = convert(names[static_cast<size_t>(n.operands[0])],
-                                           compute_type(graph.node(n.operands[0]).dtype), "float");
-      out += indent + "// " + describe(id) + "\n";
-      out += indent + "// " + describe(cos_id) + "\n";
+    if (pair_at[i].sin >= 0) {
+      const auto sin_id = static_cast<size_t>(pair_at[i].sin);
+      const auto cos_id = static_cast<size_t>(pair_at[i].cos);
+      names[sin_id] = variable_name(ir_names[sin_id]);
+      names[cos_id] = variable_name(ir_names[cos_id]);
+      const int x = graph.node(static_cast<int>(sin_id)).operands[0];
+      const std::string argument =
+          convert(names[static_cast<size_t>(x)], compute_type(graph.node(x).dtype), "float");
+      out += indent + "// " + describe(static_cast<int>(sin_id)) + "\n";
+      out += indent + "// " + describe(static_cast<int>(cos_id)) + "\n";
       out += indent + "// (one sincos: sin and cos of one value share the argument reduction)\n";
-      out += fmt::format("{}float {}, {};\n{}kjit::sincos_f32({}, &{}, &{});\n", indent, names[i],
-                         names[static_cast<size_t>(cos_id)], indent, argument, names[i],
-                         names[static_cast<size_t>(cos_id)]);
+      out +=
+          fmt::format("{}float {}, {};\n{}kjit::sincos_f32({}, &{}, &{});\n", indent, names[sin_id],
+                      names[cos_id], indent, argument, names[sin_id], names[cos_id]);
       continue;
     }
     out += indent + "// " + describe(id) + "\n";

@@ -22,6 +22,9 @@ inline const char* const kCorpus[] = {
     "a = sin(x); b = a * 2\nreturn a, b",
     "y = -x^2 - -3 + x - 2 - 1",
     "y = x\nz = 2.5",
+    // cos before sin: one sincos where the cos was (it redeclared the cos's result).
+    "y = cos(x) * 2 + sin(x)",
+    "i:i32[n]; y = (i + 1) > i; z = -i * i - abs(i)",
 };
 
 }  // namespace kjit::ir

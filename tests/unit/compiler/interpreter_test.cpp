@@ -37,6 +37,17 @@ TEST(Interpreter, DtypeSemantics) {
   EXPECT_EQ(round_to(DType::I32, NAN), 0.0);
 }
 
+// A literal is the f32 the kernel computes with; gelu_tanh does not cancel.
+TEST(Interpreter, LiteralsAreF32AndGeluTanhKeepsItsTail) {
+  Graph g = parse("y = x > 0.1; z = x * 1e-50 > 0; w = gelu_tanh(x)");
+  auto out = interpret(g, {{"x", HostTensor{{2}, {static_cast<float>(0.1), -8.0}}}});
+  EXPECT_EQ(out["y"].data[0], 0);  // 0.1f > 0.1f (was 0.1f > 0.1: true)
+  EXPECT_EQ(out["z"].data[0], 0);  // 1e-50 is 0 in f32
+  // -8 / (1 + e^(2u)): -3.1e-21, where 0.5 x (1 + tanh u) gave -0.
+  EXPECT_NEAR(out["w"].data[1], -3.1078e-21, 1e-24);
+  EXPECT_THROW(parse("y = x + 1e39"), UserError);
+}
+
 TEST(Interpreter, ChecksInputs) {
   Graph g = parse("y = a + b");
   EXPECT_THROW(interpret(g, {{"a", HostTensor{{2}, {1, 2}}}}), UserError);

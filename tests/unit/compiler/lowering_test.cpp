@@ -84,6 +84,22 @@ TEST(Lowering, MixedTypesConvert) {
   EXPECT_NE(s.source.find("(float)in_i < in_x"), std::string::npos) << s.source;
 }
 
+// i32 wraps, as the reference does: in signed C, NVVM folded (i + 1) > i to true.
+TEST(Lowering, IntegerArithmeticWrapsWithoutUndefinedBehaviour) {
+  KernelSource s =
+      lower_elementwise(problem("i:i32[n]; y = (i + 1) > i; z = -i * i - abs(i)", true), {});
+  for (const char* spelling :
+       {"(int)((unsigned)in_i + (unsigned)1)", "(int)(0u - (unsigned)in_i)",
+        "(int)(in_i < 0 ? 0u - (unsigned)in_i : (unsigned)in_i)", "(int)((unsigned)t"})
+    EXPECT_NE(s.source.find(spelling), std::string::npos) << spelling << "\n" << s.source;
+}
+
+TEST(Lowering, CosBeforeSinIsOneSincos) {
+  KernelSource s = lower_elementwise(problem("y = cos(x) * 2 + sin(x)", true), {});
+  EXPECT_NE(s.source.find("kjit::sincos_f32(in_x"), std::string::npos) << s.source;
+  EXPECT_EQ(s.source.find("kjit::cos_f32"), std::string::npos) << s.source;
+}
+
 TEST(Lowering, PowOfTwoIsAMultiply) {
   KernelSource s = lower_elementwise(problem("y = x^2 + x^3", true), {});
   EXPECT_NE(s.source.find("in_x * in_x"), std::string::npos);
