@@ -105,7 +105,9 @@ class Attention {
 };
 
 // The backward pass: dQ, dK, dV from dO, recomputing P from the forward pass's
-// LSE (templates/attention_backward.cuh). Deterministic: the same bits every run.
+// LSE (templates/attention_backward.cuh). The same bits every run with
+// Problem::deterministic (dQ in a kernel of its own); otherwise the config may add
+// dQ with atomics (dq=atomic, the default at head dim 128), whose last bits vary.
 //
 //   attention::AttentionBackward grad(runtime, p);  // p as given to Attention
 //   grad.launch({.q = q, .k = k, .v = v, .o = o, .lse = lse, .d_o = d_o,

@@ -6,7 +6,10 @@ against torch eager, then the same ops inside a torch.compile'd function.
 """
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("no PyTorch: this example runs kjit on torch tensors (pip install torch)")
 
 import kjit
 

@@ -30,9 +30,12 @@ __all__ = ["Error", "UserError", "version", "emit", "compile", "elementwise", "m
 class Error(RuntimeError):
     """A kjit failure; `status` is the C API's kjit_status."""
 
-    def __init__(self, message, status):
+    def __init__(self, message, status=1):
         super().__init__(message)
         self.status = status
+
+    def __reduce__(self):  # pickled with its status (a worker process's error reaches its parent)
+        return (type(self), (str(self), self.status))
 
 
 class UserError(Error, ValueError):
@@ -286,7 +289,10 @@ def version():
 
 def emit(expression, dtype="f32", n=1 << 20, gpu=None):
     """The CUDA C kjit generates for `expression` over n elements, with the tuner's
-    config for `gpu` ("h200", "h100", "a100"; None: GPU 0, else an H200). No GPU needed."""
+    config for `gpu` ("h200", "h100", "a100"; None: GPU 0, else an H200). No GPU needed.
+    `n` sizes the one dim named n: an expression with other dims (x:f32[m,n]) is
+    refused here; `kjit emit EXPR --m M --n N` plans those, and kjit.elementwise runs
+    them on tensors of any shape."""
     source = ctypes.c_void_p()
     _check(_emit(_text_arg("expression", expression), _dtype_code(dtype), _int_arg("n", n),
                  _text_arg("gpu", gpu, optional=True), ctypes.byref(source)))
@@ -297,8 +303,9 @@ def emit(expression, dtype="f32", n=1 << 20, gpu=None):
 
 
 def compile(expression, dtype="f32", n=1 << 20, arch="sm_90"):  # noqa: A001 (kjit's verb)
-    """NVRTC-compiles the kernel of `expression` for `arch`; returns its registers and
-    spilled bytes. No GPU needed."""
+    """NVRTC-compiles the kernel of `expression` for `arch` (sm_80, sm_86, sm_87, sm_89,
+    sm_90 or sm_90a: the GPUs kjit plans for); returns its registers and spilled bytes.
+    No GPU needed. One dim named n, as for emit()."""
     registers, spills = ctypes.c_int(0), ctypes.c_int(0)
     _check(_compile(_text_arg("expression", expression), _dtype_code(dtype), _int_arg("n", n),
                     _text_arg("arch", arch), ctypes.byref(registers), ctypes.byref(spills)))

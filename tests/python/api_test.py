@@ -94,6 +94,15 @@ check(kjit._window_arg([None, 0]) == (None, 0), "a window side may be None")
 check(kjit._packed_lengths([3, 1], None) == ((3, 1), (3, 1)), "packed: k's lengths as q's")
 check(kjit._packed_lengths((2,), [5]) == ((2,), (5,)), "packed: k's lengths of their own")
 check(kjit._packed_lengths(None, None) is None, "not packed")
+try:
+    kjit.emit("y = x +", gpu="h200")
+except kjit.UserError as error:
+    import copy
+    import pickle
+    again = pickle.loads(pickle.dumps(error))
+    check(type(again) is kjit.UserError and str(again) == str(error) and
+          again.status == error.status and copy.copy(error).status == error.status,
+          "a kjit error pickles and copies (a worker's error reached its parent as a TypeError)")
 for args, words in ((([], None), ("non-empty list",)), (([3, 0], None), ("seqlens_q[1] is 0",)),
                     (([2, 1.5], None), ("seqlens_q[1] must be an integer",)),
                     (([2, 2], [2]), ("2 sequences but seqlens_k 1",)),
