@@ -263,6 +263,32 @@ TEST_F(ElementwiseGpu, ActivationsOfLargeArguments) {
   }
 }
 
+// i32 wraps like the reference: with signed C, NVVM folded (i + 1) > i to true and
+// max(i + 1, i) to i + 1. And cos(v) before sin(v) is one sincos (it did not compile).
+TEST_F(ElementwiseGpu, IntegersWrapAndCosBeforeSin) {
+  Case c{"i:i32[n]; y = (i + 1) > i; z = i * i - abs(i); w = max(i + 1, i); v = -i - 1",
+         {DType::F32, {ir::Dim::named("n")}},
+         {{"n", 4099}},
+         {},
+         0,
+         Alignment::Auto,
+         {}};
+  for (auto domain : {std::pair<double, double>{2147483000.0, 2147483647.0},
+                      {-2147483648.0, -2147483000.0},
+                      {-100000.0, 100000.0}}) {
+    c.domain["i"] = domain;
+    check(c);
+  }
+  Case sincos{"y = cos(x) * 2 + sin(x)",
+              {DType::F32, {ir::Dim::named("n")}},
+              {{"n", 1 << 20}},
+              {},
+              0,
+              Alignment::Auto,
+              {}};
+  check(sincos);
+}
+
 TEST_F(ElementwiseGpu, BroadcastRowColumnScalar) {
   const char* text =
       "x:f32[m,n]; b:bf16[n]; c:f16[m,1]; s:f32[]; y = gelu(x * b + c) - s; "
