@@ -366,14 +366,17 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   if (options.strategy == Strategy::Model) {
     // The groups of the two fastest measured configs (one group's representative
     // may have had a poor split or stage count: the second guards against that),
-    // and up to two more whose best is within 2% of the fastest: a representative
-    // that close may not be its group's best (on the H200, 3072 x 3072 x 4096: the
+    // and up to two more whose best is within 5% of the fastest: a representative
+    // that close may not be its group's best. On the H200, 3072 x 3072 x 4096: the
     // 192 x 192 group's tiled representative measured 1.3% behind the fastest,
-    // third, and its persistent variant, never measured, was 1.5% ahead of it).
+    // third, and its persistent variant, never measured, was 1.5% ahead of it. On an
+    // H100, 8192^3 (the clock at 1361-1558 MHz from job to job): 128 x 256 tiled
+    // measured 4.7% behind, and its persistent variant, never measured, was 6% ahead
+    // of the pick in matmul_bench (docs/perf/2026-12-05-h100-review-fixes.md).
     const std::vector<const Measured*> passed = fastest_first(result.trials);
     std::map<std::string, std::string> group_of;
     for (const auto& [config, prediction] : result.ranking) group_of[config] = prediction.group;
-    constexpr double kCloseGroups = 1.02;
+    constexpr double kCloseGroups = 1.05;
     std::vector<std::string> best_groups;
     for (const Measured* m : passed) {
       const bool close = m->summary.median_ms <= passed.front()->summary.median_ms * kCloseGroups;

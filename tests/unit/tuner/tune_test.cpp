@@ -145,12 +145,13 @@ TEST_F(TuneTest, ModelStrategyCoversTheTopGroupsOfEverySchedule) {
   EXPECT_EQ(r.config, "c=11");  // 2.0 - 0.1 x 5 x 1.5 = 1.25 ms
 }
 
-// Phase 2 also takes the variants of groups whose best is within 2% of the fastest:
-// k2's representative (c4) is third, 1.5% behind, and its variant c5 is the fastest
-// of all; k3, 50% behind, is not expanded.
+// Phase 2 also takes the variants of groups whose best is within 5% of the fastest:
+// k2's representative (c4) is third, 4.5% behind (an H100's 8192^3 had a group 4.7%
+// behind whose variant was the fastest), and its variant c5 is the fastest of all;
+// k3, 50% behind, is not expanded.
 TEST_F(TuneTest, ModelStrategyExpandsGroupsCloseToTheFastest) {
   measurer_.truth = {{"c=0", 1.0},   {"c=1", 1.1}, {"c=2", 1.01}, {"c=3", 1.1},
-                     {"c=4", 1.015}, {"c=5", 0.9}, {"c=6", 1.5},  {"c=7", 0.5}};
+                     {"c=4", 1.045}, {"c=5", 0.9}, {"c=6", 1.5},  {"c=7", 0.5}};
   for (int i = 8; i < 12; ++i) measurer_.truth["c=" + std::to_string(i)] = 2.0;
   TuneOptions options;
   options.top = 4;
