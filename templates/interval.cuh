@@ -11,7 +11,10 @@
 //
 // Ranges are doubles: int32 values are exact in them; an int result outside int32
 // (where the device's arithmetic would wrap) becomes unbounded, and floating results
-// are widened by a relative 2^-20 for the float rounding of the real evaluation.
+// are widened by a relative 2^-20 for the float rounding of the real evaluation, or
+// become unbounded past the largest float (the device's value is then infinite). An
+// i32 operand of a float op is widened for its conversion (exact up to 2^24 only),
+// a cast to f16 or bf16 for its rounding, and an infinite or NaN input is unbounded.
 // The same code runs on the host (define KJIT_INTERVAL_HOST first), where the tests
 // check it against every score of random tiles.
 #pragma once
@@ -34,7 +37,11 @@ struct Range {
   double lo, hi;
 };
 
+// Past this the device's f32 is infinite (the largest float, rounded up by half an ulp).
+constexpr double kFloatOverflow = 3.4028235677973366e38;
+
 KJIT_INTERVAL_FN Range exact(double v) {
+  if (!(v > -kUnbounded && v < kUnbounded)) return {-kUnbounded, kUnbounded};  // inf, NaN
   return {v, v};
 }
 KJIT_INTERVAL_FN Range between(double lo, double hi) {
@@ -61,9 +68,33 @@ KJIT_INTERVAL_FN Range result(Range r, bool integer) {
     if (r.lo < -2147483648.0 || r.hi > 2147483647.0) return unknown();
     return r;
   }
+  if (r.lo <= -kFloatOverflow || r.hi >= kFloatOverflow) return unknown();
   const double slack_lo = (r.lo < 0 ? -r.lo : r.lo) * 9.5367431640625e-7 + 1e-30;
   const double slack_hi = (r.hi < 0 ? -r.hi : r.hi) * 9.5367431640625e-7 + 1e-30;
   return {r.lo - slack_lo, r.hi + slack_hi};
+}
+
+// A value rounded to a float of `bits` significant bits (24: f32, 11: f16, 8: bf16),
+// whose largest finite value is `largest`: half an ulp each way (relative 2^-bits,
+// and absolute for the subnormals); unbounded where it may round to infinity.
+KJIT_INTERVAL_FN Range rounded(Range a, int bits, double largest, double subnormal_ulp) {
+  if (unbounded(a) || a.lo < -largest || a.hi > largest) return unknown();
+  double relative = 1.0;
+  for (int i = 0; i < bits; ++i) relative *= 0.5;
+  const double slack_lo = (a.lo < 0 ? -a.lo : a.lo) * relative + subnormal_ulp;
+  const double slack_hi = (a.hi < 0 ? -a.hi : a.hi) * relative + subnormal_ulp;
+  return {a.lo - slack_lo, a.hi + slack_hi};
+}
+// An i32 converted to f32 for a float op: exact up to 2^24, rounded beyond.
+KJIT_INTERVAL_FN Range to_float(Range a) {
+  if (!unbounded(a) && a.lo >= -16777216.0 && a.hi <= 16777216.0) return a;
+  return rounded(a, 24, 3.4028234663852886e38, 0);
+}
+KJIT_INTERVAL_FN Range to_f16(Range a) {
+  return rounded(a, 11, 65504.0, 2.98023223876953125e-8);  // 2^-25: half of 2^-24
+}
+KJIT_INTERVAL_FN Range to_bf16(Range a) {
+  return rounded(a, 8, 3.3895313892515355e38, 1e-38);
 }
 
 KJIT_INTERVAL_FN Range neg(Range a) {

@@ -234,6 +234,19 @@ bool integral(DType dtype) {
   return dtype == DType::I32 || dtype == DType::Bool;
 }
 
+// Whether operand k of n is an i32 the device converts to f32 for the op: any
+// operand of a float op (a select's branches, not its condition), and of a
+// comparison with a float on either side. A cast is left out: its own rule rounds.
+bool converted_to_float(const Graph& graph, const Node& n, size_t k) {
+  if (graph.node(n.operands[k]).dtype != DType::I32 || n.op == ir::OpCode::Cast) return false;
+  if (n.op == ir::OpCode::Select) return k > 0 && !integral(n.dtype);
+  if (!integral(n.dtype)) return true;
+  if (n.dtype != DType::Bool || n.operands.size() != 2) return false;
+  for (int operand : n.operands)
+    if (!integral(graph.node(operand).dtype)) return true;  // a mixed comparison
+  return false;
+}
+
 namespace iv = kjit::interval;
 
 // One rule per op the tile analysis knows: the interval.cuh function the device code
@@ -274,19 +287,29 @@ const IntervalRule* interval_rule(const Node& n) {
   static const IntervalRule to_int{"to_int",
                                    [](const iv::Range* a, bool) { return iv::to_int(a[0]); }};
   static const IntervalRule same{"same", [](const iv::Range* a, bool) { return a[0]; }};
+  static const IntervalRule to_f16{"to_f16",
+                                   [](const iv::Range* a, bool) { return iv::to_f16(a[0]); }};
+  static const IntervalRule to_bf16{"to_bf16",
+                                    [](const iv::Range* a, bool) { return iv::to_bf16(a[0]); }};
   if (n.op == OpCode::Cast)
-    return n.cast_to == DType::Bool ? &to_bool : n.cast_to == DType::I32 ? &to_int : &same;
+    return n.cast_to == DType::Bool   ? &to_bool
+           : n.cast_to == DType::I32  ? &to_int
+           : n.cast_to == DType::F16  ? &to_f16
+           : n.cast_to == DType::BF16 ? &to_bf16
+                                      : &same;  // to f32: result() widens for the rounding
   const auto rule = rules.find(n.op);
   return rule == rules.end() ? nullptr : &rule->second;
 }
 
 // The host's evaluation of one op (the same calls the device code makes).
-iv::Range range_of_op(const Node& n, const std::vector<iv::Range>& r) {
+iv::Range range_of_op(const Graph& graph, const Node& n, const std::vector<iv::Range>& r) {
   const IntervalRule* rule = interval_rule(n);
   if (rule == nullptr) return iv::unknown();
   iv::Range a[3];  // the most operands an op takes (select, fma)
-  for (size_t i = 0; i < n.operands.size() && i < 3; ++i)
+  for (size_t i = 0; i < n.operands.size() && i < 3; ++i) {
     a[i] = r[static_cast<size_t>(n.operands[i])];
+    if (converted_to_float(graph, n, i)) a[i] = iv::to_float(a[i]);
+  }
   return rule->apply(a, integral(n.dtype));
 }
 
@@ -317,7 +340,7 @@ TileState classify(const Graph& graph, const std::vector<ModifierOperand>& opera
     } else if (n.op == ir::OpCode::Const) {
       r[id] = iv::exact(n.value);
     } else {
-      r[id] = iv::result(range_of_op(n, r), integral(n.dtype));
+      r[id] = iv::result(range_of_op(graph, n, r), integral(n.dtype));
     }
   }
   return static_cast<TileState>(iv::tile_state(r[static_cast<size_t>(graph.outputs()[0].second)]));
@@ -366,7 +389,10 @@ std::string emit_tile_function(const Graph& graph, const std::vector<ModifierOpe
       call = fmt::format("r{}", n.operands[0]);
     } else {
       std::vector<std::string> args;
-      for (int operand : n.operands) args.push_back(fmt::format("r{}", operand));
+      for (size_t k = 0; k < n.operands.size(); ++k)
+        args.push_back((converted_to_float(graph, n, k) ? "to_float(r" : "r") +
+                       std::to_string(n.operands[k]) +
+                       (converted_to_float(graph, n, k) ? ")" : ""));
       if (n.op == ir::OpCode::Div) args.push_back(integral(n.dtype) ? "true" : "false");
       call = fmt::format("{}({})", rule->function, fmt::join(args, ", "));
     }
@@ -421,7 +447,7 @@ std::optional<Graph> relative_form(const Graph& graph) {
       range[id] = iv::exact(n.value);
       continue;
     }
-    range[id] = iv::result(range_of_op(n, range), integral(n.dtype));
+    range[id] = iv::result(range_of_op(graph, n, range), integral(n.dtype));
     const bool reads_position =
         std::any_of(n.operands.begin(), n.operands.end(), [&](int o) { return o == q || o == kv; });
     if (reads_position) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "kjit/compiler/lowering/attention.h"
@@ -304,6 +305,51 @@ TEST(AttentionModifier, HostTwinsReadTheOperands) {
   } else {
     EXPECT_TRUE(std::isfinite(lse));
   }
+}
+
+// Tiles where the analysis claimed None or All and the device's f32 arithmetic keeps
+// or masks a score (a review's brute force over generated masks): a literal held in
+// double, 16-bit casts and f32 overflow not modelled, an infinite operand read as a
+// bound, an i32 past 2^24 converted to f32 as if exactly. Each answer must be Some.
+TEST(AttentionModifier, TileStatesFollowTheDevicesFloatArithmetic) {
+  struct Case {
+    const char* text;
+    TileBox box;
+    const char* why;  // the score the device keeps (or masks) in the tile
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const Case cases[] = {
+      {"f:f32[heads]; (kv_idx <= q_idx) * (f <= 0.1)",
+       {0, 63, 0, 63, 0, {0.1}},
+       "(0, 0) kept: 0.1f <= 0.1f"},
+      {"(cast(kv_idx, bf16) <= cast(q_idx, bf16))",
+       {256, 256, 257, 257, 0, {}},
+       "kept: 257 rounds to 256 in bf16"},
+      {"(cast(kv_idx, f16) <= cast(q_idx, f16))",
+       {65536, 65599, 65600, 65663, 0, {}},
+       "kept: both are inf in f16"},
+      {"f:f32[heads]; (floor(q_idx / f) == floor(kv_idx / f))",
+       {1000, 1063, 2000, 2063, 0, {1e-40}},
+       "kept: both quotients overflow to inf"},
+      {"w:f32[heads]; (q_idx - kv_idx + w >= w)", {0, 63, 0, 63, 0, {inf}}, "kept: inf >= inf"},
+      {"f:f32[heads]; (kv_idx < f)",
+       {0, 0, 2147483584, 2147483647, 0, {2147483648.0}},
+       "masked: (float)2147483584 is 2^31"},
+      {"a:i32[heads]; ((2147483648.0 + a) <= head)",
+       {0, 63, 0, 63, 0, {-2147483647.0}},
+       "kept: (float)a is -2^31, the sum 0"},
+  };
+  for (const Case& c : cases) {
+    const Modifier m = mask_mod_from_ir(c.text);
+    ASSERT_TRUE(m.tile) << c.text;
+    EXPECT_EQ(m.tile(c.box), TileState::Some) << c.text << ": " << c.why;
+    // The device code calls the same rules.
+    EXPECT_NE(m.source.find("kjit_mask_tile("), std::string::npos);
+  }
+  const Modifier converted = mask_mod_from_ir("f:f32[heads]; (kv_idx < f)");
+  EXPECT_NE(converted.source.find("lt(to_float(r"), std::string::npos) << converted.source;
+  EXPECT_NE(mask_mod_from_ir("cast(kv_idx, f16) <= q_idx").source.find("to_f16(r"),
+            std::string::npos);
 }
 
 // The mask over a whole tile (interval arithmetic, templates/interval.cuh) is sound:
