@@ -37,9 +37,6 @@ struct Range {
   double lo, hi;
 };
 
-// Past this the device's f32 is infinite (the largest float, rounded up by half an ulp).
-constexpr double kFloatOverflow = 3.4028235677973366e38;
-
 KJIT_INTERVAL_FN Range exact(double v) {
   if (!(v > -kUnbounded && v < kUnbounded)) return {-kUnbounded, kUnbounded};  // inf, NaN
   return {v, v};
@@ -60,41 +57,35 @@ KJIT_INTERVAL_FN bool unbounded(const Range& r) {
   return !(r.lo > -kUnbounded && r.hi < kUnbounded);  // NaN counts as unbounded
 }
 
-// The result of an op of dtype i32 (`integer`) or floating: ints outside int32
-// wrap on the device, so their range is unknown; floats are widened for rounding.
-KJIT_INTERVAL_FN Range result(Range r, bool integer) {
-  if (unbounded(r)) return unknown();
-  if (integer) {
-    if (r.lo < -2147483648.0 || r.hi > 2147483647.0) return unknown();
-    return r;
-  }
-  if (r.lo <= -kFloatOverflow || r.hi >= kFloatOverflow) return unknown();
-  const double slack_lo = (r.lo < 0 ? -r.lo : r.lo) * 9.5367431640625e-7 + 1e-30;
-  const double slack_hi = (r.hi < 0 ? -r.hi : r.hi) * 9.5367431640625e-7 + 1e-30;
-  return {r.lo - slack_lo, r.hi + slack_hi};
-}
-
-// A value rounded to a float of `bits` significant bits (24: f32, 11: f16, 8: bf16),
-// whose largest finite value is `largest`: half an ulp each way (relative 2^-bits,
-// and absolute for the subnormals); unbounded where it may round to infinity.
-KJIT_INTERVAL_FN Range rounded(Range a, int bits, double largest, double subnormal_ulp) {
+// A value rounded to a float with `half_ulp` the relative rounding error (2^-24 for
+// f32, 2^-11 for f16, 2^-8 for bf16) and `subnormal` the absolute one near 0, whose
+// largest finite value is `largest`: unbounded where it may round to infinity.
+KJIT_INTERVAL_FN Range rounded(Range a, double half_ulp, double largest, double subnormal) {
   if (unbounded(a) || a.lo < -largest || a.hi > largest) return unknown();
-  double relative = 1.0;
-  for (int i = 0; i < bits; ++i) relative *= 0.5;
-  const double slack_lo = (a.lo < 0 ? -a.lo : a.lo) * relative + subnormal_ulp;
-  const double slack_hi = (a.hi < 0 ? -a.hi : a.hi) * relative + subnormal_ulp;
+  const double slack_lo = (a.lo < 0 ? -a.lo : a.lo) * half_ulp + subnormal;
+  const double slack_hi = (a.hi < 0 ? -a.hi : a.hi) * half_ulp + subnormal;
   return {a.lo - slack_lo, a.hi + slack_hi};
 }
 // An i32 converted to f32 for a float op: exact up to 2^24, rounded beyond.
 KJIT_INTERVAL_FN Range to_float(Range a) {
   if (!unbounded(a) && a.lo >= -16777216.0 && a.hi <= 16777216.0) return a;
-  return rounded(a, 24, 3.4028234663852886e38, 0);
+  return rounded(a, 5.9604644775390625e-8, 3.4028234663852886e38, 0);
 }
 KJIT_INTERVAL_FN Range to_f16(Range a) {
-  return rounded(a, 11, 65504.0, 2.98023223876953125e-8);  // 2^-25: half of 2^-24
+  return rounded(a, 4.8828125e-4, 65504.0, 2.98023223876953125e-8);
 }
 KJIT_INTERVAL_FN Range to_bf16(Range a) {
-  return rounded(a, 8, 3.3895313892515355e38, 1e-38);
+  return rounded(a, 3.90625e-3, 3.3895313892515355e38, 1e-38);
+}
+
+// The result of an op of dtype i32 (`integer`) or floating: ints outside int32
+// wrap on the device, so their range is unknown; floats are widened by 2^-20 for
+// rounding (several ops' worth of f32's 2^-24) and unknown where they may overflow.
+KJIT_INTERVAL_FN Range result(Range r, bool integer) {
+  if (unbounded(r)) return unknown();
+  if (!integer) return rounded(r, 9.5367431640625e-7, 3.4028234663852886e38, 1e-30);
+  if (r.lo < -2147483648.0 || r.hi > 2147483647.0) return unknown();
+  return r;
 }
 
 KJIT_INTERVAL_FN Range neg(Range a) {
