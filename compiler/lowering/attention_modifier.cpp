@@ -389,10 +389,10 @@ std::string emit_tile_function(const Graph& graph, const std::vector<ModifierOpe
       call = fmt::format("r{}", n.operands[0]);
     } else {
       std::vector<std::string> args;
-      for (size_t k = 0; k < n.operands.size(); ++k)
-        args.push_back((converted_to_float(graph, n, k) ? "to_float(r" : "r") +
-                       std::to_string(n.operands[k]) +
-                       (converted_to_float(graph, n, k) ? ")" : ""));
+      for (size_t k = 0; k < n.operands.size(); ++k) {
+        const std::string range = "r" + std::to_string(n.operands[k]);
+        args.push_back(converted_to_float(graph, n, k) ? "to_float(" + range + ")" : range);
+      }
       if (n.op == ir::OpCode::Div) args.push_back(integral(n.dtype) ? "true" : "false");
       call = fmt::format("{}({})", rule->function, fmt::join(args, ", "));
     }
