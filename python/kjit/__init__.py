@@ -455,14 +455,19 @@ def _device_index(device):
     """A CUDA device index from None (the current device), an int, "cuda:1" or a
     torch.device."""
     torch = _torch()
-    if device is None:
-        return torch.cuda.current_device()
     if isinstance(device, numbers.Integral) and not isinstance(device, bool):
         return _int_arg("device", device, 0, _INT32_MAX)
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise UserError(f"kjit runs on CUDA devices; got {device}", 1)
-    return torch.cuda.current_device() if device.index is None else device.index
+    if device is not None:
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise UserError(f"kjit runs on CUDA devices; got {device}", 1)
+        if device.index is not None:
+            return device.index
+    # The current device: a CPU-only PyTorch (or no driver) raised its own error here.
+    if not torch.cuda.is_available():
+        raise Error("no CUDA device: torch.cuda.is_available() is False (a CPU-only PyTorch, "
+                    "or no NVIDIA driver)", 3)
+    return torch.cuda.current_device()
 
 
 _current_raw_stream = None  # torch's accessor of a device's current CUstream, found once

@@ -171,6 +171,27 @@ for i in range(kjit._CACHE_LIMIT + 44):
 check(len(cache) == kjit._CACHE_LIMIT and 0 not in cache and kjit._CACHE_LIMIT + 43 in cache,
       "kernel caches are bounded (elementwise and matmul grew without bound before)")
 
+# A CPU-only PyTorch: the current device is a kjit.Error, not torch's own (a stub
+# torch in a child process, so this process keeps the real one, if any).
+stub = '''
+import sys, types
+torch = types.ModuleType("torch")
+torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.bool = range(5)
+torch.cuda = types.SimpleNamespace(is_available=lambda: False,
+                                   current_device=lambda: (_ for _ in ()).throw(
+                                       AssertionError("Torch not compiled with CUDA enabled")))
+sys.modules["torch"] = torch
+import kjit
+try:
+    kjit._device_index(None)
+except kjit.Error as e:
+    print("kjit.Error", e.status, e)
+'''
+result = subprocess.run([sys.executable, "-c", stub], capture_output=True, text=True)
+check(result.stdout.startswith("kjit.Error 3 no CUDA device"),
+      "a CPU-only PyTorch: no CUDA device is a kjit.Error (" +
+      (result.stdout + result.stderr).strip()[-120:] + ")")
+
 # The library's path in the error when it cannot be loaded.
 env = dict(os.environ, KJIT_LIBRARY="/nonexistent/libkjit_c.so")
 result = subprocess.run([sys.executable, "-c", "import kjit"], env=env, capture_output=True,
