@@ -1344,15 +1344,24 @@ def _register_torch_ops():
     if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
         return
 
+    def one_output(kernel):
+        # The op returns one tensor: the other outputs were dropped without a word.
+        if len(kernel.outputs) != 1:
+            raise UserError(f"torch.ops.kjit.elementwise returns one tensor; "
+                            f"{kernel.expression!r} has {len(kernel.outputs)} outputs "
+                            f"({', '.join(kernel.outputs)}): call kjit.elementwise(...) for "
+                            f"them all, or write one expression per output", 1)
+        return kernel
+
     @torch.library.custom_op("kjit::elementwise", mutates_args=())
     def _elementwise_op(expression: str, dtype: str, inputs: List[torch.Tensor]) -> torch.Tensor:
-        kernel = elementwise(expression, dtype or None, inputs[0].get_device())
+        kernel = one_output(elementwise(expression, dtype or None, inputs[0].get_device()))
         result = kernel(*inputs)
         return result if isinstance(result, torch.Tensor) else result[0]
 
     @_elementwise_op.register_fake
     def _(expression, dtype, inputs):
-        kernel = elementwise(expression, dtype or None, inputs[0].get_device())
+        kernel = one_output(elementwise(expression, dtype or None, inputs[0].get_device()))
         shape = torch.broadcast_shapes(*[t.shape for t in inputs])
         return inputs[0].new_empty(shape, dtype=kernel.output_dtypes_for(inputs)[0])
 

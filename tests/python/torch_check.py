@@ -372,6 +372,12 @@ ref = gelu((torch.nn.functional.silu(x.float()) * g.float()).bfloat16().float() 
            + bias.float()) * 2
 check("torch.compile result vs torch eager", max_relative(got, ref) < 3e-2,
       f"max rel error {max_relative(got, ref):.2e}")
+try:  # the op returns one tensor: a second output was dropped without a word
+    torch.ops.kjit.elementwise("y = x * 2; z = x + 1", "", [x])
+    check("torch.ops.kjit.elementwise refuses two outputs", False, "accepted")
+except kjit.UserError as e:
+    check("torch.ops.kjit.elementwise refuses two outputs", "has 2 outputs (y, z)" in str(e),
+          str(e)[:100])
 
 pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
 (pathlib.Path(args.out) / "torch_check.json").write_text(json.dumps(
