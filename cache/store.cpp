@@ -477,6 +477,12 @@ void Store::attach() {
     }
     write.commit();
     if (!note.empty()) warn(note);
+    // Another process initialized or migrated the file between this connection's
+    // first look and its write lock: the connection may keep the schema it read
+    // before (an empty file), and its first statement then failed with "no such
+    // table: binaries" (a stress run of Concurrency.ManyProcessesFindTheSameDamageOnce).
+    // A new connection reads the schema as it is now.
+    if (now_kind == FileKind::Current) return attach();
   }
   db_ = std::move(database);
   establish_trust(directory);
