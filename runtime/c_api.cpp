@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kjit/cache/key.h"
@@ -255,12 +256,16 @@ kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   p.heads = c->heads > 0 ? c->heads : 1;
   p.kv_heads = c->kv_heads > 0 ? c->kv_heads : p.heads;
   p.head_dim = c->head_dim;
-  if (c->dtype != KJIT_BF16 && c->dtype != KJIT_F16)
+  // Read as the integer a C caller may have stored: loading a kjit_dtype outside the
+  // enum's values is undefined in C++ (UBSan: "load of value 9").
+  std::underlying_type_t<kjit_dtype> dtype = 0;
+  std::memcpy(&dtype, &c->dtype, sizeof dtype);
+  if (dtype != KJIT_BF16 && dtype != KJIT_F16)
     throw kjit::UserError(fmt::format(
         "attention dtype is {}; it must be KJIT_BF16 ({}) or "
         "KJIT_F16 ({})",
-        static_cast<int>(c->dtype), static_cast<int>(KJIT_BF16), static_cast<int>(KJIT_F16)));
-  p.dtype = c->dtype == KJIT_F16 ? kjit::ir::DType::F16 : kjit::ir::DType::BF16;
+        static_cast<int64_t>(dtype), static_cast<int>(KJIT_BF16), static_cast<int>(KJIT_F16)));
+  p.dtype = dtype == KJIT_F16 ? kjit::ir::DType::F16 : kjit::ir::DType::BF16;
   p.causal = c->causal != 0;
   if (c->windowed) {
     p.window_left = c->window_left;
