@@ -866,8 +866,9 @@ std::vector<TuningRecord> Store::tunings(const std::string& gpu_model) {
                                  " FROM tunings WHERE ?1 = '' OR gpu_model = ?1 "
                                  "ORDER BY gpu_model, problem");
   query.bind(1, gpu_model);
+  const int64_t time = now();
   while (query.step())
-    if (TuningRecord tuning = read_tuning(query); why_invalid(tuning, now()).empty())
+    if (TuningRecord tuning = read_tuning(query); why_invalid(tuning, time).empty())
       out.push_back(std::move(tuning));  // what find_tuning would use (verify names the rest)
   return out;
 }
