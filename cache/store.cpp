@@ -111,6 +111,47 @@ void create_store_file(const std::string& path) {
                                : fmt::format("cannot open {}: {}", path, std::strerror(errno)));
 }
 
+// The store's lock file (FILE.lock), held with flock() (one lock per open file,
+// apart from SQLite's POSIX locks on the database). quarantine() moves a damaged
+// file aside under LOCK_EX; a connection is opened, and a writer's connection
+// closed, under LOCK_SH. The reason: SQLite finds a database's WAL and WAL index
+// by name ("kjit.db-wal"), not by the file it opened. A connection opened on the
+// damaged file just before it was moved aside, whose first read came after a
+// fresh file and its WAL had taken the name, read the fresh file's WAL as its
+// own: it saw a valid cache and wrote into that WAL, and its close checkpointed
+// the WAL into the damaged file and deleted it by name, taking every other
+// process's commits with it (Concurrency.ManyProcessesFindTheSameDamageOnce lost
+// a stored binary about once in 3,000 rounds under load). Under the shared lock
+// the name cannot change hands between the open and the last use of a name.
+// The lock is opened without following a link and used only if it is a regular
+// file (a link planted there created a file wherever it pointed); when it
+// cannot be opened, nothing is locked (the store is then unusable anyway).
+class StoreLock {
+ public:
+  StoreLock(const std::string& file, int operation) {
+    const std::string path = file + ".lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    struct stat info {};
+    if (fd_ >= 0 && (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode))) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    if (fd_ >= 0)
+      while (::flock(fd_, operation) != 0 && errno == EINTR) {
+      }
+  }
+  ~StoreLock() {
+    if (fd_ < 0) return;
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  StoreLock(const StoreLock&) = delete;
+  StoreLock& operator=(const StoreLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // The files that belong to the store; none may be a link or anything but a
 // regular file (a link planted as kjit.db or as its lock made kjit write
 // wherever it pointed).
@@ -170,9 +211,16 @@ Store::~Store() {
     // Hit counts are advisory; losing a batch at exit is harmless.
   }
   // A process that stored something (it compiled or tuned, so it can afford
-  // an fsync) folds the WAL back into the file if it is the last one out.
-  if (stored_content_)
-    sqlite3_db_config(db_->handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+  // an fsync) folds the WAL back into the file if it is the last one out, which
+  // then deletes the WAL by name: only if the name is still this file's, and
+  // under the shared lock, so that no quarantine gives the name to a fresh
+  // file while the connection closes.
+  if (stored_content_) {
+    const StoreLock shared(file_, LOCK_SH);
+    if (!replaced_underneath())
+      sqlite3_db_config(db_->handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+    db_.reset();
+  }
 }
 
 std::unique_ptr<Store> Store::disabled(const std::string& reason) {
@@ -352,6 +400,11 @@ void Store::set_wal_mode(Database& database) {
 // Opens the file, judges it and brings it to the current schema; throws
 // Rejected for a file it will not use.
 void Store::attach() {
+  while (!attach_once()) {
+  }
+}
+
+bool Store::attach_once() {
   fs::path file(path_);
   std::string directory;
   try {
@@ -372,6 +425,9 @@ void Store::attach() {
                                        name)
                          : fmt::format("{} is not a regular file. Fix: remove it", name));
   }
+  // Held until the connection is closed again (it is declared after the lock)
+  // or handed to db_ with its WAL open: see StoreLock.
+  const StoreLock shared(file_, LOCK_SH);
   std::unique_ptr<Database> database;
   // Another process that found the same damage may move the file aside and create
   // a fresh one while this one opens it. Then SQLite fails to open the path
@@ -482,10 +538,11 @@ void Store::attach() {
     // before (an empty file), and its first statement then failed with "no such
     // table: binaries" (a stress run of Concurrency.ManyProcessesFindTheSameDamageOnce).
     // A new connection reads the schema as it is now.
-    if (now_kind == FileKind::Current) return attach();
+    if (now_kind == FileKind::Current) return false;
   }
   db_ = std::move(database);
   establish_trust(directory);
+  return true;
 }
 
 void Store::establish_trust(const std::string& directory) {
@@ -552,21 +609,12 @@ void Store::connect() {
 }
 
 std::string Store::quarantine(const std::string& why) {
+  // Under the lock file's exclusive lock, so that processes that found the same
+  // damage move it aside once, none moves aside the fresh file another just
+  // created, and no connection is being opened meanwhile (see StoreLock).
+  const StoreLock exclusive(file_, LOCK_EX);
   db_.reset();
   authenticator_.reset();
-  // Under a lock file so that processes that found the same damage move it
-  // aside once, and none moves aside the fresh file another just created. The
-  // lock is opened without following a link, and used only if it is a regular
-  // file (a link planted there created a file wherever it pointed).
-  std::string lock_path = file_ + ".lock";
-  int lock_fd =
-      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-  struct stat lock_info {};
-  if (lock_fd >= 0 && (::fstat(lock_fd, &lock_info) != 0 || !S_ISREG(lock_info.st_mode))) {
-    ::close(lock_fd);
-    lock_fd = -1;
-  }
-  if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
   struct stat info {};
   bool same_file = ::lstat(file_.c_str(), &info) == 0 && info.st_dev == file_device_ &&
                    info.st_ino == file_inode_;
@@ -596,10 +644,6 @@ std::string Store::quarantine(const std::string& why) {
         ::rename((aside + suffix).c_str(), (file_ + suffix).c_str());
       warn(fmt::format("{}; could not move it aside: {}", why, std::strerror(error)));
     }
-  }
-  if (lock_fd >= 0) {
-    ::flock(lock_fd, LOCK_UN);
-    ::close(lock_fd);
   }
   file_device_ = file_inode_ = 0;
   return moved_to;

@@ -235,7 +235,9 @@ class Store {
   class Rejected;  // a file the store will not use (see store.cpp)
 
   void connect();
+  // Opens the file (attach_once() until it attaches: false asks to open again).
   void attach();
+  bool attach_once();
   // After attach() opened the file: whether its binaries can be trusted, and
   // the key that authenticates them.
   void establish_trust(const std::string& directory);
