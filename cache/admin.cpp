@@ -1,6 +1,7 @@
 // The store's administrative side: stats, verify, export, import, merge,
 // clear, vacuum. These throw CacheError (or UserError for bad arguments): a
 // person asked for them and must hear what failed.
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -466,8 +467,9 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   if (trust_binaries && !target->authenticator_)
     throw CacheError(fmt::format("binaries cannot be merged into {}: {}", path, target->distrust_));
   // A merged file is usually shipped: closing it folds the WAL back in, so it
-  // is one self-contained file (unless another process has it open).
-  sqlite3_db_config(out.handle(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+  // is one self-contained file (unless another process has it open). ~Store
+  // does that, under the lock file and only while the path is still its file's.
+  target->stored_content_ = true;
   TransferReport report;
   WriteTransaction read(database, /*immediate=*/false);
   WriteTransaction write(out);
@@ -486,9 +488,15 @@ TransferReport Store::merge_into(const std::string& path, bool trust_binaries) {
   // database"). A rollback journal needs nothing beside the file. Best effort:
   // another process using the file keeps it in WAL (and a store opening it
   // switches back).
-  try {
-    out.exec("PRAGMA journal_mode = DELETE");
-  } catch (const SqliteError&) {
+  // Leaving WAL checkpoints the WAL and deletes it by name: under the shared
+  // lock, and only while the name is still this file's (another process may have
+  // moved the target aside meanwhile, and the name be a fresh file's WAL).
+  const StoreLock shared(target->file_, LOCK_SH);
+  if (!target->replaced_underneath()) {
+    try {
+      out.exec("PRAGMA journal_mode = DELETE");
+    } catch (const SqliteError&) {
+    }
   }
   return report;
 }

@@ -111,47 +111,6 @@ void create_store_file(const std::string& path) {
                                : fmt::format("cannot open {}: {}", path, std::strerror(errno)));
 }
 
-// The store's lock file (FILE.lock), held with flock() (one lock per open file,
-// apart from SQLite's POSIX locks on the database). quarantine() moves a damaged
-// file aside under LOCK_EX; a connection is opened, and a writer's connection
-// closed, under LOCK_SH. The reason: SQLite finds a database's WAL and WAL index
-// by name ("kjit.db-wal"), not by the file it opened. A connection opened on the
-// damaged file just before it was moved aside, whose first read came after a
-// fresh file and its WAL had taken the name, read the fresh file's WAL as its
-// own: it saw a valid cache and wrote into that WAL, and its close checkpointed
-// the WAL into the damaged file and deleted it by name, taking every other
-// process's commits with it (Concurrency.ManyProcessesFindTheSameDamageOnce lost
-// a stored binary about once in 3,000 rounds under load). Under the shared lock
-// the name cannot change hands between the open and the last use of a name.
-// The lock is opened without following a link and used only if it is a regular
-// file (a link planted there created a file wherever it pointed); when it
-// cannot be opened, nothing is locked (the store is then unusable anyway).
-class StoreLock {
- public:
-  StoreLock(const std::string& file, int operation) {
-    const std::string path = file + ".lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-    struct stat info {};
-    if (fd_ >= 0 && (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode))) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-    if (fd_ >= 0)
-      while (::flock(fd_, operation) != 0 && errno == EINTR) {
-      }
-  }
-  ~StoreLock() {
-    if (fd_ < 0) return;
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
-  StoreLock(const StoreLock&) = delete;
-  StoreLock& operator=(const StoreLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
-
 // The files that belong to the store; none may be a link or anything but a
 // regular file (a link planted as kjit.db or as its lock made kjit write
 // wherever it pointed).
@@ -196,6 +155,39 @@ std::string timestamp_now() {
 }  // namespace
 
 using namespace detail;
+
+StoreLock::StoreLock(const std::string& file, int operation) {
+  const std::string path = file + ".lock";
+  // Read-write creates it; one that exists but is another user's, readable to
+  // this one, locks as well read-only (flock needs no write access).
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd_ < 0 && errno == EACCES)
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) {
+    why_not_ = fmt::format("cannot open {}: {}", path, std::strerror(errno));
+    return;
+  }
+  struct stat info {};
+  if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) {
+    why_not_ = path + " is not a regular file";
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+  while (::flock(fd_, operation) != 0) {
+    if (errno == EINTR) continue;
+    why_not_ = fmt::format("cannot lock {}: {}", path, std::strerror(errno));
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+}
+
+StoreLock::~StoreLock() {
+  if (fd_ < 0) return;
+  ::flock(fd_, LOCK_UN);
+  ::close(fd_);
+}
 
 Store::Store(std::string path, StoreOptions options)
     : path_(std::move(path)), options_(std::move(options)) {
@@ -426,8 +418,12 @@ bool Store::attach_once() {
                          : fmt::format("{} is not a regular file. Fix: remove it", name));
   }
   // Held until the connection is closed again (it is declared after the lock)
-  // or handed to db_ with its WAL open: see StoreLock.
+  // or handed to db_ with its WAL open: see StoreLock. Without it, opening and
+  // moving aside would not be coordinated with other processes: a lock file this
+  // user cannot open (left by another user's run) is refused like a planted link.
   const StoreLock shared(file_, LOCK_SH);
+  if (!shared.held())
+    throw Rejected(Rejected::Kind::Unusable, shared.why_not() + ". Fix: remove it");
   std::unique_ptr<Database> database;
   // Another process that found the same damage may move the file aside and create
   // a fresh one while this one opens it. Then SQLite fails to open the path

@@ -20,6 +20,35 @@ inline constexpr int kWalCheckpointPages = 128;
 // Hits are written in batches of at most this many (see Store::find_binary).
 inline constexpr size_t kMaxPendingHits = 64;
 
+// The store's lock file (FILE.lock), held with flock() (a lock per open file,
+// apart from SQLite's POSIX locks on the database). quarantine() moves a damaged
+// file aside under LOCK_EX; a connection is opened, and one that may checkpoint
+// and delete the WAL is closed, under LOCK_SH. The reason: SQLite finds a
+// database's WAL and WAL index by name ("kjit.db-wal"), not by the file it
+// opened. A connection opened on the damaged file just before it was moved
+// aside, whose first read came after a fresh file and its WAL had taken the
+// name, read the fresh file's WAL as its own: it saw a valid cache and wrote
+// into that WAL, and its checkpoint copied the WAL into the damaged file and
+// emptied it, taking every other process's commits with it
+// (Concurrency.ManyProcessesFindTheSameDamageOnce lost a stored binary about once
+// in 3,000 rounds under load). Under the shared lock the name cannot change
+// hands between the open and the last use of a name. The lock is opened without
+// following a link and used only if it is a regular file (a link planted there
+// created a file wherever it pointed); held() says whether it was taken.
+class StoreLock {
+ public:
+  StoreLock(const std::string& file, int operation);  // operation: LOCK_SH or LOCK_EX
+  ~StoreLock();
+  StoreLock(const StoreLock&) = delete;
+  StoreLock& operator=(const StoreLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+  const std::string& why_not() const { return why_not_; }  // when not held
+
+ private:
+  int fd_ = -1;
+  std::string why_not_;
+};
+
 // Column lists, in the order the read_* functions expect. The "meta" form
 // leaves cubin, source and log empty for listings.
 // Binaries are read FROM KJIT_BINARIES_WITH_USAGE (b: binaries, u: binary_usage).

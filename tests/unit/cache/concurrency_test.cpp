@@ -335,5 +335,96 @@ TEST(Concurrency, AWriterClosingAfterItsFileWasMovedAsideKeepsTheFreshFilesWal) 
   EXPECT_TRUE(Store::open(aside)->find_tuning(old.gpu_model, old.problem).has_value());
 }
 
+// `kjit cache merge` leaves its target in rollback-journal mode, which
+// checkpoints the WAL and deletes it by name. When another process had moved the
+// target aside meanwhile (it found it damaged) and started a fresh store there,
+// that name was the fresh store's WAL: the merge deleted it, the fresh store's
+// committed row was gone for every other process, and their caches were turned
+// off ("disk I/O error"). The clock, which the merge reads while it copies rows,
+// plays the other process here, so that the interleaving is certain.
+TEST(Concurrency, AMergeIntoATargetMovedAsideMeanwhileKeepsTheFreshFilesWal) {
+  ScratchDir dir;
+  const std::string target = dir.file("target.db");
+  const char* gpu = "NVIDIA H200 cc9.0 132SM";
+  Store::open(target)->put_tuning(make_tuning(gpu, "old", "x=1", 1.0, 0.01, 20));
+  std::unique_ptr<Store> fresh;
+  bool armed = false;
+  StoreOptions options;
+  options.clock = [&]() -> int64_t {
+    if (armed) {
+      armed = false;
+      // What quarantine() does, under the lock file's exclusive lock.
+      const int lock = ::open((target + ".lock").c_str(), O_RDWR | O_CLOEXEC);
+      EXPECT_EQ(::flock(lock, LOCK_EX), 0);
+      for (const char* suffix : {"-wal", "-shm", ""})
+        EXPECT_EQ(::rename((target + suffix).c_str(), (target + ".aside" + suffix).c_str()), 0);
+      ::close(lock);
+      fresh = Store::open(target);
+      EXPECT_EQ(fresh->put_tuning(make_tuning(gpu, "fresh", "x=2", 1.0, 0.01, 20)),
+                PutOutcome::Inserted);
+    }
+    return 1700000000;
+  };
+  std::unique_ptr<Store> source = Store::open(dir.file("source.db"), options);
+  source->put_tuning(make_tuning(gpu, "merged", "x=3", 1.0, 0.01, 20));
+  armed = true;
+  source->merge_into(target);
+  ASSERT_FALSE(armed) << "the merge never read the clock";
+  EXPECT_TRUE(fs::exists(target + "-wal")) << "the merge deleted the fresh store's WAL";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::unique_ptr<Store> other = Store::open(target);
+    ::_exit(!other->enabled() ? 2 : other->find_tuning(gpu, "fresh") ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "another process: " << (WEXITSTATUS(status) == 2 ? "cache disabled" : "row lost");
+  // The merge went into the file it opened, now moved aside.
+  fresh.reset();
+  EXPECT_TRUE(Store::open(target + ".aside")->find_tuning(gpu, "merged").has_value());
+}
+
+// Opening waits for a quarantine's lock (above); a lock file this user cannot
+// open (another user's, left by a run under sudo) would let it open unlocked, and
+// the race be back. The store is refused instead, naming the file and the fix, as
+// for a link planted in its place.
+TEST(Concurrency, ALockFileThisUserCannotOpenTurnsTheStoreOff) {
+  ScratchDir dir;
+  const std::string path = dir.file("kjit.db");
+  const int lock = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::fchmod(lock, 0), 0);  // nobody but root may open it
+  ::close(lock);
+  // Root opens anything: the store is opened by another user then.
+  const bool root = ::geteuid() == 0;
+  if (root) {
+    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+  }
+  int reason[2];
+  ASSERT_EQ(::pipe(reason), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(reason[0]);
+    if (root && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+    std::unique_ptr<Store> store = Store::open(path);
+    const std::string why = store->disabled_reason();
+    const bool written =
+        ::write(reason[1], why.data(), why.size()) == static_cast<ssize_t>(why.size());
+    ::_exit(store->enabled() ? 1 : written ? 0 : 4);
+  }
+  ::close(reason[1]);
+  std::string why;
+  char buffer[256];
+  for (ssize_t got; (got = ::read(reason[0], buffer, sizeof buffer)) > 0;) why.append(buffer, got);
+  ::close(reason[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the store opened without its lock";
+  EXPECT_NE(why.find("kjit.db.lock"), std::string::npos) << why;
+  EXPECT_NE(why.find("remove it"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace kjit::cache
