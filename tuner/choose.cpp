@@ -84,7 +84,8 @@ Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
   return best;
 }
 
-std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space& space) {
+std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space& space,
+                                       std::string* why) {
   std::vector<Tuned> tuned;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -118,48 +119,67 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
       if (runs_here(twin)) out.push_back(twin);
     return out;
   };
-  const Tuned* best = nullptr;
-  std::vector<std::string> options;
-  double best_distance = 0;
+  // The tuned problems of the class within reach whose config (or a run-time
+  // twin) this problem can run, nearest first.
+  struct Near {
+    const Tuned* tuned;
+    std::vector<std::string> options;
+    double distance;
+  };
+  std::vector<Near> near;
+  int of_class = 0;
   for (const Tuned& t : tuned) {
     if (t.problem_class != cls || t.sizes.size() != sizes.size()) continue;
+    ++of_class;
     std::vector<std::string> here = runnable(t.config);
     if (here.empty()) continue;  // not a config this problem can run
     double distance = 0;
     for (size_t i = 0; i < sizes.size(); ++i)
       distance += std::abs(std::log(std::max(sizes[i], 1.0) / std::max(t.sizes[i], 1.0)));
-    if (!best || distance < best_distance) {
-      best = &t;
-      options = std::move(here);
-      best_distance = distance;
-    }
+    if (distance <= kNearestDistance) near.push_back({&t, std::move(here), distance});
   }
-  if (!best || best_distance > kNearestDistance) return std::nullopt;
-  // The tuned kernel, with the run-time choices the model prefers for this shape
-  // (e.g. 4096^3's tiles for 4000^3, whose rows are off the 128-byte lines, with
-  // pitch=line).
+  std::stable_sort(near.begin(), near.end(),
+                   [](const Near& a, const Near& b) { return a.distance < b.distance; });
+  if (near.empty()) {
+    *why = of_class == 0 ? "nothing tuned for this class on this GPU model"
+                         : fmt::format("none of the {} tuned problem(s) of its class is within "
+                                       "reach (sizes within 2x) with a config it can run",
+                                       of_class);
+    return std::nullopt;
+  }
+  // Sizes near, but maybe over a cliff (one more wave of tiles): a tuned config is
+  // taken only when the model, on this problem, finds it within 10% of its own
+  // best. The nearest that passes stands in (a nearer one over the cliff does not
+  // hide a farther one that is not).
   const Efficiencies& fitted = efficiencies();
-  std::string config;
-  double config_ms = 0;
-  for (const std::string& option : options) {
-    const double ms = problem.predict(option, device_, fitted).ms;
-    if (config.empty() || ms < config_ms) config = option, config_ms = ms;
-  }
-  // Sizes near, but maybe over a cliff (one more wave of tiles): the tuned config
-  // is taken only when the model, on this problem, finds it within 10% of its own
-  // best.
   double model_best = 0;
   for (const std::string& candidate : space.candidates) {
     const double ms = problem.predict(candidate, device_, fitted).ms;
     if (model_best == 0 || ms < model_best) model_best = ms;
   }
-  if (config_ms > 1.1 * model_best) return std::nullopt;
-  Choice c;
-  c.config = config;
-  c.source = Choice::Source::Nearest;
-  c.detail = "tuned for " + best->signature +
-             (config != best->config ? " (run-time options chosen here: " + config + ")" : "");
-  return c;
+  for (const Near& n : near) {
+    // The tuned kernel, with the run-time choices the model prefers for this shape
+    // (e.g. 4096^3's tiles for 4000^3, whose rows are off the 128-byte lines, with
+    // pitch=line).
+    std::string config;
+    double config_ms = 0;
+    for (const std::string& option : n.options) {
+      const double ms = problem.predict(option, device_, fitted).ms;
+      if (config.empty() || ms < config_ms) config = option, config_ms = ms;
+    }
+    if (config_ms > 1.1 * model_best) continue;
+    Choice c;
+    c.config = config;
+    c.source = Choice::Source::Nearest;
+    c.detail = "tuned for " + n.tuned->signature +
+               (config != n.tuned->config ? " (run-time options chosen here: " + config + ")" : "");
+    return c;
+  }
+  *why = fmt::format(
+      "the model finds the config{} of the {} tuned problem(s) of its class within reach more "
+      "than 10% slower here than its own best",
+      near.size() > 1 ? "s" : "", near.size());
+  return std::nullopt;
 }
 
 Choice Chooser::choose(const TuningProblem& problem) {
@@ -186,8 +206,14 @@ Choice Chooser::choose(const TuningProblem& problem) {
   }
   if (!found) {
     const Space space = problem.space(device_);
-    std::optional<Choice> near = nearest(problem, space);
-    choice = near ? *near : model_choice(problem, space);
+    std::string why_not_near;
+    std::optional<Choice> near = nearest(problem, space, &why_not_near);
+    if (near) {
+      choice = *near;
+    } else {
+      choice = model_choice(problem, space);
+      choice.detail += "; " + why_not_near;
+    }
   }
   log_line("config",
            fmt::format("{} {} on {}: {} ({}; {})", problem.family(), signature, gpu_model_,

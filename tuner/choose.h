@@ -34,7 +34,8 @@ struct Choice {
   std::string config;  // canonical text
   enum class Source { Store, Nearest, Model } source = Source::Model;
   // "tuned, 0.1862 ms over 25 runs" (store), "tuned for m=4096,..." (nearest),
-  // "0.190 ms predicted, compute-bound" (model)
+  // "0.190 ms predicted, compute-bound; nothing tuned for this class on this GPU
+  // model" (model: and why no tuned problem stood in)
   std::string detail;
 };
 const char* to_string(Choice::Source source);
@@ -64,7 +65,9 @@ class Chooser {
   cache::Store& store() const { return *store_; }
 
  private:
-  std::optional<Choice> nearest(const TuningProblem& problem, const Space& space);
+  // The nearest tuned problem's config, or nullopt with `why` none stands in.
+  std::optional<Choice> nearest(const TuningProblem& problem, const Space& space,
+                                std::string* why);
   Choice model_choice(const TuningProblem& problem, const Space& space);
 
   std::shared_ptr<cache::Store> store_;

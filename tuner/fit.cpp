@@ -68,15 +68,20 @@ Efficiencies fit_efficiencies(const std::vector<cache::TrialRecord>& trials,
     cost += problem->prediction_cost();
     if (cost > kMaxFitCost) break;
     try {
-      const Prediction prior = problem->predict(t.config, device, Efficiencies());
+      // Only a config this problem can run teaches anything, and only one that
+      // passes its checks may reach the model: a stored row's config is not
+      // trusted (an imported `warps=1,wm=2` divided by zero in the register
+      // estimate, and the trap killed every process's first choice).
+      const std::string config = problem->canonical(t.config);
+      const Prediction prior = problem->predict(config, device, Efficiencies());
       const double value =
-          solve_efficiency(*problem, t.config, prior.efficiency_key, device, t.measured.median_ms);
+          solve_efficiency(*problem, config, prior.efficiency_key, device, t.measured.median_ms);
       if (value > 0) {
         by_key[prior.efficiency_key].push_back(value);
         priors[prior.efficiency_key] = prior.efficiency;
       }
     } catch (const Error&) {
-      // A config this version no longer reads: nothing to learn from it.
+      // A config this version does not read, or one this problem cannot run.
     }
   }
   Efficiencies out;

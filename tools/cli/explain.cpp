@@ -175,10 +175,7 @@ void explain_command(const ExplainCommand& c) {
     std::cout << fmt::format("  from     the nearest tuned problem of its class: {}\n",
                              choice.detail);
   } else {
-    std::cout << fmt::format(
-        "  from     the model ({}); nothing tuned for this class on this GPU "
-        "model (kjit tune measures)\n",
-        choice.detail);
+    std::cout << fmt::format("  from     the model ({}; kjit tune measures)\n", choice.detail);
   }
   std::cout << fmt::format(
       "work       {} work units ({}) over {} SMs x {} resident = {} slots\n", p.waves.units,

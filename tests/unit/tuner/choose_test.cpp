@@ -122,6 +122,32 @@ TEST_F(ChooserTest, NearestIsNotTakenOverACliff) {
   const Choice c = chooser.choose(MatmulTuning(p));
   EXPECT_EQ(c.source, Choice::Source::Model);
   EXPECT_NE(c.config, big);
+  EXPECT_NE(c.detail.find("more than 10% slower"), std::string::npos) << c.detail;
+}
+
+// The nearest tuned problem over a cliff does not hide a farther one that is not:
+// each within reach is tried, nearest first. (Only the nearest was tried, and the
+// model decided, with explain saying "nothing tuned for this class".)
+TEST_F(ChooserTest, AFartherTunedProblemStandsInWhenTheNearestIsOverACliff) {
+  const std::string big = "bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,splitk=1,mma=wgmma";
+  tune_to(square(4096), big);
+  matmul::Problem p;
+  p.m = p.k = 4096;
+  p.n = 4224;
+  matmul::Problem farther = p;
+  farther.n = 4608;  // ln(4608 / 4224) = 0.087 away, against 0.031 for 4096
+  Chooser chooser(store_, kModel, h200_);
+  const std::string fits = chooser.rank(MatmulTuning(p)).front().first;
+  ASSERT_NE(fits, big);
+  tune_to(MatmulTuning(farther), fits);
+  chooser.refresh();
+  const Choice c = chooser.choose(MatmulTuning(p));
+  EXPECT_EQ(c.source, Choice::Source::Nearest);
+  EXPECT_EQ(c.config, fits);
+  EXPECT_NE(c.detail.find("n=4608"), std::string::npos) << c.detail;
+  // With nothing of the class tuned, the detail says so.
+  EXPECT_NE(chooser.choose(square(4097)).detail.find("nothing tuned for this class"),
+            std::string::npos);
 }
 
 TEST_F(ChooserTest, ChoicesAreRememberedUntilRefresh) {

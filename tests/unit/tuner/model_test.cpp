@@ -719,6 +719,26 @@ TEST(Fit, TrialsRefitTheirKey) {
   EXPECT_EQ(fit_efficiencies(trials, h200).values().at(key).samples, 5);
 }
 
+// A stored trial's config is checked before the model reads it: `warps=1,wm=2`
+// (parsed, never validated) left no warps along N, and the register estimate
+// divided by zero: a SIGFPE in every process's first choice, from one row that
+// `kjit cache import` took.
+TEST(Fit, TrialsWithConfigsTheProblemCannotRunTeachNothing) {
+  const MatmulTuning t(matmul_problem(4096, 4096, 4096));
+  std::vector<cache::TrialRecord> trials;
+  for (const char* config : {"bm=128,bn=128,bk=32,warps=1,wm=2,stages=3,splitk=1",
+                             "bm=128,bn=128,bk=32,warps=8,wm=3,stages=3,splitk=1",
+                             "bm=96,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1"}) {
+    cache::TrialRecord r;
+    r.problem = t.signature();
+    r.config = config;
+    r.measured.median_ms = 1.0;
+    r.measured.runs = 25;
+    trials.push_back(r);
+  }
+  EXPECT_TRUE(fit_efficiencies(trials, h200).values().empty());
+}
+
 // The refit reads every trial of the GPU model on a process's first choice: trials
 // of large packed batches (each prediction walks 65535 sequences) are read only up
 // to kMaxFitCost. A store of a thousand of them took 5 s and 2 GB per process.
