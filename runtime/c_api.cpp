@@ -205,6 +205,17 @@ std::vector<kjit::TensorArg> tensors(const kjit_tensor* list, int count, const c
   return out;
 }
 
+// The tuner's config for `problem` on `device` (without a runtime: the default
+// store, as `kjit emit` and `kjit explain` choose).
+std::string chosen_config(const kjit::tuner::TuningProblem& problem,
+                          const kjit::cuda::DeviceProperties& device) {
+  kjit::tuner::Chooser chooser(
+      kjit::cache::Store::open_default(),
+      kjit::cache::gpu_model(device.name, device.cc_major, device.cc_minor, device.sm_count),
+      device);
+  return chooser.choose(problem).config;
+}
+
 // The planned 1-D problem of an expression over n elements (kjit_emit, kjit_compile).
 kjit::KernelSource planned_source(const char* expression, kjit_dtype dtype, int64_t n,
                                   const kjit::cuda::DeviceProperties& device) {
@@ -214,11 +225,7 @@ kjit::KernelSource planned_source(const char* expression, kjit_dtype dtype, int6
                           "n is at least 1 (the CLI's --n)");
   const kjit::tuner::ElementwiseTuning problem(expression, kjit::ir::to_string(to_ir(dtype)),
                                                {{"n", n}});
-  kjit::tuner::Chooser chooser(
-      kjit::cache::Store::open_default(),
-      kjit::cache::gpu_model(device.name, device.cc_major, device.cc_minor, device.sm_count),
-      device);
-  return problem.sources(chooser.choose(problem).config).front();
+  return problem.sources(chosen_config(problem, device)).front();
 }
 
 kjit::attention::Strides strides(const kjit_attention_strides& s) {
@@ -723,7 +730,10 @@ kjit_status kjit_attention_emit(const kjit_attention_problem* problem, const cha
     if (source == nullptr) throw kjit::UserError("kjit_attention_emit: source is NULL");
     *source = nullptr;
     const kjit::attention::Problem p = attention_problem(problem);
-    const kjit::attention::Config config = kjit::tuner::attention_default(p, device_for(gpu));
+    // The tuner's choice, as kjit would run it (it emitted the model's default,
+    // whatever the store held).
+    const kjit::attention::Config config = kjit::attention::Config::parse(
+        chosen_config(kjit::tuner::AttentionTuning(p), device_for(gpu)));
     const std::string text = kjit::attention::lower(p, config).source;
     char* copy = static_cast<char*>(std::malloc(text.size() + 1));
     if (copy == nullptr) throw kjit::UserError("out of memory");

@@ -434,8 +434,22 @@ std::string AttentionTuning::problem_class() const {
 }
 
 std::vector<double> AttentionTuning::sizes() const {
-  return {static_cast<double>(problem_.batch), static_cast<double>(problem_.heads),
-          static_cast<double>(problem_.seq_q), static_cast<double>(problem_.seq_k)};
+  const attention::Problem& p = problem_;
+  // K/V heads: grouped-query attention reads each K/V tile for several Q heads.
+  std::vector<double> out = {static_cast<double>(p.batch), static_cast<double>(p.heads),
+                             static_cast<double>(p.kv_heads), static_cast<double>(p.seq_q),
+                             static_cast<double>(p.seq_k)};
+  // A window's width decides the work (a 64-key window at 8k sequences is about a
+  // 64th of an 8k-key one): its sides, an unbounded one as wide as the keys
+  // (+1, so that a side of 0 (causal) compares as a size).
+  if (p.window_left >= 0) {
+    auto side = [&](int64_t width) {
+      return static_cast<double>((width < 0 ? p.seq_k : std::min(width, p.seq_k)) + 1);
+    };
+    out.push_back(side(p.window_left));
+    out.push_back(side(p.right()));
+  }
+  return out;
 }
 
 nlohmann::json AttentionTuning::spec() const {

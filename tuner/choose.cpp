@@ -142,9 +142,10 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
                    [](const Near& a, const Near& b) { return a.distance < b.distance; });
   if (near.empty()) {
     *why = of_class == 0 ? "nothing tuned for this class on this GPU model"
-                         : fmt::format("none of the {} tuned problem(s) of its class is within "
-                                       "reach (sizes within 2x) with a config it can run",
-                                       of_class);
+                         : fmt::format(
+                               "none of the {} tuned problem(s) of its class is within "
+                               "reach (sizes within 2x) with a config it can run",
+                               of_class);
     return std::nullopt;
   }
   // Sizes near, but maybe over a cliff (one more wave of tiles): a tuned config is

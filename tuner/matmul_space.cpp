@@ -124,9 +124,17 @@ bool sm90(const cuda::DeviceProperties& d) {
 
 // Registers a thread needs, before ptxas says: the accumulators plus what the
 // addressing and the pipeline hold (fitted to ptxas' reports of the default space).
+// Where the consumer warpgroups take registers from the producer's (setmaxnreg:
+// the ping-pong schedule, and the persistent ones with two or more consumers),
+// the kernel is built at the launch's even share of the register file whatever
+// its accumulators need (templates/matmul_sm90.cuh, LAUNCH_REGISTERS): 168 at
+// 384 threads, one block a SM. (Estimated from the accumulators, a 64 x 64
+// ping-pong tile was three blocks a SM, and the model's pick for short K.)
 int estimated_registers(const Problem& p, const Config& c) {
   if (p.input == DType::F32) return 64;
-  if (c.wgmma) return (c.pingpong ? c.bm / 64 : 1) * c.bn / 2 + 24;
+  if (c.wgmma && (c.pingpong || (c.persistent && c.bm / 64 > 1)))
+    return std::min(255, 65536 / c.threads() / 8 * 8);
+  if (c.wgmma) return c.bn / 2 + 24;
   const int warps_n = c.warps / c.warps_m;
   const int accumulators = (c.bm / c.warps_m) * (c.bn / warps_n) / 32;
   return std::min(255, accumulators + 64 + (c.narrow ? 24 : 0));

@@ -175,6 +175,54 @@ TEST(AttentionTuning, PackedBatchesAreTunedAsTheirLengthProfile) {
   std::filesystem::remove_all(dir);
 }
 
+// The nearest tuned problem of a class compares the window's width and the K/V
+// heads too. A 64-key window at 8k keys took an 8191-key window's tuning at the
+// same sizes (about 64 times the work) over a 64-key window's at 9000; 32 query
+// heads over one K/V head took a tuning with 32 K/V heads over one with one.
+TEST(AttentionTuning, TheNearestTunedProblemHasTheWindowAndKvHeadsNear) {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  const std::string model = "NVIDIA H200 cc9.0 132SM";
+  std::string dir = (std::filesystem::temp_directory_path() / "kjit-nearest-XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  {
+    std::shared_ptr<cache::Store> store = cache::Store::open(dir + "/kjit.db");
+    auto shape = [](int64_t seq, int64_t kv_heads, int64_t left, bool causal) {
+      attention::Problem p = benchmark_shape(causal);
+      p.batch = 1;
+      p.heads = 32;
+      p.kv_heads = kv_heads;
+      p.seq_q = p.seq_k = seq;
+      p.window_left = left;
+      p.window_right = left >= 0 ? 0 : -1;
+      return p;
+    };
+    Chooser ranking(std::shared_ptr<cache::Store>(cache::Store::disabled("a test")), model, h200);
+    auto tune = [&](const attention::Problem& tuned, const attention::Problem& asked) {
+      cache::TuningRecord record;
+      record.gpu_model = model;
+      record.problem = AttentionTuning(tuned).signature();
+      record.config = ranking.rank(AttentionTuning(asked)).front().first;  // within 10% there
+      record.measured = {0.5, 0.01, 25};
+      record.tuner_version = "test";
+      store->put_tuning(record);
+    };
+    const attention::Problem window = shape(8192, 32, 64, false);
+    tune(shape(8192, 32, 8191, false), window);
+    tune(shape(9000, 32, 64, false), window);
+    const attention::Problem mqa = shape(2048, 1, -1, true);
+    tune(shape(2048, 32, -1, true), mqa);
+    tune(shape(2100, 1, -1, true), mqa);
+    Chooser chooser(store, model, h200);
+    const Choice near_window = chooser.choose(AttentionTuning(window));
+    EXPECT_EQ(near_window.source, Choice::Source::Nearest);
+    EXPECT_NE(near_window.detail.find("seq_q=9000"), std::string::npos) << near_window.detail;
+    const Choice near_mqa = chooser.choose(AttentionTuning(mqa));
+    EXPECT_EQ(near_mqa.source, Choice::Source::Nearest);
+    EXPECT_NE(near_mqa.detail.find("seq_q=2100"), std::string::npos) << near_mqa.detail;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A stored signature names its packed lengths in runs ("320x39"); one naming more
 // sequences than a tuner would rebuild is not read.
 TEST(AttentionTuning, PackedSignaturesSpellRunsOfLengths) {

@@ -3,6 +3,7 @@
  * every check passes; each failed check prints a line. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sqlite3.h>
 #include <string.h>
 
 #include "kjit/kjit_c.h"
@@ -114,9 +115,75 @@ static int reentrant_launch(void) {
   return failures == 0 ? 0 : 1;
 }
 
+/* kjit_attention_emit gives the kernel kjit would run: the store's tuning where
+ * there is one (it gave the model's default whatever the store held). The
+ * chooser's log line names the problem's signature and the GPU model; a tuning
+ * of them is written into the store (KJIT_CACHE_DIR) with SQLite, and the next
+ * emit must use its config. */
+static char choice_line[4096];
+static void keep_choice(const char* line, void* user) {
+  (void)user;
+  if (strncmp(line, "config: attention ", 18) == 0 || strstr(line, "attention batch=") != NULL)
+    snprintf(choice_line, sizeof choice_line, "%s", line);
+}
+static int emit_uses_the_store(void) {
+  const char* dir = getenv("KJIT_CACHE_DIR");
+  CHECK(dir != NULL);
+  if (dir == NULL) return 1;
+  kjit_attention_problem attention;
+  memset(&attention, 0, sizeof attention);
+  attention.batch = 2;
+  attention.heads = 8;
+  attention.kv_heads = 2;
+  attention.seq_q = 1000;
+  attention.head_dim = 128;
+  attention.dtype = KJIT_BF16;
+  attention.causal = 1;
+  kjit_set_log_topics("config");
+  kjit_set_log_callback(keep_choice, NULL);
+  char* source = NULL;
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+  kjit_set_log_callback(NULL, NULL);
+  /* "... attention SIGNATURE on GPU MODEL: CONFIG (model; ...)" */
+  const char* problem = strstr(choice_line, "attention batch=");
+  CHECK(problem != NULL);
+  if (problem == NULL) return 1;
+  problem += strlen("attention ");
+  const char* on = strstr(problem, " on ");
+  const char* colon = on ? strstr(on, ": ") : NULL;
+  CHECK(on != NULL && colon != NULL);
+  if (on == NULL || colon == NULL) return 1;
+  char signature[1024], model[256], path[4096];
+  snprintf(signature, sizeof signature, "%.*s", (int)(on - problem), problem);
+  snprintf(model, sizeof model, "%.*s", (int)(colon - on - 4), on + 4);
+  snprintf(path, sizeof path, "%s/kjit.db", dir);
+  const char* tuned = "mma=wgmma,bm=128,bn=64,stages=2";
+  sqlite3* db = NULL;
+  sqlite3_stmt* insert = NULL;
+  CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+  CHECK(sqlite3_prepare_v2(db,
+                           "INSERT INTO tunings (gpu_model, problem, config, median_ms, spread, "
+                           "runs, tuner_version, created) VALUES (?1, ?2, ?3, 0.5, 0.01, 25, "
+                           "'test', strftime('%s', 'now'))",
+                           -1, &insert, NULL) == SQLITE_OK);
+  sqlite3_bind_text(insert, 1, model, -1, SQLITE_STATIC);
+  sqlite3_bind_text(insert, 2, signature, -1, SQLITE_STATIC);
+  sqlite3_bind_text(insert, 3, tuned, -1, SQLITE_STATIC);
+  CHECK(sqlite3_step(insert) == SQLITE_DONE);
+  sqlite3_finalize(insert);
+  sqlite3_close(db);
+  CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
+  CHECK(source != NULL && strstr(source, "// config:    mma=wgmma,bm=128,bn=64,stages=2\n") != NULL);
+  if (failures) fprintf(stderr, "chose: %s\n", choice_line);
+  kjit_free(source);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "reentrant") == 0) return reentrant();
   if (argc > 1 && strcmp(argv[1], "reentrant-launch") == 0) return reentrant_launch();
+  if (argc > 1 && strcmp(argv[1], "emit-uses-the-store") == 0) return emit_uses_the_store();
   CHECK(strstr(kjit_version(), "kjit-gen-") != NULL);
 
   char* source = NULL;
