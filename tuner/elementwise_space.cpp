@@ -207,7 +207,14 @@ void ElementwiseTuning::derive_shape() {
 }
 
 std::string ElementwiseTuning::signature() const {
-  return fmt::format("{} n={} cols={} cost={}", class_text_, shape_.n, shape_.cols, shape_.cost);
+  // Strided inputs: the bytes per element that their sectors fetch and the chain
+  // does not use (their strides decide it), so that problems that differ only in
+  // strides have keys of their own (x with strides [8192, 2] and its transpose
+  // [1, 4096] shared one, and a refit from one's trials read it as the other).
+  const int64_t waste =
+      shape_.n > 0 ? std::llround(shape_.wasted_bytes / static_cast<double>(shape_.n)) : 0;
+  return fmt::format("{} n={} cols={} cost={}{}", class_text_, shape_.n, shape_.cols, shape_.cost,
+                     waste > 0 ? fmt::format(" waste={}", waste) : "");
 }
 
 std::vector<double> ElementwiseTuning::sizes() const {
@@ -472,9 +479,15 @@ std::unique_ptr<ElementwiseTuning> elementwise_from_spec(const nlohmann::json& s
 
 std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& signature) {
   // "elementwise ir=H in=x:f32:full,... out=y:f32,... align=16 n=N cols=C cost=W"
+  // and, with strided inputs, " waste=B" (bytes fetched and unused per element)
   namespace field = signature_fields;
   const std::vector<std::string_view> words = field::split(signature, ' ');
-  if (words.size() != 8 || words[0] != "elementwise") return nullptr;
+  if ((words.size() != 8 && words.size() != 9) || words[0] != "elementwise") return nullptr;
+  std::optional<int64_t> waste = 0;
+  if (words.size() == 9) {
+    waste = field::count(field::value_of(words[8], "waste").value_or(""));
+    if (!waste) return nullptr;
+  }
   const std::optional<std::string_view> ir = field::value_of(words[1], "ir"),
                                         inputs = field::value_of(words[2], "in"),
                                         outputs = field::value_of(words[3], "out"),
@@ -491,6 +504,7 @@ std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& sig
   t->shape_.aligned = *align == "16";
   t->shape_.n = *n;
   t->shape_.cols = *cols;
+  t->shape_.wasted_bytes = static_cast<double>(*waste) * static_cast<double>(*n);
   try {
     t->shape_.cost = std::stod(std::string(*cost));
   } catch (const std::exception&) {

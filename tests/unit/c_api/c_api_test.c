@@ -1,9 +1,9 @@
 /* The C API from C: what works without a GPU (version, emit, compile, errors, the
  * log callback), and the runtime's error when there is no GPU. Exit status 0 when
  * every check passes; each failed check prints a line. */
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sqlite3.h>
 #include <string.h>
 
 #include "kjit/kjit_c.h"
@@ -174,7 +174,8 @@ static int emit_uses_the_store(void) {
   sqlite3_finalize(insert);
   sqlite3_close(db);
   CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
-  CHECK(source != NULL && strstr(source, "// config:    mma=wgmma,bm=128,bn=64,stages=2\n") != NULL);
+  CHECK(source != NULL &&
+        strstr(source, "// config:    mma=wgmma,bm=128,bn=64,stages=2\n") != NULL);
   if (failures) fprintf(stderr, "chose: %s\n", choice_line);
   kjit_free(source);
   return failures ? 1 : 0;

@@ -572,7 +572,8 @@ TEST(Signature, MalformedSignaturesAreNotRead) {
   ASSERT_NE(problem_from_signature(elementwise), nullptr);
   for (const std::string& bad :
        {elementwise + " more", elementwise.substr(0, elementwise.find(" cost=")) + " cost=.",
-        elementwise.substr(0, elementwise.find(" n=")) + " n=x cols=1 cost=1"})
+        elementwise.substr(0, elementwise.find(" n=")) + " n=x cols=1 cost=1",
+        elementwise + " waste=-4", elementwise + " waste=4 more"})
     EXPECT_EQ(problem_from_signature(bad), nullptr) << bad;
 }
 
@@ -600,6 +601,20 @@ TEST(Specs, ElementwiseStridedInputs) {
   const double t32 = far->predict(best_of(*far, h200), h200, Efficiencies()).memory_ms;
   EXPECT_GT(t2, 1.3 * t1);
   EXPECT_GT(t32, 4.0 * t1);
+  // Strides that fetch different sectors are different problems to the store, and
+  // a problem rebuilt from its key (the refit's) predicts as the original: x with
+  // strides 2 and 32 had one key, and the rebuilt one was contiguous, so a refit
+  // from the far one's trials moved every elementwise problem's efficiency 4x.
+  EXPECT_NE(two->signature(), far->signature());
+  EXPECT_EQ(unit->signature().find("waste="), std::string::npos) << unit->signature();
+  for (const TuningProblem* p : {unit.get(), two.get(), far.get()}) {
+    const std::unique_ptr<TuningProblem> back = problem_from_signature(p->signature());
+    ASSERT_NE(back, nullptr) << p->signature();
+    const std::string config = best_of(*p, h200);
+    EXPECT_DOUBLE_EQ(back->predict(config, h200, Efficiencies()).memory_ms,
+                     p->predict(config, h200, Efficiencies()).memory_ms)
+        << p->signature();
+  }
   // Bad strides name the input and what is wrong.
   auto message = [](const nlohmann::json& spec) -> std::string {
     try {
