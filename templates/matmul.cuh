@@ -489,6 +489,16 @@ __device__ __forceinline__ void finish_quad(const MatmulArgs& args, const Epilog
   }
 }
 
+// Spins until *counter reaches `count`, reading it with acquire semantics at GPU
+// scope: what the blocks that counted themselves wrote before counting is visible
+// to this thread afterwards (and, past a barrier, to its block).
+__device__ __forceinline__ void wait_for_count(const unsigned* counter, unsigned count) {
+  unsigned arrived;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(arrived) : "l"(counter) : "memory");
+  } while (arrived < count);
+}
+
 // ---- split-K: the tile's splits finish it ---------------------------------------------
 // Stage 6. Every split of a tile has written its fp32 partial to the workspace;
 // now each block counts itself in the tile's arrival counter. The partials are
@@ -519,15 +529,6 @@ __device__ __forceinline__ void finish_quad(const MatmulArgs& args, const Epilog
 // 4096 x 128 x 16384, 128 x 128 tiles, 5 stages, 4 splits: the last split summing,
 // one group a thread 0.0615 ms, four 0.0603; the splits sharing the sum, four
 // 0.0551, one 0.0552.)
-// Spins until *counter reaches `count`, reading it with acquire semantics at GPU
-// scope: what the blocks that counted themselves wrote before counting is visible
-// to this thread afterwards (and, past a barrier, to its block).
-__device__ __forceinline__ void wait_for_count(const unsigned* counter, unsigned count) {
-  unsigned arrived;
-  do {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(arrived) : "l"(counter) : "memory");
-  } while (arrived < count);
-}
 
 template <typename TC, typename Epilogue, int BM, int BN>
 __device__ __forceinline__ void finish_split(const MatmulArgs& args, const EpilogueOperands& ops,

@@ -78,8 +78,8 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, u32 b
 // map would have left it: the map's swizzle) and writes it to global memory, clipped
 // to the tensor's bounds, while the issuing warp goes on. Each store is one bulk
 // async-group of the issuing thread (commit); that thread waits on its own groups:
-// wait_read<N> returns once all but the N most recent have read their shared memory
-// (the buffer may be written again), wait_all<0> once every write is done.
+// bulk_wait_read<N> returns once all but the N most recent have read their shared
+// memory (the buffer may be written again), bulk_wait_all<0> once every write is done.
 __device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int x, int y, int z) {
   asm volatile(
       "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group"

@@ -765,12 +765,25 @@ KernelSource lower_wgmma(const Problem& p, const Config& c) {
          "//            one's last P V, and its O is written out under the next one's loads\n";
   s += "//\n";
   s += "// Per tile of keys, each consumer warpgroup (64 rows; templates/attention_sm90.cuh):\n";
-  s += "//   S   = Q K^T                          wgmma, Q and K from shared memory\n";
-  s += "//   m'  = max(m, rowmax S)               the running max (4 lanes per row)\n";
-  s += "//   c   = 2^((m - m') * scale * log2 e)  what the old terms are worth now\n";
-  s += "//   P   = 2^(S * scale * log2 e - m' * scale * log2 e), rounded to 16 bits\n";
+  s += p.score_mod.empty()
+           ? "//   S   = Q K^T                          wgmma, Q and K from shared memory\n"
+           : "//   S   = score_mod(scale * Q K^T)       wgmma (Q, K from shared memory), then the "
+             "modifier\n";
+  // With a score modifier the scores are scaled (and modified) before the
+  // softmax, which then runs with a scale of 1.
+  const char* scale = p.score_mod.empty() ? " * scale" : "";
+  s += "//   t   = rowmax S                       over the tile (4 lanes per row)\n";
+  s += fmt::format(
+      "//   m'  = t if (t - m){0} * log2 e > 8, else m: the running max moves only when a\n"
+      "//         tile's exceeds it by 2^8 once scaled (lazy rescaling: every p below stays\n"
+      "//         under 2^8, safe in fp32 and in 16-bit P; O / l at the end is still exact)\n",
+      scale);
+  s += fmt::format(
+      "//   c   = 2^((m - m'){0} * log2 e)  what the old terms are worth now (1 when m' = m)\n",
+      scale);
+  s += fmt::format("//   P   = 2^((S - m'){0} * log2 e), rounded to 16 bits\n", scale);
   s += "//   l   = c * l + rowsum P;  O = c * O + P V   (wgmma, P straight from registers)\n";
-  s += "// and at the end O / l, LSE = m * scale + ln l.\n";
+  s += fmt::format("// and at the end O / l, LSE = m{0} + ln l.\n", scale);
   s += "#include \"kjit/attention_sm90.cuh\"\n\n";
   s += modifier_glue(p);
   s += fmt::format(

@@ -481,14 +481,15 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
                 "// operand broadcast down the rows is loaded once per thread.\n",
                 U)
           : fmt::format(
-                "// Each thread handles U = {} independent vectors per loop iteration (all loads\n"
-                "// issued before any math, so several are in flight). The launcher sizes the "
-                "grid\n"
-                "// to whole waves, SMs x blocks per SM (enough for about 2048 vectors in flight "
-                "per\n"
-                "// SM, never more than fit; config per_sm), and a grid-stride loop covers the "
-                "rest.\n",
-                U);
+                "// Each thread handles U = {} {} per loop iteration{}.\n"
+                "// The launcher sizes the grid to whole waves, SMs x blocks per SM ({}),\n"
+                "// and a grid-stride loop covers the rest.\n",
+                U, U == 1 ? "vector" : "independent vectors",
+                U == 1 ? "" : "\n// (all loads issued before any math, so U are in flight)",
+                // Not per_sm's value: a launch argument, the source is the same for all.
+                fmt::format("blocks of {} x {} vectors:\n// as many as make about 2048 vectors "
+                            "in flight per SM, at least one, never more than fit; or per_sm",
+                            config.block_threads, U));
   s += fmt::format(
       "//\n// Plan: the output is viewed as [rows, cols] with n = rows * cols elements.\n"
       "// {}\n"
@@ -680,8 +681,9 @@ KernelSource lower_elementwise(const ElementwiseProblem& problem, const Elementw
   }
   s += "  const long long vectors = n / V;\n";
   load_scalars();
-  s += "  // Grid-stride loop: thread t of the grid starts at vector t; consecutive threads\n"
-       "  // touch consecutive vectors, so every warp access is coalesced.\n";
+  s += "  // Grid-stride loop: thread t of block b starts at vector b * blockDim.x * U + t,\n"
+       "  // and its U vectors are blockDim.x apart; consecutive threads touch consecutive\n"
+       "  // vectors, so every warp access is coalesced.\n";
   s += "  const long long step = (long long)gridDim.x * blockDim.x * U;\n";
   const bool prefetch = config.prefetch != 0;
   // Per input, U vectors ("vec", or a broadcast column's U values "column") and,

@@ -681,10 +681,10 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
        (b_k_major ? "N x K (K-major)" : "K x N (N-major)") + "\n";
   s += fmt::format(
       "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}> "
-      "kjit_matmul_tile;  // ..., C's rows 16-byte aligned\n\n",
+      "kjit_matmul_tile;  // ..., C_ALIGNED: C's rows {} 16-byte aligned\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       a_k_major ? "true" : "false", b_k_major ? "true" : "false",
-      problem.aligned ? "true" : "false");
+      problem.aligned ? "true" : "false", problem.aligned ? "are" : "are not");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",
@@ -702,8 +702,10 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
              "// output tiles blockIdx.x, + gridDim.x, ...: the producer loads the next tile\n"
              "// while the consumers write this one from registers. The tensor maps describe\n"
              "// A and B for the copy engine (runtime/matmul.cpp encodes them)\n"
-           : "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block; the tensor\n"
-             "// maps describe A and B for the copy engine (runtime/matmul.cpp encodes them)\n";
+           : "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block, or with\n"
+             "// split-K one K range of it (blockIdx.y), the splits summed in split order; the\n"
+             "// tensor maps describe A and B for the copy engine (runtime/matmul.cpp encodes\n"
+             "// them)\n";
   // The persistent schedules also take a map of C: where C is 16-byte aligned
   // (args.c_tma), whole tiles leave through the copy engine (bulk stores).
   s += config.persistent ? "// map_c: C for the copy engine's bulk stores (used when args.c_tma)\n"
@@ -749,7 +751,10 @@ KernelSource lower(const Problem& problem, const Config& config) {
   s += "// problem:   C[M,N] = op(A)[M,K] * op(B)[K,N] (x batch), " + out.problem + "\n";
   s += "// config:    " + out.config + "\n";
   if (simt) {
-    s += "// path:      exact fp32 on the CUDA cores (templates/matmul_simt.cuh)\n";
+    s += "// path:      exact fp32 on the CUDA cores (templates/matmul_simt.cuh): one fixed\n"
+         "//            64x64x16 block tile, 256 threads as 16 x 16 with 4 x 4 outputs each, no\n"
+         "//            pipeline (the config above names that one shape; split-K is a launch\n"
+         "//            argument)\n";
     s += "#include \"kjit/matmul_simt.cuh\"\n\n";
   } else {
     s += fmt::format(
@@ -785,7 +790,8 @@ KernelSource lower(const Problem& problem, const Config& config) {
         config.warps / config.warps_m, config.stages, a_k_major, b_k_major,
         epilogue_passes(problem, config), config.narrow ? ", true" : "");
   }
-  s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block\n";
+  s += "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block, or with\n"
+       "// split-K one K range of it (blockIdx.y), the splits summed in split order\n";
   s += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 1)\n{}(kjit::MatmulArgs args, "
       "kjit::EpilogueOperands ops) {{\n"

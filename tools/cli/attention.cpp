@@ -295,7 +295,7 @@ void attention_command(const KernelCommandOptions& o) {
     } else {
       const tuner::Prediction plan = tuner::AttentionTuning(p).predict(
           config, chooser.device(), chooser.efficiencies(), nullptr);
-      print_emitted(text, plan_comment(chooser.device().name, plan), o.templates);
+      print_emitted(text, plan_comment(chooser.device(), plan), o.templates);
     }
     return;
   }

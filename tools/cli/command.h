@@ -133,7 +133,10 @@ void report_family_compile(const std::string& family, const std::string& problem
 // under a header line, in include order.
 void print_emitted(const std::string& source, const std::string& plan, bool templates);
 // The comment lines of a plan: "// on NVIDIA H200 (132 SMs): 2048 thread blocks, ...".
-std::string plan_comment(const std::string& gpu, const tuner::Prediction& prediction);
+std::string plan_comment(const cuda::DeviceProperties& device, const tuner::Prediction& prediction);
+// "memory-bound" or "compute-bound" by the roofline (intensity against the ridge),
+// and the model's largest term where it is another.
+std::string roofline_verdict(const tuner::Work& work, double ridge, const std::string& bound);
 
 // Prints JSON, two-space indented, to stdout; bytes that are not UTF-8 become
 // U+FFFD.

@@ -258,7 +258,17 @@ void print_emitted(const std::string& source, const std::string& plan, bool temp
   for (const std::string& name : included_templates(source)) visit(name);
 }
 
-std::string plan_comment(const std::string& gpu, const tuner::Prediction& p) {
+std::string roofline_verdict(const tuner::Work& work, double ridge, const std::string& bound) {
+  // The roofline's side of the ridge, and, where the model's largest term is
+  // another (its compute term counts the efficiency the tiles reach, not the
+  // peak), that too: a decode matmul of 16 FLOP/B is memory-bound by the
+  // roofline whatever its tiles waste.
+  const std::string side = work.intensity() < ridge ? "memory" : "compute";
+  return side + "-bound" + (bound == side ? "" : "; the model's largest term: " + bound);
+}
+
+std::string plan_comment(const cuda::DeviceProperties& device, const tuner::Prediction& p) {
+  const std::string& gpu = device.name;
   std::string s =
       p.persistent_blocks > 0
           ? fmt::format(
@@ -275,10 +285,12 @@ std::string plan_comment(const std::string& gpu, const tuner::Prediction& p) {
                     ? static_cast<double>(p.waves.units) / static_cast<double>(p.waves.slots)
                     : 0.0,
                 p.waves.waves, 100.0 * p.waves.last_fill);
+  const double ridge = tuner::rates_of(device).ridge();
   s += fmt::format(
-      "// roofline: {:.3g} GFLOP over {:.4g} MB = {:.0f} FLOP/B -> {}-bound; the model "
-      "predicts {:.4f} ms (kjit explain says why)\n",
-      p.work.flops / 1e9, p.work.bytes / 1e6, p.work.intensity(), p.bound, p.ms);
+      "// roofline: {:.3g} GFLOP over {:.4g} MB = {:.0f} FLOP/B (the ridge is {:.0f}) -> {}\n"
+      "// the model predicts {:.4f} ms (kjit explain says why)\n",
+      p.work.flops / 1e9, p.work.bytes / 1e6, p.work.intensity(), ridge,
+      roofline_verdict(p.work, ridge, p.bound), p.ms);
   return s;
 }
 

@@ -193,8 +193,9 @@ void explain_command(const ExplainCommand& c) {
       p.resources.shared_bytes, p.occupancy.blocks_per_sm, p.occupancy.limiter);
   std::cout << fmt::format(
       "roofline   {:.3g} GFLOP, {} moved at least: {:.1f} FLOP/B (the ridge is {:.0f} on this "
-      "GPU) -> {}-bound\n",
-      w.flops / 1e9, bytes_text(w.bytes), w.intensity(), ridge, p.bound);
+      "GPU) -> {}\n",
+      w.flops / 1e9, bytes_text(w.bytes), w.intensity(), ridge,
+      roofline_verdict(w, ridge, p.bound));
   std::cout << fmt::format(
       "           floors: compute {:.4f} ms at peak, DRAM {:.4f} ms at {:.2f} TB/s\n",
       w.flops / rates.tensor_peak() * 1e3, w.bytes / rates.dram_bytes_per_s * 1e3,

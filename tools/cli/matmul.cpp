@@ -233,7 +233,7 @@ void matmul_command(const KernelCommandOptions& o) {
       const tuner::Prediction plan =
           tuner::MatmulTuning(p, o.epilogue)
               .predict(s.config, chooser.device(), chooser.efficiencies(), nullptr);
-      print_emitted(source.source, plan_comment(chooser.device().name, plan), o.templates);
+      print_emitted(source.source, plan_comment(chooser.device(), plan), o.templates);
     }
     return;
   }
