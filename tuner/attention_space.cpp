@@ -752,6 +752,10 @@ std::unique_ptr<AttentionTuning> attention_from_spec(const nlohmann::json& spec)
     p.set_lengths(lengths("seqlens_q"),
                   spec.contains("seqlens_k") ? lengths("seqlens_k") : std::vector<int64_t>{});
   } else {
+    if (spec.contains("seqlens_k"))  // it was ignored: the batch tuned was another
+      throw UserError(
+          "attention spec: seqlens_k needs seqlens_q (a packed batch names both, or "
+          "the query lengths alone when they are the keys' too)");
     p.batch = integer("batch", 1);
     p.seq_q = integer("seq_q", 0);
     p.seq_k = integer("seq_k", p.seq_q);

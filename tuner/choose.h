@@ -66,8 +66,7 @@ class Chooser {
 
  private:
   // The nearest tuned problem's config, or nullopt with `why` none stands in.
-  std::optional<Choice> nearest(const TuningProblem& problem, const Space& space,
-                                std::string* why);
+  std::optional<Choice> nearest(const TuningProblem& problem, const Space& space, std::string* why);
   Choice model_choice(const TuningProblem& problem, const Space& space);
 
   std::shared_ptr<cache::Store> store_;

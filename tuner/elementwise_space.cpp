@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 #include "kjit/compiler/ir/parser.h"
@@ -81,6 +82,17 @@ std::string key_of(const ElementwiseConfig& c) {
 
 }  // namespace
 
+std::set<std::string> symbolic_dims(const Graph& graph) {
+  std::set<std::string> dims;
+  auto note = [&](const ir::Shape& shape) {
+    for (const ir::Dim& d : shape)
+      if (d.is_symbolic()) dims.insert(d.symbol);
+  };
+  for (int id : graph.inputs()) note(graph.node(id).shape);
+  note(graph.output_shape());
+  return dims;
+}
+
 double elementwise_cost(const Graph& graph) {
   double cost = 0;
   for (const ir::Node& node : graph.nodes()) {
@@ -129,6 +141,17 @@ ElementwiseTuning::ElementwiseTuning(std::string expression, std::string dtype,
     options.default_dtype = *d;
   }
   const Graph graph = ir::optimize(ir::parse(expression_, options));
+  // Every size names a dim of the expression (one that names none was ignored, and
+  // the problem tuned was not the one written; the CLI refuses such a --k too).
+  const std::set<std::string> dims = symbolic_dims(graph);
+  for (const auto& [name, size] : sizes_)
+    if (!dims.count(name)) {
+      std::string names;
+      for (const std::string& d : dims) names += (names.empty() ? "" : ", ") + d;
+      throw UserError(
+          fmt::format("elementwise problem: size '{}' names no dim of the expression", name),
+          names.empty() ? "its shapes are all fixed: give no sizes" : "its dims: " + names);
+    }
   // Contiguous tensors at 256-byte aligned addresses (what the tuner allocates).
   uint64_t address = 256;
   auto tensor = [&](DType type, const ir::Shape& shape, const std::string& what) {

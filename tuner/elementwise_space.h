@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "kjit/compiler/ir/graph.h"
@@ -82,6 +83,10 @@ class ElementwiseTuning : public TuningProblem {
 // The spec {"family": "elementwise", "expr": "...", "dtype": "bf16", "sizes": {"n": ..}}.
 std::unique_ptr<ElementwiseTuning> elementwise_from_spec(const nlohmann::json& spec);
 std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& signature);
+
+// The dims an expression's shapes name ("n", "m", ...): what a spec's sizes may
+// give (one that names none is refused).
+std::set<std::string> symbolic_dims(const Graph& graph);
 
 // The chain's arithmetic per element, in FMA issue slots: 1 per simple op, 4 for a
 // division or square root, 16 for a transcendental (sin, exp, tanh, erf...).

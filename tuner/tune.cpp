@@ -396,9 +396,20 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     }
     run_phase(variants);
   }
-  // The finals (see tune.h): only when this tune measured something, so a resumed
-  // tune that has every trial already costs no GPU time.
-  if (state.measured > 0 && !result.budget_exhausted) {
+  // A tune that measured nothing new (every trial resumed from the store) keeps the
+  // tuning its finals decided. The stored trials keep each config's fastest time,
+  // timed apart, and picking among them again undid the finals: a config measured
+  // at 0.50 ms alone took the tuning from the default that beat it side by side.
+  std::optional<cache::TuningRecord> decided;
+  if (state.measured == 0) decided = store.find_tuning(result.gpu_model, result.signature);
+  if (decided && std::none_of(result.trials.begin(), result.trials.end(), [&](const Measured& m) {
+        return m.ok() && m.config == decided->config;
+      }))
+    decided.reset();  // a tuning of a config this tune does not know: pick again
+  // The finals (see tune.h): when this tune measured something, or when nothing
+  // has decided yet (a tune stopped during its finals); a resumed tune that has
+  // every trial and its tuning costs no GPU time.
+  if ((state.measured > 0 || !decided) && !result.budget_exhausted) {
     const std::vector<const Measured*> passed = fastest_first(result.trials);
     constexpr double kFinalists = 1.02;
     constexpr size_t kMaxFinalists = 4;
@@ -441,8 +452,15 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     else
       ++result.failed;
   }
-  if (const Measured* winner =
-          pick_winner(result.trials, problem, device, &result.tie_break, result.default_config)) {
+  if (decided) {
+    result.config = decided->config;
+    result.summary.median_ms = result.summary.min_ms = decided->measured.median_ms;
+    result.summary.low_ms = decided->measured.median_ms * (1 - decided->measured.spread / 2);
+    result.summary.high_ms = decided->measured.median_ms * (1 + decided->measured.spread / 2);
+    result.summary.runs = decided->measured.runs;
+    result.tie_break = "the stored tuning, as its finals decided (--force measures again)";
+  } else if (const Measured* winner = pick_winner(result.trials, problem, device, &result.tie_break,
+                                                  result.default_config)) {
     result.config = winner->config;
     result.summary = winner->summary;
     cache::TuningRecord tuning;

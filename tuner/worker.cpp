@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -100,6 +101,39 @@ MeasureWorker::MeasureWorker(WorkerOptions options) : options_(std::move(options
       throw UserError(fmt::format("the measuring worker's {} timeout is {} s", name, seconds),
                       "give a number of seconds in (0, 86400]");
 }
+
+namespace {
+
+// Why a worker's event cannot be read ("" when it can): its fields' types, and a
+// timing that is a time (a positive, finite median inside its interval, a run
+// count that is a count).
+std::string malformed_event(const nlohmann::json& e) {
+  for (const char* key : {"event", "config", "error", "message"})
+    if (e.contains(key) && !e[key].is_string()) return fmt::format("'{}' is not a string", key);
+  for (const char* key : {"median_ms", "low_ms", "high_ms", "min_ms", "clock_mhz", "check_error"})
+    if (e.contains(key) && !e[key].is_number()) return fmt::format("'{}' is not a number", key);
+  if (e.contains("runs") && !e["runs"].is_number_integer()) return "'runs' is not an integer";
+  if (e.contains("stopped_early") && !e["stopped_early"].is_boolean())
+    return "'stopped_early' is not true or false";
+  if (e.contains("resources")) {
+    if (!e["resources"].is_object()) return "'resources' is not an object";
+    for (const char* key : {"threads", "registers", "shared_bytes"})
+      if (e["resources"].contains(key) && !e["resources"][key].is_number_integer())
+        return fmt::format("the resources' '{}' is not an integer", key);
+  }
+  if (e.value("event", "") == "timed") {
+    const double median = e.value("median_ms", 0.0), low = e.value("low_ms", 0.0),
+                 high = e.value("high_ms", 0.0);
+    const int64_t runs = e.value("runs", int64_t{0});
+    if (!(std::isfinite(median) && median > 0 && low <= median && median <= high &&
+          std::isfinite(high)))
+      return fmt::format("a time of {} ms in [{}, {}]", median, low, high);
+    if (runs < 1 || runs > 1000000) return fmt::format("{} runs", runs);
+  }
+  return "";
+}
+
+}  // namespace
 
 MeasureWorker::~MeasureWorker() {
   if (pid_ > 0) stop(false);
@@ -213,12 +247,20 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
     size_t verdicts = 0;   // configs checked or failed in this job
     bool done = false;
     std::string line;
+    // The timeout runs from the last event, not the last line: a worker that
+    // prints a stray line a second (a driver warning) while its kernel hangs was
+    // never stopped.
+    auto last_event = std::chrono::steady_clock::now();
     while (!done) {
       bool timed_out = false;
       // Every config has its verdict: the timing rounds run.
       const bool timing = verdicts == left.size();
       const double timeout = timing ? options_.timing_timeout_s : options_.check_timeout_s;
-      if (!read_line(line, timeout, &timed_out)) {
+      const double left_s =
+          timeout -
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - last_event).count();
+      if (left_s <= 0 || !read_line(line, left_s, &timed_out)) {
+        if (left_s <= 0) timed_out = true;
         const std::string why =
             timed_out ? fmt::format("no answer for {:.0f} s", timeout) : std::string();
         const std::string ended = stop(true);
@@ -261,6 +303,17 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
       }
       const nlohmann::json event = parse_json(line, /*allow_exceptions=*/false);
       if (!event.is_object() || !event.contains("event")) continue;  // stray output
+      last_event = std::chrono::steady_clock::now();
+      // An event of the wrong shape is the worker's fault, reported as such (the
+      // JSON library's type error escaped as an internal error and ended the run).
+      const std::string why_malformed = malformed_event(event);
+      if (!why_malformed.empty()) {
+        stop(true);
+        throw UserError(
+            fmt::format("the measuring process {} sent an event kjit cannot read: {} "
+                        "({})",
+                        options_.argv[0], why_malformed, line.substr(0, 200)));
+      }
       const std::string kind = event.value("event", "");
       const std::string config = event.value("config", "");
       if (kind == "error") {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kjit/support/error.h"
 #include "kjit/support/json.h"
 
@@ -85,6 +87,15 @@ std::vector<WorkloadEntry> parse_workload(const std::string& text, const std::st
     } catch (const UserError& e) {
       throw UserError(
           fmt::format("workload {}: problem {} (line {}): {}", path, i + 1, entry.line, e.what()));
+    }
+    // The same problem again (a layer's projections of one shape): tuned once.
+    const std::string signature = entry.problem->signature();
+    const auto same = std::find_if(out.begin(), out.end(), [&](const WorkloadEntry& e) {
+      return e.problem->signature() == signature;
+    });
+    if (same != out.end()) {
+      same->same_at_lines.push_back(entry.line);
+      continue;
     }
     out.push_back(std::move(entry));
   }

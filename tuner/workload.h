@@ -23,10 +23,14 @@ struct WorkloadEntry {
   int line = 0;  // where the problem's spec starts
   nlohmann::json spec;
   std::unique_ptr<TuningProblem> problem;
+  // Later problems of the file that are this one (the same signature, e.g. the
+  // same epilogue spelt with other spacing): tuned once, with this one.
+  std::vector<int> same_at_lines;
 };
 
 // Parses `text` (from `path`, named in errors); UserError for an empty or
-// malformed file, a problem that is not a valid spec, or no problems at all.
+// malformed file, a problem that is not a valid spec, or no problems at all. A
+// problem listed again is one entry (its lines in `same_at_lines`).
 std::vector<WorkloadEntry> parse_workload(const std::string& text, const std::string& path);
 
 }  // namespace kjit::tuner

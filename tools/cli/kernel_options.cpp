@@ -4,12 +4,14 @@
 
 #include <cctype>
 #include <exception>
+#include <map>
 #include <string>
 #include <tuple>
 
 #include "kjit/compiler/ir/parser.h"
 #include "kjit/support/error.h"
 #include "kjit/support/files.h"
+#include "kjit/tuner/elementwise_space.h"
 
 namespace kjit::cli {
 namespace {
@@ -312,10 +314,14 @@ nlohmann::json problem_spec(const KernelCommandOptions& o) {
     if (!o.epilogue.empty()) spec["epilogue"] = o.epilogue;
     return spec;
   }
-  // The defaults of the other elementwise verbs (tools/cli/elementwise.cpp).
-  const nlohmann::json sizes = {{"n", o.n > 0 ? o.n : int64_t{1} << 20},
-                                {"m", o.m > 0 ? o.m : 1024},
-                                {"k", o.k > 0 ? o.k : 1}};
+  // The defaults of the other elementwise verbs (tools/cli/elementwise.cpp), for
+  // the dims the expression names (a spec's size that names none is refused).
+  const std::map<std::string, int64_t> flags = {{"n", o.n > 0 ? o.n : int64_t{1} << 20},
+                                                {"m", o.m > 0 ? o.m : 1024},
+                                                {"k", o.k > 0 ? o.k : 1}};
+  nlohmann::json sizes = nlohmann::json::object();
+  for (const std::string& dim : tuner::symbolic_dims(ir::parse(o.what)))
+    if (flags.count(dim)) sizes[dim] = flags.at(dim);
   nlohmann::json spec = {{"family", "elementwise"}, {"expr", o.what}, {"sizes", sizes}};
   if (!o.dtype.empty()) spec["dtype"] = o.dtype;
   return spec;

@@ -233,7 +233,12 @@ void matmul_command(const KernelCommandOptions& o) {
       const tuner::Prediction plan =
           tuner::MatmulTuning(p, o.epilogue)
               .predict(s.config, chooser.device(), chooser.efficiencies(), nullptr);
-      print_emitted(source.source, plan_comment(chooser.device(), plan), o.templates);
+      // The kernel's config line leaves out what is a launch argument (split-K,
+      // stream-K): the launch's whole config, for the reader.
+      print_emitted(
+          source.source,
+          plan_comment(chooser.device(), plan) + "// launched with: " + s.config.to_string() + "\n",
+          o.templates);
     }
     return;
   }

@@ -208,8 +208,18 @@ void tune_command(const TuneCommand& c) {
           "each problem of the workload file gives its own options");
     }
     for (tuner::WorkloadEntry& e :
-         tuner::parse_workload(read_regular_file(c.workload, 16 << 20, "workload"), c.workload))
+         tuner::parse_workload(read_regular_file(c.workload, 16 << 20, "workload"), c.workload)) {
+      if (!e.same_at_lines.empty() && !c.quiet) {
+        std::string lines;
+        for (int line : e.same_at_lines)
+          lines += (lines.empty() ? "" : ", ") + std::to_string(line);
+        std::cerr << fmt::format(
+            "kjit tune: the problem of line {} is listed again (line{} {}): "
+            "tuned once\n",
+            e.line, e.same_at_lines.size() > 1 ? "s" : "", lines);
+      }
       owned.push_back(std::move(e.problem));
+    }
   } else {
     owned.push_back(tuner::make_problem(problem_spec(resolved(c.kernel))));
   }

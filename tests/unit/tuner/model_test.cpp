@@ -702,6 +702,20 @@ TEST(Specs, BadSpecsNameTheField) {
   EXPECT_NE(
       message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 3}, {"align", 16}}).find("align"),
       std::string::npos);
+  // Fields that were read as nothing, so the problem tuned was another: a size
+  // that names no dim of the expression, key lengths without query lengths.
+  EXPECT_NE(
+      message(
+          {{"family", "elementwise"}, {"expr", "y = x * 2"}, {"sizes", {{"n", 1024}, {"q", 5}}}})
+          .find("size 'q' names no dim of the expression"),
+      std::string::npos);
+  EXPECT_NE(message({{"family", "attention"},
+                     {"heads", 8},
+                     {"head_dim", 128},
+                     {"seq_q", 128},
+                     {"seqlens_k", {1, 4000}}})
+                .find("seqlens_k needs seqlens_q"),
+            std::string::npos);
   // 4294967297 is no 1: read as an int it was cut to one.
   EXPECT_NE(message({{"family", "matmul"}, {"m", 4}, {"n", 4}, {"k", 3}, {"align", 4294967297}})
                 .find("'align' is 16"),

@@ -298,6 +298,25 @@ TEST_F(TuneTest, TheDefaultRunsInTheFinalsHoweverFarBehind) {
   EXPECT_EQ(run(options).config, "c=7");
 }
 
+// The store keeps each config's fastest measurement: c=7's 0.50 ms timed alone,
+// not its 0.56 in the finals, which the default won at 0.52. A tune resumed with
+// every trial stored picked again among those and undid the finals; it keeps the
+// stored tuning now, without GPU time.
+TEST_F(TuneTest, AResumedTuneKeepsWhatItsFinalsDecided) {
+  measurer_.truth["c=0"] = 0.53;
+  measurer_.finals_truth = {{"c=0", 0.52}, {"c=7", 0.56}};
+  TuneOptions options;
+  options.top = 4;
+  const TuneResult first = run(options);
+  EXPECT_EQ(first.config, "c=0");
+  const int calls = measurer_.calls;
+  const TuneResult again = run(options);
+  EXPECT_EQ(measurer_.calls, calls);
+  EXPECT_EQ(again.config, "c=0");
+  EXPECT_NEAR(again.summary.median_ms, 0.52, 1e-9);
+  EXPECT_EQ(store_->find_tuning("gpu", first.signature)->config, "c=0");
+}
+
 TEST(TieBreak, DeterministicAmongStatisticallyTiedConfigs) {
   FakeProblem p;
   p.configs["a,splitk=2"] = {1.0, "k"};

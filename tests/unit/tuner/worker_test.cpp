@@ -86,6 +86,38 @@ TEST(Worker, CrashesHangsAndFaultsCostOnlyTheirConfig) {
   EXPECT_EQ(worker.starts(), 4);  // the first, then after the crash, the hang and the fault
 }
 
+// The check's timeout runs from the last event: a worker hung in a kernel that
+// prints a stray line every 0.2 s (a driver's warning) was never stopped, since
+// each line started the timeout again.
+TEST(Worker, StrayOutputDoesNotKeepAHungCheckAlive) {
+  MeasureWorker worker(scripted(/*check_timeout_s=*/1.0));
+  const auto started = std::chrono::steady_clock::now();
+  const auto r =
+      by_config(worker.measure({{"family", "fake"}}, {"noisy-hang", "a"}, TimerOptions()));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_LT(seconds, 10);
+  EXPECT_NE(r.at("noisy-hang").error.find("hung"), std::string::npos) << r.at("noisy-hang").error;
+  EXPECT_TRUE(r.at("a").ok()) << r.at("a").error;
+}
+
+// An event of the wrong shape is the worker's error, naming what is wrong: a
+// median that is a string ended the run as an internal error (the JSON library's
+// type error), and a time of -1 ms was a result.
+TEST(Worker, MalformedEventsAreTheWorkersError) {
+  for (const char* config : {"typed", "negative"}) {
+    SCOPED_TRACE(config);
+    MeasureWorker worker(scripted());
+    try {
+      worker.measure({{"family", "fake"}}, {config}, TimerOptions());
+      ADD_FAILURE() << "no error";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("sent an event kjit cannot read"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Worker, AWorkerThatCannotStartIsAnError) {
   WorkerOptions o;
   o.argv = {"/nonexistent/kjit", "__tune-worker"};

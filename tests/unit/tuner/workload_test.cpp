@@ -40,6 +40,20 @@ TEST(Workload, ListAndObjectForms) {
   EXPECT_NE(b[0].problem->signature().find("layout=nt"), std::string::npos);
 }
 
+// A problem listed twice is tuned once: the same epilogue spelt with other
+// spacing is the same problem (its signature), and was tuned (and counted) twice.
+TEST(Workload, AProblemListedAgainIsOneEntry) {
+  const std::string list = R"json([
+  {"family": "matmul", "m": 64, "n": 64, "k": 64, "epilogue": "gelu(acc+bias)"},
+  {"family": "matmul", "m": 128, "n": 64, "k": 64},
+  {"family": "matmul", "m": 64, "n": 64, "k": 64, "epilogue": "gelu( acc + bias )"}
+])json";
+  const std::vector<WorkloadEntry> w = parse_workload(list, "w.json");
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].same_at_lines, std::vector<int>{4});
+  EXPECT_TRUE(w[1].same_at_lines.empty());
+}
+
 TEST(Workload, ErrorsNameTheFileTheProblemAndTheLine) {
   EXPECT_NE(error_of("").find("w.json is empty"), std::string::npos);
   EXPECT_NE(error_of("  \n").find("empty"), std::string::npos);
