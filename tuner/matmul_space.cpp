@@ -124,20 +124,26 @@ bool sm90(const cuda::DeviceProperties& d) {
 
 // Registers a thread needs, before ptxas says: the accumulators plus what the
 // addressing and the pipeline hold (fitted to ptxas' reports of the default space).
-// Where the consumer warpgroups take registers from the producer's (setmaxnreg:
-// the ping-pong schedule, and the persistent ones with two or more consumers),
-// the kernel is built at the launch's even share of the register file whatever
-// its accumulators need (templates/matmul_sm90.cuh, LAUNCH_REGISTERS): 168 at
-// 384 threads, one block a SM. (Estimated from the accumulators, a 64 x 64
-// ping-pong tile was three blocks a SM, and the model's pick for short K.)
+// The space prunes a config whose need passes the launch's even share.
 int estimated_registers(const Problem& p, const Config& c) {
   if (p.input == DType::F32) return 64;
-  if (c.wgmma && (c.pingpong || (c.persistent && c.bm / 64 > 1)))
-    return std::min(255, 65536 / c.threads() / 8 * 8);
-  if (c.wgmma) return c.bn / 2 + 24;
+  if (c.wgmma) return (c.pingpong ? c.bm / 64 : 1) * c.bn / 2 + 24;
   const int warps_n = c.warps / c.warps_m;
   const int accumulators = (c.bm / c.warps_m) * (c.bn / warps_n) / 32;
   return std::min(255, accumulators + 64 + (c.narrow ? 24 : 0));
+}
+
+// Registers a thread is launched with, for the occupancy: what it needs, except
+// where the consumer warpgroups take registers from the producer's (setmaxnreg:
+// the ping-pong schedule, and the persistent ones with two or more consumers).
+// Those kernels are built at the launch's even share of the register file
+// whatever the accumulators need (templates/matmul_sm90.cuh, LAUNCH_REGISTERS):
+// 168 at 384 threads, one block a SM. (Estimated from the accumulators, a 64 x 64
+// ping-pong tile was three blocks a SM, and the model's pick for short K.)
+int launch_registers(const Problem& p, const Config& c) {
+  if (p.input != DType::F32 && c.wgmma && (c.pingpong || (c.persistent && c.bm / 64 > 1)))
+    return std::min(255, 65536 / c.threads() / 8 * 8);
+  return estimated_registers(p, c);
 }
 
 // The most registers a thread may use at this block size (one block per SM).
@@ -472,7 +478,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
     out.resources = *resources;
   } else {
     out.resources.threads = p.input == DType::F32 ? 256 : c.threads();
-    out.resources.registers = estimated_registers(p, c);
+    out.resources.registers = launch_registers(p, c);
     out.resources.shared_bytes = matmul::shared_bytes(p, c);
     out.resources.estimated = true;
   }
