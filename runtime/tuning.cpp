@@ -1,15 +1,19 @@
 #include "kjit/runtime/tuning.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "kjit/compiler/interpreter/interpreter.h"
 #include "kjit/runtime/attention.h"
@@ -599,6 +603,17 @@ tuner::Choice choose_config(Runtime& runtime, const tuner::TuningProblem& proble
 }
 
 int serve_tuning_worker(int device) {
+  // The tune that started this process may be killed (Ctrl-C, SIGKILL) while a
+  // kernel here hangs, and nothing would end this process: it held the GPU with
+  // the tune gone. Its jobs come through a pipe on stdin; when the tune's end of
+  // it is closed (it stopped this worker, or died), the pipe hangs up, and a
+  // watchdog thread ends the process whatever the main thread is doing.
+  std::thread([] {
+    pollfd jobs{0, 0, 0};  // no events asked: poll reports only a hang-up or an error
+    while (::poll(&jobs, 1, -1) < 0 && errno == EINTR) {
+    }
+    std::_Exit(0);
+  }).detach();
   RuntimeOptions options;
   options.device = device;
   options.tune_on_first_use = false;
