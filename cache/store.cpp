@@ -161,10 +161,11 @@ StoreLock::StoreLock(const std::string& file, int operation) {
   // Read-write creates it; one that exists but is another user's, readable to
   // this one, locks as well read-only (flock needs no write access).
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-  if (fd_ < 0 && errno == EACCES)
+  const int error = errno;  // the read-write open's: a read-only folder says why
+  if (fd_ < 0 && error == EACCES)
     fd_ = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) {
-    why_not_ = fmt::format("cannot open {}: {}", path, std::strerror(errno));
+    why_not_ = fmt::format("cannot open {}: {}", path, std::strerror(error));
     return;
   }
   struct stat info {};
@@ -422,8 +423,11 @@ bool Store::attach_once() {
   // moving aside would not be coordinated with other processes: a lock file this
   // user cannot open (left by another user's run) is refused like a planted link.
   const StoreLock shared(file_, LOCK_SH);
-  if (!shared.held())
-    throw Rejected(Rejected::Kind::Unusable, shared.why_not() + ". Fix: remove it");
+  if (!shared.held()) {
+    struct stat lock {};
+    const bool exists = ::lstat((file_ + ".lock").c_str(), &lock) == 0;
+    throw Rejected(Rejected::Kind::Unusable, shared.why_not() + (exists ? ". Fix: remove it" : ""));
+  }
   std::unique_ptr<Database> database;
   // Another process that found the same damage may move the file aside and create
   // a fresh one while this one opens it. Then SQLite fails to open the path
