@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -223,8 +224,14 @@ kjit::KernelSource planned_source(const char* expression, kjit_dtype dtype, int6
   if (n < 1)
     throw kjit::UserError(fmt::format("the expression's element count n is {}", n),
                           "n is at least 1 (the CLI's --n)");
+  // n sizes the dim named n; an expression of fixed shapes has none (a size that
+  // names no dim is refused, and a C caller could not leave it out).
+  kjit::ir::ParseOptions parsing;
+  parsing.default_dtype = to_ir(dtype);
+  std::map<std::string, int64_t> sizes;
+  if (kjit::tuner::symbolic_dims(kjit::ir::parse(expression, parsing)).count("n")) sizes["n"] = n;
   const kjit::tuner::ElementwiseTuning problem(expression, kjit::ir::to_string(to_ir(dtype)),
-                                               {{"n", n}});
+                                               sizes);
   return problem.sources(chosen_config(problem, device)).front();
 }
 

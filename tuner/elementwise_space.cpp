@@ -234,10 +234,17 @@ std::string ElementwiseTuning::signature() const {
   // does not use (their strides decide it), so that problems that differ only in
   // strides have keys of their own (x with strides [8192, 2] and its transpose
   // [1, 4096] shared one, and a refit from one's trials read it as the other).
+  // Written whenever an input is strided (0 too), so that a strided key without it
+  // is an older version's, whose waste is unknown.
   const int64_t waste =
       shape_.n > 0 ? std::llround(shape_.wasted_bytes / static_cast<double>(shape_.n)) : 0;
   return fmt::format("{} n={} cols={} cost={}{}", class_text_, shape_.n, shape_.cols, shape_.cost,
-                     waste > 0 ? fmt::format(" waste={}", waste) : "");
+                     has_strided_input() ? fmt::format(" waste={}", waste) : "");
+}
+
+bool ElementwiseTuning::has_strided_input() const {
+  return std::any_of(shape_.inputs.begin(), shape_.inputs.end(),
+                     [](const auto& input) { return input.second == Access::Strided; });
 }
 
 std::vector<double> ElementwiseTuning::sizes() const {
@@ -551,6 +558,9 @@ std::unique_ptr<TuningProblem> elementwise_from_signature(const std::string& sig
     if (!d || !a) return nullptr;
     t->shape_.inputs.emplace_back(*d, *a);
   }
+  // Strided inputs name their waste; an older key does not, and rebuilt as if
+  // contiguous, its trials would teach the refit a wrong efficiency. Not read.
+  if (t->has_strided_input() != (words.size() == 9)) return nullptr;
   for (const auto& parts : items(std::string(*outputs))) {
     if (parts.size() != 2) return nullptr;
     std::optional<DType> d = ir::parse_dtype(parts[1]);

@@ -78,6 +78,8 @@ class ElementwiseTuning : public TuningProblem {
   std::vector<TensorArg> inputs_, outputs_;
   Shape shape_;
   std::string class_text_;
+
+  bool has_strided_input() const;
 };
 
 // The spec {"family": "elementwise", "expr": "...", "dtype": "bf16", "sizes": {"n": ..}}.

@@ -400,12 +400,21 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   // tuning its finals decided. The stored trials keep each config's fastest time,
   // timed apart, and picking among them again undid the finals: a config measured
   // at 0.50 ms alone took the tuning from the default that beat it side by side.
+  // Only where the stored trials could have been its finals' evidence: the finals
+  // overturn what jobs timed apart differ by (a few percent, the clock moving
+  // between them), not more. A stored tuning 4x behind a trial of an earlier tune
+  // that stopped in its finals is out of date, and the finals run.
+  constexpr double kFinalsOverturn = 1.10;
   std::optional<cache::TuningRecord> decided;
   if (state.measured == 0) decided = store.find_tuning(result.gpu_model, result.signature);
-  if (decided && std::none_of(result.trials.begin(), result.trials.end(), [&](const Measured& m) {
-        return m.ok() && m.config == decided->config;
-      }))
-    decided.reset();  // a tuning of a config this tune does not know: pick again
+  if (decided) {
+    const std::vector<const Measured*> passed = fastest_first(result.trials);
+    const auto it = std::find_if(passed.begin(), passed.end(),
+                                 [&](const Measured* m) { return m->config == decided->config; });
+    if (it == passed.end() ||
+        (*it)->summary.median_ms > passed.front()->summary.median_ms * kFinalsOverturn)
+      decided.reset();  // a config this tune does not know, or one far behind: pick again
+  }
   // The finals (see tune.h): when this tune measured something, or when nothing
   // has decided yet (a tune stopped during its finals); a resumed tune that has
   // every trial and its tuning costs no GPU time.

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -110,8 +111,12 @@ namespace {
 std::string malformed_event(const nlohmann::json& e) {
   for (const char* key : {"event", "config", "error", "message"})
     if (e.contains(key) && !e[key].is_string()) return fmt::format("'{}' is not a string", key);
-  for (const char* key : {"median_ms", "low_ms", "high_ms", "min_ms", "clock_mhz", "check_error"})
+  for (const char* key : {"median_ms", "low_ms", "high_ms", "min_ms", "clock_mhz"})
     if (e.contains(key) && !e[key].is_number()) return fmt::format("'{}' is not a number", key);
+  // An infinite check error (NaN or an unwritten element in the output) travels
+  // as null: JSON has no infinity.
+  if (e.contains("check_error") && !e["check_error"].is_number() && !e["check_error"].is_null())
+    return "'check_error' is not a number";
   if (e.contains("runs") && !e["runs"].is_number_integer()) return "'runs' is not an integer";
   if (e.contains("stopped_early") && !e["stopped_early"].is_boolean())
     return "'stopped_early' is not true or false";
@@ -333,7 +338,9 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
       Measured& m = results[config];
       m.config = config;
       if (event.contains("error")) m.error = event["error"].get<std::string>();
-      m.check_error = event.value("check_error", 0.0);
+      m.check_error = !event.contains("check_error")   ? 0.0
+                      : event["check_error"].is_null() ? std::numeric_limits<double>::infinity()
+                                                       : event["check_error"].get<double>();
       if (event.contains("resources")) m.resources = resources_from_json(event["resources"]);
       if (kind == "checked" || kind == "failed") {
         checking.clear();

@@ -193,6 +193,11 @@ int main(int argc, char** argv) {
   CHECK(strcmp(kjit_last_error(), "") == 0);
   kjit_free(source);
 
+  /* An expression of fixed shapes: n sizes nothing (it was refused as a size that
+   * names no dim of the expression, which a C caller cannot leave out). */
+  CHECK(kjit_emit("x:f32[1024]; y = x * 2", KJIT_F32, 1024, "h200", &source) == KJIT_OK);
+  kjit_free(source);
+
   int registers = 0, spills = -1;
   CHECK(kjit_compile("y = sin(x)^2 + cos(x)^2", KJIT_F32, 1 << 20, "sm_90", &registers, &spills) ==
         KJIT_OK);

@@ -26,6 +26,7 @@ struct ScriptedMeasurer {
   double sleep_s = 0;
   // Times the finals give (a job of single-run rounds), where they differ from `truth`.
   std::map<std::string, double> finals_truth;
+  bool die_in_finals = false;  // the measuring process ends during the finals
   std::vector<std::string> measured;
   int calls = 0;
   TimerOptions timer;                     // the last job's
@@ -36,6 +37,8 @@ struct ScriptedMeasurer {
     return [this](const TuningProblem& problem, const std::vector<std::string>& configs,
                   const TimerOptions& options, double, const MeasureListener& listener) {
       ++calls;
+      if (die_in_finals && options.runs_per_round == 1)
+        throw UserError("the measuring process ended (killed)");
       if (auto* fake = dynamic_cast<const FakeProblem*>(&problem)) problems.insert(fake->name);
       timer = options;
       last_configs = configs;
@@ -315,6 +318,26 @@ TEST_F(TuneTest, AResumedTuneKeepsWhatItsFinalsDecided) {
   EXPECT_EQ(again.config, "c=0");
   EXPECT_NEAR(again.summary.median_ms, 0.52, 1e-9);
   EXPECT_EQ(store_->find_tuning("gpu", first.signature)->config, "c=0");
+}
+
+// But a stored tuning far behind a stored trial is out of date: a wider tune that
+// stopped in its finals measured the faster config, and never wrote its tuning.
+// Resumed, it measures nothing new; the finals run again and decide.
+TEST_F(TuneTest, AResumedTuneRunsTheFinalsWhenItsTuningIsFarBehind) {
+  TuneOptions narrow;
+  narrow.top = 1;
+  measurer_.truth["c=7"] = 0.5;
+  const TuneResult first = run(narrow);
+  ASSERT_EQ(first.config, "c=0");  // c=7 (0.5 ms) is not among a top-1 tune's
+  TuneOptions wide;
+  wide.top = 4;
+  measurer_.die_in_finals = true;
+  EXPECT_ANY_THROW(run(wide));
+  measurer_.die_in_finals = false;
+  const int calls = measurer_.calls;
+  const TuneResult again = run(wide);
+  EXPECT_EQ(measurer_.calls, calls + 1);  // the finals only
+  EXPECT_EQ(again.config, "c=7") << again.tie_break;
 }
 
 TEST(TieBreak, DeterministicAmongStatisticallyTiedConfigs) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "kjit/support/error.h"
@@ -83,6 +84,9 @@ TEST(Worker, CrashesHangsAndFaultsCostOnlyTheirConfig) {
   EXPECT_NE(r.at("fault").error.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos)
       << r.at("fault").error;
   EXPECT_NE(r.at("wrong").error.find("wrong result"), std::string::npos);
+  // Its infinite check error came as null (JSON has no infinity): it failed its
+  // config, not the job.
+  EXPECT_TRUE(std::isinf(r.at("wrong").check_error));
   EXPECT_EQ(worker.starts(), 4);  // the first, then after the crash, the hang and the fault
 }
 
