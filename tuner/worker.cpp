@@ -106,8 +106,8 @@ MeasureWorker::MeasureWorker(WorkerOptions options) : options_(std::move(options
 namespace {
 
 // Why a worker's event cannot be read ("" when it can): its fields' types, and a
-// timing that is a time (a positive, finite median inside its interval, a run
-// count that is a count).
+// timing that is a time (a positive, finite median, a finite interval, a run count
+// that is a count).
 std::string malformed_event(const nlohmann::json& e) {
   for (const char* key : {"event", "config", "error", "message"})
     if (e.contains(key) && !e[key].is_string()) return fmt::format("'{}' is not a string", key);
@@ -130,8 +130,8 @@ std::string malformed_event(const nlohmann::json& e) {
     const double median = e.value("median_ms", 0.0), low = e.value("low_ms", 0.0),
                  high = e.value("high_ms", 0.0);
     const int64_t runs = e.value("runs", int64_t{0});
-    if (!(std::isfinite(median) && median > 0 && low <= median && median <= high &&
-          std::isfinite(high)))
+    if (!(std::isfinite(median) && median > 0 && std::isfinite(low) && std::isfinite(high) &&
+          low <= high))
       return fmt::format("a time of {} ms in [{}, {}]", median, low, high);
     if (runs < 1 || runs > 1000000) return fmt::format("{} runs", runs);
   }
