@@ -1,7 +1,10 @@
 #include "kjit/runtime/compile.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <stdexcept>
 
 namespace kjit {
 namespace {
@@ -67,10 +70,31 @@ TEST(CompileForArch, CompilesWithTemplates) {
 namespace kjit {
 namespace {
 
+// A fresh folder of its own, removed afterwards. (It was named by the process id
+// and never removed: a later run that got the same id found its binary stored
+// already, and the first compile was a store hit.)
+class ScratchFolder {
+ public:
+  ScratchFolder() {
+    std::string pattern = ::testing::TempDir() + "/kjit-compile-cached-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~ScratchFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 TEST(CompileCached, SecondCompileComesFromTheStore) {
-  std::string path =
-      ::testing::TempDir() + "/kjit-compile-cached-" + std::to_string(::getpid()) + "/kjit.db";
-  std::unique_ptr<cache::Store> store = cache::Store::open(path);
+  const ScratchFolder folder;
+  std::unique_ptr<cache::Store> store = cache::Store::open(folder.path() + "/kjit.db");
   KernelSource source = demo();
   source.source += "// compile_cached test\n";
   CachedBinary first = compile_cached(source, "sm_90", *store);
