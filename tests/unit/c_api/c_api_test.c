@@ -115,21 +115,8 @@ static int reentrant_launch(void) {
   return failures == 0 ? 0 : 1;
 }
 
-/* kjit_attention_emit gives the kernel kjit would run: the store's tuning where
- * there is one (it gave the model's default whatever the store held). The
- * chooser's log line names the problem's signature and the GPU model; a tuning
- * of them is written into the store (KJIT_CACHE_DIR) with SQLite, and the next
- * emit must use its config. */
-static char choice_line[4096];
-static void keep_choice(const char* line, void* user) {
-  (void)user;
-  if (strncmp(line, "config: attention ", 18) == 0 || strstr(line, "attention batch=") != NULL)
-    snprintf(choice_line, sizeof choice_line, "%s", line);
-}
-static int emit_uses_the_store(void) {
-  const char* dir = getenv("KJIT_CACHE_DIR");
-  CHECK(dir != NULL);
-  if (dir == NULL) return 1;
+/* Causal grouped-query attention (8 query heads over 2 K/V heads), 2 x 1000, d 128. */
+static kjit_attention_problem causal_gqa_problem(void) {
   kjit_attention_problem attention;
   memset(&attention, 0, sizeof attention);
   attention.batch = 2;
@@ -139,6 +126,25 @@ static int emit_uses_the_store(void) {
   attention.head_dim = 128;
   attention.dtype = KJIT_BF16;
   attention.causal = 1;
+  return attention;
+}
+
+/* kjit_attention_emit gives the kernel kjit would run: the store's tuning where
+ * there is one (it gave the model's default whatever the store held). The
+ * chooser's log line names the problem's signature and the GPU model; a tuning
+ * of them is written into the store (KJIT_CACHE_DIR) with SQLite, and the next
+ * emit must use its config. */
+static char choice_line[4096];
+static void keep_choice(const char* line, void* user) {
+  (void)user;
+  if (strstr(line, "attention batch=") != NULL)
+    snprintf(choice_line, sizeof choice_line, "%s", line);
+}
+static int emit_uses_the_store(void) {
+  const char* dir = getenv("KJIT_CACHE_DIR");
+  CHECK(dir != NULL);
+  if (dir == NULL) return 1;
+  kjit_attention_problem attention = causal_gqa_problem();
   kjit_set_log_topics("config");
   kjit_set_log_callback(keep_choice, NULL);
   char* source = NULL;
@@ -239,15 +245,7 @@ int main(int argc, char** argv) {
   CHECK(kjit_attention_backward_operand_dtype(NULL, 0) == KJIT_F32);
 
   /* Attention: the kernel for a problem, without a GPU; bad problems are user errors. */
-  kjit_attention_problem attention;
-  memset(&attention, 0, sizeof attention);
-  attention.batch = 2;
-  attention.heads = 8;
-  attention.kv_heads = 2;
-  attention.seq_q = 1000;
-  attention.head_dim = 128;
-  attention.dtype = KJIT_BF16;
-  attention.causal = 1;
+  kjit_attention_problem attention = causal_gqa_problem();
   CHECK(kjit_attention_emit(&attention, "h200", &source) == KJIT_OK);
   CHECK(source != NULL && strstr(source, "FlashForwardSm90") != NULL);
   kjit_free(source);
