@@ -583,6 +583,9 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   // Split-K: K ranges of whole k-tiles; the last split takes the remainder. (With
   // schedule=streamk splitk splits only the last wave's tiles: below.)
   const int bk = config.bk;
+  // Output tiles: bm x bn, or bn x bm where the kernel computes Cᵀ = Bᵀ Aᵀ (swap=ab).
+  const int64_t tile_rows = config.swap ? config.bn : config.bm;
+  const int64_t tile_cols = config.swap ? config.bm : config.bn;
   const int64_t k_per_split = round_up(ceil_div(args.k, config.streamk ? 1 : config.splitk), bk);
   const int64_t splits = ceil_div(args.k, k_per_split);
   args.k_per_split = static_cast<int>(k_per_split);
@@ -594,8 +597,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     const size_t bytes = static_cast<size_t>(splits * p.batch * p.m * p.n * 4);
     if (workspace_.bytes() < bytes) workspace_ = cuda::DeviceBuffer(bytes);
     args.workspace = workspace_.get();
-    const size_t counters = static_cast<size_t>(p.batch * ceil_div(p.m, config.bm) *
-                                                ceil_div(p.n, config.bn) * sizeof(unsigned));
+    const size_t counters = static_cast<size_t>(p.batch * ceil_div(p.m, tile_rows) *
+                                                ceil_div(p.n, tile_cols) * sizeof(unsigned));
     if (arrivals_.bytes() < counters) {
       arrivals_ = cuda::DeviceBuffer(counters);
       KJIT_CU(cuMemsetD32Async, arrivals_.get(), 0, counters / sizeof(unsigned), stream);
@@ -608,7 +611,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   // occupancy calculator knows); a grid of more runs in waves, and there the
   // workspace way was faster (H200, 4096 x 128 x 16384, 128 x 128 tiles, 4 splits:
   // 32 clusters of 4, 0.0768 ms against 0.0574).
-  const int64_t tiles = ceil_div(p.m, config.bm) * ceil_div(p.n, config.bn);
+  const int64_t tiles = ceil_div(p.m, tile_rows) * ceil_div(p.n, tile_cols);
   bool cluster = false;
   if (splits_in_cluster(config, splits)) {
     if (v->clusters_at_once < 0) {
@@ -706,14 +709,21 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   if (config.wgmma) {
     // The copy engine reads A and B (after padding, if any) through tensor maps:
     // stored (inner, rows) = A: (K, M) or, transposed, (M, K); B: (N, K) or (K, N).
-    map_a = p.a_transposed && !tf32
-                ? operand_map(p.input, args.a, p.m, args.k, args.lda, args.stride_a, p.batch, 64)
-                : operand_map(p.input, args.a, args.k, p.m, args.lda, args.stride_a, p.batch,
-                              config.bm);
-    map_b =
+    // A K-major operand's box is the tile's rows of it, an M/N-major one's 64-row chunks.
+    // With swap=ab the kernel's A operand is B (boxes of bm rows of N) and its B
+    // operand A (bn rows of M, K-major: validate() refuses A transposed).
+    const int a_box = config.swap ? config.bn : config.bm;
+    const int b_box = config.swap ? config.bm : config.bn;
+    const CUtensorMap caller_a =
+        p.a_transposed && !tf32
+            ? operand_map(p.input, args.a, p.m, args.k, args.lda, args.stride_a, p.batch, 64)
+            : operand_map(p.input, args.a, args.k, p.m, args.lda, args.stride_a, p.batch, a_box);
+    const CUtensorMap caller_b =
         p.b_transposed || tf32
-            ? operand_map(p.input, args.b, args.k, p.n, args.ldb, args.stride_b, p.batch, config.bn)
+            ? operand_map(p.input, args.b, args.k, p.n, args.ldb, args.stride_b, p.batch, b_box)
             : operand_map(p.input, args.b, p.n, args.k, args.ldb, args.stride_b, p.batch, 64);
+    map_a = config.swap ? caller_b : caller_a;
+    map_b = config.swap ? caller_a : caller_b;
     kernel_args[2] = &map_a;
     kernel_args[3] = &map_b;
     // The persistent schedules store whole tiles of C through the copy engine where

@@ -95,16 +95,21 @@ __device__ __forceinline__ void tile_of_block(int block, int tiles_m, int tiles_
 struct BlockWork {
   int tile_m, tile_n, split, batch, k_begin, k_end;
 };
+// m, n: the sizes the kernel tiles, args.m and args.n unless it computes the
+// product transposed (WgmmaMatmul with SWAP: its rows walk N, its columns M).
 template <int BM, int BN>
-__device__ __forceinline__ BlockWork block_work(const MatmulArgs& args) {
+__device__ __forceinline__ BlockWork block_work(const MatmulArgs& args, int m, int n) {
   BlockWork w;
-  tile_of_block(blockIdx.x, (args.m + BM - 1) / BM, (args.n + BN - 1) / BN, args.raster, w.tile_m,
-                w.tile_n);
+  tile_of_block(blockIdx.x, (m + BM - 1) / BM, (n + BN - 1) / BN, args.raster, w.tile_m, w.tile_n);
   w.split = blockIdx.y;
   w.batch = blockIdx.z;
   w.k_begin = w.split * args.k_per_split;
   w.k_end = min(args.k, w.k_begin + args.k_per_split);
   return w;
+}
+template <int BM, int BN>
+__device__ __forceinline__ BlockWork block_work(const MatmulArgs& args) {
+  return block_work<BM, BN>(args, args.m, args.n);
 }
 
 // ---- stores of two horizontally adjacent outputs --------------------------------

@@ -59,8 +59,17 @@ namespace sm90 {
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
 // C_ALIGNED: C's rows are 16-byte aligned (the problem's alignment class); it picks
 // the persistent and ping-pong schedules' write-out (write_out).
+//
+// SWAP (config swap=ab, run() only): the kernel computes the product transposed,
+// Cᵀ = Bᵀ Aᵀ. Its "A" is the caller's B (the runtime's map_a describes B), its "B"
+// the caller's A (map_b, K-major), so the tile's BM rows walk the caller's N and its
+// BN columns the caller's M. For a decode-like product (M = 16) that puts the 16 rows
+// of A on wgmma's N side (m64n16: no tensor-core work on rows of zeros, and the
+// stages hold B almost entirely) and the long N on its M side. The fp32 tile is
+// staged transposed, so the write-out, split-K and the epilogue see the caller's
+// rows and columns (OUT_ROWS x OUT_COLS below) and do not know about the swap.
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
-          typename Wgmma, bool C_ALIGNED = true>
+          typename Wgmma, bool C_ALIGNED = true, bool SWAP = false>
 struct WgmmaMatmul {
   static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
   static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
@@ -86,10 +95,19 @@ struct WgmmaMatmul {
   static constexpr int STAGED_STRIDE = BN + 8;  // floats per staged row (bank spread)
   static constexpr int VEC = matmul::Chunk<TC>::VEC;
   static constexpr int CHUNKS_PER_ROW = BN / VEC;
+  // The staged fp32 tile of run(), in the caller's orientation: BM x BN, or BN x BM
+  // with SWAP (rows BM + 4 floats apart: the transposed staging's stores of a warp
+  // then fall in 32 different banks, stage_accumulators).
+  static constexpr int OUT_ROWS = SWAP ? BN : BM;
+  static constexpr int OUT_COLS = SWAP ? BM : BN;
+  static constexpr int OUT_STRIDE = SWAP ? BM + 4 : STAGED_STRIDE;
+  static constexpr int OUT_CHUNKS = OUT_COLS / VEC;
   static_assert(sizeof(T) == 2 || (A_K_MAJOR && B_K_MAJOR),
                 "wgmma reads 32-bit (tf32) operands K-major only");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "BM is 64 x consumer warpgroups");
-  static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN is 64, 128, 192 or 256");
+  static_assert(SWAP || (BN % 64 == 0 && BN >= 64 && BN <= 256), "BN is 64, 128, 192 or 256");
+  static_assert(!SWAP || (BN % 16 == 0 && BN >= 16 && BN <= 256 && B_K_MAJOR && sizeof(T) == 2),
+                "swapped, BN (the caller's M side) is 16 to 256 in steps of 16, read K-major");
 
   // Dynamic shared memory: 1 KiB of alignment slack, the stages, then 2 x STAGES
   // mbarriers (8 bytes each).
@@ -192,6 +210,10 @@ struct WgmmaMatmul {
   // and + 8, columns 8j + 2(lane%4) and + 1 in acc[4j .. 4j+3]) in the idle stages;
   // then all THREADS, the producer warpgroup too, walk the staged rows and write
   // 16-byte chunks of C (alpha, beta * C0 and the epilogue function per output).
+  // With SWAP the tile's row r is the caller's column: output (r, c) is staged at
+  // [c][r], one float at a time (a warp's 32 stores of one register then cover rows
+  // r .. r + 7 of columns 2(lane%4): 8 floats in each of 4 staged rows whose starts
+  // are 2 x 132 x 4 bytes apart, so 32 different banks).
   __device__ __forceinline__ static void stage_accumulators(float* staged, const float (&acc)[ACC],
                                                             int group) {
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
@@ -202,8 +224,13 @@ struct WgmmaMatmul {
       for (int half = 0; half < 2; ++half) {
         const int row = group * 64 + warp * 16 + lane / 4 + 8 * half;
         const int col = j * 8 + 2 * (lane % 4);
-        matmul::Pair<float>::store(staged + row * STAGED_STRIDE + col, acc[4 * j + 2 * half],
-                                   acc[4 * j + 2 * half + 1]);
+        if constexpr (SWAP) {
+          staged[col * OUT_STRIDE + row] = acc[4 * j + 2 * half];
+          staged[(col + 1) * OUT_STRIDE + row] = acc[4 * j + 2 * half + 1];
+        } else {
+          matmul::Pair<float>::store(staged + row * STAGED_STRIDE + col, acc[4 * j + 2 * half],
+                                     acc[4 * j + 2 * half + 1]);
+        }
       }
   }
 
@@ -214,23 +241,23 @@ struct WgmmaMatmul {
                                                     int batch, int split) {
     // Each thread keeps one chunk of columns and walks down the rows, so the
     // epilogue's per-column operands (a bias) are read once per tile, not once per
-    // row. ROW_STEP rows per pass; with BN = 192 the last THREADS % CHUNKS_PER_ROW
-    // threads sit this out.
-    constexpr int ROW_STEP = THREADS / CHUNKS_PER_ROW;
-    if (static_cast<int>(threadIdx.x) >= ROW_STEP * CHUNKS_PER_ROW) return;
-    const int chunk = static_cast<int>(threadIdx.x) % CHUNKS_PER_ROW;
-    const int col = tile_n * BN + chunk * VEC;
+    // row. ROW_STEP rows per pass; with OUT_COLS = 192 the last THREADS % OUT_CHUNKS
+    // threads sit this out. (tile_m, tile_n: the caller's tile, OUT_ROWS x OUT_COLS.)
+    constexpr int ROW_STEP = THREADS / OUT_CHUNKS;
+    if (static_cast<int>(threadIdx.x) >= ROW_STEP * OUT_CHUNKS) return;
+    const int chunk = static_cast<int>(threadIdx.x) % OUT_CHUNKS;
+    const int col = tile_n * OUT_COLS + chunk * VEC;
     if (col >= args.n) return;
     const int valid = min(args.n - col, VEC);
     float columns[Epilogue::kColumnSlots][VEC];
     if (args.splits == 1) Epilogue::template load_columns<VEC>(columns, batch, col, valid, ops);
 #pragma unroll 1
-    for (int staged_row = static_cast<int>(threadIdx.x) / CHUNKS_PER_ROW; staged_row < BM;
+    for (int staged_row = static_cast<int>(threadIdx.x) / OUT_CHUNKS; staged_row < OUT_ROWS;
          staged_row += ROW_STEP) {
-      const int row = tile_m * BM + staged_row;
+      const int row = tile_m * OUT_ROWS + staged_row;
       if (row >= args.m) break;
       float v[VEC];
-      matmul::read_staged<VEC>(staged + staged_row * STAGED_STRIDE + chunk * VEC, chunk, v);
+      matmul::read_staged<VEC>(staged + staged_row * OUT_STRIDE + chunk * VEC, chunk, v);
       matmul::write_chunk<TC, Epilogue>(args, ops, batch, split, row, col, valid, v, columns);
     }
   }
@@ -239,7 +266,7 @@ struct WgmmaMatmul {
   template <typename Epilogue>
   __device__ __forceinline__ static void run(const MatmulArgs& args, const EpilogueOperands& ops,
                                              const TensorMap& map_a, const TensorMap& map_b) {
-    static_assert(BM * STAGED_STRIDE * 4 <= STAGES * STAGE_BYTES,
+    static_assert(OUT_ROWS * OUT_STRIDE * 4 <= STAGES * STAGE_BYTES,
                   "the epilogue stages the tile through the pipeline's buffers");
     extern __shared__ __align__(1024) unsigned char kjit_wgmma_shared[];
     // The swizzle pattern repeats every 1024 bytes: stages start on such a boundary.
@@ -249,7 +276,15 @@ struct WgmmaMatmul {
     const u32 full = stages + STAGES * STAGE_BYTES;
     const u32 empty = full + 8 * STAGES;
 
-    const matmul::BlockWork w = matmul::block_work<BM, BN>(args);
+    // w: the kernel's tile (swapped: rows along N, columns along M); out: the same
+    // tile as the caller's rows and columns, for the write-out.
+    const matmul::BlockWork w =
+        matmul::block_work<BM, BN>(args, SWAP ? args.n : args.m, SWAP ? args.m : args.n);
+    matmul::BlockWork out = w;
+    if constexpr (SWAP) {
+      out.tile_m = w.tile_n;
+      out.tile_n = w.tile_m;
+    }
     const int tile_m = w.tile_m, tile_n = w.tile_n, split = w.split, batch = w.batch;
     const int k_begin = w.k_begin, k_end = w.k_end;
     const int k_tiles = (k_end - k_begin + BK - 1) / BK;  // the copy engine zero-fills past K
@@ -285,12 +320,12 @@ struct WgmmaMatmul {
     if (group >= 0) stage_accumulators(staged, acc, group);
     if (args.splits > 1 && args.splits_cluster) {
       // Its first cluster barrier also orders this block's staging before its reads.
-      finish_split_in_cluster<Epilogue>(args, ops, w, stages);
+      finish_split_in_cluster<Epilogue>(args, ops, out, stages);
       return;
     }
     __syncthreads();
-    write_tile<Epilogue>(args, ops, staged, tile_m, tile_n, batch, split);
-    if (args.splits > 1) matmul::finish_split<TC, Epilogue, BM, BN>(args, ops, w);
+    write_tile<Epilogue>(args, ops, staged, out.tile_m, out.tile_n, batch, split);
+    if (args.splits > 1) matmul::finish_split<TC, Epilogue, OUT_ROWS, OUT_COLS>(args, ops, out);
   }
 
   // Split-K through distributed shared memory (stage 6 on sm_90). The S splits of a
@@ -300,6 +335,7 @@ struct WgmmaMatmul {
   // floats). After a cluster barrier each block sums 1/S of the tile, reading the
   // same 4 floats from every split's shared memory over the SM-to-SM network, in
   // split order 0, 1, ..., S - 1 (deterministic), and finishes and stores them.
+  // (w: the caller's tile, OUT_ROWS x OUT_COLS, staged rows OUT_STRIDE floats apart.)
   // Against the workspace way (finish_split): no fp32 partials written to and read
   // back from L2, no __threadfence, no arrival counter to spin on, and no
   // cooperative launch (a cluster is resident as a whole by construction). A second
@@ -312,7 +348,8 @@ struct WgmmaMatmul {
                                                                  u32 staged) {
     constexpr int MAX_SPLITS = 8;  // a portable cluster holds at most 8 blocks
     cluster_sync();
-    const int rows = min(BM, args.m - w.tile_m * BM), cols = min(BN, args.n - w.tile_n * BN);
+    const int rows = min(OUT_ROWS, args.m - w.tile_m * OUT_ROWS);
+    const int cols = min(OUT_COLS, args.n - w.tile_n * OUT_COLS);
     const int quads = (cols + 3) / 4;  // groups of 4 columns per row
     const int total = rows * quads;
     const int begin = total * w.split / args.splits;
@@ -320,7 +357,7 @@ struct WgmmaMatmul {
 #pragma unroll 1
     for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += THREADS) {
       const int r = i / quads, col = 4 * (i % quads);
-      const u32 mine = staged + static_cast<u32>((r * STAGED_STRIDE + col) * 4);
+      const u32 mine = staged + static_cast<u32>((r * OUT_STRIDE + col) * 4);
       float4 v[MAX_SPLITS];
 #pragma unroll
       for (int s = 0; s < MAX_SPLITS; ++s)  // every load in flight before the first add
@@ -334,8 +371,8 @@ struct WgmmaMatmul {
           acc[2] += v[s].z;
           acc[3] += v[s].w;
         }
-      matmul::finish_quad<TC, Epilogue>(args, ops, w.batch, w.tile_m * BM + r, w.tile_n * BN + col,
-                                        min(4, cols - col), acc);
+      matmul::finish_quad<TC, Epilogue>(args, ops, w.batch, w.tile_m * OUT_ROWS + r,
+                                        w.tile_n * OUT_COLS + col, min(4, cols - col), acc);
     }
     cluster_arrive_relaxed();
     cluster_wait();

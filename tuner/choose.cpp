@@ -39,8 +39,21 @@ Chooser::Chooser(std::shared_ptr<cache::Store> store, std::string gpu_model,
 
 const Efficiencies& Chooser::efficiencies() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!efficiencies_) efficiencies_ = fit_efficiencies(store_->trials_for(gpu_model_, ""), device_);
+  if (!efficiencies_) {
+    const std::vector<cache::TrialRecord> trials = store_->trials_for(gpu_model_, "");
+    efficiencies_ = fit_efficiencies(trials, device_);
+    passed_.clear();
+    for (const cache::TrialRecord& t : trials)
+      if (t.error.empty() && t.measured.runs >= 1 && t.measured.median_ms > 0)
+        passed_.insert(t.config);
+  }
   return *efficiencies_;
+}
+
+bool Chooser::passed_here(const std::string& config) {
+  efficiencies();  // loads the trials
+  std::lock_guard<std::mutex> lock(mutex_);
+  return passed_.count(config) > 0;
 }
 
 void Chooser::refresh() {
@@ -72,14 +85,36 @@ Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
   const Efficiencies& fitted = efficiencies();
   Choice best;
   double best_ms = 0;
+  // A search-only candidate (a kernel never measured on a GPU) is a default only
+  // once it has passed a trial on this GPU model, or if nothing else runs.
+  auto search_only = [&](const std::string& config) {
+    return std::find(space.search_only.begin(), space.search_only.end(), config) !=
+               space.search_only.end() &&
+           !passed_here(config);
+  };
+  const bool others = std::any_of(space.candidates.begin(), space.candidates.end(),
+                                  [&](const std::string& c) { return !search_only(c); });
+  std::string passed_over;  // the fastest predicted search-only candidate skipped
+  double passed_over_ms = 0;
   for (const std::string& config : space.candidates) {
     const Prediction p = problem.predict(config, device_, fitted);
+    if (others && search_only(config)) {
+      if (passed_over.empty() || p.ms < passed_over_ms) {
+        passed_over = config;
+        passed_over_ms = p.ms;
+      }
+      continue;
+    }
     if (best.config.empty() || p.ms < best_ms) {
       best_ms = p.ms;
       best.config = config;
       best.detail = fmt::format("{:.4f} ms predicted, {}-bound", p.ms, p.bound);
     }
   }
+  if (!passed_over.empty() && passed_over_ms < best_ms)
+    best.detail +=
+        fmt::format("; {} predicts {:.4f} ms but is search-only until measured on this GPU model",
+                    passed_over, passed_over_ms);
   best.source = Choice::Source::Model;
   return best;
 }

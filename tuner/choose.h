@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,8 @@ class Chooser {
   // The nearest tuned problem's config, or nullopt with `why` none stands in.
   std::optional<Choice> nearest(const TuningProblem& problem, const Space& space, std::string* why);
   Choice model_choice(const TuningProblem& problem, const Space& space);
+  // Whether `config` has passed a trial on this GPU model (any problem).
+  bool passed_here(const std::string& config);
 
   std::shared_ptr<cache::Store> store_;
   std::string gpu_model_;
@@ -76,6 +79,9 @@ class Chooser {
   mutable std::mutex mutex_;
   std::map<std::string, Choice> remembered_;  // by signature
   std::optional<Efficiencies> efficiencies_;
+  // Configs with a passing trial (checked, then timed) on this GPU model, loaded
+  // with the fit: a search-only candidate among them may be the model's pick.
+  std::set<std::string> passed_;
   // The GPU model's tunings with the class and sizes of each (for nearest()).
   struct Tuned {
     std::string signature, problem_class, config;

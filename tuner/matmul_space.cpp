@@ -89,6 +89,7 @@ constexpr double kL2LatencySeconds = 0.75e-6;
 // The values each dimension of the space takes.
 constexpr int kTileSizes[] = {64, 128, 192, 256};
 constexpr int kWgmmaStages[] = {2, 3, 4, 5, 6, 7, 8};
+constexpr int kSwapStages[] = {4, 6, 8, 10, 12};
 constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
 constexpr int kRasters[] = {8, 16};
 
@@ -166,6 +167,16 @@ int64_t clusters_at_once(int64_t sms, int64_t resident, int64_t size) {
   constexpr int64_t kFilled[] = {0, 132, 132, 117, 120, 110, 102, 105, 120};
   if (size < 1 || size > 8) return 0;
   return sms * resident * kFilled[size] / (132 * size);
+}
+
+// Output tiles along M and along N: bm x bn, or bn x bm where the kernel computes
+// Cᵀ = Bᵀ Aᵀ (swap=ab: its tile rows walk N). The kernel's own tile rows are the
+// first with swap=ab's, the second without.
+int64_t tiles_along_m(const Problem& p, const Config& c) {
+  return ceil_div(p.m, c.swap ? c.bn : c.bm);
+}
+int64_t tiles_along_n(const Problem& p, const Config& c) {
+  return ceil_div(p.n, c.swap ? c.bm : c.bn);
 }
 
 int64_t actual_splits(const Config& c, int64_t k) {
@@ -248,6 +259,7 @@ std::string matmul_efficiency_key(const Problem& p, const Config& c) {
     return fmt::format("matmul:wgmma{}:{}x{}:s{}{}{}", type, c.bm, c.bn, c.stages,
                        c.pingpong     ? ":pingpong"
                        : c.persistent ? ":persistent"
+                       : c.swap       ? ":swap"
                                       : "",
                        split);
   return fmt::format("matmul:sync:{}x{}x{}:w{}x{}:s{}{}{}", c.bm, c.bn, c.bk, c.warps_m,
@@ -385,7 +397,7 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
                       registers, threads, limit));
     if (c.narrow && p.aligned)
       return prune("load=narrow reads misaligned operands in place; this problem is aligned");
-    const int64_t tiles = ceil_div(p.m, c.bm) * ceil_div(p.n, c.bn) * p.batch;
+    const int64_t tiles = tiles_along_m(p, c) * tiles_along_n(p, c) * p.batch;
     if (c.streamk) {
       // The last wave's tiles take exactly splitk splits, or this is another config.
       const int64_t resident =
@@ -420,9 +432,17 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
                       "as with schedule=tile",
                       c.pingpong ? "pingpong" : "persistent",
                       tiles * actual_splits(c, kernel_k(p, c)), device.sm_count));
-    if (c.raster != 8 && ceil_div(p.m, c.bm) <= 8)
-      return prune(fmt::format("raster={} orders the blocks as raster=8 with {} tile rows",
-                               c.raster, ceil_div(p.m, c.bm)));
+    // The kernel's tile rows and columns (swap=ab: rows along N).
+    const int64_t tile_rows = c.swap ? tiles_along_n(p, c) : tiles_along_m(p, c);
+    const int64_t tile_cols = c.swap ? tiles_along_m(p, c) : tiles_along_n(p, c);
+    if (c.raster != 8 && (tile_rows <= 8 || tile_cols == 1))
+      return prune(
+          fmt::format("raster={} orders the blocks as raster=8 with {} tile rows and {} "
+                      "tile columns",
+                      c.raster, tile_rows, tile_cols));
+    // swap=ab (2026-12-05) has not run on a GPU yet: searched, not a default
+    // until it has passed a trial on this GPU model (Space::search_only).
+    if (c.swap) space.search_only.push_back(text);
     space.candidates.push_back(std::move(text));
   };
   auto with_launch_dims = [&](Config c) {
@@ -455,6 +475,19 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
             c.line_pitch = line_pitch;
             with_launch_dims(c);
           }
+  // swap=ab where M is short (a decode step, M <= 64): the kernel computes Cᵀ = Bᵀ Aᵀ
+  // with M on wgmma's N side in one tile column of bn = M rounded up to 16, so no
+  // tensor-core work or shared memory goes to rows of zeros, and its narrow stages
+  // (bm + bn rows of 128 bytes) leave room for more of them.
+  if (p.input != DType::TF32 && !p.a_transposed && p.m <= 64) {
+    const int bn = static_cast<int>(ceil_div(p.m, 16) * 16);
+    for (int bm : {64, 128, 256})
+      for (int stages : kSwapStages) {
+        Config c = matmul::wgmma_config(bm, bn, stages, 1, p.input, false);
+        c.swap = true;
+        with_launch_dims(c);
+      }
+  }
   if (p.input == DType::TF32) return space;  // the wgmma engine only
   for (const SyncShape& s : kSyncShapes) with_launch_dims(sync_config(s, false));
   for (const SyncShape& s : kNarrowShapes) with_launch_dims(sync_config(s, true));
@@ -490,7 +523,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   const int64_t k = kernel_k(p, c);
   const int64_t splits = c.splitk > 1 && !c.streamk ? actual_splits(c, k) : 1;
   const int64_t k_per_split = ceil_div(ceil_div(k, splits), c.bk) * c.bk;
-  const int64_t tiles_m = ceil_div(p.m, c.bm), tiles_n = ceil_div(p.n, c.bn);
+  const int64_t tiles_m = tiles_along_m(p, c), tiles_n = tiles_along_n(p, c);
   const int64_t tiles = tiles_m * tiles_n * p.batch;
   // Split-K on the wgmma tile grid: each tile's splits one cluster, when every
   // cluster of the grid runs at once (as the runtime decides); else the workspace.
@@ -506,7 +539,10 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
                           c.wgmma                 ? "wgmma"
                           : p.input == DType::F32 ? "simt"
                                                   : "sync",
-                          c.bm, c.bn, c.narrow ? ":narrow" : "");
+                          c.bm, c.bn,
+                          c.narrow ? ":narrow"
+                          : c.swap ? ":swap"
+                                   : "");
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, matmul_efficiency_prior(p, c));
   const double per_clock = p.input == DType::F32    ? rates.simt_flops_per_sm_clock
@@ -705,6 +741,11 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
             : fmt::format("write-out: by the consumer warps' own stores (rows of {} outputs "
                           "are not 16-byte aligned: no tensor map of C)",
                           p.n));
+  if (c.swap)
+    out.notes.push_back(fmt::format(
+        "swap=ab: computed as C^T = B^T A^T: the block tile's {} rows walk N and its {} columns "
+        "M ({} x {} tiles), so wgmma's N is {} and M = {} is not padded to 64 rows",
+        c.bm, c.bn, tiles_n, tiles_m, c.bn, p.m));
   if (c.wgmma && !c.persistent && tiles * splits > sms)
     out.notes.push_back(fmt::format(
         "schedule=tile: one tile per block ({} blocks): each pays its pipeline fill and "

@@ -97,19 +97,19 @@ const char* schedule_text(const Config& c) {
 }  // namespace
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}", bm, bn, bk,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}{}", bm, bn, bk,
                      warps, warps_m, stages, splitk,
                      raster != 8 ? fmt::format(",raster={}", raster) : "",
                      wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "",
-                     line_pitch ? ",pitch=line" : "");
+                     line_pitch ? ",pitch=line" : "", swap ? ",swap=ab" : "");
 }
 
 std::string Config::source_text() const {
   Config kernel = *this;
   kernel.streamk = false;  // a launch argument of the persistent kernel
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}", bm, bn, bk, warps, warps_m,
-                     stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
-                     narrow ? ",load=narrow" : "");
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}{}", bm, bn, bk, warps,
+                     warps_m, stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
+                     narrow ? ",load=narrow" : "", swap ? ",swap=ab" : "");
 }
 
 StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) {
@@ -178,7 +178,7 @@ int square_warps_m(int bm, int bn, int warps) {
 
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
-      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch";
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch, swap";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -220,6 +220,14 @@ Config Config::parse(const std::string& text) {
                         "M/N-major operands whose rows are off the 128-byte lines copied first "
                         "(mma=wgmma only)");
       config.line_pitch = value == "line";
+      continue;
+    }
+    if (key == "swap") {
+      if (value != "none" && value != "ab")
+        throw UserError("matmul config swap='" + value + "' is not none or ab",
+                        "swap=ab: the product computed transposed (Cᵀ = Bᵀ Aᵀ: bm tiles N, bn "
+                        "tiles M; mma=wgmma, schedule=tile); swap=none: as written");
+      config.swap = value == "ab";
       continue;
     }
     char* end = nullptr;
@@ -427,15 +435,33 @@ void validate(const Problem& problem, const Config& config) {
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "
         "engine (TMA) needs 16-byte-aligned rows",
         "drop mma=wgmma (misaligned operands are padded for wgmma)");
+  if (config.swap) {
+    if (!config.wgmma || config.persistent)
+      throw UserError(
+          "swap=ab is a mode of the wgmma engine's one-tile-per-block schedule; "
+          "config " +
+              config.to_string() + " is " + (config.wgmma ? "persistent" : "not a wgmma config"),
+          "use mma=wgmma without schedule=, or drop swap=ab");
+    if (problem.input != DType::BF16 && problem.input != DType::F16)
+      throw UserError(fmt::format("swap=ab needs 16-bit inputs (bf16, f16); got {}",
+                                  matmul::to_string(problem.input)),
+                      "wgmma reads tf32 operands K-major only; drop swap=ab");
+    if (problem.a_transposed)
+      throw UserError("swap=ab reads A as the kernel's K-major B operand: layout " +
+                          problem.layout() + " stores A transposed (K x M, M-major)",
+                      "use layout nn or nt with swap=ab, or drop swap=ab");
+  }
   if (config.wgmma) {
     const Config derived = wgmma_config(config.bm, config.bn, config.stages, config.splitk,
                                         problem.input, config.pingpong);
-    if (config.bm % 64 != 0 || config.bm < 64 || config.bm > 256 || config.bn % 64 != 0 ||
-        config.bn < 64 || config.bn > 256)
-      throw UserError(fmt::format("mma=wgmma needs bm and bn in 64, 128, 192, 256; got bm={}, "
-                                  "bn={}",
-                                  config.bm, config.bn),
-                      "each consumer warpgroup owns 64 rows; a wgmma is at most 256 wide");
+    const bool bn_ok = config.swap ? config.bn % 16 == 0 && config.bn >= 16 && config.bn <= 256
+                                   : config.bn % 64 == 0 && config.bn >= 64 && config.bn <= 256;
+    if (config.bm % 64 != 0 || config.bm < 64 || config.bm > 256 || !bn_ok)
+      throw UserError(
+          fmt::format("mma=wgmma needs bm in 64, 128, 192, 256 and bn in {}; got bm={}, bn={}",
+                      config.swap ? "16, 32, ..., 256 (swap=ab)" : "64, 128, 192, 256", config.bm,
+                      config.bn),
+          "each consumer warpgroup owns 64 rows; a wgmma is at most 256 wide");
     if (config.bk != derived.bk || config.warps != derived.warps ||
         config.warps_m != derived.warps_m)
       throw UserError(
@@ -446,10 +472,16 @@ void validate(const Problem& problem, const Config& config) {
                       config.bm, config.bk, config.warps, config.warps_m),
           problem.input == DType::TF32 ? "write bk=32 and leave warps and wm out with mma=wgmma"
                                        : "leave bk, warps and wm out with mma=wgmma");
-    if (config.stages < 2 || config.stages > 8)
-      throw UserError(fmt::format("stages={} is out of range: 2 to 8", config.stages), hint);
-    // The persistent schedule writes from registers; the other stages the tile.
-    if (!config.persistent && config.bm * (config.bn + 8) * 4 > pipeline_bytes(problem, config))
+    // Swapped tiles are narrow (bn = 16 for decode): more of their stages fit.
+    const int most_stages = config.swap ? 12 : 8;
+    if (config.stages < 2 || config.stages > most_stages)
+      throw UserError(fmt::format("stages={} is out of range: 2 to {}", config.stages, most_stages),
+                      hint);
+    // The persistent schedule writes from registers; the other stages the tile
+    // (transposed with swap=ab: bn rows of bm + 4 floats).
+    const int staged =
+        config.swap ? config.bn * (config.bm + 4) * 4 : config.bm * (config.bn + 8) * 4;
+    if (!config.persistent && staged > pipeline_bytes(problem, config))
       throw UserError(fmt::format("mma=wgmma stages the {}x{} fp32 tile through the pipeline's "
                                   "{} bytes, which is too small",
                                   config.bm, config.bn, pipeline_bytes(problem, config)),
@@ -614,8 +646,11 @@ std::string wgmma_wrapper(const Problem& problem, const Config& config) {
   const bool tf32 = problem.input == DType::TF32;
   const std::string type = matmul::to_string(problem.input);
   const int k = tf32 ? 8 : 16;
-  const int transpose_a = problem.a_transposed ? 1 : 0;  // A stored K x M: MN-major
-  const int transpose_b = problem.b_transposed ? 0 : 1;  // B stored K x N: MN-major
+  // A stored K x M and B stored K x N are MN-major. With swap=ab the kernel's A is the
+  // caller's B and its B the caller's A (K-major: validate() refuses layouts "t?").
+  const int transpose_a =
+      config.swap ? (problem.b_transposed ? 0 : 1) : (problem.a_transposed ? 1 : 0);
+  const int transpose_b = config.swap ? 0 : (problem.b_transposed ? 0 : 1);
   std::string s;
   if (tf32)
     s += fmt::format(
@@ -649,6 +684,7 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
                          problem.layout(), config.bm, config.bn, config.bk, config.stages,
                          config.pingpong     ? "_pingpong"
                          : config.persistent ? "_persistent"
+                         : config.swap       ? "_swapped"
                                              : "");
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
@@ -667,6 +703,13 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       "{}-stage mbarrier pipeline, {} B dynamic shared memory\n",
       config.bn, tf32 ? 8 : 16, matmul::to_string(problem.input), config.bm, config.bn, config.bk,
       warpgroups, config.stages, out.dynamic_shared_bytes);
+  if (config.swap)
+    s += fmt::format(
+        "// swap=ab:   computed transposed, C^T = B^T A^T: the kernel's A operand is B, its B\n"
+        "//            operand A, so the block tile's {} rows walk N and its {} columns walk M\n"
+        "//            (wgmma's N = {}: a short M is not padded to 64 rows). The fp32 tile is\n"
+        "//            staged transposed, and C is written in its own rows as usual.\n",
+        config.bm, config.bn, config.bn);
   s += "#include \"kjit/matmul_sm90.cuh\"\n\n";
   s += epilogue_glue(problem.epilogue, problem.output);
   s += wgmma_wrapper(problem, config);
@@ -678,13 +721,16 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
     s += "// layout " + problem.layout() +
          ": the runtime transposes the M/N-major operand(s) into K-major scratch first\n";
   s += "// A is " + std::string(a_k_major ? "M x K (K-major)" : "K x M (M-major)") + ", B is " +
-       (b_k_major ? "N x K (K-major)" : "K x N (N-major)") + "\n";
+       (b_k_major ? "N x K (K-major)" : "K x N (N-major)") +
+       (config.swap ? ": the kernel's A operand is B, its B operand A" : "") + "\n";
   s += fmt::format(
-      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}> "
-      "kjit_matmul_tile;  // ..., C_ALIGNED: C's rows {} 16-byte aligned\n\n",
+      "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}{}> "
+      "kjit_matmul_tile;  // ..., C_ALIGNED: C's rows {} 16-byte aligned{}\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
-      a_k_major ? "true" : "false", b_k_major ? "true" : "false",
-      problem.aligned ? "true" : "false", problem.aligned ? "are" : "are not");
+      (config.swap ? b_k_major : a_k_major) ? "true" : "false",
+      (config.swap ? a_k_major : b_k_major) ? "true" : "false", problem.aligned ? "true" : "false",
+      config.swap ? ", true" : "", problem.aligned ? "are" : "are not",
+      config.swap ? "; SWAP" : "");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",
@@ -702,6 +748,10 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
              "// output tiles blockIdx.x, + gridDim.x, ...: the producer loads the next tile\n"
              "// while the consumers write this one from registers. The tensor maps describe\n"
              "// A and B for the copy engine (runtime/matmul.cpp encodes them)\n"
+       : config.swap
+           ? "// grid: (tiles of N x tiles of M, splits, batch), one output tile per block, or\n"
+             "// with split-K one K range of it (blockIdx.y), the splits summed in split order;\n"
+             "// map_a describes B and map_b A for the copy engine (runtime/matmul.cpp)\n"
            : "// grid: (tiles_m * tiles_n, splits, batch), one output tile per block, or with\n"
              "// split-K one K range of it (blockIdx.y), the splits summed in split order; the\n"
              "// tensor maps describe A and B for the copy engine (runtime/matmul.cpp encodes\n"

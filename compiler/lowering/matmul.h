@@ -120,17 +120,23 @@ struct Config {
   // the line make every box row straddle two lines (on the H200, 4096^3 with B in
   // rows of 4104 ran 1.25x slower). A run-time choice: the kernel is the same.
   bool line_pitch = false;
+  // wgmma only, schedule=tile, 16-bit inputs, A K-major (layout "n?"): swap=ab, the
+  // product computed transposed, Cᵀ = Bᵀ Aᵀ. The kernel's tile rows (bm) walk N and
+  // its columns (bn = 16, 32, ... 256) walk M, so a decode-like product (M = 16) runs
+  // m64n16 wgmma on B's rows rather than m64nN on 16 rows of A padded to 64. C is
+  // still written in its own rows (the tile is staged transposed). Stages 2 to 12.
+  bool swap = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
-  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",load=narrow" or
-  // ",pitch=line")
+  // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",load=narrow",
+  // ",pitch=line" or ",swap=ab")
   std::string to_string() const;
   // The part of to_string() the kernel's source depends on (without splitk, raster
   // and pitch, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
   // raster mma (sync | wgmma) schedule (tile | persistent | pingpong | streamk) load (async |
-  // narrow) pitch (any | line). When
+  // narrow) pitch (any | line) swap (none | ab). When
   // warps is given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk,
   // warps and wm follow from bm. Unknown keys and malformed values are UserErrors naming the valid
   // keys.

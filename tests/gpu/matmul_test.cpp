@@ -1250,6 +1250,70 @@ TEST_F(MatmulGpu, StreamK) {
   run_all(StreamKCases());
 }
 
+// swap=ab: the product computed transposed (Cᵀ = Bᵀ Aᵀ, WgmmaMatmul's SWAP), M on
+// wgmma's N side in tiles of 16 to 64. Decode-like M of 1, 16 and 17 and M = 64,
+// edges in N (odd: 2-byte columns), both layouts it takes (nn, nt), f16 and an f32
+// C, a batch, alpha and beta * C0, rows of A, B and C longer than the matrix
+// (NaN-filled gaps), a misaligned K (the padded path), a column (bias), a row and a
+// full tensor operand; split-K three ways (a cluster, the splits together, the last
+// split), checked by name.
+std::vector<Case> SwappedProductCases() {
+  std::vector<Case> cases;
+  if (!gpu_is_sm90()) return cases;
+  const std::string swap = "mma=wgmma,swap=ab,";
+  cases.push_back({.m = 16, .n = 4096, .k = 4096, .config = swap + "bm=128,bn=16,stages=10"});
+  cases.push_back({.m = 16,
+                   .n = 1001,
+                   .k = 1000,
+                   .layout = "nt",
+                   .epilogue = "gelu(acc + bias)",
+                   .config = swap + "bm=128,bn=16,stages=12,splitk=2",
+                   .split_way = "cluster"});
+  cases.push_back({.m = 1, .n = 4099, .k = 777, .config = swap + "bm=64,bn=16,stages=4"});
+  cases.push_back({.m = 17,
+                   .n = 300,
+                   .k = 2048,
+                   .batch = 3,
+                   .output = DType::F32,
+                   .config = swap + "bm=256,bn=32,stages=6,splitk=4",
+                   .alpha = 0.5f,
+                   .beta = -1.0f,
+                   .split_way = "cluster"});
+  cases.push_back(
+      {.m = 64,
+       .n = 11008,
+       .k = 1024,
+       .input = DType::F16,
+       .output = DType::F16,
+       .epilogue = "scale:f32[m,1]; r:bf16[m,n]; b:f32[n]; y = gelu(acc * scale + b) + r",
+       .ir = true,
+       .config = swap + "bm=128,bn=64,stages=6"});
+  cases.push_back({.m = 33,
+                   .n = 513,
+                   .k = 1001,  // rows of A off 16 bytes: the padded path
+                   .layout = "nt",
+                   .epilogue = "relu(acc + bias)",
+                   .config = swap + "bm=128,bn=48,stages=8,splitk=3"});
+  cases.push_back({.m = 16,
+                   .n = 2000,
+                   .k = 4096,
+                   .config = swap + "bm=64,bn=16,stages=4,splitk=12",
+                   .pad_a = 8,
+                   .pad_b = 64,
+                   .pad_c = 24,
+                   .split_way = "together"});
+  cases.push_back({.m = 40,
+                   .n = 70000,
+                   .k = 512,
+                   .config = swap + "bm=64,bn=48,stages=6,splitk=2",
+                   .split_way = "last"});
+  return cases;
+}
+TEST_F(MatmulGpu, SwappedProduct) {
+  if (!gpu_is_sm90()) GTEST_SKIP() << "swap=ab is a mode of the wgmma engine (sm_90)";
+  run_all(SwappedProductCases());
+}
+
 // pitch=line: M/N-major operands whose rows are off the 128-byte lines are copied
 // into line-pitched scratch first; every schedule, both M/N-major operands (B of
 // "?n", A of "t?"), batched, an epilogue, rows padded onto the lines (read in place)

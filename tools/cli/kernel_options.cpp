@@ -155,16 +155,17 @@ void add_kernel_options(CLI::App* cmd, KernelCommandOptions& o) {
                         "(default), f16, f32 (exact SIMT) or tf32 (f32 data on the tensor cores, "
                         "sm_90; f32 out); attention: bf16 (default) or f16"),
         "--dtype");
-  noted(cmd->add_option("--config", o.config,
-                        "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,"
-                        "stream=0|1,per_sm=0 (auto),grid=waves|tiles|rows,align=auto|16|1. "
-                        "Matmul: bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1,raster=8,"
-                        "mma=sync|wgmma,schedule=tile|persistent|pingpong|streamk,load=async|"
-                        "narrow,pitch=any|line. Attention: bm=64,bn=64,stages=2,warp_rows=16 "
-                        "(mma.sync) or mma=wgmma,bm=128,bn=128,stages=2,pingpong=0|1,"
-                        "persistent=0|1 (--backward: dq=atomic with bm=64) (no --config: the "
-                        "tuner's choice: the store's tuning, the nearest tuned problem, or the "
-                        "model)"),
+  noted(cmd->add_option(
+            "--config", o.config,
+            "key=value,... Elementwise: block=512,vec=0,unroll=2,prefetch=0|1,"
+            "stream=0|1,per_sm=0 (auto),grid=waves|tiles|rows,align=auto|16|1. "
+            "Matmul: bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1,raster=8,"
+            "mma=sync|wgmma,schedule=tile|persistent|pingpong|streamk,load=async|"
+            "narrow,pitch=any|line,swap=none|ab. Attention: bm=64,bn=64,stages=2,warp_rows=16 "
+            "(mma.sync) or mma=wgmma,bm=128,bn=128,stages=2,pingpong=0|1,"
+            "persistent=0|1 (--backward: dq=atomic with bm=64) (no --config: the "
+            "tuner's choice: the store's tuning, the nearest tuned problem, or the "
+            "model)"),
         "--config");
   noted(cmd->add_option("--arch", o.arch, "Target architecture (default: the GPU's, else sm_90)"),
         "--arch");

@@ -68,6 +68,12 @@ std::vector<Case> cases() {
   misaligned.aligned = false;
   add_space(misaligned, "bf16 nn align=1");
   add_space(problem_for(DType::TF32, "nn", true), "tf32 nn");
+  // Short M adds the swapped kernels (swap=ab: bn = M rounded up to 16).
+  for (int64_t m : {16, 64}) {
+    Problem decode = problem_for(DType::BF16, "nn", true);
+    decode.m = m;
+    add_space(decode, "bf16 nn m=" + std::to_string(m));
+  }
   add_space(problem_for(DType::F32, "nn", true), "f32 nn");
   // f16 differs from bf16 only in the mma instruction's type; other layouts change
   // the operand paths: the workhorse configs of both engines cover them.

@@ -227,6 +227,61 @@ TEST(MatmulConfig, LinePitch) {
                UserError);
 }
 
+// swap=ab: prints and parses back, is part of the kernel's source (its own
+// binary), takes bn of 16 to 256 in steps of 16 and up to 12 stages, and is refused
+// where the kernel cannot run it: mma.sync, a persistent schedule, tf32, A stored
+// transposed. The generated source names the swap and passes the kernel B's
+// K-majorness as its A's.
+TEST(MatmulConfig, SwappedProduct) {
+  const Config c = Config::parse("mma=wgmma,bm=128,bn=16,stages=12,splitk=2,swap=ab");
+  EXPECT_TRUE(c.swap);
+  EXPECT_EQ(c.to_string(), "bm=128,bn=16,bk=64,warps=12,wm=2,stages=12,splitk=2,mma=wgmma,swap=ab");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_FALSE(Config::parse("swap=none").swap);
+  EXPECT_THROW(Config::parse("swap=ba"), UserError);
+  Config plain = c;
+  plain.swap = false;
+  EXPECT_NE(c.source_text(), plain.source_text());
+
+  Problem decode;
+  decode.m = 16;
+  decode.n = 4096;
+  decode.k = 4096;
+  EXPECT_NO_THROW(validate(decode, c));
+  EXPECT_THROW(validate(decode, plain), UserError);  // bn = 16 only swapped
+  const KernelSource nn = lower(decode, c);
+  EXPECT_NE(nn.name.find("_swapped"), std::string::npos) << nn.name;
+  EXPECT_NE(nn.source.find("WgmmaMatmul<kjit::bf16, kjit::bf16, 128, 16, 12, false, true, "
+                           "kjit_wgmma, true, true>"),
+            std::string::npos);
+  EXPECT_NE(nn.source.find("m64n16k16"), std::string::npos);
+  Problem nt = decode;
+  set_layout(nt, "nt");
+  EXPECT_NE(lower(nt, c).source.find("128, 16, 12, true, true, kjit_wgmma, true, true>"),
+            std::string::npos);
+
+  auto refused = [&](const Problem& p, const std::string& text, const std::string& why) {
+    try {
+      validate(p, Config::parse(text));
+      ADD_FAILURE() << text << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(decode, "bm=128,bn=128,bk=32,warps=8,stages=4,swap=ab", "not a wgmma config");
+  refused(decode, "mma=wgmma,bm=128,bn=64,stages=4,schedule=persistent,swap=ab", "persistent");
+  refused(decode, "mma=wgmma,bm=128,bn=24,stages=4,swap=ab", "16, 32, ..., 256");
+  refused(decode, "mma=wgmma,bm=128,bn=16,stages=13,swap=ab", "2 to 12");
+  refused(decode, "mma=wgmma,bm=128,bn=128,stages=9", "2 to 8");
+  Problem tn = decode;
+  set_layout(tn, "tn");
+  refused(tn, "mma=wgmma,bm=128,bn=16,stages=4,swap=ab", "layout tn");
+  Problem tf32 = decode;
+  tf32.input = DType::TF32;
+  tf32.output = DType::F32;
+  refused(tf32, "mma=wgmma,bm=128,bn=16,bk=32,stages=4,swap=ab", "16-bit inputs");
+}
+
 // schedule=streamk: the persistent kernel with the last wave's tiles split splitk
 // ways at launch; the kernel source is persistent's (one binary for both), and
 // splitk is required (2 or more) rather than refused.

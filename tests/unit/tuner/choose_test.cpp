@@ -48,12 +48,60 @@ class ChooserTest : public ::testing::Test {
 
 const std::string kSmall = "bm=128,bn=128,bk=64,warps=12,wm=2,stages=3,splitk=1,mma=wgmma";
 
+// The model's fastest predicted swap=ab config of a problem when it ranks first
+// (over every candidate, search-only ones too), else "".
+std::string chooser_rank_front_swapped(const MatmulTuning& problem) {
+  Chooser ranking(cache::Store::disabled("unit test"), "test", cuda::planning_device("h200"));
+  const std::string front = ranking.rank(problem).front().first;
+  return front.find("swap=ab") != std::string::npos ? front : "";
+}
+
 TEST_F(ChooserTest, ModelWhenNothingIsTuned) {
   Chooser chooser(store_, kModel, h200_);
   const Choice c = chooser.choose(square(4096));
   EXPECT_EQ(c.source, Choice::Source::Model);
   EXPECT_NE(c.detail.find("predicted"), std::string::npos);
   EXPECT_EQ(chooser.rank(square(4096)).front().first, c.config);
+}
+
+// A search-only candidate (swap=ab, not yet measured on a GPU) is passed over by
+// the model's untuned pick, which says so, even where it is predicted fastest; once
+// it has passed a trial on this GPU model (a failed one does not count) it may be
+// the default.
+TEST_F(ChooserTest, SearchOnlyCandidatesAreNotDefaultsUntilMeasured) {
+  matmul::Problem p;
+  p.m = 16;
+  p.n = 4096;
+  p.k = 4096;
+  const MatmulTuning decode(p);
+  const Space space = decode.space(h200_);
+  ASSERT_FALSE(space.search_only.empty());
+  const std::string swapped = chooser_rank_front_swapped(decode);
+  ASSERT_FALSE(swapped.empty()) << "the model no longer ranks swap=ab first for decode";
+  Chooser chooser(store_, kModel, h200_);
+  const Choice before = chooser.choose(decode);
+  EXPECT_EQ(before.config.find("swap=ab"), std::string::npos) << before.config;
+  EXPECT_NE(before.detail.find("search-only until measured"), std::string::npos) << before.detail;
+
+  matmul::Problem other = p;
+  other.n = 8192;
+  cache::TrialRecord r;
+  r.gpu_model = kModel;
+  r.problem = MatmulTuning(other).signature();
+  r.config = swapped;
+  r.measured = {0.02, 0.0001, 25};
+  r.tuner_version = "test";
+  r.error = "wrong result: relative L2 error inf";
+  store_->put_trial(r);
+  Chooser failed(store_, kModel, h200_);
+  EXPECT_EQ(failed.choose(decode).config, before.config);
+
+  r.error.clear();
+  store_->put_trial(r);
+  Chooser after_trials(store_, kModel, h200_);
+  const Choice after = after_trials.choose(decode);
+  EXPECT_NE(after.config.find("swap=ab"), std::string::npos) << after.config;
+  EXPECT_EQ(after.detail.find("search-only"), std::string::npos) << after.detail;
 }
 
 TEST_F(ChooserTest, ExactTuningThenNearestOfTheClass) {

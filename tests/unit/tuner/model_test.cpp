@@ -418,10 +418,51 @@ TEST(Space, LinePitchIsOfferedWhereRowsAreOffTheLines) {
   EXPECT_FALSE(said(copied, "read in place"));
 }
 
+// swap=ab (Cᵀ = Bᵀ Aᵀ) is offered where M is short and A is K-major, with bn = M
+// rounded up to 16; its tiles are counted bn x bm (one tile column for M = 16), so
+// a decode step has no raster twins and its note says how the tile walks C.
+TEST(Space, SwappedProductIsOfferedForShortM) {
+  auto swapped = [](const matmul::Problem& p) {
+    std::vector<std::string> out;
+    for (const std::string& c : MatmulTuning(p).space(h200).candidates)
+      if (c.find("swap=ab") != std::string::npos) out.push_back(c);
+    return out;
+  };
+  const std::vector<std::string> decode = swapped(matmul_problem(16, 4096, 4096));
+  ASSERT_FALSE(decode.empty());
+  for (const std::string& c : decode) {
+    EXPECT_NE(c.find(",bn=16,"), std::string::npos) << c;
+    EXPECT_EQ(c.find("raster="), std::string::npos) << c;
+  }
+  for (const std::string& c : swapped(matmul_problem(33, 4096, 4096)))
+    EXPECT_NE(c.find(",bn=48,"), std::string::npos) << c;
+  EXPECT_FALSE(swapped(matmul_problem(64, 11008, 4096)).empty());
+  EXPECT_TRUE(swapped(matmul_problem(65, 4096, 4096)).empty());
+  matmul::Problem tn = matmul_problem(16, 4096, 4096);
+  matmul::set_layout(tn, "tn");
+  EXPECT_TRUE(swapped(tn).empty());
+  matmul::Problem nt = matmul_problem(16, 4096, 4096);
+  matmul::set_layout(nt, "nt");
+  EXPECT_FALSE(swapped(nt).empty());
+
+  const MatmulTuning t(matmul_problem(16, 4096, 4096));
+  const Prediction x = t.predict("mma=wgmma,swap=ab,bm=128,bn=16,stages=10,splitk=2", h200, {});
+  EXPECT_EQ(x.waves.units, 64);  // 32 tiles of N x 1 of M, 2 splits
+  bool named = false;
+  for (const std::string& note : x.notes)
+    named = named || note.find("32 x 1 tiles") != std::string::npos;
+  EXPECT_TRUE(named);
+  // Not swapped, the same tile is 1 x 256 tiles of 16 x 128... of which M pads to 64
+  // rows: the swapped tile does a quarter of the tensor-core work.
+  const Prediction plain = t.predict("mma=wgmma,bm=64,bn=128,stages=6,splitk=2", h200, {});
+  EXPECT_EQ(plain.waves.units, 64);
+}
+
 TEST(Space, EveryCandidateIsCanonicalValidAndUnique) {
-  for (const matmul::Problem& p : {matmul_problem(4096, 4096, 4096),
-                                   matmul_problem(4097, 4097, 4097), matmul_problem(16, 4096, 4096),
-                                   matmul_problem(100, 30, 7), matmul_problem(4104, 4104, 4104)}) {
+  for (const matmul::Problem& p :
+       {matmul_problem(4096, 4096, 4096), matmul_problem(4097, 4097, 4097),
+        matmul_problem(16, 4096, 4096), matmul_problem(100, 30, 7),
+        matmul_problem(4104, 4104, 4104), matmul_problem(33, 1000, 1001)}) {
     const MatmulTuning t(p);
     const Space s = t.space(h200);
     std::set<std::string> seen;
