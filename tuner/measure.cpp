@@ -2,10 +2,25 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "kjit/runtime/cuda/stream.h"
 #include "kjit/support/error.h"
 
 namespace kjit::tuner {
+
+std::string hung_error(double timeout_s) {
+  return fmt::format("hung: the check did not finish in {:.0f} s (measuring process stopped)",
+                     timeout_s);
+}
+
+double hung_within(const std::string& error) {
+  static const std::string kPrefix = "hung: the check did not finish in ";
+  if (error.compare(0, kPrefix.size(), kPrefix) != 0) return 0;
+  char* end = nullptr;
+  const double seconds = std::strtod(error.c_str() + kPrefix.size(), &end);
+  return end != error.c_str() + kPrefix.size() && seconds > 0 ? seconds : 0;
+}
 
 std::vector<Measured> measure(Harness& harness, const std::vector<std::string>& configs,
                               const cuda::DeviceProperties& device, const TimerOptions& options,

@@ -33,6 +33,12 @@ struct MeasureEvent {
 };
 using MeasureListener = std::function<void(const MeasureEvent&)>;
 
+// The error of a config whose check gave no verdict within `timeout_s` (the measuring
+// process was stopped), and, read back from a stored trial, that limit: 0 for any
+// other error. A resumed tune with a longer limit measures such a config again.
+std::string hung_error(double timeout_s);
+double hung_within(const std::string& error);
+
 std::vector<Measured> measure(Harness& harness, const std::vector<std::string>& configs,
                               const cuda::DeviceProperties& device, const TimerOptions& options,
                               double leader_ms = 0, const MeasureListener& listener = nullptr);

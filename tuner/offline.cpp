@@ -25,6 +25,7 @@ OfflineResult tune_offline(const std::vector<const TuningProblem*>& problems,
   // Compiling on every core from each GPU's thread at once would oversubscribe
   // the CPU; share the cores among the GPUs' threads.
   TuneOptions tune_options = options.tune;
+  tune_options.check_timeout_s = options.check_timeout_s;  // hung trials: retried past it
   if (tune_options.compile_threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     tune_options.compile_threads =

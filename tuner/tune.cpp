@@ -231,11 +231,15 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   result.at_peak_clock = timer.at_peak_clock;
   const int top = std::max(1, options.top);
 
-  // Trials the store has already (this tuner version): measured again only with `force`.
+  // Trials the store has already (this tuner version): measured again only with
+  // `force`, or where the check hung within a shorter limit than this tune's.
   std::map<std::string, Measured> stored;
   if (!options.force)
-    for (const cache::TrialRecord& t : store.trials_for(result.gpu_model, result.signature))
+    for (const cache::TrialRecord& t : store.trials_for(result.gpu_model, result.signature)) {
+      const double hung = hung_within(t.error);
+      if (hung > 0 && hung < options.check_timeout_s) continue;
       if (t.tuner_version == kTunerVersion) stored[t.config] = from_trial(t);
+    }
 
   TuneProgress state;
   std::mutex progress_mutex;
@@ -257,6 +261,10 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   const std::string arch = options.arch.empty() ? device.arch() : options.arch;
   std::set<std::string> chosen;  // every candidate of this tune, in any phase
 
+  auto over_budget = [&] {
+    return options.budget_s > 0 && seconds_since(started) > options.budget_s;
+  };
+
   // One phase: the new candidates among `configs` are taken from the store's trials
   // or compiled (all first, in parallel) and measured in jobs of `batch`, each
   // job's trials stored as it ends.
@@ -275,6 +283,10 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
         to_measure.push_back(c);
       }
     }
+    // The budget is checked before this phase compiles, not only between its jobs:
+    // a phase begun with the budget spent compiled its candidates in vain.
+    if (!result.budget_exhausted && !to_measure.empty() && over_budget())
+      result.budget_exhausted = true;
     if (result.budget_exhausted || to_measure.empty()) return;
     report("compiling");
     const auto compile_started = std::chrono::steady_clock::now();
@@ -302,7 +314,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     const auto measure_started = std::chrono::steady_clock::now();
     const size_t batch = static_cast<size_t>(std::max(1, options.batch));
     for (size_t first = 0; first < runnable.size(); first += batch) {
-      if (options.budget_s > 0 && seconds_since(started) > options.budget_s) {
+      if (over_budget()) {
         result.budget_exhausted = true;
         break;
       }
@@ -418,6 +430,9 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   // The finals (see tune.h): when this tune measured something, or when nothing
   // has decided yet (a tune stopped during its finals); a resumed tune that has
   // every trial and its tuning costs no GPU time.
+  // With the budget spent, the finals are left out too: the fastest measured wins.
+  if ((state.measured > 0 || !decided) && !result.budget_exhausted && over_budget())
+    result.budget_exhausted = true;
   if ((state.measured > 0 || !decided) && !result.budget_exhausted) {
     const std::vector<const Measured*> passed = fastest_first(result.trials);
     constexpr double kFinalists = 1.02;

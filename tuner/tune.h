@@ -54,6 +54,10 @@ struct TuneOptions {
   std::string arch;         // compile for this architecture ("" : the device's)
   uint64_t seed = 1;        // random strategy
   int batch = 16;           // configs per measuring job (trials are stored per job)
+  // The measurer's limit on one config's check (0: none known). A stored trial that
+  // hung within a shorter limit is measured again (a tune run again with a longer
+  // --timeout), not resumed as failed.
+  double check_timeout_s = 0;
 };
 
 // Measures configs of a problem: in this process (runtime/tuning.h) or in a child

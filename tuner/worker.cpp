@@ -273,10 +273,7 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
           Measured& m = results[checking];
           m.config = checking;
           if (m.error.empty())
-            m.error = timed_out ? fmt::format(
-                                      "hung: the check did not finish in {:.0f} s "
-                                      "(measuring process stopped)",
-                                      timeout)
+            m.error = timed_out ? hung_error(timeout)
                                 : "the measuring process " + ended + " while checking it";
           else
             m.error += " (the measuring process " + ended + "; a fresh one measures the rest)";

@@ -17,19 +17,31 @@ int line_of(const std::string& text, size_t offset) {
   return line;
 }
 
-// The byte offsets where the elements of the list at `depth` begin (1: a top-level
-// list; 2: the list under a top-level object's key), skipping strings.
-std::vector<size_t> element_offsets(const std::string& text, int depth) {
+// The byte offsets where the elements of the problem list begin: the top-level
+// list, or (in_object) the list under the top-level object's key "problems" (not
+// any other list at that depth: {"notes": [1, 2], "problems": [...]} numbered the
+// notes as problems, and every error's line was off). Strings are skipped.
+std::vector<size_t> element_offsets(const std::string& text, bool in_object) {
   std::vector<size_t> out;
   int level = 0;
   bool in_string = false, expect = false;
+  bool in_list = false;      // inside the problem list (at its own level)
+  size_t string_start = 0;   // the open quote of the string being read
+  std::string last_string;   // the last string closed at level 1: a key or a value
+  bool after_colon = false;  // at level 1, a ':' since last_string closed
+  const int depth = in_object ? 2 : 1;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\')
+      if (c == '\\') {
         ++i;
-      else if (c == '"')
+      } else if (c == '"') {
         in_string = false;
+        if (level == 1) {
+          last_string = text.substr(string_start + 1, i - string_start - 1);
+          after_colon = false;
+        }
+      }
       continue;
     }
     if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
@@ -37,13 +49,24 @@ std::vector<size_t> element_offsets(const std::string& text, int depth) {
     expect = false;
     if (c == '"') {
       in_string = true;
+      string_start = i;
+    } else if (c == ':') {
+      if (level == 1) after_colon = true;
     } else if (c == '[' || c == '{') {
       ++level;
-      expect = c == '[' && level == depth;
+      if (c == '[' && level == depth && !in_list &&
+          (!in_object || (after_colon && last_string == "problems"))) {
+        in_list = true;
+        expect = true;
+      }
     } else if (c == ']' || c == '}') {
+      if (level == depth && c == ']') in_list = false;
       --level;
-    } else if (c == ',' && level == depth) {
+      if (level == 1) after_colon = false;
+    } else if (c == ',' && level == depth && in_list) {
       expect = true;
+    } else if (c == ',' && level == 1) {
+      after_colon = false;
     }
   }
   return out;
@@ -66,17 +89,17 @@ std::vector<WorkloadEntry> parse_workload(const std::string& text, const std::st
     throw UserError(fmt::format("workload {}: not valid JSON ({})", path, e.what()));
   }
   const nlohmann::json* list = &parsed;
-  int depth = 1;
+  bool in_object = false;
   if (parsed.is_object()) {
     if (!parsed.contains("problems"))
       throw UserError("workload " + path + ": the object has no \"problems\" list",
                       "write {\"problems\": [ ... ]} or a plain list");
     list = &parsed["problems"];
-    depth = 2;
+    in_object = true;
   }
   if (!list->is_array()) throw UserError("workload " + path + ": the problems are not a JSON list");
   if (list->empty()) throw UserError("workload " + path + " lists no problems");
-  const std::vector<size_t> offsets = element_offsets(text, depth);
+  const std::vector<size_t> offsets = element_offsets(text, in_object);
   std::vector<WorkloadEntry> out;
   for (size_t i = 0; i < list->size(); ++i) {
     WorkloadEntry entry;

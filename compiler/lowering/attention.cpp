@@ -878,6 +878,25 @@ KernelSource lower(const Problem& p, const Config& c) {
   return out;
 }
 
+namespace {
+// The backward prep kernel's grid and lanes (FlashBackwardPrep in
+// templates/attention_backward.cuh): a row is d / 8 chunks of 16 bytes, one a lane,
+// several rows a warp where the chunks divide 32, else a warp a row.
+std::string prep_grid(int d) {
+  const int chunks = d / 8;
+  if (chunks == 32)
+    return "(ceil(seq_q / 64), heads, batch), a warp a query row, a 16-byte chunk a lane";
+  return 32 % chunks == 0 ? fmt::format(
+                                "(ceil(seq_q / 64), heads, batch), {} lanes a query row ({} rows a "
+                                "warp)",
+                                chunks, 32 / chunks)
+                          : fmt::format(
+                                "(ceil(seq_q / 64), heads, batch), a warp a query row ({} of its "
+                                "lanes loading a 16-byte chunk each)",
+                                chunks);
+}
+}  // namespace
+
 std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
   if (!p.backward)
     throw UserError("attention::lower_backward takes a problem with backward = true");
@@ -932,7 +951,7 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
         out,
         fmt::format("typedef kjit::attention::FlashBackwardPrep<kjit::{}, {}> kjit_attention_step;",
                     type, d),
-        "(ceil(seq_q / 64), heads, batch), D / 8 lanes a query row (D = 96: 32)", false);
+        prep_grid(d), false);
     kernels.push_back({"prep", std::move(out)});
   }
 
@@ -1065,7 +1084,10 @@ std::vector<BackwardKernel> lower_backward(const Problem& p, const Config& c) {
            fmt::format("typedef kjit::attention::FlashBackwardDqFinish<kjit::{}, {}> "
                        "kjit_attention_step;",
                        type, d),
-           "(ceil(seq_q / 64), heads, batch), D / 8 lanes a query row (D = 96: 32)", false);
+           fmt::format("(ceil(seq_q / 64), heads, batch), a warp a query row, {} lanes of it "
+                       "loading {} sums each",
+                       std::min(d / 4, 32), d / std::min(d / 4, 32)),
+           false);
     kernels.push_back({"q", std::move(out)});
     return kernels;
   }

@@ -38,6 +38,7 @@ struct TuneCommand {
   int top = 8;
   double budget = 0;
   bool budget_given = false;
+  bool top_given = false;
   bool force = false;
   std::string gpus = "0";
   bool quiet = false;
@@ -184,6 +185,12 @@ void tune_command(const TuneCommand& c) {
   if (c.budget_given && !(c.budget > 0))
     throw UserError(fmt::format("--budget {} is not a positive number of seconds", c.budget));
   if (c.top < 1) throw UserError(fmt::format("--top {} must be at least 1", c.top));
+  if (c.top_given && c.strategy == "exhaustive")
+    throw UserError(fmt::format("--top {} with --strategy exhaustive: the exhaustive strategy "
+                                "measures the whole space, --top counts the model's or random "
+                                "strategy's configs",
+                                c.top),
+                    "drop --top, or use --strategy model (or random) --top K");
   tuner::TuneOptions options;
   options.strategy = tuner::parse_strategy(c.strategy);
   options.top = c.top;
@@ -292,7 +299,8 @@ void add_tune_command(CLI::App& app) {
                   "model: the model's top K (default); exhaustive: the whole space; random: K "
                   "configs at random")
       ->check(CLI::IsMember({"model", "exhaustive", "random"}));
-  cmd->add_option("--top", c->top, "Configs the model and random strategies measure (default 8)");
+  cmd->add_option("--top", c->top, "Configs the model and random strategies measure (default 8)")
+      ->each([c](const std::string&) { c->top_given = true; });
   cmd->add_option("--budget", c->budget,
                   "Seconds for the whole tune of one problem (default: none)")
       ->each([c](const std::string&) { c->budget_given = true; });

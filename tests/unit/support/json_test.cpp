@@ -42,5 +42,24 @@ TEST(Json, ValuesNestedDeeperThanTheLimitFailToParse) {
   EXPECT_TRUE(parse_json("[1e999]", false).is_discarded());
 }
 
+// A key given twice in one object is refused (nlohmann kept the last silently: a
+// workload's {"m": 16, "m": 4096} tuned M = 4096). The same key in two objects,
+// or nested under itself, is fine.
+TEST(Json, AKeyTwiceInOneObjectIsRefused) {
+  try {
+    parse_json("[{\"family\": \"matmul\", \"m\": 16, \"n\": 8, \"m\": 4096}]", true,
+               "workload w.json");
+    FAIL() << "a duplicate key was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("workload w.json: key \"m\" appears twice"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(parse_json("{\"a\": {\"b\": 1, \"b\": 2}}", false).is_discarded());
+  EXPECT_EQ(parse_json("[{\"m\": 1}, {\"m\": 2}]").at(1).at("m"), 2);
+  EXPECT_EQ(parse_json("{\"m\": {\"m\": {\"m\": 3}}, \"n\": 1}").at("m").at("m").at("m"), 3);
+  EXPECT_EQ(parse_json("{\"a\": [{\"k\": 1}], \"k\": 2}").at("k"), 2);
+}
+
 }  // namespace
 }  // namespace kjit

@@ -221,6 +221,42 @@ TEST_F(TuneTest, FailuresAreRecordedAndNeverWin) {
   EXPECT_EQ(r.failed, 1);
 }
 
+// A config whose check hung is resumed as failed by a tune with the same limit,
+// and measured again by one with a longer limit (kjit tune --timeout); its new
+// verdict replaces the stored one. Other failures stay failed.
+TEST_F(TuneTest, HungTrialsAreMeasuredAgainWithALongerTimeout) {
+  measurer_.errors["c=7"] = hung_error(60);
+  measurer_.errors["c=6"] = "wrong result: relative L2 error inf";
+  TuneOptions options;
+  options.strategy = Strategy::Exhaustive;
+  options.check_timeout_s = 60;
+  const TuneResult first = run(options);
+  EXPECT_NE(first.config, "c=7");
+  EXPECT_EQ(hung_within(hung_error(60)), 60);
+  EXPECT_EQ(hung_within("wrong result: relative L2 error inf"), 0);
+
+  measurer_.measured.clear();
+  measurer_.errors.erase("c=7");  // with time enough it passes, the fastest of all
+  const TuneResult same = run(options);
+  EXPECT_TRUE(measurer_.measured.empty() ||
+              std::find(measurer_.measured.begin(), measurer_.measured.end(), "c=7") ==
+                  measurer_.measured.end());
+  EXPECT_NE(same.config, "c=7");
+
+  measurer_.measured.clear();
+  options.check_timeout_s = 300;
+  const TuneResult longer = run(options);
+  EXPECT_NE(std::find(measurer_.measured.begin(), measurer_.measured.end(), "c=7"),
+            measurer_.measured.end());
+  EXPECT_EQ(std::find(measurer_.measured.begin(), measurer_.measured.end(), "c=6"),
+            measurer_.measured.end());
+  EXPECT_EQ(longer.config, "c=7");
+  for (const cache::TrialRecord& t : store_->trials_for("gpu", problem_.signature()))
+    if (t.config == "c=7") {
+      EXPECT_EQ(t.error, "") << "the passing trial replaced the hung one";
+    }
+}
+
 TEST_F(TuneTest, BudgetStopsBetweenJobs) {
   TuneOptions options;
   options.strategy = Strategy::Exhaustive;
@@ -231,6 +267,20 @@ TEST_F(TuneTest, BudgetStopsBetweenJobs) {
   EXPECT_TRUE(r.budget_exhausted);
   EXPECT_LT(measurer_.measured.size(), 12u);
   EXPECT_FALSE(r.config.empty());  // the best of what was measured
+}
+
+// A budget spent by the last job of a phase stops the tune there: no finals (and no
+// next phase compiling in vain); the fastest measured wins.
+TEST_F(TuneTest, BudgetSpentByAPhaseLeavesOutTheFinals) {
+  TuneOptions options;
+  options.strategy = Strategy::Exhaustive;
+  options.batch = 100;  // one job
+  options.budget_s = 0.02;
+  measurer_.sleep_s = 0.05;
+  const TuneResult r = run(options);
+  EXPECT_EQ(measurer_.calls, 1);  // the job, and no finals after it
+  EXPECT_TRUE(r.budget_exhausted);
+  EXPECT_EQ(r.config, "c=7");
 }
 
 // Within the fastest's 95% interval: no split-K first, then the model's prior

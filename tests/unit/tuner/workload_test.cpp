@@ -40,6 +40,32 @@ TEST(Workload, ListAndObjectForms) {
   EXPECT_NE(b[0].problem->signature().find("layout=nt"), std::string::npos);
 }
 
+// Other lists in the object, before "problems" or beside it, and a value
+// "problems", do not shift the problems' lines (the notes list was counted as the
+// problems, so every error named the wrong line). A key given twice is refused.
+TEST(Workload, OtherListsInTheObjectDoNotShiftTheLines) {
+  const std::string object = R"json({"notes": [1,
+  2, 3],
+  "tag": "problems",
+  "problems": [
+    {"family": "matmul", "m": 16, "n": 32, "k": 64},
+
+    {"family": "matmul", "m": 16, "n": "x", "k": 64}],
+  "more": [[4], [5]]
+})json";
+  const std::string e = error_of(object);
+  EXPECT_NE(e.find("problem 2 (line 7)"), std::string::npos) << e;
+  std::string fixed = object;
+  fixed.replace(fixed.find("\"x\""), 3, "48");
+  const std::vector<WorkloadEntry> w = parse_workload(fixed, "w.json");
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].line, 5);
+  EXPECT_EQ(w[1].line, 7);
+  EXPECT_NE(error_of("[{\"family\": \"matmul\", \"m\": 16, \"n\": 8, \"k\": 8, \"m\": 4096}]")
+                .find("key \"m\" appears twice"),
+            std::string::npos);
+}
+
 // A problem listed twice is tuned once: the same epilogue spelt with other
 // spacing is the same problem (its signature), and was tuned (and counted) twice.
 TEST(Workload, AProblemListedAgainIsOneEntry) {
