@@ -43,17 +43,40 @@ const Efficiencies& Chooser::efficiencies() {
     const std::vector<cache::TrialRecord> trials = store_->trials_for(gpu_model_, "");
     efficiencies_ = fit_efficiencies(trials, device_);
     passed_.clear();
+    passed_in_class_.clear();
     for (const cache::TrialRecord& t : trials)
       if (t.error.empty() && t.measured.runs >= 1 && t.measured.median_ms > 0)
-        passed_.insert(t.config);
+        passed_[t.config].push_back(t.problem);
   }
   return *efficiencies_;
 }
 
-bool Chooser::passed_here(const std::string& config) {
+bool Chooser::passed_here(const TuningProblem& problem, const std::string& config) {
   efficiencies();  // loads the trials
+  const std::string cls = problem.problem_class();
   std::lock_guard<std::mutex> lock(mutex_);
-  return passed_.count(config) > 0;
+  const std::string key = cls + "\n" + config;
+  const auto known = passed_in_class_.find(key);
+  if (known != passed_in_class_.end()) return known->second;
+  bool passed = false;
+  const auto signatures = passed_.find(config);
+  if (signatures != passed_.end())
+    for (const std::string& signature : signatures->second) {
+      const std::unique_ptr<TuningProblem> other = problem_from_signature(signature);
+      if (other && other->problem_class() == cls) {
+        passed = true;
+        break;
+      }
+    }
+  passed_in_class_[key] = passed;
+  return passed;
+}
+
+bool Chooser::default_allowed(const TuningProblem& problem, const Space& space,
+                              const std::string& config) {
+  return std::find(space.search_only.begin(), space.search_only.end(), config) ==
+             space.search_only.end() ||
+         passed_here(problem, config);
 }
 
 void Chooser::refresh() {
@@ -86,11 +109,10 @@ Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
   Choice best;
   double best_ms = 0;
   // A search-only candidate (a kernel never measured on a GPU) is a default only
-  // once it has passed a trial on this GPU model, or if nothing else runs.
+  // once it has passed a trial on this GPU model for a problem of this class, or if
+  // nothing else runs.
   auto search_only = [&](const std::string& config) {
-    return std::find(space.search_only.begin(), space.search_only.end(), config) !=
-               space.search_only.end() &&
-           !passed_here(config);
+    return !default_allowed(problem, space, config);
   };
   const bool others = std::any_of(space.candidates.begin(), space.candidates.end(),
                                   [&](const std::string& c) { return !search_only(c); });
@@ -190,6 +212,8 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
   const Efficiencies& fitted = efficiencies();
   double model_best = 0;
   for (const std::string& candidate : space.candidates) {
+    // The best the model may pick (model_choice): not an untried search-only one.
+    if (!default_allowed(problem, space, candidate)) continue;
     const double ms = problem.predict(candidate, device_, fitted).ms;
     if (model_best == 0 || ms < model_best) model_best = ms;
   }

@@ -69,8 +69,12 @@ class Chooser {
   // The nearest tuned problem's config, or nullopt with `why` none stands in.
   std::optional<Choice> nearest(const TuningProblem& problem, const Space& space, std::string* why);
   Choice model_choice(const TuningProblem& problem, const Space& space);
-  // Whether `config` has passed a trial on this GPU model (any problem).
-  bool passed_here(const std::string& config);
+  // Whether `config` has passed a trial on this GPU model for a problem of
+  // `problem`'s class (its layouts, dtypes, epilogue, alignment: the same kernel).
+  bool passed_here(const TuningProblem& problem, const std::string& config);
+  // Whether the model may pick `config` for `problem` untuned: not search-only in
+  // `space`, or passed here (Space::search_only).
+  bool default_allowed(const TuningProblem& problem, const Space& space, const std::string& config);
 
   std::shared_ptr<cache::Store> store_;
   std::string gpu_model_;
@@ -79,9 +83,11 @@ class Chooser {
   mutable std::mutex mutex_;
   std::map<std::string, Choice> remembered_;  // by signature
   std::optional<Efficiencies> efficiencies_;
-  // Configs with a passing trial (checked, then timed) on this GPU model, loaded
-  // with the fit: a search-only candidate among them may be the model's pick.
-  std::set<std::string> passed_;
+  // The problems (signatures) of each config's passing trials (checked, then timed)
+  // on this GPU model, loaded with the fit; and, by problem class and config,
+  // whether one of them is of that class (passed_here).
+  std::map<std::string, std::vector<std::string>> passed_;
+  std::map<std::string, bool> passed_in_class_;
   // The GPU model's tunings with the class and sizes of each (for nearest()).
   struct Tuned {
     std::string signature, problem_class, config;

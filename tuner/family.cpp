@@ -40,6 +40,12 @@ std::string SpecReader::text(const char* key, const std::string& fallback) const
   return spec_.at(key).get<std::string>();
 }
 
+const TuningProblem& measured_problem(const TuningProblem& problem,
+                                      std::unique_ptr<TuningProblem>& holder) {
+  holder = problem.tuned_as();
+  return holder ? *holder : problem;
+}
+
 std::string throughput(const TuningProblem& problem, double ms) {
   if (!(ms > 0)) return "";
   const Work w = problem.work();

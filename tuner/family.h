@@ -94,6 +94,12 @@ class TuningProblem {
   }
 };
 
+// What a tune of `problem` measures: the problem it is tuned as (a packed attention
+// batch's representative, TuningProblem::tuned_as), held in `holder`, else itself.
+// Its work is what the tune's times are throughputs of.
+const TuningProblem& measured_problem(const TuningProblem& problem,
+                                      std::unique_ptr<TuningProblem>& holder);
+
 // The throughput of a launch of `problem` taking `ms`, in the family's unit:
 // "738.1 TFLOP/s" for a matmul, "4356 GB/s" for an elementwise chain; "" for none.
 std::string throughput(const TuningProblem& problem, double ms);

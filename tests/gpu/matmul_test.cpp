@@ -1253,10 +1253,10 @@ TEST_F(MatmulGpu, StreamK) {
 // swap=ab: the product computed transposed (Cᵀ = Bᵀ Aᵀ, WgmmaMatmul's SWAP), M on
 // wgmma's N side in tiles of 16 to 64. Decode-like M of 1, 16 and 17 and M = 64,
 // edges in N (odd: 2-byte columns), both layouts it takes (nn, nt), f16 and an f32
-// C, a batch, alpha and beta * C0, rows of A, B and C longer than the matrix
-// (NaN-filled gaps), a misaligned K (the padded path), a column (bias), a row and a
-// full tensor operand; split-K three ways (a cluster, the splits together, the last
-// split), checked by name.
+// C, a batch, alpha and beta * C0 (with and without split-K), rows of A, B and C
+// longer than the matrix (NaN-filled gaps), a misaligned K (the padded path), a
+// column (bias), a row and a full tensor operand, several tiles along M; split-K
+// three ways (a cluster, the splits together, the last split), checked by name.
 std::vector<Case> SwappedProductCases() {
   std::vector<Case> cases;
   if (!gpu_is_sm90()) return cases;
@@ -1307,6 +1307,29 @@ std::vector<Case> SwappedProductCases() {
                    .k = 512,
                    .config = swap + "bm=64,bn=48,stages=6,splitk=2",
                    .split_way = "last"});
+  // Several tiles along M (the caller's tile row from the kernel's tile column, A's
+  // boxes at rows bn, 2 bn, ..., the split counters of tile rows > 0), with raster
+  // groups; beta * C0 without split-K.
+  cases.push_back({.m = 100,
+                   .n = 3000,
+                   .k = 2048,
+                   .config = swap + "bm=128,bn=32,stages=8,splitk=3,raster=16",
+                   .split_way = "last"});
+  cases.push_back({.m = 64,
+                   .n = 1024,
+                   .k = 4096,
+                   .epilogue = "gelu(acc + bias)",
+                   .config = swap + "bm=64,bn=16,stages=4,splitk=4",
+                   .split_way = "together"});
+  cases.push_back({.m = 50,
+                   .n = 700,
+                   .k = 300,
+                   .batch = 2,
+                   .epilogue = "relu(acc + bias)",
+                   .config = swap + "bm=64,bn=16,stages=4",
+                   .alpha = 0.5f,
+                   .beta = 1.5f,
+                   .split_way = "none"});
   return cases;
 }
 TEST_F(MatmulGpu, SwappedProduct) {

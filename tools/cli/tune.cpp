@@ -120,6 +120,9 @@ nlohmann::json result_json(const tuner::TuningProblem& problem, const tuner::Tun
     trials.push_back(t);
   }
   const tuner::Measured* dflt = find_trial(r, r.default_config);
+  // The times are the measured problem's: a packed attention batch's representative.
+  std::unique_ptr<tuner::TuningProblem> holder;
+  const tuner::Work work = tuner::measured_problem(problem, holder).work();
   out.update({{"gpu_model", r.gpu_model},
               {"config", r.config},
               {"median_ms", r.summary.median_ms},
@@ -128,8 +131,8 @@ nlohmann::json result_json(const tuner::TuningProblem& problem, const tuner::Tun
               {"runs", r.summary.runs},
               {"at_peak_clock", r.at_peak_clock},
               {"finalists", r.finalists},
-              {"flops", problem.work().flops},
-              {"bytes", problem.work().bytes},
+              {"flops", work.flops},
+              {"bytes", work.bytes},
               {"tie_break", r.tie_break},
               {"default_config", r.default_config},
               {"default_ms", dflt && dflt->ok() ? dflt->summary.median_ms : 0.0},
@@ -155,16 +158,19 @@ void print_result(const tuner::TuningProblem& problem, const tuner::TuneResult& 
     std::cout << "  not tuned: " << error << "\n";
     return;
   }
+  // Throughputs of the measured problem: a packed attention batch's representative.
+  std::unique_ptr<tuner::TuningProblem> holder;
+  const tuner::TuningProblem& measured = tuner::measured_problem(problem, holder);
   if (r.config.empty()) {
     std::cout << "  no config passed its check; nothing stored\n";
   } else {
     std::cout << fmt::format("  best     {}  {}  {}\n", r.config, r.summary.to_string(),
-                             tuner::throughput(problem, r.summary.median_ms));
+                             tuner::throughput(measured, r.summary.median_ms));
     const tuner::Measured* dflt = find_trial(r, r.default_config);
     if (dflt && dflt->ok() && r.default_config != r.config)
       std::cout << fmt::format("  default  {}  {:.4f} ms  {} ({:.2f}x the best's time)\n",
                                r.default_config, dflt->summary.median_ms,
-                               tuner::throughput(problem, dflt->summary.median_ms),
+                               tuner::throughput(measured, dflt->summary.median_ms),
                                dflt->summary.median_ms / r.summary.median_ms);
     else if (r.default_config == r.config)
       std::cout << "  default  the same config (the tuner's choice before this tune)\n";

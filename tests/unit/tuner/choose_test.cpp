@@ -102,6 +102,19 @@ TEST_F(ChooserTest, SearchOnlyCandidatesAreNotDefaultsUntilMeasured) {
   const Choice after = after_trials.choose(decode);
   EXPECT_NE(after.config.find("swap=ab"), std::string::npos) << after.config;
   EXPECT_EQ(after.detail.find("search-only"), std::string::npos) << after.detail;
+
+  // The pass was of layout nn: the same config text in nt (another kernel: its A
+  // operand K-major) or f16 has not run, and stays search-only there.
+  matmul::Problem nt = p;
+  matmul::set_layout(nt, "nt");
+  matmul::Problem f16 = p;
+  f16.input = f16.output = matmul::DType::F16;
+  for (const matmul::Problem& other_class : {nt, f16}) {
+    const MatmulTuning t(other_class);
+    ASSERT_EQ(chooser_rank_front_swapped(t), swapped) << other_class.to_string();
+    EXPECT_EQ(after_trials.choose(t).config.find("swap=ab"), std::string::npos)
+        << other_class.to_string();
+  }
 }
 
 TEST_F(ChooserTest, ExactTuningThenNearestOfTheClass) {

@@ -767,6 +767,30 @@ TEST(Specs, BadSpecsNameTheField) {
             std::string::npos);
 }
 
+// What a tune measures: a packed attention batch is tuned as its length profile's
+// representative, so `kjit tune`'s flops and TFLOP/s are the representative's (they
+// were the batch's, over the representative's times: about 5% low); other problems
+// measure themselves.
+TEST(Specs, APackedBatchIsMeasuredAsItsRepresentative) {
+  const std::unique_ptr<TuningProblem> packed = make_problem({{"family", "attention"},
+                                                              {"heads", 8},
+                                                              {"head_dim", 128},
+                                                              {"causal", true},
+                                                              {"seqlens_q", {1, 7, 300, 2049}}});
+  std::unique_ptr<TuningProblem> holder;
+  const TuningProblem& measured = measured_problem(*packed, holder);
+  ASSERT_NE(holder, nullptr);
+  EXPECT_EQ(&measured, holder.get());
+  EXPECT_EQ(measured.signature(), packed->signature());
+  EXPECT_NE(measured.work().flops, packed->work().flops);
+  EXPECT_EQ(throughput(measured, 1.0),
+            fmt::format("{:.1f} TFLOP/s", measured.work().flops / 1e-3 / 1e12));
+
+  const MatmulTuning matmul(matmul_problem(256, 256, 256));
+  EXPECT_EQ(&measured_problem(matmul, holder), &matmul);
+  EXPECT_EQ(holder, nullptr);
+}
+
 // Where setmaxnreg moves registers to the consumers (ping-pong, and persistent
 // with two consumer warpgroups), ptxas builds the kernel at the launch's share:
 // 168 registers at 384 threads, one block a SM. The estimate said 56 for a 64 x 64
