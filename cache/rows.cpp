@@ -330,13 +330,19 @@ std::optional<Measurement> stored_measurement(Database& db, const char* sql,
 
 // The policy tunings and trials share: the stored row stays unless the new
 // measurement is better (better_measured); `bind_row` binds every column of
-// `insert_sql`.
+// `insert_sql`. With `failure_replaces_failure` (trials), a row without a
+// measurement replaces one without a measurement: the newer verdict on a config that
+// never passed (a hang within a longer limit, another error) is what a tune reads.
 template <typename BindRow>
 PutOutcome upsert_measured(Database& db, const char* select_sql,
                            std::initializer_list<std::string_view> key, const Measurement& measured,
-                           const char* insert_sql, BindRow bind_row) {
+                           const char* insert_sql, BindRow bind_row,
+                           bool failure_replaces_failure = false) {
   std::optional<Measurement> existing = stored_measurement(db, select_sql, key);
-  if (existing && !better_measured(measured, *existing)) return PutOutcome::Kept;
+  const bool both_failed = existing && !valid(measured) && !valid(*existing);
+  if (existing && !better_measured(measured, *existing) &&
+      !(failure_replaces_failure && both_failed))
+    return PutOutcome::Kept;
   Statement& write = db.cached(insert_sql);
   StatementReset rewind(write);
   bind_row(write);
@@ -382,7 +388,8 @@ PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
             .bind(7, t.error)
             .bind(8, t.tuner_version)
             .bind(9, t.created != 0 ? t.created : now);
-      });
+      },
+      /*failure_replaces_failure=*/true);
 }
 
 PutOutcome upsert_device(Database& db, const DeviceRecord& d, int64_t first_seen,

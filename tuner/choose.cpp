@@ -211,9 +211,13 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
   // hide a farther one that is not).
   const Efficiencies& fitted = efficiencies();
   double model_best = 0;
+  const bool any_allowed =
+      std::any_of(space.candidates.begin(), space.candidates.end(),
+                  [&](const std::string& c) { return default_allowed(problem, space, c); });
   for (const std::string& candidate : space.candidates) {
-    // The best the model may pick (model_choice): not an untried search-only one.
-    if (!default_allowed(problem, space, candidate)) continue;
+    // The best the model may pick (model_choice): not an untried search-only one,
+    // unless nothing else runs.
+    if (any_allowed && !default_allowed(problem, space, candidate)) continue;
     const double ms = problem.predict(candidate, device_, fitted).ms;
     if (model_best == 0 || ms < model_best) model_best = ms;
   }

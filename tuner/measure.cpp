@@ -10,7 +10,8 @@
 namespace kjit::tuner {
 
 std::string hung_error(double timeout_s) {
-  return fmt::format("hung: the check did not finish in {:.0f} s (measuring process stopped)",
+  // The limit exactly (shortest round trip: 60, 60.4), as hung_within reads it back.
+  return fmt::format("hung: the check did not finish in {} s (measuring process stopped)",
                      timeout_s);
 }
 

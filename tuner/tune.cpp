@@ -430,9 +430,10 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   // The finals (see tune.h): when this tune measured something, or when nothing
   // has decided yet (a tune stopped during its finals); a resumed tune that has
   // every trial and its tuning costs no GPU time.
-  // With the budget spent, the finals are left out too: the fastest measured wins.
-  if ((state.measured > 0 || !decided) && !result.budget_exhausted && over_budget())
-    result.budget_exhausted = true;
+  // A budget that stopped a phase leaves the finals out (the fastest measured wins,
+  // and a tune run again measures the rest and runs them). One spent only by the last
+  // job does not: every candidate is measured, and the finals are what a stored
+  // tuning stands on (a resumed tune keeps it as decided).
   if ((state.measured > 0 || !decided) && !result.budget_exhausted) {
     const std::vector<const Measured*> passed = fastest_first(result.trials);
     constexpr double kFinalists = 1.02;

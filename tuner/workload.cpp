@@ -38,7 +38,10 @@ std::vector<size_t> element_offsets(const std::string& text, bool in_object) {
       } else if (c == '"') {
         in_string = false;
         if (level == 1) {
-          last_string = text.substr(string_start + 1, i - string_start - 1);
+          // Decoded, as the parser read it ("\u0070roblems" is "problems").
+          const nlohmann::json decoded = nlohmann::json::parse(
+              text.substr(string_start, i - string_start + 1), nullptr, false);
+          last_string = decoded.is_string() ? decoded.get<std::string>() : std::string();
           after_colon = false;
         }
       }

@@ -315,6 +315,18 @@ TEST(Store, TrialsAccumulateSoANewConfigIsMeasuredAlone) {
   EXPECT_EQ(trials[3].config, "cfg=c");
   EXPECT_EQ(trials[3].error, "needs 240 KiB shared memory > 227 KiB");
   EXPECT_TRUE(store->trials_for("gpu", "other").empty());
+  // A failure replaces a failure (the newer verdict: a tune reads it, e.g. the limit a
+  // check hung within); it never replaces a measurement.
+  EXPECT_EQ(store->put_trial(trial("cfg=c", 0, "hung: the check did not finish in 300 s")),
+            PutOutcome::Replaced);
+  EXPECT_EQ(store->put_trial(trial("cfg=b", 0, "wrong result")), PutOutcome::Kept);
+  for (const TrialRecord& t : store->trials_for("gpu", "prob")) {
+    if (t.config == "cfg=c") {
+      EXPECT_EQ(t.error, "hung: the check did not finish in 300 s");
+    } else if (t.config == "cfg=b") {
+      EXPECT_EQ(t.error, "");
+    }
+  }
 }
 
 TEST(Store, DevicesKeepFirstSeenAndUpdateTheRest) {

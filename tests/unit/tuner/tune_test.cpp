@@ -255,6 +255,37 @@ TEST_F(TuneTest, HungTrialsAreMeasuredAgainWithALongerTimeout) {
     if (t.config == "c=7") {
       EXPECT_EQ(t.error, "") << "the passing trial replaced the hung one";
     }
+
+  // A config that never passed (c=6, a wrong result before) hangs within 60.4 s, then
+  // again within 300 s: each newer failure replaces the stored one (the old row said
+  // 60 s, and every later tune at 300 s measured it again), and a tune at the limit
+  // it hung within resumes it. A fractional limit reads back exactly.
+  measurer_.errors["c=6"] = hung_error(60.4);
+  options.force = true;
+  options.check_timeout_s = 60.4;
+  run(options);
+  options.force = false;
+  measurer_.measured.clear();
+  run(options);
+  EXPECT_EQ(std::find(measurer_.measured.begin(), measurer_.measured.end(), "c=6"),
+            measurer_.measured.end())
+      << "a config hung within 60.4 s was measured again at 60.4 s";
+  EXPECT_EQ(hung_within(hung_error(60.4)), 60.4);
+  measurer_.errors["c=6"] = hung_error(300);
+  options.check_timeout_s = 300;
+  measurer_.measured.clear();
+  run(options);
+  EXPECT_NE(std::find(measurer_.measured.begin(), measurer_.measured.end(), "c=6"),
+            measurer_.measured.end());
+  measurer_.measured.clear();
+  run(options);
+  EXPECT_EQ(std::find(measurer_.measured.begin(), measurer_.measured.end(), "c=6"),
+            measurer_.measured.end())
+      << "a config hung within 300 s was measured again at 300 s";
+  for (const cache::TrialRecord& t : store_->trials_for("gpu", problem_.signature()))
+    if (t.config == "c=6") {
+      EXPECT_EQ(hung_within(t.error), 300) << "[" << t.error << "]";
+    }
 }
 
 TEST_F(TuneTest, BudgetStopsBetweenJobs) {
@@ -269,18 +300,33 @@ TEST_F(TuneTest, BudgetStopsBetweenJobs) {
   EXPECT_FALSE(r.config.empty());  // the best of what was measured
 }
 
-// A budget spent by the last job of a phase stops the tune there: no finals (and no
-// next phase compiling in vain); the fastest measured wins.
-TEST_F(TuneTest, BudgetSpentByAPhaseLeavesOutTheFinals) {
+// A budget spent by a phase's last job stops the tune before the next phase
+// compiles (it compiled in vain before), and leaves the finals out. Spent by the
+// last job of the last phase, it does not stop the finals: every candidate was
+// measured, and a resumed tune keeps the stored tuning as the finals decided it.
+TEST_F(TuneTest, BudgetSpentByAPhaseStopsBeforeTheNextCompiles) {
   TuneOptions options;
-  options.strategy = Strategy::Exhaustive;
-  options.batch = 100;  // one job
+  options.top = 4;
+  options.batch = 100;  // a phase is one job
   options.budget_s = 0.02;
   measurer_.sleep_s = 0.05;
-  const TuneResult r = run(options);
-  EXPECT_EQ(measurer_.calls, 1);  // the job, and no finals after it
+  std::vector<std::string> phases;
+  Chooser chooser(store_, "gpu", device_);
+  const TuneResult r = tune(problem_, chooser, measurer_.get(), options,
+                            [&](const TuneProgress& p) { phases.push_back(p.phase); });
   EXPECT_TRUE(r.budget_exhausted);
-  EXPECT_EQ(r.config, "c=7");
+  EXPECT_EQ(measurer_.calls, 1);  // phase 1's job; no phase 2, no finals
+  const auto measuring = std::find(phases.begin(), phases.end(), "measuring");
+  ASSERT_NE(measuring, phases.end());
+  EXPECT_EQ(std::find(measuring, phases.end(), "compiling"), phases.end())
+      << "phase 2 compiled with the budget spent";
+
+  measurer_.calls = 0;
+  options.strategy = Strategy::Exhaustive;
+  options.force = true;
+  const TuneResult all = run(options);
+  EXPECT_FALSE(all.budget_exhausted);
+  EXPECT_EQ(measurer_.calls, 2);  // every candidate, then the finals
 }
 
 // Within the fastest's 95% interval: no split-K first, then the model's prior

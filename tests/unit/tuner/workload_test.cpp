@@ -61,6 +61,10 @@ TEST(Workload, OtherListsInTheObjectDoNotShiftTheLines) {
   ASSERT_EQ(w.size(), 2u);
   EXPECT_EQ(w[0].line, 5);
   EXPECT_EQ(w[1].line, 7);
+  // The key written with an escape is the same key.
+  std::string escaped = object;
+  escaped.replace(escaped.find("\"problems\": ["), 10, "\"\\u0070roblems\"");
+  EXPECT_NE(error_of(escaped).find("problem 2 (line 7)"), std::string::npos) << error_of(escaped);
   EXPECT_NE(error_of("[{\"family\": \"matmul\", \"m\": 16, \"n\": 8, \"k\": 8, \"m\": 4096}]")
                 .find("key \"m\" appears twice"),
             std::string::npos);
