@@ -213,7 +213,7 @@ struct WgmmaMatmul {
   // With SWAP the tile's row r is the caller's column: output (r, c) is staged at
   // [c][r], one float at a time (a warp's 32 stores of one register then cover rows
   // r .. r + 7 of columns 2(lane%4): 8 floats in each of 4 staged rows whose starts
-  // are 2 x 132 x 4 bytes apart, so 32 different banks).
+  // are 2 (BM + 4) floats, 8 banks, apart: 32 different banks).
   __device__ __forceinline__ static void stage_accumulators(float* staged, const float (&acc)[ACC],
                                                             int group) {
     const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
