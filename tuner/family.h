@@ -34,7 +34,8 @@ struct Space {
   std::vector<std::string> candidates;  // canonical config texts, in the space's order
   // Candidates whose kernels have not yet been measured on any GPU (a new schedule):
   // the model's untuned pick passes over each until it has passed a trial on this
-  // GPU model; `kjit tune` measures (and first checks) them like any other.
+  // GPU model for a problem of the same class (Chooser::passed_here); `kjit tune`
+  // measures (and first checks) them like any other.
   std::vector<std::string> search_only;
   std::vector<Pruned> pruned;
 };

@@ -441,7 +441,8 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
                       "tile columns",
                       c.raster, tile_rows, tile_cols));
     // swap=ab (2026-12-05) has not run on a GPU yet: searched, not a default
-    // until it has passed a trial on this GPU model (Space::search_only).
+    // until it has passed a trial on this GPU model for a problem of this class
+    // (Space::search_only).
     if (c.swap) space.search_only.push_back(text);
     space.candidates.push_back(std::move(text));
   };
