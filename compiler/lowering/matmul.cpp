@@ -637,6 +637,18 @@ std::string epilogue_glue(const Epilogue& epi, DType output) {
 
 namespace {
 
+// Whether the kernel's A and B operands are K-major in shared memory: the caller's A
+// and B, or with swap=ab its B and A (validate() refuses A transposed there). tf32
+// operands always are: the runtime stages M/N-major ones into K-major scratch.
+struct KernelOperands {
+  bool a_k_major, b_k_major;
+};
+KernelOperands kernel_operands(const Problem& problem, const Config& config) {
+  const bool tf32 = problem.input == DType::TF32;
+  const bool a = tf32 || !problem.a_transposed, b = tf32 || problem.b_transposed;
+  return config.swap ? KernelOperands{b, a} : KernelOperands{a, b};
+}
+
 // The wgmma of one 32-byte k step as one inline-asm statement: m64nBNk16 for 16-bit
 // inputs, m64nBNk8 for tf32. BN / 2 fp32 accumulators in and out, the two
 // shared-memory descriptors, scale-d = 1 (add to the accumulators), and for 16-bit
@@ -646,11 +658,10 @@ std::string wgmma_wrapper(const Problem& problem, const Config& config) {
   const bool tf32 = problem.input == DType::TF32;
   const std::string type = matmul::to_string(problem.input);
   const int k = tf32 ? 8 : 16;
-  // A stored K x M and B stored K x N are MN-major. With swap=ab the kernel's A is the
-  // caller's B and its B the caller's A (K-major: validate() refuses layouts "t?").
-  const int transpose_a =
-      config.swap ? (problem.b_transposed ? 0 : 1) : (problem.a_transposed ? 1 : 0);
-  const int transpose_b = config.swap ? 0 : (problem.b_transposed ? 0 : 1);
+  // The kernel's MN-major operands are read transposed (16-bit types only).
+  const KernelOperands operands = kernel_operands(problem, config);
+  const int transpose_a = operands.a_k_major ? 0 : 1;
+  const int transpose_b = operands.b_k_major ? 0 : 1;
   std::string s;
   if (tf32)
     s += fmt::format(
@@ -727,10 +738,10 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}{}> "
       "kjit_matmul_tile;  // ..., C_ALIGNED: C's rows {} 16-byte aligned{}\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
-      (config.swap ? b_k_major : a_k_major) ? "true" : "false",
-      (config.swap ? a_k_major : b_k_major) ? "true" : "false", problem.aligned ? "true" : "false",
-      config.swap ? ", true" : "", problem.aligned ? "are" : "are not",
-      config.swap ? "; SWAP" : "");
+      kernel_operands(problem, config).a_k_major ? "true" : "false",
+      kernel_operands(problem, config).b_k_major ? "true" : "false",
+      problem.aligned ? "true" : "false", config.swap ? ", true" : "",
+      problem.aligned ? "are" : "are not", config.swap ? "; SWAP" : "");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",
