@@ -330,18 +330,18 @@ std::optional<Measurement> stored_measurement(Database& db, const char* sql,
 
 // The policy tunings and trials share: the stored row stays unless the new
 // measurement is better (better_measured); `bind_row` binds every column of
-// `insert_sql`. With `failure_replaces_failure` (trials), a row without a
-// measurement replaces one without a measurement: the newer verdict on a config that
-// never passed (a hang within a longer limit, another error) is what a tune reads.
+// `insert_sql`. With `failure_replaces` (trials), a row without a measurement (a
+// failure) replaces whatever is stored: the newer verdict on the config is what a
+// tune and the chooser read. A hang within a longer limit, or a wrong result after
+// an earlier pass (a kernel that is not always right), is not outweighed by an
+// older measurement.
 template <typename BindRow>
 PutOutcome upsert_measured(Database& db, const char* select_sql,
                            std::initializer_list<std::string_view> key, const Measurement& measured,
                            const char* insert_sql, BindRow bind_row,
-                           bool failure_replaces_failure = false) {
+                           bool failure_replaces = false) {
   std::optional<Measurement> existing = stored_measurement(db, select_sql, key);
-  const bool both_failed = existing && !valid(measured) && !valid(*existing);
-  if (existing && !better_measured(measured, *existing) &&
-      !(failure_replaces_failure && both_failed))
+  if (existing && !better_measured(measured, *existing) && !(failure_replaces && !valid(measured)))
     return PutOutcome::Kept;
   Statement& write = db.cached(insert_sql);
   StatementReset rewind(write);
@@ -376,7 +376,7 @@ PutOutcome upsert_tuning(Database& db, const TuningRecord& t, int64_t now) {
 }
 
 PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
-  return upsert_measured(
+  const PutOutcome outcome = upsert_measured(
       db,
       "SELECT median_ms, spread, runs FROM trials "
       "WHERE gpu_model = ?1 AND problem = ?2 AND config = ?3",
@@ -389,7 +389,16 @@ PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
             .bind(8, t.tuner_version)
             .bind(9, t.created != 0 ? t.created : now);
       },
-      /*failure_replaces_failure=*/true);
+      /*failure_replaces=*/true);
+  if (!valid(t.measured)) {
+    // The config failed here: a tuning that names it for this problem no longer
+    // stands (the runtime would run a kernel that failed its check).
+    Statement& drop =
+        db.cached("DELETE FROM tunings WHERE gpu_model = ?1 AND problem = ?2 AND config = ?3");
+    StatementReset rewind(drop);
+    drop.bind(1, t.gpu_model).bind(2, t.problem).bind(3, t.config).run();
+  }
+  return outcome;
 }
 
 PutOutcome upsert_device(Database& db, const DeviceRecord& d, int64_t first_seen,

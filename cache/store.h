@@ -199,8 +199,9 @@ class Store {
   PutOutcome put_tuning(const TuningRecord& tuning);
   // Every tuning, or those of one GPU model.
   std::vector<TuningRecord> tunings(const std::string& gpu_model = "");
-  // Same policy as put_tuning, per (gpu_model, problem, config); and a failed trial
-  // (no measurement) replaces a failed one, the newer verdict.
+  // Same policy as put_tuning, per (gpu_model, problem, config); but a failed trial
+  // (no measurement) replaces whatever is stored, the newer verdict, and removes the
+  // problem's tuning if that names the same config.
   PutOutcome put_trial(const TrialRecord& trial);
   // Measured trials fastest first, then rejected ones; an empty `problem` gives every
   // trial of the GPU model (grouped by problem).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -208,7 +209,10 @@ void check_layout(const Problem& p, const char* name, CUdeviceptr pointer, const
       last = -1;
     if (last < 0) break;
   }
-  if (last < 0 || __builtin_mul_overflow(last + 1, int64_t{2}, &bytes) ||
+  // (A pointer at or above 2^63 reads as negative and its end never overflows: it is
+  // refused with the rest.)
+  if (last < 0 || pointer > static_cast<CUdeviceptr>(std::numeric_limits<int64_t>::max()) ||
+      __builtin_mul_overflow(last + 1, int64_t{2}, &bytes) ||
       __builtin_add_overflow(static_cast<int64_t>(pointer), bytes, &end))
     throw UserError(fmt::format("attention {} spans more than 2^63 bytes: {} batches of stride "
                                 "{}, {} positions of stride {}, {} heads of stride {}",
@@ -318,7 +322,12 @@ void check_lse_apart(const Problem& p, CUdeviceptr lse, const std::vector<Extent
                      bool lse_is_output) {
   if (lse == 0) return;
   const auto l0 = static_cast<int64_t>(lse);
-  const int64_t l1 = l0 + 4 * backward_workspace_rows(p);
+  int64_t l1 = 0;
+  if (lse > static_cast<CUdeviceptr>(std::numeric_limits<int64_t>::max()) ||
+      __builtin_add_overflow(l0, 4 * backward_workspace_rows(p), &l1))
+    throw UserError(fmt::format("attention LSE at 0x{:x} ends past 2^63 bytes",
+                                static_cast<unsigned long long>(lse)),
+                    "offsets are 64-bit byte counts; pass a device pointer");
   for (const Extent& e : tensors) {
     if (meets(p, e, l0, l1))
       throw UserError(fmt::format("attention LSE (0x{:x}, {} bytes) overlaps {} (0x{:x})",

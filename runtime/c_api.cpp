@@ -141,7 +141,16 @@ kjit_status guarded(Body&& body) {
   }
 }
 
-kjit::DType to_ir(kjit_dtype d) {
+// A kjit_dtype as the integer a C caller stored: loading an enum outside its values
+// is undefined in C++ (UBSan: "load of value 9"), so it is read as its bytes.
+int stored(const kjit_dtype& d) {
+  std::underlying_type_t<kjit_dtype> value = 0;
+  std::memcpy(&value, &d, sizeof value);
+  return static_cast<int>(value);
+}
+
+kjit::DType to_ir(const kjit_dtype& dtype) {
+  const int d = stored(dtype);
   switch (d) {
     case KJIT_F32:
       return kjit::DType::F32;
@@ -154,7 +163,7 @@ kjit::DType to_ir(kjit_dtype d) {
     case KJIT_BOOL:
       return kjit::DType::Bool;
   }
-  throw kjit::UserError("unknown kjit_dtype " + std::to_string(static_cast<int>(d)),
+  throw kjit::UserError("unknown kjit_dtype " + std::to_string(d),
                         "use KJIT_F32, KJIT_F16, KJIT_BF16, KJIT_I32 or KJIT_BOOL");
 }
 
@@ -174,8 +183,8 @@ kjit_dtype from_ir(kjit::DType d) {
   return KJIT_F32;
 }
 
-kjit::matmul::DType to_matmul(kjit_dtype d) {
-  switch (d) {
+kjit::matmul::DType to_matmul(const kjit_dtype& dtype) {
+  switch (stored(dtype)) {
     case KJIT_F32:
       return kjit::matmul::DType::F32;
     case KJIT_F16:
@@ -183,7 +192,9 @@ kjit::matmul::DType to_matmul(kjit_dtype d) {
     case KJIT_BF16:
       return kjit::matmul::DType::BF16;
     default:
-      throw kjit::UserError("a matmul takes f32, f16 or bf16");
+      throw kjit::UserError("a matmul takes f32, f16 or bf16; kjit_dtype " +
+                                std::to_string(stored(dtype)) + " is not one",
+                            "use KJIT_F32, KJIT_F16 or KJIT_BF16");
   }
 }
 
@@ -272,8 +283,7 @@ kjit::attention::Problem attention_problem(const kjit_attention_problem* c) {
   p.head_dim = c->head_dim;
   // Read as the integer a C caller may have stored: loading a kjit_dtype outside the
   // enum's values is undefined in C++ (UBSan: "load of value 9").
-  std::underlying_type_t<kjit_dtype> dtype = 0;
-  std::memcpy(&dtype, &c->dtype, sizeof dtype);
+  const int dtype = stored(c->dtype);
   if (dtype != KJIT_BF16 && dtype != KJIT_F16)
     throw kjit::UserError(fmt::format(
         "attention dtype is {}; it must be KJIT_BF16 ({}) or "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <limits>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -114,7 +115,10 @@ struct Operand {
 // a UserError when that does not fit 64 bits.
 int64_t extent_bytes(const Operand& x, int64_t batch) {
   int64_t last = 0, span = 0, bytes = 0;
-  const bool overflow = __builtin_mul_overflow(batch - 1, x.stride, &last) ||
+  // (A pointer at or above 2^63 would read as negative here, and its end never
+  // overflow: such a pointer is refused with the rest.)
+  const bool overflow = x.pointer > static_cast<CUdeviceptr>(std::numeric_limits<int64_t>::max()) ||
+                        __builtin_mul_overflow(batch - 1, x.stride, &last) ||
                         __builtin_mul_overflow(x.rows - 1, x.ld, &span) ||
                         __builtin_add_overflow(last, span, &last) ||
                         __builtin_add_overflow(last, x.cols, &last) ||
@@ -161,13 +165,27 @@ Tensors resolve(const Problem& p, Tensors t) {
   check_ld("B", t.ldb, b_cols(p));
   check_ld("C", t.ldc, p.n);
   check_ld("C0", t.ldc0, p.n);
-  if (t.stride_a == 0 && p.batch > 1) t.stride_a = a_rows(p) * t.lda;
-  if (t.stride_b == 0 && p.batch > 1) t.stride_b = b_rows(p) * t.ldb;
-  if (t.stride_c == 0 && p.batch > 1) t.stride_c = p.m * t.ldc;
-  if (t.stride_c0 == 0 && p.batch > 1) t.stride_c0 = p.m * t.ldc0;
-  if (p.batch > 1 && t.stride_c < p.m * t.ldc)
+  // One stored matrix, rows x leading dimension elements: the packed batch stride.
+  // (Unchecked, m = 2 and ldc = 2^62 made C's stride INT64_MIN, which the extent
+  // check below then cancelled against the rows' span.)
+  auto matrix_elements = [&](const char* name, int64_t rows, int64_t ld) {
+    int64_t elements = 0;
+    if (__builtin_mul_overflow(rows, ld, &elements))
+      throw UserError(fmt::format("{} has {} rows of leading dimension {}: more than 2^63 elements",
+                                  name, rows, ld),
+                      "offsets are 64-bit; check the sizes and leading dimensions");
+    return elements;
+  };
+  const int64_t c_matrix = matrix_elements("C", p.m, t.ldc);
+  if (p.batch > 1) {
+    if (t.stride_a == 0) t.stride_a = matrix_elements("A", a_rows(p), t.lda);
+    if (t.stride_b == 0) t.stride_b = matrix_elements("B", b_rows(p), t.ldb);
+    if (t.stride_c == 0) t.stride_c = c_matrix;
+    if (t.stride_c0 == 0) t.stride_c0 = matrix_elements("C0", p.m, t.ldc0);
+  }
+  if (p.batch > 1 && t.stride_c < c_matrix)
     throw UserError(fmt::format("C's batch stride {} is smaller than one M x ldc matrix ({})",
-                                t.stride_c, p.m * t.ldc),
+                                t.stride_c, c_matrix),
                     "batched outputs must not overlap");
   if (t.a == 0 || t.b == 0 || t.c == 0)
     throw UserError("matmul needs device pointers for A, B and C");

@@ -37,18 +37,18 @@ Chooser::Chooser(std::shared_ptr<cache::Store> store, std::string gpu_model,
       device_(std::move(device)),
       max_remembered_(std::max<size_t>(max_remembered, 1)) {}
 
-const Efficiencies& Chooser::efficiencies() {
+std::shared_ptr<const Efficiencies> Chooser::efficiencies() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!efficiencies_) {
     const std::vector<cache::TrialRecord> trials = store_->trials_for(gpu_model_, "");
-    efficiencies_ = fit_efficiencies(trials, device_);
+    efficiencies_ = std::make_shared<const Efficiencies>(fit_efficiencies(trials, device_));
     passed_.clear();
     passed_in_class_.clear();
     for (const cache::TrialRecord& t : trials)
       if (t.error.empty() && t.measured.runs >= 1 && t.measured.median_ms > 0)
         passed_[t.config].push_back(t.problem);
   }
-  return *efficiencies_;
+  return efficiencies_;
 }
 
 bool Chooser::passed_here(const TuningProblem& problem, const std::string& config) {
@@ -87,10 +87,10 @@ void Chooser::refresh() {
 }
 
 std::vector<std::pair<std::string, Prediction>> Chooser::rank(const TuningProblem& problem) {
-  const Efficiencies& fitted = efficiencies();
+  const std::shared_ptr<const Efficiencies> fitted = efficiencies();
   std::vector<std::pair<std::string, Prediction>> out;
   for (const std::string& config : problem.space(device_).candidates)
-    out.emplace_back(config, problem.predict(config, device_, fitted));
+    out.emplace_back(config, problem.predict(config, device_, *fitted));
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& a, const auto& b) { return a.second.ms < b.second.ms; });
   return out;
@@ -105,7 +105,7 @@ Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
                         " on " + device_.name + "; for example:" + reasons,
                     "check the problem's sizes and dtypes against the device");
   }
-  const Efficiencies& fitted = efficiencies();
+  const std::shared_ptr<const Efficiencies> fitted = efficiencies();
   Choice best;
   double best_ms = 0;
   // A search-only candidate (a kernel never measured on a GPU) is a default only
@@ -119,7 +119,7 @@ Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
   std::string passed_over;  // the fastest predicted search-only candidate skipped
   double passed_over_ms = 0;
   for (const std::string& config : space.candidates) {
-    const Prediction p = problem.predict(config, device_, fitted);
+    const Prediction p = problem.predict(config, device_, *fitted);
     if (others && search_only(config)) {
       if (passed_over.empty() || p.ms < passed_over_ms) {
         passed_over = config;
@@ -209,7 +209,7 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
   // taken only when the model, on this problem, finds it within 10% of its own
   // best. The nearest that passes stands in (a nearer one over the cliff does not
   // hide a farther one that is not).
-  const Efficiencies& fitted = efficiencies();
+  const std::shared_ptr<const Efficiencies> fitted = efficiencies();
   double model_best = 0;
   const bool any_allowed =
       std::any_of(space.candidates.begin(), space.candidates.end(),
@@ -218,7 +218,7 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
     // The best the model may pick (model_choice): not an untried search-only one,
     // unless nothing else runs.
     if (any_allowed && !default_allowed(problem, space, candidate)) continue;
-    const double ms = problem.predict(candidate, device_, fitted).ms;
+    const double ms = problem.predict(candidate, device_, *fitted).ms;
     if (model_best == 0 || ms < model_best) model_best = ms;
   }
   for (const Near& n : near) {
@@ -228,10 +228,13 @@ std::optional<Choice> Chooser::nearest(const TuningProblem& problem, const Space
     std::string config;
     double config_ms = 0;
     for (const std::string& option : n.options) {
-      const double ms = problem.predict(option, device_, fitted).ms;
+      // A tuning normally stands on a passing trial of its config; one without (a
+      // hand edit, a store that lost the trial) does not unlock a search-only config.
+      if (!default_allowed(problem, space, option)) continue;
+      const double ms = problem.predict(option, device_, *fitted).ms;
       if (config.empty() || ms < config_ms) config = option, config_ms = ms;
     }
-    if (config_ms > 1.1 * model_best) continue;
+    if (config.empty() || config_ms > 1.1 * model_best) continue;
     Choice c;
     c.config = config;
     c.source = Choice::Source::Nearest;

@@ -54,8 +54,9 @@ class Chooser {
   std::vector<std::pair<std::string, Prediction>> rank(const TuningProblem& problem);
 
   // The model's efficiencies for this GPU model, fitted to the store's trials
-  // (computed on first use).
-  const Efficiencies& efficiencies();
+  // (computed on first use). A snapshot: another thread's refresh() replaces the
+  // fit, and the caller's copy stays valid while it holds it.
+  std::shared_ptr<const Efficiencies> efficiencies();
   // Forgets remembered choices and the fit (after a tune wrote new rows).
   void refresh();
   // Choices remembered now.
@@ -82,7 +83,7 @@ class Chooser {
   size_t max_remembered_;
   mutable std::mutex mutex_;
   std::map<std::string, Choice> remembered_;  // by signature
-  std::optional<Efficiencies> efficiencies_;
+  std::shared_ptr<const Efficiencies> efficiencies_;
   // The problems (signatures) of each config's passing trials (checked, then timed)
   // on this GPU model, loaded with the fit; and, by problem class and config,
   // whether one of them is of that class (passed_here).

@@ -39,6 +39,10 @@ using MeasureListener = std::function<void(const MeasureEvent&)>;
 std::string hung_error(double timeout_s);
 double hung_within(const std::string& error);
 
+// The error of a config the measuring process never reached (it ended on an earlier
+// config's fault): no verdict on the config itself, so a tune does not store it.
+inline constexpr const char* kNotMeasured = "not measured";
+
 std::vector<Measured> measure(Harness& harness, const std::vector<std::string>& configs,
                               const cuda::DeviceProperties& device, const TimerOptions& options,
                               double leader_ms = 0, const MeasureListener& listener = nullptr);

@@ -331,9 +331,12 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
           });
       for (const Measured& m : measured) {
         result.trials.push_back(m);
-        store.put_trial(trial_record(result.gpu_model, result.signature, m));
+        // A stored failure replaces a pass (cache::Store::put_trial): only verdicts go
+        // in, not the configs a crashed measuring process never reached.
+        if (m.error != kNotMeasured)
+          store.put_trial(trial_record(result.gpu_model, result.signature, m));
         if (m.ok()) ++state.measured;
-        if (m.error == "not measured") ++state.failed;
+        if (m.error == kNotMeasured) ++state.failed;
         note_best(m);
         log_line("tune", fmt::format("{} {}: {}", result.signature, m.config,
                                      m.ok() ? m.summary.to_string() : m.error));
@@ -463,7 +466,8 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
       for (const Measured& m : measured) {
         for (Measured& t : result.trials)
           if (t.config == m.config) t = m;
-        store.put_trial(trial_record(result.gpu_model, result.signature, m));
+        if (m.error != kNotMeasured)
+          store.put_trial(trial_record(result.gpu_model, result.signature, m));
         log_line("tune", fmt::format("{} {} (finals): {}", result.signature, m.config,
                                      m.ok() ? m.summary.to_string() : m.error));
       }

@@ -361,7 +361,7 @@ std::vector<Measured> MeasureWorker::measure(const nlohmann::json& spec,
   for (const std::string& c : configs) {
     Measured m = results.count(c) ? results[c] : Measured{};
     m.config = c;
-    if (m.error.empty() && m.summary.runs == 0) m.error = "not measured";
+    if (m.error.empty() && m.summary.runs == 0) m.error = kNotMeasured;
     out.push_back(m);
   }
   return out;

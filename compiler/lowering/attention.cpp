@@ -21,6 +21,11 @@ namespace kjit::attention {
 namespace {
 
 constexpr int64_t kMax32 = std::numeric_limits<int32_t>::max();
+// Sequence lengths and packed token totals: the kernels count tiles and tile ends in
+// 32-bit ints ((seq_k + BN - 1) / BN, row0 + BM, key0 + BN, a packed offset plus a
+// row), with tiles of up to 256. Within 1023 of 2^31 they wrapped: a tile count came
+// out negative, no key was read, and O was silently 0 (as for a row that sees no key).
+constexpr int64_t kMaxLength = kMax32 - 1023;
 
 const char* dtype_name(ir::DType dtype) {
   return dtype == ir::DType::F16 ? "f16" : "bf16";
@@ -43,11 +48,11 @@ void Problem::set_lengths(const std::vector<int64_t>& q, const std::vector<int64
   auto offsets = [](const std::vector<int64_t>& lengths, const char* what) {
     std::vector<int64_t> out = {0};
     for (size_t i = 0; i < lengths.size(); ++i) {
-      if (lengths[i] < 1 || lengths[i] > kMax32)
+      if (lengths[i] < 1 || lengths[i] > kMaxLength)
         throw UserError(
             fmt::format("packed attention: {} length {} of sequence {} is not in "
-                        "[1, {}]",
-                        what, lengths[i], i, kMax32));
+                        "[1, {}] (the kernels' 32-bit tile arithmetic)",
+                        what, lengths[i], i, kMaxLength));
       out.push_back(out.back() + lengths[i]);
     }
     return out;
@@ -193,14 +198,16 @@ void validate_problem(const Problem& p) {
   auto positive = [](const char* name, int64_t v, int64_t most) {
     if (v < 1 || v > most)
       throw UserError(fmt::format("attention {} is {}; it must be in [1, {}]{}", name, v, most,
-                                  most == kMaxBatch ? " (a grid dimension)" : ""),
+                                  most == kMaxBatch    ? " (a grid dimension)"
+                                  : most == kMaxLength ? " (the kernels' 32-bit tile arithmetic)"
+                                                       : ""),
                       most == kMaxBatch ? "fold batch into heads, or split the call" : "");
   };
   positive("batch", p.batch, kMaxBatch);
   positive("heads", p.heads, kMaxBatch);
   positive("kv_heads", p.kv_heads, kMaxBatch);
-  positive("seq_q", p.seq_q, kMax32);
-  positive("seq_k", p.seq_k, kMax32);
+  positive("seq_q", p.seq_q, kMaxLength);
+  positive("seq_k", p.seq_k, kMaxLength);
   if (p.heads % p.kv_heads != 0)
     throw UserError(
         fmt::format("attention kv_heads {} does not divide heads {}", p.kv_heads, p.heads),
@@ -218,6 +225,23 @@ void validate_problem(const Problem& p) {
                     fmt::format("each side is a number of keys in [0, {}], or -1 for unbounded "
                                 "(the CLI's 'inf')",
                                 kMax32));
+  // causal is the window's right side at 0: a right side beyond it would be dropped
+  // (right()), and the store would key the problem by a window it does not run.
+  if (p.causal && p.window_right > 0)
+    throw UserError(fmt::format("attention causal with window {}:{}: the window's right side "
+                                "is not 0",
+                                p.window_left, p.window_right),
+                    "give one of them (causal is the window -1:0, the CLI's inf:0)");
+  // A sliding window's edges are found as a row plus the window in 32-bit ints (the
+  // right side is at most S_q - 1 and the left S_k - 1 once unbounded sides are -1):
+  // S_q + S_k must fit.
+  const bool bounded_side =
+      (p.window_left >= 0 && p.window_left < p.seq_k) || (p.right() > 0 && p.right() < p.seq_q);
+  if (bounded_side && p.seq_q + p.seq_k > kMaxLength)
+    throw UserError(
+        fmt::format("attention with the window {}:{}: seq_q + seq_k is {}; at most {} "
+                    "(the kernels' 32-bit window arithmetic)",
+                    p.window_left, p.window_right, p.seq_q + p.seq_k, kMaxLength));
   if (p.packed()) {
     auto check_offsets = [&](const std::vector<int64_t>& cu, const char* name, int64_t longest) {
       if (static_cast<int64_t>(cu.size()) != p.batch + 1)
@@ -234,9 +258,10 @@ void validate_problem(const Problem& p) {
                           "offsets are cumulative sequence lengths: never decreasing");
         most = std::max(most, cu[i] - cu[i - 1]);
       }
-      if (cu.back() > kMax32)
-        throw UserError(
-            fmt::format("packed attention: {} tokens in all is over {}", cu.back(), kMax32));
+      if (cu.back() > kMaxLength)
+        throw UserError(fmt::format(
+            "packed attention: {} tokens in all is over {} (the kernels' 32-bit tile arithmetic)",
+            cu.back(), kMaxLength));
       if (most != longest)
         throw UserError(fmt::format("packed attention: the longest sequence in {} has {} tokens "
                                     "but the problem says {}",

@@ -947,7 +947,10 @@ class Matmul:
                 held.append(t)
             extras[i] = t.data_ptr()
         args.a, args.b, args.c = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        args.lda, args.ldb = a.stride(-2), b.stride(-2)
+        # Padded rows keep their stride; a single row's stride is arbitrary (torch's
+        # (1, 1) for a [k, 1] tensor transposed) and is passed as 0, "packed".
+        args.lda = a.stride(-2) if a.shape[-2] > 1 else 0
+        args.ldb = b.stride(-2) if b.shape[-2] > 1 else 0
         # A 2-D out may have padded rows (a size-1 dimension's stride is arbitrary).
         args.ldc = 0 if batched else (c.stride(-2) if m > 1 else n)
         status = _mm_launch(self._handle, ctypes.byref(args),

@@ -34,7 +34,13 @@ expect 2 "the limit is 2\^62 bytes" "$kjit" emit 'x:bool[n]; y = x' --n 46116860
 # The model's pick is a config the problem can run (persistent=1 over 2^30 work
 # items was picked, then refused).
 expect 0 "^config +mma=wgmma,bm=128,bn=(64|128),stages=[23](,pingpong=1)?$" \
-  "$kjit" explain attention --gpu h200 --seq-q 2147483647 --head-dim 64 --batch 1000 --heads 1000
+  "$kjit" explain attention --gpu h200 --seq-q 2147482624 --head-dim 64 --batch 1000 --heads 1000
+# Within 1023 of 2^31 the kernels' tile counts wrapped (O silently 0): refused, the
+# limit named.
+expect 2 "attention seq_q is 2147483647; it must be in \[1, 2147482624\]" \
+  "$kjit" explain attention --gpu h200 --seq-q 2147483647 --head-dim 64
+expect 2 "attention seq_k is 2147483000; it must be in \[1, 2147482624\]" \
+  "$kjit" emit attention --gpu h200 --seq-q 64 --seq-k 2147483000 --head-dim 64
 
 # Options that do not apply to attention were dropped silently.
 expect 2 "--n does not apply to attention" "$kjit" explain attention --seq-q 5 --n 77 --gpu h200

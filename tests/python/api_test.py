@@ -81,6 +81,14 @@ for name, value, words in (("heads", 0, ("heads is 0",)),
                            ("dtype", "f32", ("attention dtype 'f32' is not bf16 or f16",))):
     check(refused(lambda: kjit.emit_attention(**{**at, name: value}), *words),
           f"emit_attention: {name}={value!r}")
+# causal with a window's right side above 0: the C API dropped that side (the CLI
+# refused it); and a length within 1023 of 2^31 wrapped the kernels' tile counts.
+check(refused(lambda: kjit.emit_attention(**at, causal=True, window=(16, 5)),
+              "causal with window 16:5"), "emit_attention: causal with window (16, 5)")
+check("FlashForward" in kjit.emit_attention(**at, causal=True, window=(16, 0)),
+      "emit_attention: causal with window (16, 0)")
+check(refused(lambda: kjit.emit_attention(**{**at, "seq_k": 2**31 - 1}), "2147482624"),
+      "emit_attention: seq_k 2^31 - 1")
 
 # The argument checks of the tensor API's helpers, which need no tensors.
 check(kjit._matmul_shapes(3, 5, 7, 2, "tn", True) == ((2, 7, 3), (2, 7, 5), (2, 3, 5)),

@@ -115,6 +115,18 @@ c = kjit.matmul(a, b, epilogue="r:bf16[m,n]; y = acc + r", r=r)
 err = max_relative(c, a.float() @ b.float() + r.float())
 check("matmul residual epilogue", err < 2e-2, f"max rel error {err:.2e}")
 
+# A single row whose stride torch leaves arbitrary: [128, 1] transposed is [1, 128]
+# with strides (1, 1); its "leading dimension" 1 was refused (a review found it).
+a1 = torch.randn(128, 1, device=dev, dtype=torch.bfloat16).t()
+b1 = torch.randn(128, 64, device=dev, dtype=torch.bfloat16)
+try:
+    c = kjit.matmul(a1, b1)
+    err = max_relative(c, a1.float() @ b1.float())
+    check("matmul single row with stride (1, 1)", c.shape == (1, 64) and err < 2e-2,
+          f"max rel error {err:.2e}")
+except kjit.UserError as e:
+    check("matmul single row with stride (1, 1)", False, str(e)[:80])
+
 try:
     kjit.matmul(a, b, epilogue="gelu(acc + bias)")
     check("missing epilogue operand raises", False, "no exception")

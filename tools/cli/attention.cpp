@@ -294,7 +294,7 @@ void attention_command(const KernelCommandOptions& o) {
                   {"source", text}});
     } else {
       const tuner::Prediction plan = tuner::AttentionTuning(p).predict(
-          config, chooser.device(), chooser.efficiencies(), nullptr);
+          config, chooser.device(), *chooser.efficiencies(), nullptr);
       print_emitted(text, plan_comment(chooser.device(), plan), o.templates);
     }
     return;

@@ -69,7 +69,7 @@ void explain_command(const ExplainCommand& c) {
       resources.estimated = false;
     }
   const tuner::Prediction p =
-      problem->predict(choice.config, device, chooser->efficiencies(), &resources);
+      problem->predict(choice.config, device, *chooser->efficiencies(), &resources);
   // A config given by hand may not launch at all there (emit and compile refuse it).
   if (p.occupancy.blocks_per_sm < 1)
     throw UserError(

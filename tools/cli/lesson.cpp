@@ -372,7 +372,7 @@ void lesson_command(const LessonOptions& o) {
       row.config_source = "given";
     }
     const tuner::Prediction p =
-        problem->predict(row.config, chooser.device(), chooser.efficiencies());
+        problem->predict(row.config, chooser.device(), *chooser.efficiencies());
     row.predicted_ms = p.ms;
     row.flops = p.work.flops;
     row.bytes = p.work.bytes;

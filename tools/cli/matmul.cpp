@@ -232,7 +232,7 @@ void matmul_command(const KernelCommandOptions& o) {
     } else {
       const tuner::Prediction plan =
           tuner::MatmulTuning(p, o.epilogue)
-              .predict(s.config, chooser.device(), chooser.efficiencies(), nullptr);
+              .predict(s.config, chooser.device(), *chooser.efficiencies(), nullptr);
       // The kernel's config line leaves out what is a launch argument (split-K,
       // stream-K): the launch's whole config, for the reader.
       print_emitted(

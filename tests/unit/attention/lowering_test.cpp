@@ -87,6 +87,36 @@ TEST(AttentionProblem, BadInputIsAUserErrorNamingTheValueAndTheSupportedSet) {
   EXPECT_CONTAINS(user_error(p), "65535");
 }
 
+// Lengths within 1023 of 2^31 wrapped the kernels' 32-bit tile counts ((S_k + BN - 1)
+// / BN came out negative: no key read, O silently 0), and a window's edges (a row
+// plus the window) wrapped where S_q + S_k passed 2^31; causal with a window's right
+// side above 0 dropped that side in the C API and Python (the CLI refused it).
+// Found by a review; each is now a user error naming the limit.
+TEST(AttentionProblem, LengthsAndWindowsPastThe32BitArithmeticAreRefused) {
+  Problem p = base();
+  p.seq_k = 2147483647;
+  EXPECT_CONTAINS(user_error(p), "seq_k is 2147483647; it must be in [1, 2147482624]");
+  p.seq_k = 2147482624;
+  EXPECT_EQ(user_error(p), "accepted");
+  Problem packed = base();
+  EXPECT_THROW(packed.set_lengths({2147483000}, {}), UserError);
+  p = base();
+  p.seq_q = p.seq_k = 1 << 30;
+  EXPECT_EQ(user_error(p), "accepted");
+  p.window_left = 4096;
+  EXPECT_CONTAINS(user_error(p), "seq_q + seq_k is 2147483648");
+  p.window_left = -1;
+  p.causal = true;
+  EXPECT_EQ(user_error(p), "accepted") << "causal alone: the right side is 0";
+  p = base();
+  p.causal = true;
+  p.window_left = 16;
+  p.window_right = 5;
+  EXPECT_CONTAINS(user_error(p), "causal with window 16:5");
+  p.window_right = 0;
+  EXPECT_EQ(user_error(p), "accepted");
+}
+
 TEST(AttentionProblem, PackedLengthsAreCheckedAndNamed) {
   Problem p = base();
   p.set_lengths({1, 7, 300, 2049}, {5, 7, 1000, 17});

@@ -316,17 +316,52 @@ TEST(Store, TrialsAccumulateSoANewConfigIsMeasuredAlone) {
   EXPECT_EQ(trials[3].error, "needs 240 KiB shared memory > 227 KiB");
   EXPECT_TRUE(store->trials_for("gpu", "other").empty());
   // A failure replaces a failure (the newer verdict: a tune reads it, e.g. the limit a
-  // check hung within); it never replaces a measurement.
+  // check hung within).
   EXPECT_EQ(store->put_trial(trial("cfg=c", 0, "hung: the check did not finish in 300 s")),
             PutOutcome::Replaced);
-  EXPECT_EQ(store->put_trial(trial("cfg=b", 0, "wrong result")), PutOutcome::Kept);
   for (const TrialRecord& t : store->trials_for("gpu", "prob")) {
     if (t.config == "cfg=c") {
       EXPECT_EQ(t.error, "hung: the check did not finish in 300 s");
-    } else if (t.config == "cfg=b") {
-      EXPECT_EQ(t.error, "");
     }
   }
+}
+
+// A config that passed once and then fails its check (a kernel that is not always
+// right) is a failure from then on: the newer verdict replaces the measurement, and
+// a tuning that names the config for that problem goes (the runtime would otherwise
+// keep running it). A tuning of another config, or of the config elsewhere, stays;
+// a later pass is measured again like any other.
+TEST(Store, AFailureReplacesAnEarlierPassAndTheTuningThatNamesIt) {
+  ScratchDir scratch;
+  std::unique_ptr<Store> store = Store::open(scratch.file("kjit.db"));
+  auto trial = [](const std::string& problem, const std::string& config, double ms,
+                  std::string error = "") {
+    return TrialRecord{"gpu", problem,   config, {ms, 0.01, error.empty() ? 20 : 0},
+                       error, "tuner-1", 0};
+  };
+  ASSERT_EQ(store->put_trial(trial("prob", "cfg=b", 1.0)), PutOutcome::Inserted);
+  ASSERT_EQ(store->put_trial(trial("other", "cfg=b", 1.0)), PutOutcome::Inserted);
+  ASSERT_EQ(store->put_tuning(make_tuning("gpu", "prob", "cfg=b", 1.0, 0.01, 20)),
+            PutOutcome::Inserted);
+  ASSERT_EQ(store->put_tuning(make_tuning("gpu", "other", "cfg=b", 1.0, 0.01, 20)),
+            PutOutcome::Inserted);
+  ASSERT_EQ(store->put_tuning(make_tuning("gpu", "third", "cfg=a", 1.0, 0.01, 20)),
+            PutOutcome::Inserted);
+
+  EXPECT_EQ(store->put_trial(trial("prob", "cfg=b", 0, "wrong result: relative L2 error 0.5")),
+            PutOutcome::Replaced);
+  const std::vector<TrialRecord> trials = store->trials_for("gpu", "prob");
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(trials[0].error, "wrong result: relative L2 error 0.5");
+  EXPECT_EQ(trials[0].measured.runs, 0);
+  EXPECT_FALSE(store->find_tuning("gpu", "prob"));
+  EXPECT_TRUE(store->find_tuning("gpu", "other"));
+  EXPECT_TRUE(store->find_tuning("gpu", "third"));
+  ASSERT_EQ(store->trials_for("gpu", "other").size(), 1u);
+  EXPECT_EQ(store->trials_for("gpu", "other")[0].error, "");
+
+  EXPECT_EQ(store->put_trial(trial("prob", "cfg=b", 1.2)), PutOutcome::Replaced);
+  EXPECT_EQ(store->trials_for("gpu", "prob")[0].error, "");
 }
 
 TEST(Store, DevicesKeepFirstSeenAndUpdateTheRest) {

@@ -589,6 +589,35 @@ TEST(MatmulTensors, StridesAndAliasingAreChecked) {
   EXPECT_NE(message(p, huge).find("2^63"), std::string::npos) << message(p, huge);
 }
 
+// The packed batch stride M x ldc overflowed 64 bits unchecked: m = 2, batch = 2 and
+// ldc = 2^62 made C's stride INT64_MIN, whose negative batch term cancelled the rows'
+// span in the extent check, and the launch went ahead (a review found it). The same
+// products for A, B and C0 gave "batch stride -9223372036854775808" for strides the
+// caller never passed. And a pointer at or above 2^63 read as negative, so its end
+// never overflowed.
+TEST(MatmulTensors, StridesAndPointersPast64BitsAreRefused) {
+  Problem p;
+  p.m = 2, p.n = 32, p.k = 16, p.batch = 2;
+  Tensors t;
+  t.a = int64_t{1} << 40, t.b = int64_t{2} << 40, t.c = int64_t{3} << 40;
+  EXPECT_EQ(message(p, t), "");
+  Tensors wide_c = t;
+  wide_c.ldc = int64_t{1} << 62;
+  EXPECT_NE(message(p, wide_c).find("C has 2 rows of leading dimension 4611686018427387904"),
+            std::string::npos)
+      << message(p, wide_c);
+  Tensors wide_a = t;
+  wide_a.lda = int64_t{1} << 62;
+  const std::string a_message = message(p, wide_a);
+  EXPECT_NE(a_message.find("A has 2 rows"), std::string::npos) << a_message;
+  EXPECT_EQ(a_message.find("-9223372036854775808"), std::string::npos) << a_message;
+  Problem single = p;
+  single.batch = 1;
+  Tensors high = t;
+  high.c = ~CUdeviceptr{0} - 0xffff;  // 0xffff...0000: its extent wraps past 2^64
+  EXPECT_NE(message(single, high).find("2^63"), std::string::npos) << message(single, high);
+}
+
 // Epilogue operands and C0 were checked for a pointer only: a bias at an odd address
 // (a misaligned load faults), a negative or wrapping batch stride, a bias inside C
 // (read after other tiles wrote it) and C0 one row into C all reached the kernel.

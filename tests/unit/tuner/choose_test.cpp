@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "kjit/cache/store.h"
 #include "kjit/tuner/choose.h"
@@ -89,15 +91,15 @@ TEST_F(ChooserTest, SearchOnlyCandidatesAreNotDefaultsUntilMeasured) {
   r.gpu_model = kModel;
   r.problem = MatmulTuning(other).signature();
   r.config = swapped;
-  r.measured = {0.02, 0.0001, 25};
   r.tuner_version = "test";
   r.error = "wrong result: relative L2 error inf";
-  store_->put_trial(r);
+  ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Inserted);
   Chooser failed(store_, kModel, h200_);
   EXPECT_EQ(failed.choose(decode).config, before.config);
 
   r.error.clear();
-  store_->put_trial(r);
+  r.measured = {0.02, 0.0001, 25};
+  ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Replaced);
   Chooser after_trials(store_, kModel, h200_);
   const Choice after = after_trials.choose(decode);
   EXPECT_NE(after.config.find("swap=ab"), std::string::npos) << after.config;
@@ -115,6 +117,47 @@ TEST_F(ChooserTest, SearchOnlyCandidatesAreNotDefaultsUntilMeasured) {
     EXPECT_EQ(after_trials.choose(t).config.find("swap=ab"), std::string::npos)
         << other_class.to_string();
   }
+
+  // The same config failing its check later (a kernel that is not always right) is
+  // the newer verdict: search-only again.
+  r.error = "wrong result: relative L2 error 0.3";
+  r.measured = {};
+  ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Replaced);
+  Chooser after_failure(store_, kModel, h200_);
+  EXPECT_EQ(after_failure.choose(decode).config, before.config);
+}
+
+// A tuning without a passing trial of its config behind it (a hand edit, an import
+// of tunings alone) does not carry a search-only config to a near problem.
+TEST_F(ChooserTest, ANearTuningDoesNotUnlockASearchOnlyConfig) {
+  matmul::Problem p;
+  p.m = 16;
+  p.n = 4096;
+  p.k = 4096;
+  const std::string swapped = chooser_rank_front_swapped(MatmulTuning(p));
+  ASSERT_FALSE(swapped.empty());
+  tune_to(MatmulTuning(p), swapped, 0.012);
+  matmul::Problem near = p;
+  near.n = 4608;
+  Chooser chooser(store_, kModel, h200_);
+  EXPECT_EQ(chooser.choose(MatmulTuning(p)).config, swapped);  // its own tuning stands
+  const Choice c = chooser.choose(MatmulTuning(near));
+  EXPECT_EQ(c.config.find("swap=ab"), std::string::npos) << c.config << " (" << c.detail << ")";
+}
+
+// refresh() on one thread while another chooses (a tune ending beside the
+// runtime's lookups): the fit a choice is using stays alive (ASan saw it freed).
+TEST_F(ChooserTest, RefreshWhileChoosingIsSafe) {
+  tune_to(square(4096), kSmall);
+  Chooser chooser(store_, kModel, h200_);
+  std::atomic<bool> stop{false};
+  std::thread refresher([&] {
+    while (!stop) chooser.refresh();
+  });
+  for (int64_t size = 1000; size < 1100; ++size)
+    EXPECT_FALSE(chooser.choose(square(size)).config.empty());
+  stop = true;
+  refresher.join();
 }
 
 TEST_F(ChooserTest, ExactTuningThenNearestOfTheClass) {
