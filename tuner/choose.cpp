@@ -8,6 +8,7 @@
 #include "kjit/support/error.h"
 #include "kjit/support/log.h"
 #include "kjit/tuner/fit.h"
+#include "kjit/tuner/measure.h"
 
 namespace kjit::tuner {
 
@@ -43,10 +44,14 @@ std::shared_ptr<const Efficiencies> Chooser::efficiencies() {
     const std::vector<cache::TrialRecord> trials = store_->trials_for(gpu_model_, "");
     efficiencies_ = std::make_shared<const Efficiencies>(fit_efficiencies(trials, device_));
     passed_.clear();
+    refuted_.clear();
     passed_in_class_.clear();
-    for (const cache::TrialRecord& t : trials)
+    for (const cache::TrialRecord& t : trials) {
       if (t.error.empty() && t.measured.runs >= 1 && t.measured.median_ms > 0)
         passed_[t.config].push_back(t.problem);
+      else if (refutes_kernel(t.error))
+        refuted_[t.config].push_back(t.problem);
+    }
   }
   return efficiencies_;
 }
@@ -58,16 +63,18 @@ bool Chooser::passed_here(const TuningProblem& problem, const std::string& confi
   const std::string key = cls + "\n" + config;
   const auto known = passed_in_class_.find(key);
   if (known != passed_in_class_.end()) return known->second;
-  bool passed = false;
-  const auto signatures = passed_.find(config);
-  if (signatures != passed_.end())
-    for (const std::string& signature : signatures->second) {
-      const std::unique_ptr<TuningProblem> other = problem_from_signature(signature);
-      if (other && other->problem_class() == cls) {
-        passed = true;
-        break;
+  // A pass in the class unlocks the config; a wrong result or a fault in the class
+  // (the same kernel) locks it again, whatever passed elsewhere.
+  auto in_class = [&](const std::map<std::string, std::vector<std::string>>& by_config) {
+    const auto signatures = by_config.find(config);
+    if (signatures != by_config.end())
+      for (const std::string& signature : signatures->second) {
+        const std::unique_ptr<TuningProblem> other = problem_from_signature(signature);
+        if (other && other->problem_class() == cls) return true;
       }
-    }
+    return false;
+  };
+  const bool passed = in_class(passed_) && !in_class(refuted_);
   passed_in_class_[key] = passed;
   return passed;
 }

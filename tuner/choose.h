@@ -88,6 +88,8 @@ class Chooser {
   // on this GPU model, loaded with the fit; and, by problem class and config,
   // whether one of them is of that class (passed_here).
   std::map<std::string, std::vector<std::string>> passed_;
+  // The same for trials that refuted the kernel (refutes_kernel: a wrong result, a fault).
+  std::map<std::string, std::vector<std::string>> refuted_;
   std::map<std::string, bool> passed_in_class_;
   // The GPU model's tunings with the class and sizes of each (for nearest()).
   struct Tuned {

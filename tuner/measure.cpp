@@ -23,6 +23,15 @@ double hung_within(const std::string& error) {
   return end != error.c_str() + kPrefix.size() && seconds > 0 ? seconds : 0;
 }
 
+bool refutes_kernel(const std::string& error) {
+  // measure()'s own words for a failed check, and CudaError's "<call> failed:
+  // CUDA_ERROR_<name> (<code>): ..." for a launch that faulted (memory the GPU was
+  // short of is the machine's state, not the kernel's).
+  if (error.rfind("wrong result: ", 0) == 0) return true;
+  return error.find("CUDA_ERROR_") != std::string::npos &&
+         error.find("CUDA_ERROR_OUT_OF_MEMORY") == std::string::npos;
+}
+
 std::vector<Measured> measure(Harness& harness, const std::vector<std::string>& configs,
                               const cuda::DeviceProperties& device, const TimerOptions& options,
                               double leader_ms, const MeasureListener& listener) {

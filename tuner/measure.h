@@ -43,6 +43,11 @@ double hung_within(const std::string& error);
 // config's fault): no verdict on the config itself, so a tune does not store it.
 inline constexpr const char* kNotMeasured = "not measured";
 
+// Whether a trial's error is a verdict against the kernel itself: its check found a
+// wrong result, or its launch faulted (a CUDA error). Not a compile or resource
+// limit, a hang, or a config never reached.
+bool refutes_kernel(const std::string& error);
+
 std::vector<Measured> measure(Harness& harness, const std::vector<std::string>& configs,
                               const cuda::DeviceProperties& device, const TimerOptions& options,
                               double leader_ms = 0, const MeasureListener& listener = nullptr);

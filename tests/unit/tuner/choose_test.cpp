@@ -10,6 +10,7 @@
 #include "kjit/cache/store.h"
 #include "kjit/tuner/choose.h"
 #include "kjit/tuner/matmul_space.h"
+#include "kjit/tuner/measure.h"
 
 namespace kjit::tuner {
 namespace {
@@ -118,13 +119,46 @@ TEST_F(ChooserTest, SearchOnlyCandidatesAreNotDefaultsUntilMeasured) {
         << other_class.to_string();
   }
 
-  // The same config failing its check later (a kernel that is not always right) is
-  // the newer verdict: search-only again.
+  // A wrong result for another problem of the class (the same kernel) locks it
+  // again, the pass for 16 x 8192 x 4096 notwithstanding; a compile or resource
+  // failure does not.
+  cache::TrialRecord elsewhere = r;
+  matmul::Problem third = p;
+  third.n = 2048;
+  elsewhere.problem = MatmulTuning(third).signature();
+  elsewhere.measured = {};
+  elsewhere.error = "kjit_matmul spills 8 bytes to local memory (255 registers)";
+  ASSERT_EQ(store_->put_trial(elsewhere), cache::PutOutcome::Inserted);
+  Chooser after_spill(store_, kModel, h200_);
+  EXPECT_NE(after_spill.choose(decode).config.find("swap=ab"), std::string::npos);
+  elsewhere.error =
+      "cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal "
+      "memory access was encountered";
+  ASSERT_EQ(store_->put_trial(elsewhere), cache::PutOutcome::Replaced);
+  Chooser after_fault(store_, kModel, h200_);
+  EXPECT_EQ(after_fault.choose(decode).config, before.config);
+
+  // The same config failing its check later where it passed (a kernel that is not
+  // always right) is the newer verdict: search-only again.
+  elsewhere.error = "hung: the check did not finish in 300 s";
+  ASSERT_EQ(store_->put_trial(elsewhere), cache::PutOutcome::Replaced);
+  Chooser unlocked_again(store_, kModel, h200_);
+  ASSERT_NE(unlocked_again.choose(decode).config.find("swap=ab"), std::string::npos);
   r.error = "wrong result: relative L2 error 0.3";
   r.measured = {};
   ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Replaced);
   Chooser after_failure(store_, kModel, h200_);
   EXPECT_EQ(after_failure.choose(decode).config, before.config);
+}
+
+TEST(RefutesKernel, WrongResultsAndFaultsOnly) {
+  EXPECT_TRUE(refutes_kernel("wrong result: relative L2 error 0.5"));
+  EXPECT_TRUE(refutes_kernel("cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): x"));
+  EXPECT_FALSE(refutes_kernel("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"));
+  EXPECT_FALSE(refutes_kernel("hung: the check did not finish in 300 s"));
+  EXPECT_FALSE(refutes_kernel(kNotMeasured));
+  EXPECT_FALSE(refutes_kernel("kjit_matmul spills 8 bytes to local memory (255 registers)"));
+  EXPECT_FALSE(refutes_kernel(""));
 }
 
 // A tuning without a passing trial of its config behind it (a hand edit, an import
