@@ -376,6 +376,20 @@ PutOutcome upsert_tuning(Database& db, const TuningRecord& t, int64_t now) {
 }
 
 PutOutcome upsert_trial(Database& db, const TrialRecord& t, int64_t now) {
+  // A row of another tuner version measured another kernel behind the same config
+  // text (a resumed tune and the search-only rule read only their own version's): the
+  // new trial takes its place whatever either measured.
+  Statement& other_version = db.cached(
+      "DELETE FROM trials WHERE gpu_model = ?1 AND problem = ?2 AND config = ?3 AND "
+      "tuner_version <> ?4");
+  {
+    StatementReset rewind(other_version);
+    other_version.bind(1, t.gpu_model)
+        .bind(2, t.problem)
+        .bind(3, t.config)
+        .bind(4, t.tuner_version)
+        .run();
+  }
   const PutOutcome outcome = upsert_measured(
       db,
       "SELECT median_ms, spread, runs FROM trials "

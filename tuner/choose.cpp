@@ -9,6 +9,7 @@
 #include "kjit/support/log.h"
 #include "kjit/tuner/fit.h"
 #include "kjit/tuner/measure.h"
+#include "kjit/tuner/tune.h"
 
 namespace kjit::tuner {
 
@@ -47,7 +48,10 @@ std::shared_ptr<const Efficiencies> Chooser::efficiencies() {
     refuted_.clear();
     passed_in_class_.clear();
     for (const cache::TrialRecord& t : trials) {
-      if (t.error.empty() && t.measured.runs >= 1 && t.measured.median_ms > 0)
+      // Only this tuner version's passes unlock a search-only config: the version
+      // changes with the kernels behind the config text, as for a resumed tune.
+      if (t.error.empty() && t.measured.runs >= 1 && t.measured.median_ms > 0 &&
+          t.tuner_version == kTunerVersion)
         passed_[t.config].push_back(t.problem);
       else if (refutes_kernel(t.error))
         refuted_[t.config].push_back(t.problem);

@@ -362,6 +362,15 @@ TEST(Store, AFailureReplacesAnEarlierPassAndTheTuningThatNamesIt) {
 
   EXPECT_EQ(store->put_trial(trial("prob", "cfg=b", 1.2)), PutOutcome::Replaced);
   EXPECT_EQ(store->trials_for("gpu", "prob")[0].error, "");
+
+  // Another tuner version's trial (another kernel behind the text) takes the row
+  // whatever either measured: here a slower one.
+  TrialRecord newer = trial("prob", "cfg=b", 3.0);
+  newer.tuner_version = "tuner-2";
+  EXPECT_EQ(store->put_trial(newer), PutOutcome::Inserted);
+  ASSERT_EQ(store->trials_for("gpu", "prob").size(), 1u);
+  EXPECT_EQ(store->trials_for("gpu", "prob")[0].tuner_version, "tuner-2");
+  EXPECT_DOUBLE_EQ(store->trials_for("gpu", "prob")[0].measured.median_ms, 3.0);
 }
 
 TEST(Store, DevicesKeepFirstSeenAndUpdateTheRest) {

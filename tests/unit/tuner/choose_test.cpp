@@ -11,6 +11,7 @@
 #include "kjit/tuner/choose.h"
 #include "kjit/tuner/matmul_space.h"
 #include "kjit/tuner/measure.h"
+#include "kjit/tuner/tune.h"
 
 namespace kjit::tuner {
 namespace {
@@ -92,15 +93,23 @@ TEST_F(ChooserTest, SearchOnlyCandidatesAreNotDefaultsUntilMeasured) {
   r.gpu_model = kModel;
   r.problem = MatmulTuning(other).signature();
   r.config = swapped;
-  r.tuner_version = "test";
+  r.tuner_version = kTunerVersion;
   r.error = "wrong result: relative L2 error inf";
   ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Inserted);
   Chooser failed(store_, kModel, h200_);
   EXPECT_EQ(failed.choose(decode).config, before.config);
 
+  // A pass by an older tuner version (an older kernel behind the same text) does not
+  // unlock it either.
   r.error.clear();
   r.measured = {0.02, 0.0001, 25};
-  ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Replaced);
+  r.tuner_version = "kjit-tuner-0";  // (an import of an older store's row)
+  ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Inserted);
+  Chooser older(store_, kModel, h200_);
+  EXPECT_EQ(older.choose(decode).config, before.config);
+
+  r.tuner_version = kTunerVersion;  // measured again, by this version: it takes the row
+  ASSERT_EQ(store_->put_trial(r), cache::PutOutcome::Inserted);
   Chooser after_trials(store_, kModel, h200_);
   const Choice after = after_trials.choose(decode);
   EXPECT_NE(after.config.find("swap=ab"), std::string::npos) << after.config;
