@@ -168,7 +168,7 @@ Tensors resolve(const Problem& p, Tensors t) {
   // One stored matrix, rows x leading dimension elements: the packed batch stride.
   // (Unchecked, m = 2 and ldc = 2^62 made C's stride INT64_MIN, which the extent
   // check below then cancelled against the rows' span.)
-  auto matrix_elements = [&](const char* name, int64_t rows, int64_t ld) {
+  auto matrix_elements = [](const char* name, int64_t rows, int64_t ld) {
     int64_t elements = 0;
     if (__builtin_mul_overflow(rows, ld, &elements))
       throw UserError(fmt::format("{} has {} rows of leading dimension {}: more than 2^63 elements",

@@ -261,6 +261,13 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
   const std::string arch = options.arch.empty() ? device.arch() : options.arch;
   std::set<std::string> chosen;  // every candidate of this tune, in any phase
 
+  // A trial's verdict goes to the store, where a failure replaces a pass
+  // (cache::Store::put_trial); a config the measuring process never reached (it ended
+  // on another's fault) has none and is not stored.
+  auto store_verdict = [&](const Measured& m) {
+    if (m.error != kNotMeasured)
+      store.put_trial(trial_record(result.gpu_model, result.signature, m));
+  };
   auto over_budget = [&] {
     return options.budget_s > 0 && seconds_since(started) > options.budget_s;
   };
@@ -308,7 +315,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
       m.config = c;
       m.error = it->second;
       result.trials.push_back(m);
-      store.put_trial(trial_record(result.gpu_model, result.signature, m));
+      store_verdict(m);
       ++state.failed;
     }
     const auto measure_started = std::chrono::steady_clock::now();
@@ -331,10 +338,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
           });
       for (const Measured& m : measured) {
         result.trials.push_back(m);
-        // A stored failure replaces a pass (cache::Store::put_trial): only verdicts go
-        // in, not the configs a crashed measuring process never reached.
-        if (m.error != kNotMeasured)
-          store.put_trial(trial_record(result.gpu_model, result.signature, m));
+        store_verdict(m);
         if (m.ok()) ++state.measured;
         if (m.error == kNotMeasured) ++state.failed;
         note_best(m);
@@ -466,8 +470,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
       for (const Measured& m : measured) {
         for (Measured& t : result.trials)
           if (t.config == m.config) t = m;
-        if (m.error != kNotMeasured)
-          store.put_trial(trial_record(result.gpu_model, result.signature, m));
+        store_verdict(m);
         log_line("tune", fmt::format("{} {} (finals): {}", result.signature, m.config,
                                      m.ok() ? m.summary.to_string() : m.error));
       }
