@@ -3,6 +3,7 @@
 //
 //   build/release/tools/bench/matmul_bench [--shapes 4096x4096x4096,...] [--configs "A;B"]
 //                                          [--repeats 30] [--out results.json] [--quick]
+//                                          [--gelu-bias]
 //
 // For each shape (layout nn, packed, so the alignment class follows N and K):
 //   default  the model's choice with its priors (the tuner over an empty store):
@@ -11,6 +12,10 @@
 //            nearest tuned problem, else the model; the table says which)
 //   --configs  more configs to time beside them (e.g. another tune's winners)
 //   cuBLASLt with B stored K x N (nn) and N x K (nt); the faster is the peer
+// --gelu-bias: every variant computes gelu(acc + bias) (bias a bf16 vector over N):
+//   kjit's fused epilogue (erf gelu) against cuBLASLt's (CUBLASLT_EPILOGUE_GELU_BIAS,
+//   tanh gelu), and beside them kjit's tuned config and cuBLASLt nn without the
+//   epilogue, so each side's cost of the fused gelu is measured in the same rounds
 // Every kjit config is checked against cuBLAS first (relative L2 <= 1e-2). Timing:
 // the project's one timer (tuner/timer.h): L2 flushed before every run, all
 // variants of a shape in interleaved rounds, median and 95% interval.
@@ -22,8 +27,10 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "kjit/compiler/lowering/matmul_epilogue.h"
 #include "kjit/runtime/cuda/memory.h"
 #include "kjit/runtime/cuda/stream.h"
 #include "kjit/runtime/matmul.h"
@@ -45,6 +52,7 @@ struct Options {
   std::vector<std::array<int64_t, 3>> shapes;
   std::vector<std::string> configs;
   int repeats = 30;
+  bool gelu_bias = false;
 };
 
 // The benchmark shapes of the tuner issue (bf16 nn).
@@ -76,6 +84,7 @@ struct Variant {
   std::string config;  // kjit's, or "" for cuBLAS
   std::unique_ptr<Matmul> matmul;
   bool transposed_b = false;  // cuBLAS nt
+  bool plain = false;         // --gelu-bias: this one without the epilogue
   double check = 0;
   std::string error;
   tuner::Summary time;
@@ -106,6 +115,9 @@ void run(const Options& options) {
     p.n = n;
     p.k = k;
     p.aligned = tuner::packed_operands_aligned(p);
+    const std::string epilogue_ir = options.gelu_bias ? "gelu(acc + bias)" : "";
+    Problem plain = p;
+    if (options.gelu_bias) p.epilogue = epilogue_from_ir(epilogue_ir, DType::BF16).epilogue;
     const std::string name = fmt::format("{}x{}x{}", m, n, k);
     const double flops = 2.0 * m * n * k;
     auto tflops = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
@@ -119,22 +131,41 @@ void run(const Options& options) {
                        bt = cuda::DeviceBuffer::from(host_bt);
     const size_t out_count = static_cast<size_t>(m * n);
     cuda::DeviceBuffer c(out_count * 2), c_ref(out_count * 2);
+    // --gelu-bias: the bias, and the plain product's reference for the plain variants.
+    cuda::DeviceBuffer bias = cuda::DeviceBuffer::from(random_bf16(static_cast<size_t>(n), n + 3));
+    std::optional<cuda::DeviceBuffer> c_plain;
+    const CUdeviceptr gelu_bias = options.gelu_bias ? bias.get() : 0;
 
     std::vector<Variant> variants;
-    const tuner::MatmulTuning tuning(p);
+    const tuner::MatmulTuning tuning(p, epilogue_ir);
     const tuner::Choice chosen = runtime.chooser().choose(tuning);
+    const std::string gelu_label = options.gelu_bias ? " gelu" : "";
     variants.push_back({"default (model)", untuned.choose(tuning).config});
     variants.push_back(
         {std::string("tuned (") + tuner::to_string(chosen.source) + ")", chosen.config});
     for (const std::string& config : options.configs)
       variants.push_back({"config", tuning.canonical(config)});
-    variants.push_back({"cuBLASLt nn", ""});
-    variants.push_back({"cuBLASLt nt", "", nullptr, true});
+    if (options.gelu_bias) {
+      const tuner::MatmulTuning plain_tuning(plain);
+      variants.push_back({"tuned, no epilogue", runtime.chooser().choose(plain_tuning).config,
+                          nullptr, false, true});
+      variants.push_back({"cuBLASLt nn, none", "", nullptr, false, true});
+    }
+    variants.push_back({"cuBLASLt" + gelu_label + " nn", ""});
+    variants.push_back({"cuBLASLt" + gelu_label + " nt", "", nullptr, true});
 
-    Problem plan_nn = p, plan_nt = p;
+    Problem plan_nn = plain, plan_nt = plain;
     plan_nt.b_transposed = true;
-    // The reference: cuBLAS nn.
-    cublas->plan(plan_nn);
+    // The references: cuBLAS nn, with the epilogue and (--gelu-bias) without it.
+    std::vector<double> plain_reference;
+    if (options.gelu_bias) {
+      c_plain.emplace(out_count * 2);
+      cublas->plan(plan_nn);
+      cublas->run(a.get(), b.get(), c_plain->get(), stream.get());
+      stream.synchronize();
+      plain_reference = download(*c_plain, out_count);
+    }
+    cublas->plan(plan_nn, 0, 0, 0, gelu_bias);
     cublas->run(a.get(), b.get(), c_ref.get(), stream.get());
     stream.synchronize();
     const std::vector<double> reference = download(c_ref, out_count);
@@ -142,14 +173,18 @@ void run(const Options& options) {
     t.a = a.get();
     t.b = b.get();
     t.c = c.get();
+    Tensors t_plain = t;
+    if (options.gelu_bias) t.extras = {{bias.get()}};
     for (Variant& v : variants) {
       if (v.config.empty()) continue;
       try {
-        v.matmul = std::make_unique<Matmul>(runtime, p, Config::parse(v.config));
+        v.matmul = std::make_unique<Matmul>(runtime, v.plain ? plain : p, Config::parse(v.config));
         c.fill_bytes(0xFF);
-        v.matmul->launch(t, stream.get());
+        v.matmul->launch(v.plain ? t_plain : t, stream.get());
         stream.synchronize();
-        v.check = tuner::relative_l2(download(c, out_count), reference);
+        // kjit's erf gelu against cuBLASLt's tanh gelu: they differ by < 1e-3 of the
+        // values, far inside the bound.
+        v.check = tuner::relative_l2(download(c, out_count), v.plain ? plain_reference : reference);
         if (!(v.check <= 1e-2))
           v.error = fmt::format("WRONG: relative L2 vs cuBLAS {:.3e}", v.check);
       } catch (const std::exception& e) {
@@ -161,17 +196,22 @@ void run(const Options& options) {
     // work item when the layout changes (a host-side call, outside the timed events
     // only when consecutive runs use the same layout; the plans are kept per layout).
     auto peer_nn = cli::CublasLtPeer::load(&reason), peer_nt = cli::CublasLtPeer::load(&reason);
-    peer_nn->plan(plan_nn);
-    peer_nt->plan(plan_nt);
+    peer_nn->plan(plan_nn, 0, 0, 0, gelu_bias);
+    peer_nt->plan(plan_nt, 0, 0, 0, gelu_bias);
+    auto peer_plain = options.gelu_bias ? cli::CublasLtPeer::load(&reason) : nullptr;
+    if (peer_plain) peer_plain->plan(plan_nn);
     std::vector<tuner::Timer::Work> works;
     std::vector<Variant*> timed;
     for (Variant& v : variants) {
       if (!v.error.empty()) continue;
       if (v.matmul) {
         Matmul* mm = v.matmul.get();
-        works.push_back([mm, &t, &stream](int) { mm->launch(t, stream.get()); });
+        const Tensors* tensors = v.plain ? &t_plain : &t;
+        works.push_back([mm, tensors, &stream](int) { mm->launch(*tensors, stream.get()); });
       } else {
-        cli::CublasLtPeer* peer = v.transposed_b ? peer_nt.get() : peer_nn.get();
+        cli::CublasLtPeer* peer = v.plain          ? peer_plain.get()
+                                  : v.transposed_b ? peer_nt.get()
+                                                   : peer_nn.get();
         const CUdeviceptr operand = v.transposed_b ? bt.get() : b.get();
         works.push_back([peer, operand, &a, &c_ref, &stream](int) {
           peer->run(a.get(), operand, c_ref.get(), stream.get());
@@ -188,8 +228,8 @@ void run(const Options& options) {
     const Variant& nt = variants[variants.size() - 1];
     const double peer_ms = std::min(nn.time.median_ms, nt.time.median_ms);
     nlohmann::json rows = nlohmann::json::array();
-    std::cout << fmt::format("\n== {} (bf16 nn, alignment class {}) ==\n", name,
-                             p.aligned ? 16 : 1);
+    std::cout << fmt::format("\n== {}{} (bf16 nn, alignment class {}) ==\n", name,
+                             options.gelu_bias ? ", gelu(acc + bias)" : "", p.aligned ? 16 : 1);
     for (const Variant& v : variants) {
       std::cout << fmt::format(
           "  {:<18} {:<64} {}\n", v.label, v.config,
@@ -205,6 +245,25 @@ void run(const Options& options) {
                       {"check_rel_l2", v.check},
                       {"error", v.error}});
     }
+    nlohmann::json costs;
+    if (options.gelu_bias) {
+      // What the fused gelu costs each side: time with it over time without it.
+      const Variant& kjit_plain = variants[variants.size() - 4];
+      const Variant& cublas_plain = variants[variants.size() - 3];
+      auto cost = [](const Variant& with, const Variant& without) {
+        return with.time.median_ms > 0 && without.time.median_ms > 0
+                   ? with.time.median_ms / without.time.median_ms - 1.0
+                   : std::nan("");
+      };
+      const double kjit_cost = cost(tuned, kjit_plain), cublas_cost = cost(nn, cublas_plain);
+      std::cout << fmt::format(
+          "  the fused gelu costs kjit (tuned) {:+.1f}% over its tuned config without it, "
+          "cuBLASLt nn {:+.1f}%\n",
+          100 * kjit_cost, 100 * cublas_cost);
+      costs = {{"epilogue", epilogue_ir},
+               {"kjit_epilogue_cost", kjit_cost},
+               {"cublas_epilogue_cost", cublas_cost}};
+    }
     results.push_back({{"shape", name},
                        {"m", m},
                        {"n", n},
@@ -217,6 +276,7 @@ void run(const Options& options) {
                        {"tuned_vs_cublas", peer_ms / tuned.time.median_ms},
                        {"tuned_vs_default", dflt.time.median_ms / tuned.time.median_ms},
                        {"variants", rows}});
+    if (!costs.is_null()) results.back().update(costs);
     table.push_back(fmt::format("{:<18} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.2f}x {:>7.2f}x  {:<8} {}",
                                 name, tflops(dflt.time.median_ms), tflops(tuned.time.median_ms),
                                 tflops(peer_ms), peer_ms / dflt.time.median_ms,
@@ -270,11 +330,17 @@ int main(int argc, char** argv) {
         std::stringstream list(argv[++i]);
         for (std::string c; std::getline(list, c, ';');)
           if (!c.empty()) options.configs.push_back(c);
+      } else if (arg == "--gelu-bias") {
+        options.gelu_bias = true;
       } else if (arg == "--quick") {
         options.shapes = {{1024, 1024, 1024}, {1023, 1023, 1023}};
+      } else if (arg == "--help" || arg == "-h") {
+        std::cout << "usage: matmul_bench [--shapes MxNxK,...] [--configs \"A;B\"] [--repeats N] "
+                     "[--out results.json] [--quick] [--gelu-bias]\n";
+        return 0;
       } else {
         std::cerr << "usage: matmul_bench [--shapes MxNxK,...] [--configs \"A;B\"] [--repeats N] "
-                     "[--out results.json] [--quick]\n";
+                     "[--out results.json] [--quick] [--gelu-bias]\n";
         return 2;
       }
     }

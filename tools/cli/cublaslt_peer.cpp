@@ -112,7 +112,8 @@ CublasLtPeer::~CublasLtPeer() {
   // The library stays loaded: cuBLAS keeps state until process exit.
 }
 
-void CublasLtPeer::plan(const matmul::Problem& p, int64_t lda, int64_t ldb, int64_t ldc) {
+void CublasLtPeer::plan(const matmul::Problem& p, int64_t lda, int64_t ldb, int64_t ldc,
+                        CUdeviceptr gelu_bias) {
   release_plan();
   // Stored row lengths (cuBLAS' column lengths) and the given leading dimensions.
   const int64_t a_row = p.a_transposed ? p.m : p.k, b_row = p.b_transposed ? p.k : p.n;
@@ -130,6 +131,16 @@ void CublasLtPeer::plan(const matmul::Problem& p, int64_t lda, int64_t ldb, int6
   const cublasOperation_t op_second = p.a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(api_->desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first), "TRANSA");
   check(api_->desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second), "TRANSB");
+  if (gelu_bias != 0) {
+    // cuBLAS' output is C^T: its rows are C's columns, so its per-row bias is kjit's
+    // per-column one (bias:col), in the output's type by default.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+    const void* bias = reinterpret_cast<const void*>(gelu_bias);
+    check(api_->desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+          "EPILOGUE");
+    check(api_->desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+          "BIAS_POINTER");
+  }
   cublasLtMatrixLayout_t first, second, out;
   if (p.b_transposed)
     check(api_->layout_create(&first, type, p.k, p.n, ldb), "layout B");

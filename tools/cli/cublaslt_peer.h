@@ -27,7 +27,11 @@ class CublasLtPeer {
   // Plans C = op(A) op(B) (alpha 1, beta 0, strided batch of back-to-back
   // matrices) for `problem` (no epilogue; output dtype = input dtype), with rows
   // `lda`, `ldb`, `ldc` elements apart as stored (0: packed). Throws on failure.
-  void plan(const matmul::Problem& problem, int64_t lda = 0, int64_t ldb = 0, int64_t ldc = 0);
+  // With `gelu_bias` (a device vector of N values of C's type): C = gelu(op(A) op(B)
+  // + bias) in cuBLASLt's fused epilogue (CUBLASLT_EPILOGUE_GELU_BIAS; its gelu is the
+  // tanh form, kjit's `gelu` the erf form), the vendor's cost of the same fusion.
+  void plan(const matmul::Problem& problem, int64_t lda = 0, int64_t ldb = 0, int64_t ldc = 0,
+            CUdeviceptr gelu_bias = 0);
   // Asynchronous on `stream`; plan() first.
   void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUstream stream);
 
