@@ -440,9 +440,10 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
           fmt::format("raster={} orders the blocks as raster=8 with {} tile rows and {} "
                       "tile columns",
                       c.raster, tile_rows, tile_cols));
-    // swap=ab (2026-12-05) has not run on a GPU yet: searched, not a default
-    // until it has passed a trial on this GPU model for a problem of this class
-    // (Space::search_only).
+    // swap=ab: correct on the H100 and H200 (2026-12-06), but the model has no
+    // fitted efficiency for it, and its prior ties a dozen untimed swapped tiles.
+    // Searched, not a default until it has passed a trial on this GPU model for a
+    // problem of this class (Space::search_only).
     if (c.swap) space.search_only.push_back(text);
     space.candidates.push_back(std::move(text));
   };
