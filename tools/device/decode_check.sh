@@ -45,7 +45,7 @@ swap="mma=wgmma,swap=ab"
 configs="$swap,bm=128,bn=16,stages=12;$swap,bm=128,bn=16,stages=12,splitk=2"
 configs+=";$swap,bm=128,bn=16,stages=10,splitk=2;$swap,bm=128,bn=16,stages=8,splitk=4"
 configs+=";$swap,bm=64,bn=16,stages=12,splitk=2;$swap,bm=64,bn=16,stages=8,splitk=4"
-configs+=";$swap,bm=256,bn=16,stages=8;$swap,bm=256,bn=16,stages=8,splitk=2"
+configs+=";$swap,bm=256,bn=16,stages=6;$swap,bm=256,bn=16,stages=6,splitk=2"
 configs+=";$swap,bm=128,bn=64,stages=6;$swap,bm=128,bn=64,stages=6,splitk=2"
 configs+=";mma=wgmma,bm=64,bn=256,stages=5,splitk=6;mma=wgmma,bm=64,bn=128,stages=6,splitk=4"
 timeout 240 "$build/tools/bench/matmul_bench" --repeats 25 \
