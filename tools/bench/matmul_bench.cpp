@@ -199,6 +199,7 @@ void run(const Options& options) {
     peer_nn->plan(plan_nn, 0, 0, 0, gelu_bias);
     peer_nt->plan(plan_nt, 0, 0, 0, gelu_bias);
     auto peer_plain = options.gelu_bias ? cli::CublasLtPeer::load(&reason) : nullptr;
+    if (options.gelu_bias && !peer_plain) throw std::runtime_error("cuBLASLt: " + reason);
     if (peer_plain) peer_plain->plan(plan_nn);
     std::vector<tuner::Timer::Work> works;
     std::vector<Variant*> timed;
