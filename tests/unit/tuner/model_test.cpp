@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -888,15 +887,14 @@ TEST(Fit, TrialsOfLargePackedBatchesAreBounded) {
     r.measured.runs = 20;
     trials.push_back(r);
   }
-  const auto started = std::chrono::steady_clock::now();
+  // The bound is checked by what the fit read (its samples), not by the clock: a
+  // wall-clock limit here failed under ASan on a loaded 2-core CI machine (40 s
+  // against 30; about 1 s in a release build).
   const Efficiencies fitted = fit_efficiencies(trials, h200);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   int samples = 0;
   for (const auto& [key, value] : fitted.values()) samples += value.samples;
   EXPECT_GT(samples, 0);
   EXPECT_LE(samples, kMaxFitCost / sequences);
-  EXPECT_LT(seconds, 30.0);  // ~1 s here; unbounded, the 104 trials took longer still
 }
 
 }  // namespace
