@@ -25,7 +25,7 @@ class CublasLtPeer {
   CublasLtPeer& operator=(const CublasLtPeer&) = delete;
 
   // Plans C = op(A) op(B) (alpha 1, beta 0, strided batch of back-to-back
-  // matrices) for `problem` (no epilogue; output dtype = input dtype), with rows
+  // matrices) for `problem` (its epilogue ignored; output dtype = input dtype), with rows
   // `lda`, `ldb`, `ldc` elements apart as stored (0: packed). Throws on failure.
   // With `gelu_bias` (a device vector of N values of C's type): C = gelu(op(A) op(B)
   // + bias) in cuBLASLt's fused epilogue (CUBLASLT_EPILOGUE_GELU_BIAS; its gelu is the
