@@ -719,6 +719,42 @@ TEST_F(AttentionTest, BackwardAtomicDqOverStaleMemory) {
   }
 }
 
+// The atomic dQ where queries see no key: a mask modifier that keeps no score of
+// whole query tiles (queries 128 .. 255 alone see keys here), a causal mask with
+// S_q > S_k (the first queries see none), a grouped packed batch whose sequences end
+// inside a tile (a tile's box adds its rows past the end, as zeros, into the next
+// sequence's sums), and a window over many query tiles (S = 4097): dQ = 0 where no
+// key is seen, in both of run_backward's launches (the sums start at zero again).
+TEST_F(AttentionTest, BackwardAtomicDqWhereQueriesSeeNoKey) {
+  const Config atomic = Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
+  std::vector<Problem> problems;
+  for (const int d : {64, 128}) {
+    Problem rows = shape(700, 300, d, 4);
+    rows.kv_heads = 2;
+    rows.mask_mod = "(q_idx >= 128) * (q_idx < 256)";
+    problems.push_back(rows);
+    Problem early = shape(1000, 130, d, 2, 2);
+    early.causal = true;  // bottom-right: the first 870 queries see no key
+    problems.push_back(early);
+  }
+  Problem packed = shape(1, 1, 128, 4);
+  packed.kv_heads = 1;
+  packed.causal = true;
+  packed.set_lengths({1, 7, 300, 2049}, {5, 200, 300, 100});
+  problems.push_back(packed);
+  Problem long_window = shape(4097, 4097, 128, 2);
+  long_window.window_left = 300;
+  long_window.window_right = 0;
+  problems.push_back(long_window);
+  for (Problem& p : problems) {
+    p.backward = true;
+    const std::vector<Config> space = tuner::attention_space(p, device());
+    if (std::find(space.begin(), space.end(), atomic) == space.end())
+      GTEST_SKIP() << "no atomic dQ on this GPU (" << device().arch() << ")";
+    run_backward({p}, atomic);
+  }
+}
+
 TEST_F(AttentionTest, BackwardEveryConfigOfTheSpace) {
   for (const int d : {64, 96, 128, 256}) {
     for (const bool causal : {false, true}) {
