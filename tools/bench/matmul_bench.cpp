@@ -249,8 +249,12 @@ void run(const Options& options) {
     nlohmann::json costs;
     if (options.gelu_bias) {
       // What the fused gelu costs each side: time with it over time without it.
-      const Variant& kjit_plain = variants[variants.size() - 4];
-      const Variant& cublas_plain = variants[variants.size() - 3];
+      auto plain_variant = [&](bool kjit) -> const Variant& {
+        return *std::find_if(variants.begin(), variants.end(),
+                             [&](const Variant& v) { return v.plain && v.config.empty() != kjit; });
+      };
+      const Variant& kjit_plain = plain_variant(true);
+      const Variant& cublas_plain = plain_variant(false);
       auto cost = [](const Variant& with, const Variant& without) {
         return with.time.median_ms > 0 && without.time.median_ms > 0
                    ? with.time.median_ms / without.time.median_ms - 1.0
