@@ -97,8 +97,13 @@ void run(const Options& options) {
   const cuda::DeviceProperties& device = runtime.device();
   tuner::Chooser untuned(cache::Store::disabled("the default: nothing tuned"), runtime.gpu_model(),
                          device);
-  std::unique_ptr<cli::CublasLtPeer> cublas = cli::CublasLtPeer::load(&reason);
-  if (!cublas) throw std::runtime_error("cuBLASLt: " + reason);
+  // Each cuBLASLt handle keeps one plan; the run holds one per layout and epilogue.
+  auto load_peer = [&reason] {
+    std::unique_ptr<cli::CublasLtPeer> peer = cli::CublasLtPeer::load(&reason);
+    if (!peer) throw std::runtime_error("cuBLASLt: " + reason);
+    return peer;
+  };
+  std::unique_ptr<cli::CublasLtPeer> cublas = load_peer();
   cuda::Stream stream;
   tuner::TimerOptions timer_options;
   timer_options.rounds = 5;
@@ -195,11 +200,10 @@ void run(const Options& options) {
     // Everything in interleaved rounds. cuBLAS needs its plan per layout: plan in the
     // work item when the layout changes (a host-side call, outside the timed events
     // only when consecutive runs use the same layout; the plans are kept per layout).
-    auto peer_nn = cli::CublasLtPeer::load(&reason), peer_nt = cli::CublasLtPeer::load(&reason);
+    auto peer_nn = load_peer(), peer_nt = load_peer();
     peer_nn->plan(plan_nn, 0, 0, 0, gelu_bias);
     peer_nt->plan(plan_nt, 0, 0, 0, gelu_bias);
-    auto peer_plain = options.gelu_bias ? cli::CublasLtPeer::load(&reason) : nullptr;
-    if (options.gelu_bias && !peer_plain) throw std::runtime_error("cuBLASLt: " + reason);
+    auto peer_plain = options.gelu_bias ? load_peer() : nullptr;
     if (peer_plain) peer_plain->plan(plan_nn);
     std::vector<tuner::Timer::Work> works;
     std::vector<Variant*> timed;
@@ -223,10 +227,15 @@ void run(const Options& options) {
     const std::vector<tuner::Timer::Result> times = timer.interleaved(works);
     for (size_t i = 0; i < timed.size(); ++i) timed[i]->time = times[i].summary;
 
+    // The variants by what they are, not by their place in the list.
+    auto find_variant = [&](auto is) -> const Variant& {
+      return *std::find_if(variants.begin(), variants.end(), is);
+    };
     const Variant& dflt = variants[0];
     const Variant& tuned = variants[1];
-    const Variant& nn = variants[variants.size() - 2];
-    const Variant& nt = variants[variants.size() - 1];
+    const Variant& nn = find_variant(
+        [](const Variant& v) { return v.config.empty() && !v.plain && !v.transposed_b; });
+    const Variant& nt = find_variant([](const Variant& v) { return v.transposed_b; });
     const double peer_ms = std::min(nn.time.median_ms, nt.time.median_ms);
     nlohmann::json rows = nlohmann::json::array();
     std::cout << fmt::format("\n== {}{} (bf16 nn, alignment class {}) ==\n", name,
@@ -249,12 +258,10 @@ void run(const Options& options) {
     nlohmann::json costs;
     if (options.gelu_bias) {
       // What the fused gelu costs each side: time with it over time without it.
-      auto plain_variant = [&](bool kjit) -> const Variant& {
-        return *std::find_if(variants.begin(), variants.end(),
-                             [&](const Variant& v) { return v.plain && v.config.empty() != kjit; });
-      };
-      const Variant& kjit_plain = plain_variant(true);
-      const Variant& cublas_plain = plain_variant(false);
+      const Variant& kjit_plain =
+          find_variant([](const Variant& v) { return v.plain && !v.config.empty(); });
+      const Variant& cublas_plain =
+          find_variant([](const Variant& v) { return v.plain && v.config.empty(); });
       auto cost = [](const Variant& with, const Variant& without) {
         return with.time.median_ms > 0 && without.time.median_ms > 0
                    ? with.time.median_ms / without.time.median_ms - 1.0
