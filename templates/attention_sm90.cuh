@@ -7,7 +7,9 @@
 //   warpgroup 0 (producer):  one thread issues every copy — Q's tile once, then the
 //      K and V tiles of BN keys into STAGES buffers, each buffer refilled as soon as
 //      both consumers have released it (mbarriers: k_full, v_full, and k_empty,
-//      v_empty: K is released as soon as the scores are done, V after P V)
+//      v_empty: K is released as soon as the scores are done, V after P V); with a
+//      mask modifier, persistent blocks plan the next item and load its Q during
+//      this item's tiles (kPlanAhead)
 //   warpgroups 1, 2 (consumers): 64 query rows each (BM = 128 per block). Per key tile:
 //      S = Q Kᵀ       wgmma m64nBNk16, both operands read from shared memory through
 //                     descriptors (Q and K rows are K-major: the head dim is contiguous)
@@ -67,13 +69,22 @@ struct FlashForwardSm90 {
   static constexpr int kKvBytes = BN * D * 2;  // one K (or V) tile
   static constexpr int kStageBytes = 2 * kKvBytes;
   static constexpr int kQBuffers = PERSISTENT ? 2 : 1;
-  // Registers per thread after setmaxnreg (128 x producer + 256 x consumer <= 65536).
-  // Persistent blocks with a mask modifier: the producer's warp runs the modifier's
-  // tile analysis per item (narrow_tiles, interval arithmetic in doubles), which
-  // spills in 40.
+  // Registers per thread after setmaxnreg. The block is launched with 168 a thread
+  // (65536 / 384, rounded down to 8), and a consumer's increase is served only from
+  // what the producer released: 128 x producer + 256 x consumer <= 384 x 168, or the
+  // consumers wait at setmaxnreg forever. Persistent blocks with a mask modifier: the
+  // producer's warp runs the modifier's tile analysis per item (narrow_tiles,
+  // interval arithmetic in doubles) and holds two items (kPlanAhead), which spills
+  // in 40.
   static constexpr int kProducerRegisters = PERSISTENT && MOD::kMask ? 56 : 40;
   static constexpr int kConsumerRegisters = PERSISTENT && MOD::kMask ? 224 : 232;
-  static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536);
+  static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168);
+  // Persistent blocks with a mask modifier: the producer plans the next item while
+  // this one's tiles load, and loads its Q as soon as its buffer is free (see run).
+  // Without one, planning is a few integer ops, and the loop rewritten for it ran
+  // D = 64, S = 512 4-7% slower (H100, 2026-12-06, with and without the early Q):
+  // those blocks keep loading each item's Q, then its tiles.
+  static constexpr bool kPlanAhead = PERSISTENT && MOD::kMask;
   // mbarriers: q_full per Q buffer (persistent: then q_empty per Q buffer), then
   // k_full, v_full, k_empty, v_empty per stage.
   static constexpr int kBarrierBytes = 8 * ((PERSISTENT ? 2 : 1) * kQBuffers + 4 * STAGES);
@@ -233,6 +244,44 @@ struct FlashForwardSm90 {
       // The producer needs few registers: it hands most of its share to the
       // consumers (kProducerRegisters, kConsumerRegisters), whose accumulators need them.
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
+      // Q of the block's `local`-th item into Q buffer local mod kQBuffers, once the
+      // consumers are done with the item it held (persistent): per 64-row half and per
+      // column chunk, one box of 64 rows x 64 columns. Packed batches are one sequence
+      // of tokens (batch 0 of the tensor map) starting at their offsets.
+      auto load_q = [&](const Item& it, int local) {
+        if (threadIdx.x != 0) return;
+        const int q_token0 = static_cast<int>(it.sequence.q_start) + it.row0;
+        const int map_batch = args.cu_seqlens_q != nullptr ? 0 : it.batch;
+        const int qb = local % kQBuffers;
+        const u32 q_tile = q_tiles + qb * kQBytes, q_full = q_fulls + 8 * qb;
+        if constexpr (PERSISTENT)
+          sm90::barrier_wait(q_empties + 8 * qb, ((local / kQBuffers) & 1) ^ 1);
+        sm90::barrier_arrive_expect_bytes(q_full, kQBytes);
+        for (int half = 0; half < 2; ++half)
+          for (int c = 0; c < kChunks; ++c)
+            sm90::tma_load_4d(q_tile + c * BM * 128 + half * 64 * 128, map_q, q_full, 64 * c,
+                              q_token0 + 64 * half, it.head, map_batch);
+      };
+      // K and V of the item's key tile i, the block's tile f (its buffer and phase);
+      // the item's keys start at token k_token0 of batch map_batch of the tensor maps.
+      auto load_kv = [&](const Item& it, int i, int f, int k_token0, int map_batch) {
+        const int s = f % STAGES;
+        const int key0 = (it.tile_begin + i) * BN;
+        const u32 k_stage = stages + s * kStageBytes, v_stage = k_stage + kKvBytes;
+        // Wait until both consumers released K of tile f - STAGES (its scores are
+        // done), then V (its P V is done).
+        const unsigned free_phase = ((f / STAGES) & 1) ^ 1;
+        sm90::barrier_wait(k_empty + 8 * s, free_phase);
+        sm90::barrier_arrive_expect_bytes(k_full + 8 * s, kKvBytes);
+        for (int c = 0; c < kChunks; ++c)
+          sm90::tma_load_4d(k_stage + c * BN * 128, map_k, k_full + 8 * s, 64 * c, k_token0 + key0,
+                            it.kv_head, map_batch);
+        sm90::barrier_wait(v_empty + 8 * s, free_phase);
+        sm90::barrier_arrive_expect_bytes(v_full + 8 * s, kKvBytes);
+        for (int c = 0; c < kChunks; ++c)
+          sm90::tma_load_4d(v_stage + c * BN * 128, map_v, v_full + 8 * s, 64 * c, k_token0 + key0,
+                            it.kv_head, map_batch);
+      };
       // Warp 0 walks the items (all its lanes: a mask modifier's narrow_tiles takes a
       // ballot of the warp); lane 0 issues the copies.
       if (threadIdx.x < 32) {
@@ -240,48 +289,46 @@ struct FlashForwardSm90 {
         int local = 0;  // the block's items so far
         int k = 0;
         Item item;
-        while (next_item(k, item)) {
-          if (threadIdx.x == 0) {
-            // Copy coordinates: packed batches are one sequence of tokens (batch 0 of
-            // the tensor map) starting at their offsets.
-            const int q_token0 = static_cast<int>(item.sequence.q_start) + item.row0;
-            const int k_token0 = static_cast<int>(item.sequence.k_start);
-            const int map_batch = args.cu_seqlens_q != nullptr ? 0 : item.batch;
-            // Q: per 64-row half and per column chunk, one box of 64 rows x 64
-            // columns, into Q buffer `local` mod kQBuffers once the consumers are done
-            // with the item it held (persistent).
-            const int qb = local % kQBuffers;
-            const u32 q_tile = q_tiles + qb * kQBytes, q_full = q_fulls + 8 * qb;
-            if constexpr (PERSISTENT)
-              sm90::barrier_wait(q_empties + 8 * qb, ((local / kQBuffers) & 1) ^ 1);
-            sm90::barrier_arrive_expect_bytes(q_full, kQBytes);
-            for (int half = 0; half < 2; ++half)
-              for (int c = 0; c < kChunks; ++c)
-                sm90::tma_load_4d(q_tile + c * BM * 128 + half * 64 * 128, map_q, q_full, 64 * c,
-                                  q_token0 + 64 * half, item.head, map_batch);
-            for (int i = 0; i < item.tiles; ++i) {
-              const int f = fill + i;  // the block's K/V tile: its buffer and phase
-              const int s = f % STAGES;
-              const int key0 = (item.tile_begin + i) * BN;
-              const u32 k_stage = stages + s * kStageBytes, v_stage = k_stage + kKvBytes;
-              // Wait until both consumers released K of tile f - STAGES (its scores
-              // are done), then V (its P V is done).
-              const unsigned free_phase = ((f / STAGES) & 1) ^ 1;
-              sm90::barrier_wait(k_empty + 8 * s, free_phase);
-              sm90::barrier_arrive_expect_bytes(k_full + 8 * s, kKvBytes);
-              for (int c = 0; c < kChunks; ++c)
-                sm90::tma_load_4d(k_stage + c * BN * 128, map_k, k_full + 8 * s, 64 * c,
-                                  k_token0 + key0, item.kv_head, map_batch);
-              sm90::barrier_wait(v_empty + 8 * s, free_phase);
-              sm90::barrier_arrive_expect_bytes(v_full + 8 * s, kKvBytes);
-              for (int c = 0; c < kChunks; ++c)
-                sm90::tma_load_4d(v_stage + c * BN * 128, map_v, v_full + 8 * s, 64 * c,
-                                  k_token0 + key0, item.kv_head, map_batch);
+        if constexpr (kPlanAhead) {
+          // The next item is planned before this one's tiles, while the copy engine's
+          // buffers are still busy (planned after them, the mask's tile analysis
+          // delayed the next item's first copies), and its Q goes into the other
+          // buffer as soon as the item before this one is done with it: that item's
+          // last P V frees the V buffer of this item's tile STAGES - 1, so the Q
+          // follows that tile (at once if this item has fewer tiles).
+          Item next;
+          bool have = next_item(k, item);
+          if (have) load_q(item, 0);
+          while (have) {
+            ++k;
+            const bool have_next = next_item(k, next);
+            const int q_after = min(STAGES - 1, item.tiles - 1);
+            if (have_next && q_after < 0) load_q(next, local + 1);
+            if (threadIdx.x == 0) {
+              const int k_token0 = static_cast<int>(item.sequence.k_start);
+              const int map_batch = args.cu_seqlens_q != nullptr ? 0 : item.batch;
+              for (int i = 0; i < item.tiles; ++i) {
+                load_kv(item, i, fill + i, k_token0, map_batch);
+                if (have_next && i == q_after) load_q(next, local + 1);
+              }
             }
+            fill += item.tiles;
+            ++local;
+            item = next;
+            have = have_next;
           }
-          fill += item.tiles;
-          ++local;
-          ++k;
+        } else {  // each item's Q, then its tiles
+          while (next_item(k, item)) {
+            if (threadIdx.x == 0) {
+              load_q(item, local);
+              const int k_token0 = static_cast<int>(item.sequence.k_start);
+              const int map_batch = args.cu_seqlens_q != nullptr ? 0 : item.batch;
+              for (int i = 0; i < item.tiles; ++i) load_kv(item, i, fill + i, k_token0, map_batch);
+            }
+            fill += item.tiles;
+            ++local;
+            ++k;
+          }
         }
       }
       return;
@@ -314,9 +361,13 @@ struct FlashForwardSm90 {
     // The running row max and sum: of the item whose tiles are in flight, and of the
     // next one while the tail overlaps them.
     float row_max[2], row_sum[2], next_max[2], next_sum[2];
+    // Bit j: the mask modifier keeps every score of this warp's rows in the item's key
+    // tile 32 (i / 32) + j, for the tiles i being computed (whole_tiles).
+    unsigned mask_whole = 0;
     // The tail runs the next item's first softmax under the last P V, except with a
-    // mask modifier: its tile tests would hold registers next to both items' state
-    // (spills), so there the softmax waits for the write-out.
+    // mask modifier: its score tests beside both items' state spill without ping-pong
+    // and ran a 256-key window 5% slower with it (H100, 2026-12-06), so there the
+    // softmax waits for the write-out.
     constexpr bool kEarlySoftmax = !MOD::kMask;
 
     // Block K/V tile f (counted over the block's items): its buffer and phase.
@@ -386,10 +437,18 @@ struct FlashForwardSm90 {
                 MOD::score(args, s_acc[4 * j + e] * args.scale, thread_row0 + 8 * (e / 2),
                            key0 + 8 * j + 2 * t + (e % 2), head);
       }
-      // A mask modifier is tested where it does not keep the warpgroup's whole tile.
-      const bool test_mask =
-          MOD::kMask && !mask_keeps_all<MOD>(args, group_first, min(group_last, seq_q - 1), key0,
-                                             min(key0 + BN, seq_k) - 1, head);
+      // A mask modifier is tested where it does not keep the warp's whole tile. The
+      // warp analyses 32 tiles at once (whole_tiles), at the item's tiles 0, 32, ...
+      bool test_mask = false;
+      if constexpr (MOD::kMask) {
+        if (i % 32 == 0) {
+          const int warp_first = thread_row0 - g, warp_last = min(warp_first + 15, seq_q - 1);
+          mask_whole =
+              whole_tiles<MOD>(args, warp_first, max(warp_first, warp_last), item.tile_begin + i,
+                               item.tile_begin + item.tiles, BN, seq_k, head);
+        }
+        test_mask = ((mask_whole >> (i % 32)) & 1u) == 0;
+      }
       if (crosses_edge(args, seq_k, offset, group_first, group_last, key0, BN)) {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {

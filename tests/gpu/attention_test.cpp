@@ -499,6 +499,14 @@ TEST_F(AttentionTest, ScoreAndMaskModifiers) {
       }
     }
   }
+  // A mask whose whole key tiles change after an item's first 32 (the wgmma kernel
+  // analyses its tiles 32 at a time): keys [4150, 4180 + q_idx) masked, every other
+  // key kept, so tiles before 4096 and after 4380 are whole, those between are not.
+  Problem band = shape(200, 5000, 128, 2);
+  band.mask_mod = "(kv_idx < 4150) + (kv_idx >= 4180 + q_idx)";
+  run_engines({band});
+  if (device().cc_major == 9)
+    run_case({band, Config::parse("mma=wgmma,bm=128,bn=64,stages=3,pingpong=1,persistent=1")});
   // With the built-in masks, BHSD strides, f16, a packed batch.
   Problem p = shape(300, 300, 128, 2);
   p.causal = true;
