@@ -62,15 +62,25 @@ int wgmma_registers(const attention::Problem& p, const attention::Config& c) {
 // over bn keys.
 constexpr int kBackwardOverheadRegisters = 72;
 // Score and mask modifiers evaluated per score cost the backward kernels registers
-// (ptxas keeps each score's positions and tests live across the products); a third
-// stage costs more with them. Fitted to the compile test's spills
-// (tests/unit/attention/compile_test.cpp, soft-capping and ALiBi with a window mask).
-constexpr int kBackwardModifierRegisters = 40;
+// (ptxas keeps each score's positions and tests live across the products): more for
+// more scores a thread holds (the dK/dV kernel's Pᵀ and dPᵀ over bm queries), and
+// more with a third stage. Fitted on 2026-12-06 to 324 NVRTC compiles (head dims 64,
+// 96, 128, 256; bm, bn 32, 64, 128; 2 and 3 stages; no modifier, soft-capping, and
+// ALiBi with a window mask; sm_90 and sm_80) and the compile test's soft-capping with
+// a window mask: every config the estimate admits compiles without spills. The flat
+// margin of 40 before it left out the largest tiles that fit (bm 32 at head dims 128
+// and 256: 160 + 72 + 15 + 8 = 255), and with them every config of the head dim 256
+// backward with a modifier on the H200 and of the head dim 128 one on the A100: such
+// problems were refused. The compile tests keep the fit honest on both
+// (EveryConfigWithModifiersCompilesWithoutSpills and its Ampere twin).
+constexpr int kBackwardModifierRegisters = 15;
+constexpr int kBackwardModifierRegistersPerQuery = 4;  // one more per 4 queries of bm
 constexpr int kBackwardModifierStageRegisters = 16;
 int backward_registers(const attention::Problem& p, const attention::Config& c) {
   const int kv = (p.head_dim > 128 ? 1 : 2) * p.head_dim / 2 + c.bm;
   const int q = p.head_dim / 2 + c.bn;
   const int modifiers = has_modifiers(p) ? kBackwardModifierRegisters +
+                                               c.bm / kBackwardModifierRegistersPerQuery +
                                                (c.stages > 2 ? kBackwardModifierStageRegisters : 0)
                                          : 0;
   return std::max(kv, q) + kBackwardOverheadRegisters + modifiers;

@@ -45,10 +45,11 @@ struct Job {
   KernelSource source;
 };
 
-// Compiles every job for sm_90 (sm_90a where arch-specific) on every core; a job
+// Compiles every job for `arch` (sm_90a where arch-specific) on every core; a job
 // that throws gets its message in (*failures)[i] and an empty program.
 std::vector<cuda::CompiledProgram> compile_all(const std::vector<Job>& jobs,
-                                               std::vector<std::string>* failures) {
+                                               std::vector<std::string>* failures,
+                                               const std::string& arch = "sm_90") {
   std::vector<cuda::CompiledProgram> programs(jobs.size());
   failures->assign(jobs.size(), "");
   std::atomic<size_t> next{0};
@@ -57,7 +58,7 @@ std::vector<cuda::CompiledProgram> compile_all(const std::vector<Job>& jobs,
     pool.emplace_back([&] {
       for (size_t i = next++; i < jobs.size(); i = next++) {
         try {
-          programs[i] = compile_for_arch(jobs[i].source, target_arch(jobs[i].source, "sm_90"));
+          programs[i] = compile_for_arch(jobs[i].source, target_arch(jobs[i].source, arch));
         } catch (const std::exception& e) {
           (*failures)[i] = e.what();
         }
@@ -181,13 +182,17 @@ TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
 
 // The score and mask modifiers fused into every kernel of both passes (FlexAttention's
 // soft-capping and ALiBi, a sliding window written as a mask modifier): every config
-// of the space the tuner keeps for them compiles without spills, head dims 64 and 128.
-TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
-  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+// of the space the tuner keeps for them on `device`, both passes, each head dim,
+// compiles for `arch` without spills, and no problem is left without a config (the
+// backward's register estimate once left the head dim 256 backward with a modifier
+// none on the H200).
+void compile_modifier_spaces(const char* device_name, const std::string& arch,
+                             std::initializer_list<int> head_dims) {
+  const cuda::DeviceProperties device = cuda::planning_device(device_name);
   std::vector<Job> jobs;
   const char* const score_mods[] = {"tanh(s / 50) * 50",
                                     "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)"};
-  for (int d : {64, 128}) {
+  for (int d : head_dims) {
     for (const char* score_mod : score_mods) {
       for (bool backward : {false, true}) {
         Problem p;
@@ -196,9 +201,12 @@ TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
         p.backward = backward;
         p.score_mod = score_mod;
         p.mask_mod = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";
-        for (const Config& c : tuner::attention_space(p, h200)) {
-          const std::string label =
-              fmt::format("d={} {} {} [{}]", d, backward ? "bwd" : "fwd", c.to_string(), score_mod);
+        const std::vector<Config> space = tuner::attention_space(p, device);
+        EXPECT_FALSE(space.empty())
+            << device_name << " d=" << d << (backward ? " bwd " : " fwd ") << score_mod;
+        for (const Config& c : space) {
+          const std::string label = fmt::format("{} d={} {} {} [{}]", device_name, d,
+                                                backward ? "bwd" : "fwd", c.to_string(), score_mod);
           if (!backward) {
             jobs.push_back({label, lower(p, c)});
             continue;
@@ -211,7 +219,7 @@ TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
     }
   }
   std::vector<std::string> failures;
-  const std::vector<cuda::CompiledProgram> programs = compile_all(jobs, &failures);
+  const std::vector<cuda::CompiledProgram> programs = compile_all(jobs, &failures, arch);
   for (size_t i = 0; i < jobs.size(); ++i) {
     SCOPED_TRACE(jobs[i].label);
     ASSERT_EQ(failures[i], "");
@@ -232,6 +240,16 @@ TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
       EXPECT_EQ(programs[i].log.find("serialized"), std::string::npos) << programs[i].log;
     }
   }
+}
+
+TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
+  compile_modifier_spaces("h200", "sm_90", {64, 96, 128, 256});
+}
+
+// The A100's space is the mma.sync engine alone, where the modifiers' registers
+// matter most (the head dim 128 backward with one had no config before 2026-12-06).
+TEST(AttentionCompile, EveryAmpereConfigWithModifiersCompilesWithoutSpills) {
+  compile_modifier_spaces("a100", "sm_80", {64, 96, 128, 256});
 }
 
 // An older GPU takes the same kernel (mma.sync is sm_80).
