@@ -64,14 +64,15 @@ constexpr int kBackwardOverheadRegisters = 72;
 // Score and mask modifiers evaluated per score cost the backward kernels registers
 // (ptxas keeps each score's positions and tests live across the products): more for
 // more scores a thread holds (the dK/dV kernel's Pᵀ and dPᵀ over bm queries), and
-// more with a third stage. Fitted on 2026-12-06 to 324 NVRTC compiles (head dims 64,
+// more with a third stage. Fitted on 2026-12-06 to 243 NVRTC compiles (head dims 64,
 // 96, 128, 256; bm, bn 32, 64, 128; 2 and 3 stages; no modifier, soft-capping, and
 // ALiBi with a window mask; sm_90 and sm_80) and the compile test's soft-capping with
 // a window mask: every config the estimate admits compiles without spills. The flat
 // margin of 40 before it left out the largest tiles that fit (bm 32 at head dims 128
 // and 256: 160 + 72 + 15 + 8 = 255), and with them every config of the head dim 256
 // backward with a modifier on the H200 and of the head dim 128 one on the A100: such
-// problems were refused. The compile tests keep the fit honest on both
+// problems were refused (docs/perf/2026-12-06-backward-modifier-registers.md). The
+// compile tests keep the fit honest on both
 // (EveryConfigWithModifiersCompilesWithoutSpills and its Ampere twin).
 constexpr int kBackwardModifierRegisters = 15;
 constexpr int kBackwardModifierRegistersPerQuery = 4;  // one more per 4 queries of bm
