@@ -327,16 +327,20 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // causal 200.9 against 188.7). Since 2026-12-04 the copy engine reads one of two
   // dQ tiles while the consumers fill the other, which the D = 64 kernel gained most
   // from (2.94 -> 2.40 ms at 8 x 2k tokens, 32 heads, where the separate dQ's best
-  // config took 2.86 ms before; D = 128 1.73 -> 1.63 ms, which the blocks' and
-  // passes' terms already fitted within 3%). The D = 64 factor, 1.27, is fitted to
-  // the 2.40 ms (docs/perf/2026-12-04-h200-two-dq-tiles.md).
+  // config took 2.86 ms before; D = 128 1.73 -> 1.63 ms). The D = 64 factor, 1.27,
+  // is fitted to the 2.40 ms (docs/perf/2026-12-04-h200-two-dq-tiles.md); the
+  // D = 128 one, 1.16, takes in 5% of that 6% gain: with 1.105 the model predicted the
+  // atomic dQ 3-5% slow (H200 1.671 ms for 1.626; H100, 2026-12-06, 1.721 for 1.647)
+  // and the separate dQ 5-17% fast on the H100 (four masks at S = 2k and 8k), which
+  // picked the separate dQ for a 256-key window, 1.11-1.13x slower there
+  // (docs/perf/2026-12-06-h100-backward-dq-modes.md).
   // At D = 64 a tile's products are half as long against the same exponentials,
   // loads and waits: with the blocks' fixed costs and the passes apart, the H200 ran
   // the backward at 0.6x D = 128's rate (2026-12-04, every config measured at 8 x 2k
   // tokens, 32 heads: the atomic dQ 2.90 ms, causal 1.68 ms).
   const double backward_head_dim = p.head_dim >= 128 ? 1.0 : 0.6;
   if (p.backward && c.wgmma && c.atomic_dq)
-    return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.105 : 1.27) * (c.stages >= 3 ? 0.98 : 1.0) *
+    return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.16 : 1.27) * (c.stages >= 3 ? 0.98 : 1.0) *
            backward_head_dim;
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
@@ -590,17 +594,22 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   out.efficiency_fitted = efficiencies.fitted(out.efficiency_key);
   out.efficiency = efficiencies.get(out.efficiency_key, efficiency_prior(p, c, device));
   const double sm_rate = rates.tensor_flops_per_sm_clock * rates.sm_clock_hz * out.efficiency;
-  // A mask modifier: the kernels compute whole tiles, those its tile analysis does not
-  // let them skip (work() credits the pairs it keeps).
-  const double visited = attention::mask_tile_fraction(p, query_block, c.bn);
-  const double flops =
-      p.mask_mod.empty() ? out.work.flops : attention::visited_flops(p, query_block, c.bn);
+  // Masks: the kernels compute whole tiles, those between the built-in masks' edges
+  // that the mask modifier's tile analysis does not let them skip (work() credits
+  // only the pairs the masks keep). A 256-key window at S = 2k visits half again as
+  // many pairs as it keeps with 128 x 128 tiles: counting the kept pairs predicted
+  // its backward 25-44% short on the H100 (2026-12-06), where a mask modifier
+  // spelling the same window, counted by its visited tiles, came within 2%.
+  const double visited = attention::visited_tile_fraction(p, query_block, c.bn);
+  const double credited = out.work.flops;
+  const bool masked = !p.mask_mod.empty() || p.window_left >= 0 || p.right() >= 0;
+  const double flops = masked ? attention::visited_flops(p, query_block, c.bn) : out.work.flops;
   out.work.flops = flops;  // what the kernel computes, for the roofline and TFLOP/s
   if (visited < 1.0)
     out.notes.push_back(fmt::format(
-        "mask modifier: {:.1f}% of the {}x{} tiles visited (the rest skipped by its tile "
-        "analysis)",
-        100.0 * visited, query_block, c.bn));
+        "masks: {:.1f}% of the {}x{} tiles visited (the rest skipped), {:.0f}% of the pairs "
+        "they compute kept",
+        100.0 * visited, query_block, c.bn, 100.0 * credited / flops));
   const double tile_seconds = flops / static_cast<double>(std::max<int64_t>(tiles, 1)) / sm_rate;
   const int64_t tiles_per_sm = ceil_div(tiles, sms);
   const double compute = static_cast<double>(tiles_per_sm) * tile_seconds;
@@ -630,6 +639,12 @@ Prediction AttentionTuning::predict(const attention::Config& c,
         pass_bytes / 1e6, pass_bytes / rates.dram_bytes_per_s * 1e3));
   }
   out.ms = std::max(out.compute_ms, out.memory_ms) + out.overhead_ms;
+  // A tie (on the DRAM floor, say) is broken by the term under it. A 256-key window
+  // at 16k tokens ties four wgmma configs on the H100's floor; with the least compute,
+  // 128 x 128 ping-pong ran 0.149 ms at S = 2k against 0.164 for the space's first
+  // (128 x 64), and 0.151 against 0.152 at 8k (2026-12-06,
+  // docs/perf/2026-12-06-h100-backward-dq-modes.md).
+  out.tie_break = out.compute_ms + out.memory_ms;
   out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"
               : out.compute_ms >= out.memory_ms                         ? "compute"
                                                                         : "memory";
@@ -669,12 +684,12 @@ attention::Config attention_default(const attention::Problem& problem,
   const AttentionTuning tuning(problem);
   const Efficiencies priors;  // nothing measured: the priors
   std::optional<attention::Config> best;
-  double best_ms = 0;
+  Prediction best_prediction;
   for (const attention::Config& c : attention_space(problem, device)) {
-    const double ms = tuning.predict(c, device, priors, nullptr).ms;
-    if (!best || ms < best_ms * (1 - 1e-9)) {  // ties keep the space's order
+    const Prediction prediction = tuning.predict(c, device, priors, nullptr);
+    if (!best || predicted_faster(prediction, best_prediction)) {  // as Chooser::model_choice
       best = c;
-      best_ms = ms;
+      best_prediction = prediction;
     }
   }
   if (!best)

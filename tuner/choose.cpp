@@ -102,8 +102,9 @@ std::vector<std::pair<std::string, Prediction>> Chooser::rank(const TuningProble
   std::vector<std::pair<std::string, Prediction>> out;
   for (const std::string& config : problem.space(device_).candidates)
     out.emplace_back(config, problem.predict(config, device_, *fitted));
-  std::stable_sort(out.begin(), out.end(),
-                   [](const auto& a, const auto& b) { return a.second.ms < b.second.ms; });
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return predicted_faster(a.second, b.second);
+  });
   return out;
 }
 
@@ -118,7 +119,7 @@ Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
   }
   const std::shared_ptr<const Efficiencies> fitted = efficiencies();
   Choice best;
-  double best_ms = 0;
+  Prediction best_prediction;
   // A search-only candidate (a kernel never measured on a GPU) is a default only
   // once it has passed a trial on this GPU model for a problem of this class, or if
   // nothing else runs.
@@ -138,13 +139,13 @@ Choice Chooser::model_choice(const TuningProblem& problem, const Space& space) {
       }
       continue;
     }
-    if (best.config.empty() || p.ms < best_ms) {
-      best_ms = p.ms;
+    if (best.config.empty() || predicted_faster(p, best_prediction)) {
+      best_prediction = p;
       best.config = config;
       best.detail = fmt::format("{:.4f} ms predicted, {}-bound", p.ms, p.bound);
     }
   }
-  if (!passed_over.empty() && passed_over_ms < best_ms)
+  if (!passed_over.empty() && passed_over_ms < best_prediction.ms)
     best.detail +=
         fmt::format("; {} predicts {:.4f} ms but is search-only until measured on this GPU model",
                     passed_over, passed_over_ms);

@@ -135,8 +135,17 @@ struct Prediction {
   std::string schedule;
   double efficiency = 0;  // the value used (fitted or prior)
   bool efficiency_fitted = false;
+  // Between predictions of the same ms, the smaller comes first (predicted_faster).
+  // A family sets it where its ties are known to hide a difference; 0 keeps the
+  // space's order.
+  double tie_break = 0;
   // Extra lines for `kjit explain`, e.g. "split-K: 4 splits, 33.6 MB of fp32 partials".
   std::vector<std::string> notes;
 };
+
+// The order the model ranks configs in: by ms, then by tie_break.
+inline bool predicted_faster(const Prediction& a, const Prediction& b) {
+  return a.ms < b.ms || (a.ms == b.ms && a.tie_break < b.tie_break);
+}
 
 }  // namespace kjit::tuner

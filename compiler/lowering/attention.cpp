@@ -530,28 +530,73 @@ double forward_flops(const Problem& p) {
   return 4.0 * batches * static_cast<double>(p.heads) * pairs * p.head_dim;
 }
 
-double mask_tile_fraction(const Problem& p, int rows, int keys) {
-  if (p.mask_mod.empty() || rows < 1 || keys < 1) return 1.0;
-  const std::shared_ptr<const Modifier> m = cached_mask_mod(p.mask_mod);
-  for (const ModifierOperand& o : m->operands)
-    if (o.kind == ModifierOperandKind::PerHead) return 1.0;
-  const int64_t q_tiles = (p.seq_q + rows - 1) / rows, k_tiles = (p.seq_k + keys - 1) / keys;
+namespace {
+
+// Query tiles [q_lo, q_hi] of a sequence: the key tiles [begin, end) between the
+// built-in masks' edges (query i sees key j when j - i - (S_k - S_q) lies in
+// [-window_left, right()]), as query_tiles_seeing / key_tiles_seen in the kernels.
+std::pair<int64_t, int64_t> key_tiles_between_edges(const Problem& p, int64_t seq_q, int64_t seq_k,
+                                                    int64_t q_lo, int64_t q_hi, int keys) {
+  const int64_t offset = seq_k - seq_q;
+  int64_t lo = 0, hi = seq_k - 1;
+  if (p.window_left >= 0) lo = std::max<int64_t>(lo, q_lo + offset - p.window_left);
+  if (p.right() >= 0) hi = std::min<int64_t>(hi, q_hi + offset + p.right());
+  if (hi < lo) return {0, 0};
+  return {lo / keys, hi / keys + 1};
+}
+
+// The tiles a kernel visits of one sequence, and all its tiles; `mask` (may be null)
+// narrows the built-in range per query tile as narrow_tiles does.
+std::pair<int64_t, int64_t> visited_tiles(const Problem& p, const Modifier* mask, int64_t seq_q,
+                                          int64_t seq_k, int rows, int keys) {
+  const int64_t q_tiles = (seq_q + rows - 1) / rows, k_tiles = (seq_k + keys - 1) / keys;
   int64_t visited = 0;
   for (int64_t i = 0; i < q_tiles; ++i) {
     TileBox box;
     box.q_lo = i * rows;
-    box.q_hi = std::min<int64_t>(box.q_lo + rows, p.seq_q) - 1;
-    auto kept = [&](int64_t j) {
-      box.kv_lo = j * keys;
-      box.kv_hi = std::min<int64_t>(box.kv_lo + keys, p.seq_k) - 1;
-      return m->tile(box) != TileState::None;
-    };
-    int64_t begin = 0, end = k_tiles;
-    while (begin < end && !kept(begin)) ++begin;
-    while (end > begin && !kept(end - 1)) --end;
+    box.q_hi = std::min<int64_t>(box.q_lo + rows, seq_q) - 1;
+    auto [begin, end] = key_tiles_between_edges(p, seq_q, seq_k, box.q_lo, box.q_hi, keys);
+    if (mask != nullptr) {
+      auto kept = [&](int64_t j) {
+        box.kv_lo = j * keys;
+        box.kv_hi = std::min<int64_t>(box.kv_lo + keys, seq_k) - 1;
+        return mask->tile(box) != TileState::None;
+      };
+      while (begin < end && !kept(begin)) ++begin;
+      while (end > begin && !kept(end - 1)) --end;
+    }
     visited += end - begin;
   }
-  return static_cast<double>(visited) / static_cast<double>(q_tiles * k_tiles);
+  return {visited, q_tiles * k_tiles};
+}
+
+}  // namespace
+
+double visited_tile_fraction(const Problem& p, int rows, int keys) {
+  if (rows < 1 || keys < 1) return 1.0;
+  std::shared_ptr<const Modifier> mask;
+  if (!p.mask_mod.empty()) {
+    mask = cached_mask_mod(p.mask_mod);
+    for (const ModifierOperand& o : mask->operands)
+      if (o.kind == ModifierOperandKind::PerHead) mask = nullptr;
+  }
+  if (mask == nullptr && p.window_left < 0 && p.right() < 0) return 1.0;
+  if (mask != nullptr || !p.packed()) {
+    const auto [visited, all] = visited_tiles(p, mask.get(), p.seq_q, p.seq_k, rows, keys);
+    return all > 0 ? static_cast<double>(visited) / static_cast<double>(all) : 1.0;
+  }
+  // A packed batch, built-in masks only: each sequence's fraction, weighted by its
+  // pairs (as flops() counts them without the masks).
+  double visited_pairs = 0, pairs = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t seq_q = p.seq_q_of(b), seq_k = p.seq_k_of(b);
+    if (seq_q < 1 || seq_k < 1) continue;
+    const auto [visited, all] = visited_tiles(p, nullptr, seq_q, seq_k, rows, keys);
+    const double sequence_pairs = static_cast<double>(seq_q) * static_cast<double>(seq_k);
+    visited_pairs += sequence_pairs * static_cast<double>(visited) / static_cast<double>(all);
+    pairs += sequence_pairs;
+  }
+  return pairs > 0 ? visited_pairs / pairs : 1.0;
 }
 
 double flops(const Problem& p) {
@@ -559,9 +604,11 @@ double flops(const Problem& p) {
 }
 
 double visited_flops(const Problem& p, int rows, int keys) {
-  Problem without_mask = p;
-  without_mask.mask_mod.clear();
-  return flops(without_mask) * mask_tile_fraction(p, rows, keys);
+  Problem without_masks = p;
+  without_masks.mask_mod.clear();
+  without_masks.causal = false;
+  without_masks.window_left = without_masks.window_right = -1;
+  return flops(without_masks) * visited_tile_fraction(p, rows, keys);
 }
 
 int64_t backward_workspace_rows(const Problem& p) {

@@ -147,19 +147,20 @@ void validate_config(const Problem& problem, const Config& config);
 // (compare times).
 double forward_flops(const Problem& problem);
 // The fraction of the (query tile, key tile) pairs a kernel with `rows` x `keys`
-// tiles visits under the problem's mask modifier: per query tile, from the first to
-// the last key tile the mask may keep (its tile analysis, as the kernels narrow
-// their ranges), over every key tile (the longest sequences, the first head). 1
-// without a mask modifier, or when it reads per-head operands (their values are only
-// known at launch).
-double mask_tile_fraction(const Problem& problem, int rows, int keys);
+// tiles visits: per query tile, the key tiles from the first to the last that the
+// masks may keep, as the kernels narrow their ranges. The built-in causal and window
+// edges are exact (per sequence of a packed batch); the mask modifier's tile analysis
+// narrows them further on the longest sequences and the first head, unless it reads
+// per-head operands (their values are only known at launch). 1 without masks.
+double visited_tile_fraction(const Problem& problem, int rows, int keys);
 
 // What a launch of the problem's pass is credited with: forward_flops, times 2.5
 // for the backward pass (its five products to the forward's two, as FlashAttention
 // counts it; kjit's deterministic backward does seven: see attention_backward.cuh).
 double flops(const Problem& problem);
 // What the kernels compute with `rows` x `keys` tiles: flops() of the problem
-// without its mask modifier, times mask_tile_fraction (the tiles they visit).
+// without its masks, times visited_tile_fraction (the tiles they visit; a tile that
+// a mask cuts is computed whole).
 double visited_flops(const Problem& problem, int rows, int keys);
 
 // Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles (mma.sync:

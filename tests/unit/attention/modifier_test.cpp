@@ -431,17 +431,58 @@ TEST(AttentionModifier, TileStatesAreSoundAndSkipTheFarTiles) {
   EXPECT_EQ(window.tile({1000, 1063, 1000, 1063, 0, {}}), TileState::Some);  // the diagonal
 }
 
-// The model's view of a mask modifier: the fraction of tiles the kernels visit.
+// The model's view of the masks: the fraction of tiles the kernels visit.
 TEST(AttentionModifier, TileFractionFollowsTheMask) {
   Problem p;
   p.seq_q = p.seq_k = 8192;
-  EXPECT_EQ(mask_tile_fraction(p, 128, 128), 1.0);
+  EXPECT_EQ(visited_tile_fraction(p, 128, 128), 1.0);
   p.mask_mod = "kv_idx <= q_idx";  // causal: the diagonal and below, 64 * 65 / 2 of 64 * 64
-  EXPECT_NEAR(mask_tile_fraction(p, 128, 128), 65.0 / 128.0, 1e-9);
+  EXPECT_NEAR(visited_tile_fraction(p, 128, 128), 65.0 / 128.0, 1e-9);
   p.mask_mod = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";  // 1, 2, then 3 key tiles per row tile
-  EXPECT_NEAR(mask_tile_fraction(p, 128, 128), (1 + 2 + 3.0 * 62) / (64 * 64), 1e-9);
+  EXPECT_NEAR(visited_tile_fraction(p, 128, 128), (1 + 2 + 3.0 * 62) / (64 * 64), 1e-9);
   p.mask_mod = "limit:i32[heads]; kv_idx < limit";  // values known at launch only
-  EXPECT_EQ(mask_tile_fraction(p, 128, 128), 1.0);
+  EXPECT_EQ(visited_tile_fraction(p, 128, 128), 1.0);
+}
+
+// The built-in masks visit the same tiles as the mask modifiers that spell them, and
+// combine with one; a packed batch's sequences count each by its pairs.
+TEST(AttentionModifier, TileFractionFollowsTheBuiltInMasks) {
+  Problem p;
+  p.seq_q = p.seq_k = 8192;
+  p.causal = true;
+  EXPECT_NEAR(visited_tile_fraction(p, 128, 128), 65.0 / 128.0, 1e-9);
+  p.causal = false;
+  p.window_left = 255;
+  p.window_right = 0;
+  EXPECT_NEAR(visited_tile_fraction(p, 128, 128), (1 + 2 + 3.0 * 62) / (64 * 64), 1e-9);
+  // 64-row tiles: a 128-key tile straddles 64 + 255 keys of every tile but the first ones.
+  EXPECT_NEAR(visited_tile_fraction(p, 64, 128), (1 + 1 + 2 + 2 + 3.0 * 124) / (128 * 64), 1e-9);
+  // A mask modifier within the window narrows it: only the diagonal's tiles remain.
+  p.mask_mod = "q_idx - kv_idx < 64";
+  EXPECT_NEAR(visited_tile_fraction(p, 128, 128), (1 + 2.0 * 63) / (64 * 64), 1e-9);
+  p.mask_mod.clear();
+  // S_q < S_k: bottom-right aligned, the 100 queries see keys 7837 .. 8191.
+  p.seq_q = 100;
+  EXPECT_NEAR(visited_tile_fraction(p, 128, 128), 3.0 / 64, 1e-9);
+  // A window to the right only: query tile i sees key tiles 0 .. i + 2.
+  p.seq_q = 8192;
+  p.window_left = -1;
+  p.window_right = 200;
+  EXPECT_NEAR(visited_tile_fraction(p, 128, 128), ((3 + 64) * 62 / 2 + 2 * 64.0) / (64 * 64), 1e-9);
+  p.window_right = -1;
+  EXPECT_EQ(visited_tile_fraction(p, 128, 128), 1.0);
+  // Packed, causal: a 128-token sequence (one tile of one) and a 256-token one (3 of 4),
+  // weighted by their pairs (1 and 4).
+  Problem packed;
+  packed.head_dim = 128;
+  packed.causal = true;
+  packed.set_lengths({128, 256});
+  EXPECT_NEAR(visited_tile_fraction(packed, 128, 128), (1.0 * 1 + 4 * 0.75) / 5, 1e-9);
+  // The credited pairs against the visited ones.
+  Problem full = packed;
+  full.causal = false;
+  EXPECT_GT(flops(full), 0);
+  EXPECT_NEAR(visited_flops(packed, 128, 128), flops(full) * 0.8, 1e-3);
 }
 
 // FLOPs credit the pairs a mask modifier keeps, counted by its tile analysis: the

@@ -348,5 +348,83 @@ TEST(AttentionTuning, TheBackwardModelCountsItsPassesAndBlocks) {
   }
 }
 
+// The same on the H100 (kjit bench, 2026-12-06: docs/perf/2026-12-06-h100-backward-dq-modes.md),
+// with the built-in window beside the mask modifier that spells it. Both visit the
+// same tiles; the model counted the built-in window's kept pairs only (two thirds of
+// what its tiles compute) and predicted it 25% short, so that the separate dQ (its
+// dQ kernel's blocks counted as cheaply) came first: 1.11x (S 2k) and 1.13x (8k)
+// slower than the atomic dQ.
+TEST(AttentionTuning, TheBackwardModelCountsTheTilesAWindowVisits) {
+  const cuda::DeviceProperties h100 = cuda::planning_device("h100");
+  struct Measured {
+    const char* name;
+    int64_t seq;
+    bool causal;
+    int64_t window_left;
+    const char* mask_mod;
+    double atomic_ms, separate_ms;
+  };
+  const char* window = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";
+  const Measured cases[] = {
+      {"--window 255:0, S 2k", 2048, false, 255, "", 0.5304, 0.5899},
+      {"--window 255:0, S 8k", 8192, false, 255, "", 0.5439, 0.6135},
+      {"window mask, S 2k", 2048, false, -1, window, 0.5072, 0.5384},
+      {"window mask, S 8k", 8192, false, -1, window, 0.5340, 0.5745},
+      {"causal, S 2k", 2048, true, -1, "", 1.0090, 1.1975},
+      {"causal, S 8k", 8192, true, -1, "", 3.0466, 3.8275},
+      {"S 2k", 2048, false, -1, "", 1.6467, 1.9411},
+  };
+  for (const Measured& m : cases) {
+    SCOPED_TRACE(m.name);
+    attention::Problem p = benchmark_shape(m.causal);
+    p.batch = 16384 / m.seq;
+    p.seq_q = p.seq_k = m.seq;
+    p.window_left = m.window_left;
+    if (m.window_left >= 0) p.window_right = 0;
+    p.mask_mod = m.mask_mod;
+    p.backward = true;
+    const AttentionTuning tuning(p);
+    const attention::Config atomic =
+        attention::Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
+    const attention::Config separate = attention::Config::parse("mma=wgmma,bm=64,bn=128,stages=2");
+    const double atomic_ms = tuning.predict(atomic, h100, Efficiencies{}, nullptr).ms;
+    const double separate_ms = tuning.predict(separate, h100, Efficiencies{}, nullptr).ms;
+    EXPECT_NEAR(atomic_ms / m.atomic_ms, 1.0, 0.10) << atomic_ms << " ms predicted";
+    EXPECT_NEAR(separate_ms / m.separate_ms, 1.0, 0.15) << separate_ms << " ms predicted";
+    EXPECT_LT(atomic_ms, separate_ms);
+    EXPECT_TRUE(attention_default(p, h100).atomic_dq) << attention_default(p, h100).to_string();
+  }
+}
+
+// Configs the model ties (a 256-key window on the H100's DRAM floor: four wgmma
+// configs at the same ms) are ranked by the term under the floor, and the chooser
+// agrees with attention_default. The H100 ran 128 x 128 ping-pong 0.149 ms at S = 2k,
+// the space's first of the four (128 x 64 ping-pong) 0.164 (2026-12-06).
+TEST(AttentionTuning, TiesGoToTheLeastWorkUnderTheFloor) {
+  const cuda::DeviceProperties h100 = cuda::planning_device("h100");
+  attention::Problem p = benchmark_shape(false);
+  p.batch = 8;
+  p.seq_q = p.seq_k = 2048;
+  p.window_left = 255;
+  p.window_right = 0;
+  const AttentionTuning tuning(p);
+  const Efficiencies priors;
+  const Prediction wide =
+      tuning.predict("mma=wgmma,bm=128,bn=128,stages=2,pingpong=1,persistent=1", h100, priors);
+  const Prediction narrow =
+      tuning.predict("mma=wgmma,bm=128,bn=64,stages=2,pingpong=1,persistent=1", h100, priors);
+  ASSERT_EQ(wide.ms, narrow.ms);  // the tie this test is about
+  EXPECT_LT(wide.compute_ms, narrow.compute_ms);
+  EXPECT_TRUE(predicted_faster(wide, narrow));
+  EXPECT_FALSE(predicted_faster(narrow, wide));
+  EXPECT_FALSE(predicted_faster(wide, wide));
+  const std::string best = "mma=wgmma,bm=128,bn=128,stages=2,pingpong=1,persistent=1";
+  EXPECT_EQ(attention_default(p, h100).to_string(), best);
+  Chooser chooser(std::shared_ptr<cache::Store>(cache::Store::disabled("a test")),
+                  "NVIDIA H100 80GB HBM3 cc9.0 132SM", h100);
+  EXPECT_EQ(chooser.choose(tuning).config, best);
+  EXPECT_EQ(chooser.rank(tuning).front().first, best);
+}
+
 }  // namespace
 }  // namespace kjit::tuner
