@@ -568,9 +568,12 @@ struct FlashBackwardKVSm90 {
           // A query past the sequence has LSE +inf, and mod(s) there may be +inf too
           // (s / (300 - q_idx) past 300 queries): 2^(inf - inf) is NaN, and the max
           // makes it 0 (a test of the query there made ptxas spill).
-          if constexpr (MOD::kScore) p = fmaxf(p, 0.0f);
-          if (crosses_right || crosses_left || past_keys) {
-            if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
+          if constexpr (MOD::kScore) {
+            p = fmaxf(p, 0.0f);
+            // (With a score modifier, here: in a loop of its own it made ptxas spill.)
+            if (crosses_right || crosses_left || past_keys) {
+              if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
+            }
           }
           if constexpr (MOD::kMask)  // a select, not a branch per score
             p = MOD::keep(f, query, key, head) ? p : 0.0f;
@@ -580,6 +583,19 @@ struct FlashBackwardKVSm90 {
           slope_frag[j / 2][2 * (j % 2)] = pack2<bf16>(slope[0], slope[1]);
           slope_frag[j / 2][2 * (j % 2) + 1] = pack2<bf16>(slope[2], slope[3]);
         }
+      }
+      // The built-in masks' edges in a loop of their own: one branch around it, a
+      // select per score. (Tested in the loop above, each score's test compiled to a
+      // branch of its own between the exponentials, and a 256-key --window ran this
+      // kernel 6% longer than the mask modifier that spells it: H100, 2026-12-06.)
+      if (!MOD::kScore && (crosses_right || crosses_left || past_keys)) {
+#pragma unroll
+        for (int j = 0; j < BQ / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = warp_key0 + g + 8 * (e / 2), query = q0 + 8 * j + 2 * t + (e % 2);
+            s_acc[4 * j + e] = key_visible(f, seq_k, key, query + offset) ? s_acc[4 * j + e] : 0.0f;
+          }
       }
       u32 p_frag[BQ / 16][4];
       to_fragments<T, BQ>(s_acc, p_frag);
