@@ -339,9 +339,16 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // the backward at 0.6x D = 128's rate (2026-12-04, every config measured at 8 x 2k
   // tokens, 32 heads: the atomic dQ 2.90 ms, causal 1.68 ms).
   const double backward_head_dim = p.head_dim >= 128 ? 1.0 : 0.6;
+  // Since 0464dcf the dK/dV kernel tests the built-in masks' edges in a loop of its
+  // own (a branch per score before), unless a score modifier keeps the test inline:
+  // the atomic dQ's backward ran 1.06-1.30x faster on the H100. Fitted there to nine
+  // problems (no mask, causal, windows, GQA, S 512 to 8k): 1.15 at D = 128 (measured
+  // 0.97-1.04x the prediction), 1.4 at D = 64 (0.96-0.99x)
+  // (docs/perf/2026-12-06-h100-backward-edge-select.md).
+  const double edge_select = !p.score_mod.empty() ? 1.0 : p.head_dim >= 128 ? 1.15 : 1.4;
   if (p.backward && c.wgmma && c.atomic_dq)
     return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.16 : 1.27) * (c.stages >= 3 ? 0.98 : 1.0) *
-           backward_head_dim;
+           backward_head_dim * edge_select;
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
            (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0) * backward_head_dim;
