@@ -341,7 +341,7 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   const double backward_head_dim = p.head_dim >= 128 ? 1.0 : 0.6;
   // Since 0464dcf the dK/dV kernel tests the built-in masks' edges in a loop of its
   // own (a branch per score before), unless a score modifier keeps the test inline:
-  // the atomic dQ's backward ran 1.06-1.30x faster on the H100. Fitted there to nine
+  // the atomic dQ's backward ran 1.06-1.30x faster on the H100. Fitted there to ten
   // problems (no mask, causal, windows, GQA, S 512 to 8k): 1.15 at D = 128 (measured
   // 0.97-1.04x the prediction), 1.4 at D = 64 (0.96-0.99x)
   // (docs/perf/2026-12-06-h100-backward-edge-select.md).
@@ -649,7 +649,7 @@ Prediction AttentionTuning::predict(const attention::Config& c,
   // A tie (on the DRAM floor, say) is broken by the term under it. A 256-key window
   // at 16k tokens ties four wgmma configs on the H100's floor; with the least compute,
   // 128 x 128 ping-pong ran 0.149 ms at S = 2k against 0.164 for the space's first
-  // (128 x 64), and 0.151 against 0.152 at 8k (2026-12-06,
+  // (128 x 64), and at 8k 0.151 against 0.152 for 128 x 128 without it (2026-12-06,
   // docs/perf/2026-12-06-h100-backward-dq-modes.md).
   out.tie_break = out.compute_ms + out.memory_ms;
   out.bound = out.overhead_ms > std::max(out.compute_ms, out.memory_ms) ? "latency"

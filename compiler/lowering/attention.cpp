@@ -532,7 +532,7 @@ double forward_flops(const Problem& p) {
 
 namespace {
 
-// Query tiles [q_lo, q_hi] of a sequence: the key tiles [begin, end) between the
+// Query rows [q_lo, q_hi] of a sequence: the key tiles [begin, end) between the
 // built-in masks' edges (query i sees key j when j - i - (S_k - S_q) lies in
 // [-window_left, right()]), as query_tiles_seeing / key_tiles_seen in the kernels.
 std::pair<int64_t, int64_t> key_tiles_between_edges(const Problem& p, int64_t seq_q, int64_t seq_k,
