@@ -603,12 +603,16 @@ double flops(const Problem& p) {
   return forward_flops(p) * (p.backward ? 2.5 : 1.0);
 }
 
-double visited_flops(const Problem& p, int rows, int keys) {
+double unmasked_flops(const Problem& p) {
   Problem without_masks = p;
   without_masks.mask_mod.clear();
   without_masks.causal = false;
   without_masks.window_left = without_masks.window_right = -1;
-  return flops(without_masks) * visited_tile_fraction(p, rows, keys);
+  return flops(without_masks);
+}
+
+double visited_flops(const Problem& p, int rows, int keys) {
+  return unmasked_flops(p) * visited_tile_fraction(p, rows, keys);
 }
 
 int64_t backward_workspace_rows(const Problem& p) {

@@ -158,9 +158,11 @@ double visited_tile_fraction(const Problem& problem, int rows, int keys);
 // for the backward pass (its five products to the forward's two, as FlashAttention
 // counts it; kjit's deterministic backward does seven: see attention_backward.cuh).
 double flops(const Problem& problem);
-// What the kernels compute with `rows` x `keys` tiles: flops() of the problem
-// without its masks, times visited_tile_fraction (the tiles they visit; a tile that
-// a mask cuts is computed whole).
+// flops() of the problem without its masks (causal, window, mask modifier).
+double unmasked_flops(const Problem& problem);
+// What the kernels compute with `rows` x `keys` tiles: unmasked_flops times
+// visited_tile_fraction (the tiles they visit; a tile that a mask cuts is computed
+// whole).
 double visited_flops(const Problem& problem, int rows, int keys);
 
 // Dynamic shared memory of the kernel: the Q tile and `stages` K and V tiles (mma.sync:
