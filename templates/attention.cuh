@@ -144,6 +144,9 @@ struct NoModifiers {
   // The score modifier reads the positions only as q - kv (ALiBi), exact in float for
   // this problem: the kernels call score_relative(args, s, float q - kv, head).
   static constexpr bool kRelative = false;
+  // score_grad is a constant (no score modifier, or s plus a bias as ALiBi): the
+  // backward kernels keep no mod' per score.
+  static constexpr bool kConstantGrad = true;
   __device__ __forceinline__ static float score(const AttentionArgs&, float s, int, int, int) {
     return s;
   }

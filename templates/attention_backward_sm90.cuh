@@ -568,9 +568,10 @@ struct FlashBackwardKVSm90 {
           // A query past the sequence has LSE +inf, and mod(s) there may be +inf too
           // (s / (300 - q_idx) past 300 queries): 2^(inf - inf) is NaN, and the max
           // makes it 0 (a test of the query there made ptxas spill).
-          if constexpr (MOD::kScore) {
-            p = fmaxf(p, 0.0f);
-            // (With a score modifier, here: in a loop of its own it made ptxas spill.)
+          if constexpr (MOD::kScore) p = fmaxf(p, 0.0f);
+          // With mod' kept per score, the built-in masks' edges are tested here (in a
+          // loop of their own, ptxas spilled: mod' is live across it).
+          if constexpr (!MOD::kConstantGrad) {
             if (crosses_right || crosses_left || past_keys) {
               if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
             }
@@ -588,7 +589,8 @@ struct FlashBackwardKVSm90 {
       // select per score. (Tested in the loop above, each score's test compiled to a
       // branch of its own between the exponentials, and a 256-key --window ran this
       // kernel 6% longer than the mask modifier that spells it: H100, 2026-12-06.)
-      if (!MOD::kScore && (crosses_right || crosses_left || past_keys)) {
+      // Without a score modifier, or with one whose mod' is a constant (ALiBi).
+      if (MOD::kConstantGrad && (crosses_right || crosses_left || past_keys)) {
 #pragma unroll
         for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll

@@ -720,6 +720,12 @@ std::string modifier_glue(const Problem& p) {
         "    return kjit_score_mod_grad(s, q_idx, kv_idx, head{0});\n"
         "  }}\n",
         args);
+    members +=
+        m->constant_grad
+            ? "  // mod'(s) is a constant: the backward kernels keep none per score.\n"
+              "  static constexpr bool kConstantGrad = true;\n"
+            : "  // mod'(s) varies: the backward kernels keep it per score for the chain rule.\n"
+              "  static constexpr bool kConstantGrad = false;\n";
     if (relative_positions(p))
       members += fmt::format(
           "  // The same over q_idx - kv_idx as a float (exact: every position of this\n"

@@ -560,6 +560,7 @@ Modifier make(const std::string& text, bool score) {
     slope.set_outputs({both.outputs()[1]});
     value = ir::optimize(value);
     slope = ir::optimize(slope);
+    m.constant_grad = slope.node(slope.outputs()[0].second).op == ir::OpCode::Const;
     m.source = ir::emit_scalar_function(value, 0, "kjit_score_mod", "Score modifier kjit_score_mod",
                                         ir::ScalarMath::Fast) +
                "\n" +

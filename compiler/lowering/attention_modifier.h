@@ -73,6 +73,10 @@ struct Modifier {
   // sequences are shorter than 2^24 (compiler/lowering/attention.cpp): the difference
   // is formed once per tile, and a constant added per score.
   bool relative = false;
+  // A score modifier whose derivative with respect to s is a constant (1 for s plus a
+  // bias, as ALiBi): the backward kernels keep no mod'(s) per score, which frees the
+  // registers the edge tests of the built-in masks need in a loop of their own.
+  bool constant_grad = false;
   bool reads_head = false;  // the value depends on `head` (not counting per-head operands)
   std::function<double(const ScorePoint&)> reference;  // the value (a mask: 1 or 0)
   std::function<double(const ScorePoint&)> gradient;   // d value / ds (score modifiers)

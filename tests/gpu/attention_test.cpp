@@ -553,6 +553,23 @@ TEST_F(AttentionTest, BackwardWithModifiers) {
     p.score_mod = "gelu(s)";
     run_backward({p, std::nullopt, false, 3.0f});
   }
+  // A score modifier whose mod' is a constant (ALiBi, a scaled score plus a bias)
+  // tests the built-in masks' edges in a loop of its own, as without a modifier:
+  // causal, windows on either side, lengths that differ, keys past the sequence.
+  for (const char* score : {kAlibi, "s * 0.5 + kv_idx * 0.01"})
+    for (const auto& [left, right] : {std::pair<int64_t, int64_t>{-1, 0}, {100, 0}, {64, 32}})
+      for (const auto& [seq_q, seq_k] : {std::pair<int64_t, int64_t>{129, 700}, {700, 129}}) {
+        Problem p = shape(seq_q, seq_k, 128, 4);
+        p.kv_heads = 2;
+        p.backward = true;
+        p.score_mod = score;
+        p.causal = left < 0;
+        if (!p.causal) {
+          p.window_left = left;
+          p.window_right = right;
+        }
+        run_backward({p, std::nullopt, false, 3.0f});
+      }
   Problem packed = shape(1, 1, 64, 2);
   packed.backward = true;
   packed.score_mod = kSoftCap;

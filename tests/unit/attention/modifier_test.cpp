@@ -180,6 +180,41 @@ TEST(AttentionModifier, RelativeFormWhereExact) {
   }
 }
 
+// A modifier whose derivative in s folds to a literal (s plus a bias, or a constant
+// times s) lets the backward kernels keep no mod' per score; the glue says which.
+TEST(AttentionModifier, ConstantDerivativesAreFound) {
+  for (const char* text : {
+           "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)",  // ALiBi: mod' = 1
+           "s * 0.5 + q_idx * 0.01",                             // mod' = 0.5
+           "s + (kv_idx > q_idx) * -1e4",                        // a bias by comparison
+       })
+    EXPECT_TRUE(score_mod_from_ir(text).constant_grad) << text;
+  for (const char* text : {
+           "tanh(s / 50) * 50",       // soft-capping
+           "s * s",                   // mod' = 2s
+           "max(s, q_idx - kv_idx)",  // a select on s
+           "s * (q_idx - kv_idx)",    // mod' by position
+       })
+    EXPECT_FALSE(score_mod_from_ir(text).constant_grad) << text;
+
+  Problem p;
+  p.seq_q = p.seq_k = 1000;
+  p.heads = 4;
+  p.backward = true;
+  for (const auto& [text, constant] :
+       {std::pair<const char*, bool>{"s - abs(q_idx - kv_idx)", true},
+        {"tanh(s / 50) * 50", false}}) {
+    p.score_mod = text;
+    const std::string line =
+        std::string("static constexpr bool kConstantGrad = ") + (constant ? "true;" : "false;");
+    for (const BackwardKernel& k :
+         lower_backward(p, Config::parse("mma=wgmma,bm=64,bn=128,dq=atomic")))
+      if (k.role == "kv") {
+        EXPECT_NE(k.source.source.find(line), std::string::npos) << text;
+      }
+  }
+}
+
 TEST(AttentionModifier, SlidingWindowMask) {
   const Modifier m = mask_mod_from_ir("(kv_idx <= q_idx) * (q_idx - kv_idx < 256)");
   EXPECT_NE(m.source.find("bool kjit_mask_mod(int in_q_idx, int in_kv_idx, int in_head)"),
