@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "kjit/compiler/lowering/attention_modifier.h"
 #include "kjit/support/error.h"
 #include "kjit/tuner/signature_fields.h"
 
@@ -344,8 +345,13 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // the atomic dQ's backward ran 1.06-1.30x faster on the H100. Fitted there to ten
   // problems (no mask, causal, windows, GQA, S 512 to 8k): 1.15 at D = 128 (measured
   // 0.97-1.04x the prediction), 1.4 at D = 64 (0.96-0.99x)
-  // (docs/perf/2026-12-06-h100-backward-edge-select.md).
-  const double edge_select = !p.score_mod.empty() ? 1.0 : p.head_dim >= 128 ? 1.15 : 1.4;
+  // (docs/perf/2026-12-06-h100-backward-edge-select.md). A score modifier whose mod'
+  // is a constant (ALiBi) takes the same loop since 2026-12-06: ALiBi's backward ran
+  // 1.13-1.23x faster, and the prediction at 1.15 is 0.95-1.01x the measured
+  // (docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md).
+  const bool edge_loop =
+      p.score_mod.empty() || attention::cached_score_mod(p.score_mod)->constant_grad;
+  const double edge_select = !edge_loop ? 1.0 : p.head_dim >= 128 ? 1.15 : 1.4;
   if (p.backward && c.wgmma && c.atomic_dq)
     return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.16 : 1.27) * (c.stages >= 3 ? 0.98 : 1.0) *
            backward_head_dim * edge_select;

@@ -323,8 +323,10 @@ TEST(AttentionTuning, TheBackwardModelCountsItsPassesAndBlocks) {
     int64_t window_left;
     const char* mask_mod;
     double ms;
+    const char* score_mod = "";
   };
   const char* window = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";
+  const char* alibi = "slope:f32[heads]; s - slope * abs(q_idx - kv_idx)";
   const Measured cases[] = {
       {"S 2k", 2048, 16, 16, 128, false, -1, "", 1.4241},
       {"S 512", 512, 16, 16, 128, false, -1, "", 0.5535},
@@ -336,6 +338,12 @@ TEST(AttentionTuning, TheBackwardModelCountsItsPassesAndBlocks) {
       {"--window 255:0, S 8k", 8192, 16, 16, 128, false, 255, "", 0.4969},
       {"D 64", 2048, 32, 32, 64, false, -1, "", 1.8464},
       {"D 64, --window 255:0", 2048, 32, 32, 64, false, 255, "", 0.5844},
+      // A score modifier whose mod' is a constant, since the edge test left its loop
+      // (docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md).
+      {"ALiBi, S 2k", 2048, 16, 16, 128, false, -1, "", 1.4673, alibi},
+      {"ALiBi, S 8k", 8192, 16, 16, 128, false, -1, "", 5.0866, alibi},
+      {"ALiBi, S 2k causal", 2048, 16, 16, 128, true, -1, "", 0.8959, alibi},
+      {"ALiBi, --window 255:0", 2048, 16, 16, 128, false, 255, "", 0.4916, alibi},
   };
   for (const Measured& m : cases) {
     SCOPED_TRACE(m.name);
@@ -348,6 +356,7 @@ TEST(AttentionTuning, TheBackwardModelCountsItsPassesAndBlocks) {
     p.window_left = m.window_left;
     if (m.window_left >= 0) p.window_right = 0;
     p.mask_mod = m.mask_mod;
+    p.score_mod = m.score_mod;
     p.backward = true;
     const attention::Config chosen = attention_default(p, h100);
     EXPECT_TRUE(chosen.atomic_dq) << chosen.to_string();
