@@ -429,6 +429,8 @@ struct FlashBackwardKV {
                 query, key, head);
           }
           float value = exp2f(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
+          // (Here a branch per score: as bits found ahead of the scores, as the dQ
+          // kernel has them, ptxas spilled the head dim 128 kernels.)
           if (crosses_right || crosses_left || past_queries) {
             if (!key_visible(f, seq_k, key, query + offset) || query >= seq_q) value = 0.0f;
           }
@@ -577,8 +579,21 @@ struct FlashBackwardQ {
           f.window_left >= 0 && key0 < warp_row0 + 15 + offset - f.window_left;
       // A score modifier: P from mod(scale·S), and P·mod'(scale·S) kept in its place
       // (dQ needs nothing else of P: dS = P·mod'·(dP − D)).
+      const bool crosses = crosses_end || crosses_right || crosses_left;
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n) {
+        // Which of the 4 scores the built-in masks keep, a bit each, found ahead of
+        // them (one branch per 4 scores) and applied as a select: tested per score,
+        // the test compiled to a branch each.
+        u32 kept = 0xfu;
+        if (crosses) {
+          kept = 0u;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + n * 8 + 2 * t + (e % 2), row = warp_row0 + g + 8 * (e / 2);
+            kept |= (key_visible(f, seq_k, key, row + offset) ? 1u : 0u) << e;
+          }
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           // (Positions computed where used: computed up front, they change the
@@ -598,9 +613,7 @@ struct FlashBackwardQ {
           // P times mod' before the masks: a masked score's mod' may be infinite (s /
           // (q_idx - kv_idx) on the diagonal), and the selects leave 0, not 0 x inf.
           if constexpr (MOD::kScore) value *= slope;
-          if (crosses_end || crosses_right || crosses_left) {
-            if (!key_visible(f, seq_k, key(), row() + offset)) value = 0.0f;
-          }
+          value = (kept >> e) & 1u ? value : 0.0f;
           if constexpr (MOD::kMask)  // a select, not a branch per score
             value = MOD::keep(f, row(), key(), head) ? value : 0.0f;
           p[n][e] = value;

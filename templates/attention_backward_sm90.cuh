@@ -550,10 +550,25 @@ struct FlashBackwardKVSm90 {
       // A modifier over q - kv (MOD::kRelative): q - kv of the thread's first score
       // of the item, then a constant per score (as in the forward kernels).
       auto query0_minus_key = [&] { return static_cast<float>(q0 + 2 * t - warp_key0 - g); };
+      const bool crosses_edge = crosses_right || crosses_left || past_keys;
 #pragma unroll
       for (int j = 0; j < BQ / 8; ++j) {
         const float2 l = *reinterpret_cast<const float2*>(lse_log2 + 8 * j + 2 * t);
         float slope[4];
+        // With mod' kept per score (a score modifier whose mod' varies): which of the
+        // 4 scores the built-in masks keep, a bit each, found ahead of them (one branch
+        // per 4 scores) and applied as a select. (Tested per score between the
+        // exponentials, it compiled to a branch per score; in the loop of their own
+        // below, ptxas spilled: mod' is live across it.)
+        u32 kept = 0xfu;
+        if (!MOD::kConstantGrad && crosses_edge) {
+          kept = 0u;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = warp_key0 + g + 8 * (e / 2), query = q0 + 8 * j + 2 * t + (e % 2);
+            kept |= (key_visible(f, seq_k, key, query + offset) ? 1u : 0u) << e;
+          }
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = warp_key0 + g + 8 * (e / 2), query = q0 + 8 * j + 2 * t + (e % 2);
@@ -569,13 +584,7 @@ struct FlashBackwardKVSm90 {
           // (s / (300 - q_idx) past 300 queries): 2^(inf - inf) is NaN, and the max
           // makes it 0 (a test of the query there made ptxas spill).
           if constexpr (MOD::kScore) p = fmaxf(p, 0.0f);
-          // With mod' kept per score, the built-in masks' edges are tested here (in a
-          // loop of their own, ptxas spilled: mod' is live across it).
-          if constexpr (!MOD::kConstantGrad) {
-            if (crosses_right || crosses_left || past_keys) {
-              if (!key_visible(f, seq_k, key, query + offset)) p = 0.0f;
-            }
-          }
+          if constexpr (!MOD::kConstantGrad) p = (kept >> e) & 1u ? p : 0.0f;
           if constexpr (MOD::kMask)  // a select, not a branch per score
             p = MOD::keep(f, query, key, head) ? p : 0.0f;
           s_acc[4 * j + e] = p;
@@ -822,8 +831,21 @@ struct FlashBackwardQSm90 {
       const bool crosses_left = f.window_left >= 0 && key0 < warp_last + offset - f.window_left;
       // A score modifier: P from mod(scale · S), and P · mod'(scale · S) kept in its
       // place (dQ needs nothing else of P).
+      const bool crosses = crosses_end || crosses_right || crosses_left;
 #pragma unroll
       for (int j = 0; j < BKT / 8; ++j) {
+        // Which of the 4 scores the built-in masks keep, a bit each, found ahead of
+        // them (one branch per 4 scores) and applied as a select (as in the dK/dV
+        // kernel with a score modifier: the test per score compiled to a branch each).
+        u32 kept = 0xfu;
+        if (crosses) {
+          kept = 0u;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 8 * j + 2 * t + (e % 2), row = thread_row0 + 8 * (e / 2);
+            kept |= (key_visible(f, seq_k, key, row + offset) ? 1u : 0u) << e;
+          }
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           // (Positions computed where used: computed up front, they change the
@@ -841,9 +863,7 @@ struct FlashBackwardQSm90 {
           // P times mod' before the masks: a masked score's mod' may be infinite (s /
           // (q_idx - kv_idx) on the diagonal), and the selects leave 0, not 0 x inf.
           if constexpr (MOD::kScore) p *= slope;
-          if (crosses_end || crosses_right || crosses_left) {
-            if (!key_visible(f, seq_k, key(), row() + offset)) p = 0.0f;
-          }
+          p = (kept >> e) & 1u ? p : 0.0f;
           if constexpr (MOD::kMask)  // a select, not a branch per score
             p = MOD::keep(f, row(), key(), head) ? p : 0.0f;
           s_acc[4 * j + e] = p;

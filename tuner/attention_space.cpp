@@ -355,9 +355,18 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   if (p.backward && c.wgmma && c.atomic_dq)
     return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.16 : 1.27) * (c.stages >= 3 ? 0.98 : 1.0) *
            backward_head_dim * edge_select;
+  // The separate dQ kernel finds which 4 scores the built-in masks keep ahead of them
+  // since 2026-12-06 (a branch per score before): 1.12-1.13x faster backward on the
+  // H100 at D = 128, S = 2k (deterministic, no mask and causal). Fitted there: 1.15
+  // (the prediction 0.96-1.09x the measured for no mask, causal and a 255:0 window,
+  // and each still slower than the atomic dQ, as measured: 1.02-1.05x; at 1.2 the
+  // window's separate dQ came first)
+  // (docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md). D = 64 is not measured.
+  const double dq_edge_bits = p.head_dim >= 128 ? 1.15 : 1.0;
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
-           (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0) * backward_head_dim;
+           (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0) * backward_head_dim *
+           dq_edge_bits;
   if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   // Persistent blocks: two buffers suffice (the next item's loads overlap this one's

@@ -366,6 +366,42 @@ TEST(AttentionTuning, TheBackwardModelCountsItsPassesAndBlocks) {
   }
 }
 
+// The separate dQ since its kernel finds the built-in masks' kept scores ahead of them
+// (H100, 2026-12-06, docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md): the
+// model within 10% of each, and the atomic dQ ahead of it, as measured (1.02-1.05x).
+TEST(AttentionTuning, TheSeparateDqFollowsItsMeasuredSpeed) {
+  const cuda::DeviceProperties h100 = cuda::planning_device("h100");
+  struct Measured {
+    const char* name;
+    bool causal;
+    int64_t window_left;
+    double separate_ms, atomic_ms;
+  };
+  const Measured cases[] = {
+      {"no mask", false, -1, 1.5006, 1.4363},
+      {"causal", true, -1, 0.9536, 0.9044},
+      {"--window 255:0", false, 255, 0.4967, 0.4865},
+  };
+  for (const Measured& m : cases) {
+    SCOPED_TRACE(m.name);
+    attention::Problem p = benchmark_shape(m.causal);
+    p.batch = 8;
+    p.seq_q = p.seq_k = 2048;
+    p.window_left = m.window_left;
+    if (m.window_left >= 0) p.window_right = 0;
+    p.backward = true;
+    const AttentionTuning tuning(p);
+    const double separate =
+        tuning.predict("mma=wgmma,bm=64,bn=128,stages=2", h100, Efficiencies{}, nullptr).ms;
+    const double atomic =
+        tuning.predict("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic", h100, Efficiencies{}, nullptr)
+            .ms;
+    EXPECT_NEAR(separate / m.separate_ms, 1.0, 0.10) << separate << " ms predicted";
+    EXPECT_LT(atomic, separate);
+    EXPECT_TRUE(attention_default(p, h100).atomic_dq);
+  }
+}
+
 // The built-in window priced by the tiles it visits, as the mask modifier that spells
 // it (the H100 at 6f91308, before the edge select: docs/perf/2026-12-06-h100-backward-dq-modes.md).
 // The model had counted the built-in window's kept pairs only (two thirds of what its
