@@ -338,8 +338,8 @@ TEST(AttentionTuning, TheBackwardModelCountsItsPassesAndBlocks) {
       {"--window 255:0, S 8k", 8192, 16, 16, 128, false, 255, "", 0.4969},
       {"D 64", 2048, 32, 32, 64, false, -1, "", 1.8464},
       {"D 64, --window 255:0", 2048, 32, 32, 64, false, 255, "", 0.5844},
-      // A score modifier whose mod' is a constant, since the edge test left its loop
-      // (docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md).
+      // A score modifier whose mod' is a constant, since it tests the built-in masks'
+      // edges in their loop of their own (docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md).
       {"ALiBi, S 2k", 2048, 16, 16, 128, false, -1, "", 1.4673, alibi},
       {"ALiBi, S 8k", 8192, 16, 16, 128, false, -1, "", 5.0866, alibi},
       {"ALiBi, S 2k causal", 2048, 16, 16, 128, true, -1, "", 0.8959, alibi},
