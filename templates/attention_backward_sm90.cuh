@@ -599,7 +599,7 @@ struct FlashBackwardKVSm90 {
       // branch of its own between the exponentials, and a 256-key --window ran this
       // kernel 6% longer than the mask modifier that spells it: H100, 2026-12-06.)
       // Without a score modifier, or with one whose mod' is a constant (ALiBi).
-      if (MOD::kConstantGrad && (crosses_right || crosses_left || past_keys)) {
+      if (MOD::kConstantGrad && crosses_edge) {
 #pragma unroll
         for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll
