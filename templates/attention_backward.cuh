@@ -429,18 +429,36 @@ struct FlashBackwardKV {
                 query, key, head);
           }
           float value = exp2f(fmaf(score, scale_log2, -(e % 2 == 0 ? l.x : l.y)));
-          // (Here a branch per score: as bits found ahead of the scores, as the dQ
-          // kernel has them, ptxas spilled the head dim 128 kernels.)
-          if (crosses_right || crosses_left || past_queries) {
-            if (!key_visible(f, seq_k, key, query + offset) || query >= seq_q) value = 0.0f;
+          // With mod' kept per score, a branch per score here: as bits found ahead of
+          // the scores, as the dQ kernel has them, ptxas spilled the head dim 128
+          // kernels. Otherwise the edges are tested in a loop of their own below.
+          if constexpr (!MOD::kConstantGrad) {
+            if (crosses_right || crosses_left || past_queries) {
+              if (!key_visible(f, seq_k, key, query + offset) || query >= seq_q) value = 0.0f;
+            }
           }
           if constexpr (MOD::kMask)  // a select, not a branch per score
             value = MOD::keep(f, query, key, head) ? value : 0.0f;
           p[n][e] = value;
           // Where P is 0 so is dS, whatever mod' is there (a masked score's mod' may be
           // infinite: s / (q_idx - kv_idx) on the diagonal).
-          if constexpr (MOD::kScore) slope[n][e] = value != 0.0f ? slope[n][e] : 0.0f;
+          // (A constant mod' is finite: dS is 0 where P is, and the kernel keeps none.)
+          if constexpr (MOD::kScore && !MOD::kConstantGrad)
+            slope[n][e] = value != 0.0f ? slope[n][e] : 0.0f;
         }
+      }
+      // Without a modifier, or with one whose mod' is a constant (ALiBi), the built-in
+      // masks' edges in a loop of their own: one branch around it, a select per score
+      // (as in the wgmma kernel).
+      if (MOD::kConstantGrad && (crosses_right || crosses_left || past_queries)) {
+#pragma unroll
+        for (int n = 0; n < BM / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = warp_key0 + g + 8 * (e / 2), query = q0 + n * 8 + 2 * t + (e % 2);
+            const bool visible = key_visible(f, seq_k, key, query + offset) && query < seq_q;
+            p[n][e] = visible ? p[n][e] : 0.0f;
+          }
       }
 
       // dV += Pᵀ dO (Pᵀ from registers, dO k-major in shared memory).
