@@ -349,12 +349,22 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // is a constant (ALiBi) takes the same loop since 2026-12-06: ALiBi's backward ran
   // 1.13-1.23x faster, and the prediction at 1.15 is 0.95-1.01x the measured
   // (docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md).
-  const bool edge_loop =
-      p.score_mod.empty() || attention::cached_score_mod(p.score_mod)->constant_grad;
+  const bool varying_grad =
+      !p.score_mod.empty() && !attention::cached_score_mod(p.score_mod)->constant_grad;
+  const bool edge_loop = !varying_grad;
   const double edge_select = !edge_loop ? 1.0 : p.head_dim >= 128 ? 1.15 : 1.4;
+  // A score modifier whose mod' varies (soft-capping: a tanh and its derivative) is
+  // evaluated with mod' at every score of the dK/dV kernel, and the separate dQ's
+  // kernel evaluates both again. Fitted on the H100 at D = 128 (session 34: soft-capping
+  // with the atomic dQ 6.3731 ms at S = 8k, 1.0603 causal at 2k; with the separate dQ
+  // 2.1256 at 2k, where the model had predicted 1.637 and so picked it over the atomic
+  // dQ, predicted 1.651): 0.93 for every wgmma backward, and 0.83 more for the separate dQ
+  // (docs/perf/2026-12-06-h100-status-and-mma-edge-loop.md). Not measured at D = 64.
+  const double varying_mod = varying_grad ? 0.93 : 1.0;
+  const double dq_modifier_again = varying_grad ? 0.83 : 1.0;
   if (p.backward && c.wgmma && c.atomic_dq)
     return 0.4 * 1.02 * (p.head_dim >= 128 ? 1.16 : 1.27) * (c.stages >= 3 ? 0.98 : 1.0) *
-           backward_head_dim * edge_select;
+           backward_head_dim * edge_select * varying_mod;
   // The separate dQ kernel finds which 4 scores the built-in masks keep ahead of them
   // since 2026-12-06 (a branch per score before): 1.12-1.13x faster backward on the
   // H100 at D = 128, S = 2k (deterministic, no mask and causal). Fitted there: 1.15
@@ -366,7 +376,7 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   if (p.backward && c.wgmma)  // seven products for the credited five
     return 0.4 * (c.bm >= 128 ? 1.05 : 1.0) * (c.bn >= 128 ? 1.02 : 1.0) *
            (c.pingpong ? 0.95 : 1.0) * (c.stages >= 3 ? 0.98 : 1.0) * backward_head_dim *
-           dq_edge_bits;
+           dq_edge_bits * varying_mod * dq_modifier_again;
   if (p.backward)
     return (hopper ? 0.12 : 0.3) * (c.bm >= 64 ? 1.05 : 1.0) * (c.bn >= 64 ? 1.05 : 1.0);
   // Persistent blocks: two buffers suffice (the next item's loads overlap this one's

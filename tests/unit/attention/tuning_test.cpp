@@ -44,6 +44,20 @@ attention::Problem backward_shape(int64_t seq, bool causal, int64_t window_left)
   return p;
 }
 
+// The model's predictions (ms; the H100's datasheet, nothing measured) for the
+// backward's two dQ modes on its usual tile.
+struct DqModes {
+  double atomic, separate;
+};
+DqModes predicted_dq_modes(const attention::Problem& p) {
+  const cuda::DeviceProperties h100 = cuda::planning_device("h100");
+  const AttentionTuning tuning(p);
+  auto ms = [&](const char* config) {
+    return tuning.predict(config, h100, Efficiencies{}, nullptr).ms;
+  };
+  return {ms("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic"), ms("mma=wgmma,bm=64,bn=128,stages=2")};
+}
+
 TEST(AttentionTuning, SpecAndSignatureRebuildTheProblem) {
   std::vector<attention::Problem> problems = {benchmark_shape(false), benchmark_shape(true)};
   attention::Problem gqa = benchmark_shape(false);
@@ -393,15 +407,49 @@ TEST(AttentionTuning, TheSeparateDqFollowsItsMeasuredSpeed) {
   for (const Measured& m : cases) {
     SCOPED_TRACE(m.name);
     const attention::Problem p = backward_shape(2048, m.causal, m.window_left);
-    const AttentionTuning tuning(p);
-    const double separate =
-        tuning.predict("mma=wgmma,bm=64,bn=128,stages=2", h100, Efficiencies{}, nullptr).ms;
-    const double atomic =
-        tuning.predict("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic", h100, Efficiencies{}, nullptr)
-            .ms;
-    EXPECT_NEAR(separate / m.separate_ms, 1.0, 0.10) << separate << " ms predicted";
-    EXPECT_LT(atomic, separate);
+    const DqModes predicted = predicted_dq_modes(p);
+    EXPECT_NEAR(predicted.separate / m.separate_ms, 1.0, 0.10)
+        << predicted.separate << " ms predicted";
+    EXPECT_LT(predicted.atomic, predicted.separate);
     EXPECT_TRUE(attention_default(p, h100).atomic_dq);
+  }
+}
+
+// A score modifier whose mod' varies (soft-capping) costs the backward per score, and
+// the separate dQ twice: its dQ kernel evaluates the modifier and mod' again. Since
+// a737552 priced the separate dQ faster (1.15, fitted without a modifier), the model
+// took it for soft-capping at S = 2k: 2.1256 ms on the H100, where it predicted 1.637
+// (and the atomic dQ 1.651; session 34, call 1:
+// docs/perf/2026-12-06-h100-status-and-mma-edge-loop.md). The atomic dQ's figures:
+// 8k from that call, causal from docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md
+// (the same kernels).
+TEST(AttentionTuning, AVaryingDerivativeIsPricedAndKeepsTheAtomicDq) {
+  const cuda::DeviceProperties h100 = cuda::planning_device("h100");
+  struct Measured {
+    const char* name;
+    int64_t seq;
+    bool causal;
+    double atomic_ms, separate_ms;  // 0: not measured
+  };
+  const Measured cases[] = {
+      {"S 2k", 2048, false, 0, 2.1256},
+      {"S 2k causal", 2048, true, 1.0603, 0},
+      {"S 8k", 8192, false, 6.3731, 0},
+  };
+  for (const Measured& m : cases) {
+    SCOPED_TRACE(m.name);
+    attention::Problem p = backward_shape(m.seq, m.causal, -1);
+    p.score_mod = "tanh(s / 50) * 50";
+    const DqModes predicted = predicted_dq_modes(p);
+    if (m.atomic_ms > 0) {
+      EXPECT_NEAR(predicted.atomic / m.atomic_ms, 1.0, 0.05) << predicted.atomic << " ms predicted";
+    }
+    if (m.separate_ms > 0) {
+      EXPECT_NEAR(predicted.separate / m.separate_ms, 1.0, 0.05)
+          << predicted.separate << " ms predicted";
+    }
+    EXPECT_LT(predicted.atomic * 1.1, predicted.separate);
+    EXPECT_TRUE(attention_default(p, h100).atomic_dq) << attention_default(p, h100).to_string();
   }
 }
 
