@@ -442,7 +442,8 @@ struct FlashBackwardKV {
           p[n][e] = value;
           // Where P is 0 so is dS, whatever mod' is there (a masked score's mod' may be
           // infinite: s / (q_idx - kv_idx) on the diagonal).
-          // (A constant mod' is finite: dS is 0 where P is, and the kernel keeps none.)
+          // (A constant mod' is finite, so dS is 0 wherever P is: there is no mod' per
+          // score to zero.)
           if constexpr (MOD::kScore && !MOD::kConstantGrad)
             slope[n][e] = value != 0.0f ? slope[n][e] : 0.0f;
         }
