@@ -116,6 +116,24 @@ __device__ __forceinline__ bool key_visible(const AttentionArgs& args, int seq_k
          (args.window_left < 0 || rel >= -args.window_left);
 }
 
+// Which of a thread's 4 scores of an mma fragment the built-in masks keep, bit e for
+// score e, found ahead of the scores so that each applies a select: tested per score
+// between the exponentials, the test compiled to a branch each (the backward kernels,
+// on tiles that cross an edge). position(e, key, query) sets score e's key and query;
+// the query's diagonal key is query + offset.
+template <typename Position>
+__device__ __forceinline__ u32 visible_bits(const AttentionArgs& args, int seq_k, int offset,
+                                            Position position) {
+  u32 kept = 0u;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    int key, query;
+    position(e, key, query);
+    kept |= (key_visible(args, seq_k, key, query + offset) ? 1u : 0u) << e;
+  }
+  return kept;
+}
+
 // Whether rows [first_row, last_row] x keys [key0, key0 + bn) cross an edge of the
 // built-in masks: the end of the keys, or a side of the window. Only such tiles test
 // each score with key_visible.

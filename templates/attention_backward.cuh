@@ -601,18 +601,12 @@ struct FlashBackwardQ {
       const bool crosses = crosses_end || crosses_right || crosses_left;
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n) {
-        // Which of the 4 scores the built-in masks keep, a bit each, found ahead of
-        // them (one branch per 4 scores) and applied as a select: tested per score,
-        // the test compiled to a branch each.
-        u32 kept = 0xfu;
-        if (crosses) {
-          kept = 0u;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + n * 8 + 2 * t + (e % 2), row = warp_row0 + g + 8 * (e / 2);
-            kept |= (key_visible(f, seq_k, key, row + offset) ? 1u : 0u) << e;
-          }
-        }
+        // Which of the 4 scores the built-in masks keep (one branch per 4 scores).
+        const u32 kept =
+            !crosses ? 0xfu : visible_bits(f, seq_k, offset, [&](int e, int& key, int& query) {
+              key = key0 + n * 8 + 2 * t + (e % 2);
+              query = warp_row0 + g + 8 * (e / 2);
+            });
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           // (Positions computed where used: computed up front, they change the

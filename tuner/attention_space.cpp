@@ -351,8 +351,7 @@ double efficiency_prior(const attention::Problem& p, const attention::Config& c,
   // (docs/perf/2026-12-06-h100-alibi-backward-edge-loop.md).
   const bool varying_grad =
       !p.score_mod.empty() && !attention::cached_score_mod(p.score_mod)->constant_grad;
-  const bool edge_loop = !varying_grad;
-  const double edge_select = !edge_loop ? 1.0 : p.head_dim >= 128 ? 1.15 : 1.4;
+  const double edge_select = varying_grad ? 1.0 : p.head_dim >= 128 ? 1.15 : 1.4;
   // A score modifier whose mod' varies (soft-capping: a tanh and its derivative) is
   // evaluated with mod' at every score of the dK/dV kernel, and the separate dQ's
   // kernel evaluates both again. Fitted on the H100 at D = 128 (session 34: soft-capping
