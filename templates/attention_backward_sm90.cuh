@@ -119,11 +119,13 @@ __device__ __forceinline__ void store_rows_through(T* out, long long row_stride,
 template <typename Wgmma, int D, int A_ROWS, int N>
 __device__ __forceinline__ void product_k_major(float (&acc)[N / 2], u32 a_tile, int a_row0,
                                                 u32 b_tile) {
+  const unsigned long long a = sm90::descriptor(a_tile + a_row0 * 128, 16, 1024);
+  const unsigned long long b = sm90::descriptor(b_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const u32 chunk = kk / 4, step = (kk % 4) * 32;  // a k16 step is 32 bytes of a row
-    Wgmma::run(acc, sm90::descriptor(a_tile + chunk * A_ROWS * 128 + a_row0 * 128 + step, 16, 1024),
-               sm90::descriptor(b_tile + chunk * N * 128 + step, 16, 1024), kk > 0 ? 1 : 0);
+    Wgmma::run(acc, sm90::advance(a, chunk * A_ROWS * 128 + step),
+               sm90::advance(b, chunk * N * 128 + step), kk > 0 ? 1 : 0);
   }
 }
 
@@ -132,9 +134,9 @@ __device__ __forceinline__ void product_k_major(float (&acc)[N / 2], u32 a_tile,
 template <typename Wgmma, int K, int N>
 __device__ __forceinline__ void product_registers_mn(float (&acc)[N / 2], u32 (&a)[K / 16][4],
                                                      u32 b_tile) {
+  const unsigned long long b = sm90::descriptor(b_tile, K * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk)
-    Wgmma::run(acc, a[kk], sm90::descriptor(b_tile + kk * 2048, K * 128, 1024));
+  for (int kk = 0; kk < K / 16; ++kk) Wgmma::run(acc, a[kk], sm90::advance(b, kk * 2048));
 }
 
 // Ping-pong between the two consumer warpgroups: each issues its products only in
@@ -281,13 +283,12 @@ struct FlashBackwardKVSm90 {
     float dq[kDqCols / 2];
     sm90::fence_accumulators(dq);
     sm90::wgmma_fence();
+    const unsigned long long a = sm90::descriptor(ds_tile, 64 * 128, 1024);
+    const unsigned long long b = sm90::descriptor(b_start, BK * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      const u32 a = ds_tile + 16 * kk * 128;
-      const u32 b = b_start + 16 * kk * 128;
-      WgmmaDQ::run(dq, sm90::descriptor(a, 64 * 128, 1024), sm90::descriptor(b, BK * 128, 1024),
+    for (int kk = 0; kk < BK / 16; ++kk)
+      WgmmaDQ::run(dq, sm90::advance(a, 16 * kk * 128), sm90::advance(b, 16 * kk * 128),
                    kk > 0 ? 1 : 0);
-    }
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(dq);
@@ -297,17 +298,22 @@ struct FlashBackwardKVSm90 {
     const int buffer = use & 1;
     if (use >= kDqBuffers) sm90::barrier_wait(dq_empty + 8 * buffer, ((use >> 1) - 1) & 1);
     const u32 tile = dq_tiles + buffer * kDqBytes + (c0 / 32) * kDqChunkBytes + 8 * (t & 1);
+    if (rows < 64) {  // a sequence's last tile only: one branch, not a select per value
+#pragma unroll
+      for (int j = 0; j < kDqCols / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (warp * 16 + g + 8 * (e / 2) >= rows) dq[4 * j + e] = 0.0f;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = warp * 16 + g + 8 * h;
-      const bool inside = row < rows;
 #pragma unroll
       for (int j = 0; j < kDqCols / 8; ++j) {
         const u32 at =
             tile + (j / 4) * kDqChunkBytes + row * 128 + (((2 * (j % 4) + t / 2) ^ g) << 4);
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at),
-                     "f"(inside ? dq[4 * j + 2 * h] : 0.0f),
-                     "f"(inside ? dq[4 * j + 2 * h + 1] : 0.0f)
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(dq[4 * j + 2 * h]),
+                     "f"(dq[4 * j + 2 * h + 1])
                      : "memory");
       }
     }
@@ -452,7 +458,7 @@ struct FlashBackwardKVSm90 {
     }
     __syncthreads();
 
-    const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer
+    const int group = sm90::warpgroup_index() - 1;  // -1: the producer
     if (group < 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
       if (threadIdx.x == 0) {
@@ -753,7 +759,7 @@ struct FlashBackwardQSm90 {
     }
     __syncthreads();
 
-    const int group = static_cast<int>(threadIdx.x) / 128 - 1;
+    const int group = sm90::warpgroup_index() - 1;  // -1: the producer
     if (group < 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
       if (threadIdx.x == 0) {

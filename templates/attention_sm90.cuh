@@ -117,9 +117,9 @@ struct FlashForwardSm90 {
     sm90::fence_accumulators(o_acc);
     fence_fragments(p);
     sm90::wgmma_fence();
+    const unsigned long long v = sm90::descriptor(v_stage, BN * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      WgmmaO::run(o_acc, p[kk], sm90::descriptor(v_stage + kk * 2048, BN * 128, 1024));
+    for (int kk = 0; kk < BN / 16; ++kk) WgmmaO::run(o_acc, p[kk], sm90::advance(v, kk * 2048));
     sm90::wgmma_commit();
   }
 
@@ -239,7 +239,7 @@ struct FlashForwardSm90 {
     }
     __syncthreads();
 
-    const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer
+    const int group = sm90::warpgroup_index() - 1;  // -1: the producer
     if (group < 0) {
       // The producer needs few registers: it hands most of its share to the
       // consumers (kProducerRegisters, kConsumerRegisters), whose accumulators need them.
@@ -379,15 +379,14 @@ struct FlashForwardSm90 {
       sm90::barrier_wait(k_full + 8 * s, (f / STAGES) & 1);
       sm90::fence_accumulators(s_acc);
       sm90::wgmma_fence();
+      const unsigned long long q = sm90::descriptor(q_tile + group * 64 * 128, 16, 1024);
+      const unsigned long long k = sm90::descriptor(k_stage, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         // Chunk kk / 4 of the head dim; a k16 step is 32 bytes along a 128-byte row.
         const u32 chunk = kk / 4, step = (kk % 4) * 32;
-        const unsigned long long desc_q =
-            sm90::descriptor(q_tile + chunk * BM * 128 + group * 64 * 128 + step, 16, 1024);
-        const unsigned long long desc_k =
-            sm90::descriptor(k_stage + chunk * BN * 128 + step, 16, 1024);
-        WgmmaS::run(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+        WgmmaS::run(s_acc, sm90::advance(q, chunk * BM * 128 + step),
+                    sm90::advance(k, chunk * BN * 128 + step), kk > 0 ? 1 : 0);
       }
       sm90::wgmma_commit();
     };

@@ -170,12 +170,31 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 }
 
 // ---- wgmma ---------------------------------------------------------------------
+// The thread's warpgroup (threadIdx.x / 128) through a shuffle from lane 0: the same
+// number, but one ptxas knows is the same in every lane of the warp, so that the
+// shared-memory descriptors built from it stay in uniform registers, where wgmma
+// reads them. From threadIdx.x itself, each descriptor was built in the thread's
+// registers and moved over (R2UR, two per descriptor: 52 of the 722 instructions a
+// query tile of the dK/dV kernel's main loop took at D 128).
+__device__ __forceinline__ int warpgroup_index() {
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+}
 // A shared-memory matrix descriptor: start address, leading and stride byte
 // offsets (all in 16-byte units) and the 128-byte swizzle mode (1 in bits 62-63).
 __device__ __forceinline__ unsigned long long descriptor(u32 address, u32 leading, u32 stride) {
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) |
          (static_cast<unsigned long long>(leading >> 4) << 16) |
          (static_cast<unsigned long long>(stride >> 4) << 32) | (1ull << 62);
+}
+// The descriptor of the matrix `bytes` (a multiple of 16) past `base`'s start. The
+// start field holds a shared-memory address over 16 (bits 0-13; every address of a
+// block's shared memory is below 2^18 bytes, so the sum never carries into the
+// leading offset at bit 16): one add to the low word, where descriptor() of the
+// moved address masks, shifts and ors again. Products that step through a tile k16
+// step by k16 step build the tile's descriptor once and move it.
+__device__ __forceinline__ unsigned long long advance(unsigned long long base, u32 bytes) {
+  const u32 low = static_cast<u32>(base) + (bytes >> 4);
+  return (base & 0xFFFFFFFF00000000ull) | low;
 }
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
