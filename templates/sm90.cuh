@@ -186,11 +186,11 @@ __device__ __forceinline__ unsigned long long descriptor(u32 address, u32 leadin
          (static_cast<unsigned long long>(leading >> 4) << 16) |
          (static_cast<unsigned long long>(stride >> 4) << 32) | (1ull << 62);
 }
-// The descriptor of the matrix `bytes` (a multiple of 16) past `base`'s start. The
-// start field holds a shared-memory address over 16 (bits 0-13; every address of a
-// block's shared memory is below 2^18 bytes, so the sum never carries into the
-// leading offset at bit 16): one add to the low word, where descriptor() of the
-// moved address masks, shifts and ors again. Products that step through a tile k16
+// The descriptor of the matrix `bytes` (a multiple of 16) past `base`'s start: one
+// add to the start field (bits 0-13, the shared-memory address over 16), where
+// descriptor() of the moved address masks, shifts and ors again. The moved address
+// is still in the block's shared memory, below 2^18 bytes, so the sum stays in bits
+// 0-13 and the other fields keep their bits. Products that step through a tile k16
 // step by k16 step build the tile's descriptor once and move it.
 __device__ __forceinline__ unsigned long long advance(unsigned long long base, u32 bytes) {
   const u32 low = static_cast<u32>(base) + (bytes >> 4);
