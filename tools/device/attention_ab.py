@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Same-run A/B of kjit builds on attention problems: each binary benches each case,
-the order rotated per case so drift falls on every build alike.
+"""Same-run A/B of kjit builds on attention (or matmul) problems: each binary benches
+each case, the order rotated per case so drift falls on every build alike.
 
     python3 tools/device/attention_ab.py --kjit old=PATH --kjit new=PATH [--out FILE.json]
-        [--case "NAME|kjit bench attention options" ...] [--rounds 2]
+        [--case "NAME|kjit bench attention options" ...] [--rounds 2] [--family matmul]
 
-Each run is `kjit bench attention --json` (checked against the fp64 reference, then
-timed: L2 flushed, median). Prints a table of medians (the best round per build) and
+Each run is `kjit bench attention --json` (`kjit bench matmul` with --family matmul;
+checked against the reference, then timed: L2 flushed, median). Prints a table of medians (the best round per build) and
 the ratio of each build to the first.
 """
 import argparse
@@ -22,8 +22,8 @@ DEFAULT_CASES = [
 ]
 
 
-def bench(kjit, options):
-    cmd = [kjit, "bench", "attention", "--json", "--repeats", "30"] + shlex.split(options)
+def bench(kjit, family, options):
+    cmd = [kjit, "bench", family, "--json", "--repeats", "30"] + shlex.split(options)
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired:
@@ -40,8 +40,11 @@ def main():
     parser.add_argument("--case", action="append", help="NAME|options (default: a few shapes)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--family", choices=["attention", "matmul"], default="attention")
     args = parser.parse_args()
     builds = [tuple(b.split("=", 1)) for b in args.kjit]
+    if args.family != "attention" and not args.case:
+        parser.error("--family matmul needs --case")
     cases = [tuple(c.split("|", 1)) for c in (args.case or DEFAULT_CASES)]
     rows = []
     for index, (case, options) in enumerate(cases):
@@ -49,7 +52,7 @@ def main():
         for r in range(args.rounds):
             order = builds[(index + r) % len(builds):] + builds[:(index + r) % len(builds)]
             for name, path in order:
-                result = bench(path, options)
+                result = bench(path, args.family, options)
                 rows.append(dict(case=case, options=options, build=name, round=r, **result))
                 if "median_ms" in result and result.get("pass", False):
                     best[name] = min(best.get(name, 1e30), result["median_ms"])
