@@ -5,9 +5,9 @@ each case, the order rotated per case so drift falls on every build alike.
     python3 tools/device/attention_ab.py --kjit old=PATH --kjit new=PATH [--out FILE.json]
         [--case "NAME|kjit bench attention options" ...] [--rounds 2] [--family matmul]
 
-Each run is `kjit bench attention --json` (`kjit bench matmul` with --family matmul;
-checked against the reference, then timed: L2 flushed, median). Prints a table of medians (the best round per build) and
-the ratio of each build to the first.
+Each run is `kjit bench attention --json` (`kjit bench matmul --json` with --family
+matmul): checked against the reference, then timed (L2 flushed, median). Prints a
+table of medians (the best round per build) and the ratio of each build to the first.
 """
 import argparse
 import json
