@@ -13,6 +13,7 @@
 #include "kjit/runtime/compile.h"
 #include "kjit/runtime/cuda/device.h"
 #include "kjit/tuner/attention_space.h"
+#include "tests/support/sass.h"
 
 namespace kjit::attention {
 namespace {
@@ -250,6 +251,61 @@ TEST(AttentionCompile, EveryConfigWithModifiersCompilesWithoutSpills) {
 // matter most (the head dim 128 backward with one had no config before 2026-12-06).
 TEST(AttentionCompile, EveryAmpereConfigWithModifiersCompilesWithoutSpills) {
   compile_modifier_spaces("a100", "sm_80", {64, 96, 128, 256});
+}
+
+// wgmma reads its shared-memory descriptors from uniform registers. The wgmma
+// kernels of both passes (head dims 64 and 128, plain and with soft-capping, a causal
+// mask and a window) build them there: none is computed in the thread's registers
+// and moved over (R2UR), which cost the dK/dV kernel's main loop 210 of its 722
+// instructions a query tile (docs/perf/2026-12-06-h100-uniform-descriptors.md). Not
+// yet the persistent forward with 64-key tiles: there ptxas computes the Q tile's
+// descriptors per thread (8 to 21 of their 24 or 36 wgmma); they are listed, not
+// checked. Needs cuobjdump; skipped without it.
+TEST(AttentionCompile, WgmmaDescriptorsStayInUniformRegisters) {
+  const cuda::DeviceProperties h200 = cuda::planning_device("h200");
+  std::vector<Job> jobs;
+  for (int d : {64, 128})
+    for (const char* score_mod : {"", "tanh(s / 50) * 50"})
+      for (bool causal : {false, true})
+        for (bool backward : {false, true}) {
+          Problem p;
+          p.seq_q = p.seq_k = 4096;
+          p.head_dim = d;
+          p.backward = backward;
+          p.score_mod = score_mod;
+          p.causal = causal;
+          if (!causal && *score_mod == '\0') p.window_left = 255, p.window_right = 0;
+          for (const Config& c : tuner::attention_space(p, h200)) {
+            if (!c.wgmma) continue;
+            const std::string label =
+                fmt::format("d={} {} {}{}{}", d, backward ? "bwd" : "fwd", c.to_string(),
+                            causal ? " causal" : "", *score_mod ? " soft-capping" : "");
+            if (!backward) {
+              const bool listed_only = c.persistent && c.bn == 64;
+              jobs.push_back({label + (listed_only ? " (listed only)" : ""), lower(p, c)});
+              continue;
+            }
+            for (BackwardKernel& k : lower_backward(p, c))
+              if (k.source.arch_specific)
+                jobs.push_back({label + " " + k.role, std::move(k.source)});
+          }
+        }
+  std::vector<std::string> failures;
+  const std::vector<cuda::CompiledProgram> programs = compile_all(jobs, &failures);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SCOPED_TRACE(jobs[i].label);
+    ASSERT_EQ(failures[i], "");
+    const std::string sass =
+        testing::dump_sass(programs[i].cubin, "attention_" + std::to_string(i));
+    if (sass.empty()) GTEST_SKIP() << "no cuobjdump to read the SASS with";
+    const testing::DescriptorSources sources = testing::hgmma_descriptor_sources(sass);
+    std::printf("  %-64s %3d HGMMA, %d with a descriptor from R2UR\n", jobs[i].label.c_str(),
+                sources.hgmma, sources.from_thread_registers);
+    EXPECT_GT(sources.hgmma, 0);
+    if (jobs[i].label.find("(listed only)") == std::string::npos) {
+      EXPECT_EQ(sources.from_thread_registers, 0);
+    }
+  }
 }
 
 // An older GPU takes the same kernel (mma.sync is sm_80).

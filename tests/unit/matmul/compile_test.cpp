@@ -19,6 +19,7 @@
 #include "kjit/runtime/matmul.h"
 #include "kjit/runtime/matmul_check.h"
 #include "kjit/tuner/matmul_space.h"
+#include "tests/support/sass.h"
 
 namespace kjit::matmul {
 namespace {
@@ -111,39 +112,6 @@ std::vector<Case> cases() {
   return out;
 }
 
-// cuobjdump --dump-sass of a cubin (the toolkit's, else one on PATH, as
-// tools/quickstart.sh provides), or "" when the tool is not installed or fails.
-std::string dump_sass(const std::vector<char>& cubin, const std::string& tag) {
-  std::string tool = "/usr/local/cuda/bin/cuobjdump";
-  if (!std::filesystem::exists(tool)) {
-    if (std::system("command -v cuobjdump > /dev/null 2>&1") != 0) return "";
-    tool = "cuobjdump";
-  }
-  const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string path = (dir / ("kjit_matmul_" + tag + ".cubin")).string();
-  {
-    std::ofstream file(path, std::ios::binary);
-    file.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));
-  }
-  std::string out;
-  FILE* pipe = popen((tool + " --dump-sass " + path + " 2>&1").c_str(), "r");
-  if (!pipe) return "";
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-  pclose(pipe);
-  std::filesystem::remove(path);
-  // A cuobjdump without its nvdisasm prints only an error: not a listing to check.
-  if (out.find("Function : ") == std::string::npos) {
-    size_t start = out.find("fatal");
-    if (start == std::string::npos) start = 0;
-    std::printf("  (%s gave no listing: %s)\n", tool.c_str(),
-                out.substr(start, out.find('\n', start) - start).c_str());
-    return "";
-  }
-  return out;
-}
-
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -209,7 +177,7 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
         EXPECT_NE(program.ptx.find("cp.async.cg.shared.global"), std::string::npos);
       }
     }
-    const std::string sass = dump_sass(program.cubin, std::to_string(i));
+    const std::string sass = testing::dump_sass(program.cubin, "matmul_" + std::to_string(i));
     if (sass.empty()) {
       std::printf("  (no cuobjdump: SASS not checked, PTX only)\n");
       continue;
