@@ -274,12 +274,14 @@ TEST(AttentionCompile, WgmmaDescriptorsStayInUniformRegisters) {
           p.backward = backward;
           p.score_mod = score_mod;
           p.causal = causal;
-          if (!causal && *score_mod == '\0') p.window_left = 255, p.window_right = 0;
+          const bool window = !causal && *score_mod == '\0';  // 256 keys, as a built-in
+          if (window) p.window_left = 255, p.window_right = 0;
           for (const Config& c : tuner::attention_space(p, h200)) {
             if (!c.wgmma) continue;
             const std::string label =
-                fmt::format("d={} {} {}{}{}", d, backward ? "bwd" : "fwd", c.to_string(),
-                            causal ? " causal" : "", *score_mod ? " soft-capping" : "");
+                fmt::format("d={} {} {}{}{}{}", d, backward ? "bwd" : "fwd", c.to_string(),
+                            causal ? " causal" : "", window ? " window 255:0" : "",
+                            *score_mod ? " soft-capping" : "");
             if (!backward) {
               const bool listed_only = c.persistent && c.bn == 64;
               jobs.push_back({label + (listed_only ? " (listed only)" : ""), lower(p, c)});
