@@ -1174,17 +1174,24 @@ struct WgmmaMatmul {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) fence_accumulators(acc[r]);
       wgmma_fence();
+      // Each descriptor is built once a k-tile and moved by one add a k step
+      // (sm90::advance): 32 bytes along a K-major line, or 16 lines (16 k) of an
+      // MN-major chunk. wgmma reads descriptors from uniform registers; rebuilt per
+      // step, ptxas made them in the thread's registers and moved each over (R2UR).
+      // (Only here: the other schedules' consume is as measured before.)
+      const unsigned long long a_tile =
+          A_K_MAJOR ? descriptor(a, 16, 1024) : descriptor(a, CHUNK_BYTES, 1024);
+      const unsigned long long b_tile =
+          B_K_MAJOR ? descriptor(b, 16, 1024) : descriptor(b, CHUNK_BYTES, 1024);
 #pragma unroll
       for (int kk = 0; kk < K_STEPS; ++kk) {
-        const unsigned long long desc_b = B_K_MAJOR ? descriptor(b + kk * 32, 16, 1024)
-                                                    : descriptor(b + kk * 2048, CHUNK_BYTES, 1024);
+        const unsigned long long desc_b = advance(b_tile, kk * (B_K_MAJOR ? 32 : 2048));
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {  // row group r: 64 K-major lines, or MN-major chunk r
-          const unsigned long long desc_a =
-              A_K_MAJOR ? descriptor(a + r * 64 * 128 + kk * 32, 16, 1024)
-                        : descriptor(a + r * CHUNK_BYTES + kk * 2048, CHUNK_BYTES, 1024);
-          Wgmma::run(acc[r], desc_a, desc_b);
-        }
+        for (int r = 0; r < ROWS; ++r)  // row group r: 64 K-major lines, or MN-major chunk r
+          Wgmma::run(
+              acc[r],
+              advance(a_tile, (A_K_MAJOR ? r * 64 * 128 + kk * 32 : r * CHUNK_BYTES + kk * 2048)),
+              desc_b);
       }
       wgmma_commit();
 #pragma unroll
@@ -1229,7 +1236,11 @@ struct WgmmaMatmul {
 
     const int tiles_m = (args.m + BM - 1) / BM, tiles_n = (args.n + BN - 1) / BN;
     const long long units = static_cast<long long>(tiles_m) * tiles_n * args.batch * args.splits;
-    const int group = static_cast<int>(threadIdx.x) / 128 - 1;  // -1: the producer warpgroup
+    // -1: the producer warpgroup. Read through a shuffle (sm90::warpgroup_index), so
+    // that ptxas knows it is warp-uniform: the turns' branches on it stay uniform and
+    // so do the stage addresses and descriptors computed under them. (In run and
+    // run_persistent the same made the 20-warp 256 x 128 kernels spill.)
+    const int group = warpgroup_index() - 1;
     int first = 0;    // k-tiles through the pipeline so far, both warpgroups' (the ring is shared)
     if (group < 0) {  // the producer: every unit of the block, in order, as run_persistent
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
