@@ -223,6 +223,19 @@ class AttentionTest : public testing::GpuTest {
     }
   }
 
+  // Each problem's backward with the atomic dQ (wgmma, 64-query tiles); skipped on a
+  // GPU without it.
+  void run_backward_atomic(std::vector<Problem> problems) {
+    const Config atomic = Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
+    for (Problem& p : problems) {
+      p.backward = true;
+      const std::vector<Config> space = tuner::attention_space(p, device());
+      if (std::find(space.begin(), space.end(), atomic) == space.end())
+        GTEST_SKIP() << "no atomic dQ on this GPU (" << device().arch() << ")";
+      run_backward({p}, atomic);
+    }
+  }
+
   // The case with the tuner's config, and again on each engine it would not pick:
   // mma.sync (16 and 32 rows per warp) and, on sm_90 at head dims 64 and 128, the
   // TMA + wgmma engine.
@@ -760,7 +773,6 @@ TEST_F(AttentionTest, BackwardAtomicDqOverStaleMemory) {
 // sequence's sums), and a window over many query tiles (S = 4097): dQ = 0 where no
 // key is seen, in both of run_backward's launches (the sums start at zero again).
 TEST_F(AttentionTest, BackwardAtomicDqWhereQueriesSeeNoKey) {
-  const Config atomic = Config::parse("mma=wgmma,bm=64,bn=128,stages=2,dq=atomic");
   std::vector<Problem> problems;
   for (const int d : {64, 128}) {
     Problem rows = shape(700, 300, d, 4);
@@ -780,13 +792,34 @@ TEST_F(AttentionTest, BackwardAtomicDqWhereQueriesSeeNoKey) {
   long_window.window_left = 300;
   long_window.window_right = 0;
   problems.push_back(long_window);
-  for (Problem& p : problems) {
-    p.backward = true;
-    const std::vector<Config> space = tuner::attention_space(p, device());
-    if (std::find(space.begin(), space.end(), atomic) == space.end())
-      GTEST_SKIP() << "no atomic dQ on this GPU (" << device().arch() << ")";
-    run_backward({p}, atomic);
+  run_backward_atomic(problems);
+}
+
+// Many more dK/dV blocks than SMs (on a 132-SM GPU), of unequal work: windows, a
+// mask modifier with ALiBi, grouped heads, and a packed batch whose short sequences
+// leave most key blocks empty. (Written for a persistent dK/dV kernel whose blocks
+// walked these units, carrying their pipelines' phases from one to the next; that
+// kernel was slower and was not kept: docs/perf/2026-12-07-h100-persistent-dkdv-and-
+// pingpong-descriptors.md.)
+TEST_F(AttentionTest, BackwardManyBlocksOfUnequalWork) {
+  std::vector<Problem> problems;
+  for (const int d : {64, 128}) {
+    problems.push_back(shape(1000, 1000, d, 16, 4));  // 8 x 16 x 4 = 512 blocks
+    Problem grouped = shape(1500, 1700, d, 32, 2);    // 14 x 8 x 2 = 224 blocks
+    grouped.kv_heads = 8;
+    grouped.window_left = 200;
+    grouped.window_right = 0;
+    problems.push_back(grouped);
   }
+  Problem modified = shape(2000, 2000, 128, 8, 4);  // 16 x 8 x 4 = 512 blocks
+  modified.score_mod = kAlibi;
+  modified.mask_mod = kSlidingWindow;
+  problems.push_back(modified);
+  Problem packed = shape(1, 1, 128, 24);  // 17 x 8 x 5 = 680 blocks, most of them empty
+  packed.kv_heads = 8;
+  packed.set_lengths({1, 7, 300, 2049, 513});
+  problems.push_back(packed);
+  run_backward_atomic(problems);
 }
 
 TEST_F(AttentionTest, BackwardEveryConfigOfTheSpace) {
