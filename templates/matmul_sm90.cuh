@@ -1178,7 +1178,7 @@ struct WgmmaMatmul {
       // (sm90::advance): 32 bytes along a K-major line, or 16 lines (16 k) of an
       // MN-major chunk. wgmma reads descriptors from uniform registers; rebuilt per
       // step, ptxas made them in the thread's registers and moved each over (R2UR).
-      // (Only here: the other schedules' consume is as measured before.)
+      // (consume, the other schedules', still builds them per step.)
       const unsigned long long a_tile =
           A_K_MAJOR ? descriptor(a, 16, 1024) : descriptor(a, CHUNK_BYTES, 1024);
       const unsigned long long b_tile =

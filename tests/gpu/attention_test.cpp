@@ -799,8 +799,8 @@ TEST_F(AttentionTest, BackwardAtomicDqWhereQueriesSeeNoKey) {
 // mask modifier with ALiBi, grouped heads, and a packed batch whose short sequences
 // leave most key blocks empty. (Written for a persistent dK/dV kernel whose blocks
 // walked these units, carrying their pipelines' phases from one to the next; that
-// kernel was slower and was not kept: docs/perf/2026-12-07-h100-persistent-dkdv-and-
-// pingpong-descriptors.md.)
+// kernel was slower and was not kept:
+// docs/perf/2026-12-07-h100-persistent-dkdv-and-pingpong-descriptors.md.)
 TEST_F(AttentionTest, BackwardManyBlocksOfUnequalWork) {
   std::vector<Problem> problems;
   for (const int d : {64, 128}) {
