@@ -24,13 +24,22 @@ struct Case {
   std::string label;
 };
 
+// The problem each compile test builds kernels for: 4096 queries and keys at head dim
+// d, either pass, with a score modifier ("" for none).
+Problem long_problem(int d, bool backward = false, const char* score_mod = "") {
+  Problem p;
+  p.seq_q = p.seq_k = 4096;
+  p.head_dim = d;
+  p.backward = backward;
+  p.score_mod = score_mod;
+  return p;
+}
+
 std::vector<Case> cases() {
   const cuda::DeviceProperties h200 = cuda::planning_device("h200");
   std::vector<Case> all;
   for (int d : {64, 96, 128, 256}) {
-    Problem p;
-    p.seq_q = p.seq_k = 4096;
-    p.head_dim = d;
+    Problem p = long_problem(d);
     for (const Config& c : tuner::attention_space(p, h200))
       all.push_back({p, c, "bf16 d=" + std::to_string(d) + " " + c.to_string()});
     p.dtype = ir::DType::F16;
@@ -130,10 +139,7 @@ TEST(AttentionCompile, EveryBackwardConfigCompilesWithoutSpills) {
   const cuda::DeviceProperties h200 = cuda::planning_device("h200");
   std::vector<Job> jobs;
   for (int d : {64, 96, 128, 256}) {
-    Problem p;
-    p.seq_q = p.seq_k = 4096;
-    p.head_dim = d;
-    p.backward = true;
+    const Problem p = long_problem(d, true);
     for (const Config& c : tuner::attention_space(p, h200)) {
       for (BackwardKernel& k : lower_backward(p, c))
         jobs.push_back({fmt::format("d={} {} {}", d, c.to_string(), k.role), std::move(k.source)});
@@ -196,11 +202,7 @@ void compile_modifier_spaces(const char* device_name, const std::string& arch,
   for (int d : head_dims) {
     for (const char* score_mod : score_mods) {
       for (bool backward : {false, true}) {
-        Problem p;
-        p.seq_q = p.seq_k = 4096;
-        p.head_dim = d;
-        p.backward = backward;
-        p.score_mod = score_mod;
+        Problem p = long_problem(d, backward, score_mod);
         p.mask_mod = "(kv_idx <= q_idx) * (q_idx - kv_idx < 256)";
         const std::vector<Config> space = tuner::attention_space(p, device);
         EXPECT_FALSE(space.empty())
@@ -268,11 +270,7 @@ TEST(AttentionCompile, WgmmaDescriptorsStayInUniformRegisters) {
     for (const char* score_mod : {"", "tanh(s / 50) * 50"})
       for (bool causal : {false, true})
         for (bool backward : {false, true}) {
-          Problem p;
-          p.seq_q = p.seq_k = 4096;
-          p.head_dim = d;
-          p.backward = backward;
-          p.score_mod = score_mod;
+          Problem p = long_problem(d, backward, score_mod);
           p.causal = causal;
           const bool window = !causal && *score_mod == '\0';  // 256 keys, as a built-in
           if (window) p.window_left = 255, p.window_right = 0;
