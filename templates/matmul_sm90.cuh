@@ -173,8 +173,16 @@ struct WgmmaMatmul {
   // once the wgmma group that read it has completed, the last one too (a persistent
   // block's producer is already filling stages for the next tile).
   __device__ __forceinline__ static void consume(float (&acc)[ACC], u32 stages, u32 full, u32 empty,
-                                                 int group, int k_tiles, int first = 0) {
+                                                 int k_tiles, int first = 0) {
     const bool warp_leader = threadIdx.x % 32 == 0;
+    // This warpgroup's rows. With one or two consumers, read through a shuffle
+    // (sm90::warpgroup_index), so that ptxas keeps the descriptors built from it in
+    // uniform registers, where wgmma reads them (the 128x256 persistent main loop: 82
+    // SASS instructions a k-tile, 8 of them R2UR, before; 57 and none after). Four
+    // consumers have 96 registers a thread, and there the shuffled value spilled (8
+    // bytes, the IR's gelu into a misaligned C): they keep threadIdx.x / 128.
+    const int group =
+        CONSUMERS > 2 ? static_cast<int>(threadIdx.x) / 128 - 1 : warpgroup_index() - 1;
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = (first + kt) % STAGES;
       const u32 a = stages + s * STAGE_BYTES;
@@ -182,18 +190,19 @@ struct WgmmaMatmul {
       barrier_wait(full + 8 * s, ((first + kt) / STAGES) & 1);
       fence_accumulators(acc);
       wgmma_fence();
+      // This warpgroup's 64 rows: 64 K-major lines, or MN-major chunk `group`. Each
+      // descriptor is built once a k-tile and moved by one add a k step
+      // (sm90::advance): 32 bytes along a K-major line (16 bf16/f16 or 8 tf32
+      // values), or 16 lines (16 k) of an MN-major chunk.
+      const unsigned long long a_tile =
+          A_K_MAJOR ? descriptor(a + group * 64 * 128, 16, 1024)
+                    : descriptor(a + group * CHUNK_BYTES, CHUNK_BYTES, 1024);
+      const unsigned long long b_tile =
+          B_K_MAJOR ? descriptor(b, 16, 1024) : descriptor(b, CHUNK_BYTES, 1024);
 #pragma unroll
-      for (int kk = 0; kk < K_STEPS; ++kk) {
-        // This warpgroup's 64 rows: 64 K-major lines, or MN-major chunk `group`. A
-        // k step is 32 bytes along a K-major line (16 bf16/f16 or 8 tf32 values), or
-        // 16 lines (16 k) of an MN-major chunk.
-        const unsigned long long desc_a =
-            A_K_MAJOR ? descriptor(a + group * 64 * 128 + kk * 32, 16, 1024)
-                      : descriptor(a + group * CHUNK_BYTES + kk * 2048, CHUNK_BYTES, 1024);
-        const unsigned long long desc_b = B_K_MAJOR ? descriptor(b + kk * 32, 16, 1024)
-                                                    : descriptor(b + kk * 2048, CHUNK_BYTES, 1024);
-        Wgmma::run(acc, desc_a, desc_b);
-      }
+      for (int kk = 0; kk < K_STEPS; ++kk)
+        Wgmma::run(acc, advance(a_tile, kk * (A_K_MAJOR ? 32 : 2048)),
+                   advance(b_tile, kk * (B_K_MAJOR ? 32 : 2048)));
       wgmma_commit();
       fence_accumulators(acc);
       // k-tile kt - 1's group is complete: its stage may be refilled.
@@ -309,7 +318,7 @@ struct WgmmaMatmul {
         produce(map_a, map_b, stages, full, empty, tile_m * BM, tile_n * BN, batch, k_begin,
                 k_tiles);
     } else {
-      consume(acc, stages, full, empty, group, k_tiles);
+      consume(acc, stages, full, empty, k_tiles);
     }
     // Whole-block barriers only (no named barriers over a subset of warps): every
     // wgmma has read its last stage, so the stages may hold the staged tile; then
@@ -1124,7 +1133,7 @@ struct WgmmaMatmul {
       float acc[ACC];
 #pragma unroll
       for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
-      consume(acc, stages, full, empty, group, k_tiles, first);
+      consume(acc, stages, full, empty, k_tiles, first);
       first += k_tiles;
       if (unit >= whole_tiles &&
           !finish_streamk(args, acc, w.split, (unit - whole_tiles) % args.streamk_tiles))
@@ -1178,7 +1187,6 @@ struct WgmmaMatmul {
       // (sm90::advance): 32 bytes along a K-major line, or 16 lines (16 k) of an
       // MN-major chunk. wgmma reads descriptors from uniform registers; rebuilt per
       // step, ptxas made them in the thread's registers and moved each over (R2UR).
-      // (consume, the other schedules', still builds them per step.)
       const unsigned long long a_tile =
           A_K_MAJOR ? descriptor(a, 16, 1024) : descriptor(a, CHUNK_BYTES, 1024);
       const unsigned long long b_tile =

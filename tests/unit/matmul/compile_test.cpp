@@ -226,6 +226,46 @@ TEST(MatmulCompile, EveryDefaultConfigCompilesWithoutSpills) {
   }
 }
 
+// wgmma reads its shared-memory descriptors from uniform registers. Built from a
+// value ptxas cannot prove warp-uniform (threadIdx.x / 128), each was computed in
+// the thread's registers and moved over (R2UR) at every k step: 8 of the 128x256
+// persistent main loop's 82 instructions a k-tile. Every schedule with one or two
+// consumer warpgroups builds them once a k-tile from sm90::warpgroup_index, in every
+// layout (MN-major operands step by 2048 bytes, K-major by 32). Not checked: four
+// consumers (threadIdx.x / 128: the shuffled value spilled) and one (ptxas keeps
+// that loop's whole stage arithmetic in the thread's registers).
+TEST(MatmulCompile, WgmmaDescriptorsStayInUniformRegisters) {
+  std::vector<Case> all;
+  for (const char* layout : {"nn", "tn", "nt", "tt"}) {
+    const Problem p = problem_for(DType::BF16, layout, true, true);
+    for (const char* schedule : {"tile", "persistent"}) {
+      const Config c = Config::parse(
+          std::string("mma=wgmma,bm=128,bn=256,bk=64,warps=12,wm=2,stages=4,schedule=") + schedule);
+      all.push_back({p, c, std::string(layout) + " " + c.source_text(), true});
+    }
+  }
+  const Problem nn = problem_for(DType::BF16, "nn", true, true);
+  for (const char* text :
+       {"mma=wgmma,bm=128,bn=128,bk=64,warps=12,wm=2,stages=6,schedule=pingpong",
+        "mma=wgmma,bm=64,bn=256,bk=64,warps=12,wm=1,stages=4,schedule=pingpong"}) {
+    const Config c = Config::parse(text);
+    all.push_back({nn, c, "nn " + c.source_text(), true});
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(all[i].label);
+    const cuda::CompiledProgram program =
+        compile_for_arch(lower(all[i].problem, all[i].config), "sm_90");
+    const std::string sass =
+        testing::dump_sass(program.cubin, "matmul_descriptors_" + std::to_string(i));
+    if (sass.empty()) GTEST_SKIP() << "no cuobjdump to read the SASS with";
+    const testing::DescriptorSources sources = testing::hgmma_descriptor_sources(sass);
+    std::printf("  %-72s %2d HGMMA, %d with a descriptor from R2UR\n", all[i].label.c_str(),
+                sources.hgmma, sources.from_thread_registers);
+    EXPECT_GT(sources.hgmma, 0);
+    EXPECT_EQ(sources.from_thread_registers, 0);
+  }
+}
+
 TEST(MatmulCompile, PaddingAndStagingKernelsCompileWithoutSpills) {
   for (DType dtype : {DType::BF16, DType::F16, DType::TF32}) {
     const KernelSource source = dtype == DType::TF32 ? lower_stage_k_major() : lower_pad(dtype);
