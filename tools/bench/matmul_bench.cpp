@@ -2,8 +2,8 @@
 // accumulation, in one process:
 //
 //   build/release/tools/bench/matmul_bench [--shapes 4096x4096x4096,...] [--configs "A;B"]
-//                                          [--repeats 30] [--out results.json] [--quick]
-//                                          [--gelu-bias]
+//                                          [--repeats 30] [--rounds 5] [--out results.json]
+//                                          [--quick] [--gelu-bias]
 //
 // For each shape (layout nn, packed, so the alignment class follows N and K):
 //   default  the model's choice with its priors (the tuner over an empty store):
@@ -18,7 +18,9 @@
 //   epilogue, so each side's cost of the fused gelu is measured in the same rounds
 // Every kjit config is checked against cuBLAS first (relative L2 <= 1e-2). Timing:
 // the project's one timer (tuner/timer.h): L2 flushed before every run, all
-// variants of a shape in interleaved rounds, median and 95% interval.
+// variants of a shape in interleaved rounds (--rounds, 5; each variant runs
+// repeats / rounds times in a row a round: --rounds equal to --repeats alternates
+// the variants run by run, as the tuner's finals do), median and 95% interval.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -52,6 +54,7 @@ struct Options {
   std::vector<std::array<int64_t, 3>> shapes;
   std::vector<std::string> configs;
   int repeats = 30;
+  int rounds = 5;
   bool gelu_bias = false;
 };
 
@@ -106,8 +109,8 @@ void run(const Options& options) {
   std::unique_ptr<cli::CublasLtPeer> cublas = load_peer();
   cuda::Stream stream;
   tuner::TimerOptions timer_options;
-  timer_options.rounds = 5;
-  timer_options.runs_per_round = std::max(1, options.repeats / 5);
+  timer_options.rounds = options.rounds;
+  timer_options.runs_per_round = std::max(1, options.repeats / options.rounds);
   timer_options.hopeless = 0;  // time every variant fully
   tuner::Timer timer(stream.get(), device.l2_bytes, timer_options);
   std::cout << fmt::format("{} ({} SMs)\n", device.name, device.sm_count);
@@ -336,6 +339,11 @@ int main(int argc, char** argv) {
         options.out = argv[++i];
       } else if (arg == "--repeats" && i + 1 < argc) {
         options.repeats = std::max(5, std::atoi(argv[++i]));
+      } else if (arg == "--rounds" && i + 1 < argc) {
+        options.rounds = std::atoi(argv[++i]);
+        if (options.rounds < 1 || options.rounds > 1000)
+          throw std::runtime_error(std::string("--rounds: '") + argv[i] +
+                                   "' is not a count of rounds from 1 to 1000");
       } else if (arg == "--shapes" && i + 1 < argc) {
         options.shapes = kjit::parse_shapes(argv[++i]);
       } else if (arg == "--configs" && i + 1 < argc) {
@@ -348,11 +356,11 @@ int main(int argc, char** argv) {
         options.shapes = {{1024, 1024, 1024}, {1023, 1023, 1023}};
       } else if (arg == "--help" || arg == "-h") {
         std::cout << "usage: matmul_bench [--shapes MxNxK,...] [--configs \"A;B\"] [--repeats N] "
-                     "[--out results.json] [--quick] [--gelu-bias]\n";
+                     "[--rounds R] [--out results.json] [--quick] [--gelu-bias]\n";
         return 0;
       } else {
         std::cerr << "usage: matmul_bench [--shapes MxNxK,...] [--configs \"A;B\"] [--repeats N] "
-                     "[--out results.json] [--quick] [--gelu-bias]\n";
+                     "[--rounds R] [--out results.json] [--quick] [--gelu-bias]\n";
         return 2;
       }
     }
