@@ -137,6 +137,24 @@ std::vector<const Measured*> fastest_first(const std::vector<Measured>& trials) 
   return passed;
 }
 
+// The trials the winner is picked from: the finalists' where the finals ran, every
+// trial otherwise. The finals time their configs side by side; a config left out
+// was measured more than 2% behind in a job of its own, at another clock, and its
+// time there must not overturn them. (On an H100, 16384 x 8192 x 1024: the finals'
+// times of ping-pong 128 x 128 came out behind a non-finalist's time of an earlier
+// job at a lower clock, whose wide interval tied eight configs, and the model's
+// prior then picked a config that no final had timed; it ran 0.96x cuBLASLt, the
+// finals' pick 1.02x: docs/perf/2026-12-07-h100-finals-share-one-clock.md.) A
+// finalist that failed in the finals drops out; where all did, every trial competes.
+std::vector<Measured> finals_or_all(const TuneResult& result) {
+  std::vector<Measured> finals;
+  for (const Measured& m : result.trials)
+    if (m.ok() && std::find(result.finalists.begin(), result.finalists.end(), m.config) !=
+                      result.finalists.end())
+      finals.push_back(m);
+  return finals.empty() ? result.trials : finals;
+}
+
 }  // namespace
 
 const char* to_string(Strategy strategy) {
@@ -484,6 +502,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     else
       ++result.failed;
   }
+  const std::vector<Measured> contenders = finals_or_all(result);
   if (decided) {
     result.config = decided->config;
     result.summary.median_ms = result.summary.min_ms = decided->measured.median_ms;
@@ -491,7 +510,7 @@ TuneResult tune(const TuningProblem& problem, Chooser& chooser, const Measurer& 
     result.summary.high_ms = decided->measured.median_ms * (1 + decided->measured.spread / 2);
     result.summary.runs = decided->measured.runs;
     result.tie_break = "the stored tuning, as its finals decided (--force measures again)";
-  } else if (const Measured* winner = pick_winner(result.trials, problem, device, &result.tie_break,
+  } else if (const Measured* winner = pick_winner(contenders, problem, device, &result.tie_break,
                                                   result.default_config)) {
     result.config = winner->config;
     result.summary = winner->summary;

@@ -16,6 +16,9 @@
 // clock, which over-corrects a kernel that is partly memory bound, and on the H200
 // put the default 6% behind a config it beat side by side by 6%.)
 //
+// Where the finals ran, the winner is a finalist (by the rule below): a config
+// left out of them cannot overturn them with a time of an earlier job.
+//
 // Resumable: trials already in the store (same GPU model, problem and tuner
 // version) are not measured again unless `force`; they compete with the new ones.
 // The winner is the fastest median unless the 95% intervals of several overlap
@@ -91,7 +94,8 @@ struct TuneResult {
   bool budget_exhausted = false;
   // The trials' times are scaled to the peak SM clock (TimerOptions::at_peak_clock).
   bool at_peak_clock = false;
-  // The configs timed again in the finals (their trials hold the finals' times).
+  // The configs timed again in the finals (their trials hold the finals' times);
+  // where the finals ran, the winner is one of them.
   std::vector<std::string> finalists;
 };
 

@@ -397,6 +397,28 @@ TEST_F(TuneTest, TheDefaultRunsInTheFinalsHoweverFarBehind) {
   EXPECT_EQ(run(options).config, "c=7");
 }
 
+// The winner is a finalist. The finals time their configs side by side; a config
+// left out of them (measured more than 2% behind, in a job of its own) must not
+// overturn them with that earlier time. On an H100 a non-finalist's time from a job
+// at a lower clock did, and the tune stored a config no final had timed, 0.96x
+// cuBLASLt where the finals' pick ran 1.02x.
+TEST_F(TuneTest, TheWinnerIsAFinalist) {
+  measurer_.truth["c=0"] = 0.53;   // the default
+  measurer_.truth["c=1"] = 0.515;  // 3% behind c=7: no finalist
+  measurer_.finals_truth = {{"c=0", 0.56}, {"c=7", 0.54}};
+  TuneOptions options;
+  options.top = 4;  // phase 2 measures c=1 (the default's group) and c=7
+  const TuneResult r = run(options);
+  std::set<std::string> measured(measurer_.measured.begin(), measurer_.measured.end());
+  ASSERT_TRUE(measured.count("c=1"));
+  EXPECT_EQ(measurer_.timer.runs_per_round, 1);  // the last job was the finals
+  EXPECT_EQ(std::set<std::string>(r.finalists.begin(), r.finalists.end()),
+            (std::set<std::string>{"c=7", "c=0"}));
+  EXPECT_EQ(r.config, "c=7") << r.tie_break;
+  EXPECT_NEAR(r.summary.median_ms, 0.54, 1e-9);
+  EXPECT_EQ(store_->find_tuning("gpu", r.signature)->config, "c=7");
+}
+
 // The store keeps each config's fastest measurement: c=7's 0.50 ms timed alone,
 // not its 0.56 in the finals, which the default won at 0.52. A tune resumed with
 // every trial stored picked again among those and undid the finals; it keeps the
