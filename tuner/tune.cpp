@@ -143,8 +143,8 @@ std::vector<const Measured*> fastest_first(const std::vector<Measured>& trials) 
 // time there must not overturn them. (On an H100, 16384 x 8192 x 1024: the finals'
 // times of ping-pong 128 x 128 came out behind a non-finalist's time of an earlier
 // job at a lower clock, whose wide interval tied eight configs, and the model's
-// prior then picked a config that no final had timed; it ran 0.96x cuBLASLt, the
-// finals' pick 1.02x: docs/perf/2026-12-07-h100-finals-share-one-clock.md.) A
+// prior then picked a config that no final had timed; it ran 0.96x cuBLASLt, a
+// finalist 1.03x: docs/perf/2026-12-07-h100-finals-share-one-clock.md.) A
 // finalist that failed in the finals drops out; where all did, every trial competes.
 std::vector<Measured> finals_or_all(const TuneResult& result) {
   std::vector<Measured> finals;

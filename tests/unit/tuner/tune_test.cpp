@@ -401,7 +401,7 @@ TEST_F(TuneTest, TheDefaultRunsInTheFinalsHoweverFarBehind) {
 // left out of them (measured more than 2% behind, in a job of its own) must not
 // overturn them with that earlier time. On an H100 a non-finalist's time from a job
 // at a lower clock did, and the tune stored a config no final had timed, 0.96x
-// cuBLASLt where the finals' pick ran 1.02x.
+// cuBLASLt where a finalist ran 1.03x.
 TEST_F(TuneTest, TheWinnerIsAFinalist) {
   measurer_.truth["c=0"] = 0.53;   // the default
   measurer_.truth["c=1"] = 0.515;  // 3% behind c=7: no finalist
