@@ -92,6 +92,12 @@ struct WgmmaMatmul {
   static constexpr int CONSUMER_REGISTERS =
       (LAUNCH_REGISTERS + 128 * (LAUNCH_REGISTERS - PRODUCER_REGISTERS) / CONSUMER_THREADS) / 8 * 8;
   static constexpr int CHUNK_BYTES = 64 * 128;  // one 64-row chunk of an MN-major operand
+  // How wgmma's descriptors move over an operand's stage: a k step is 32 bytes along
+  // a K-major line (16 bf16/f16 or 8 tf32 values) or 16 lines (16 k) of an MN-major
+  // chunk; 64 rows are 64 K-major lines or one MN-major chunk, 8 KiB either way.
+  static constexpr int A_STEP_BYTES = A_K_MAJOR ? 32 : 2048;
+  static constexpr int B_STEP_BYTES = B_K_MAJOR ? 32 : 2048;
+  static constexpr int GROUP_BYTES = 64 * 128;
   static constexpr int STAGED_STRIDE = BN + 8;  // floats per staged row (bank spread)
   static constexpr int VEC = matmul::Chunk<TC>::VEC;
   static constexpr int CHUNKS_PER_ROW = BN / VEC;
@@ -168,6 +174,13 @@ struct WgmmaMatmul {
     }
   }
 
+  // The descriptor of an operand's stage at `address` (K-major: 128-byte lines;
+  // MN-major: 64-row chunks), built once a k-tile and moved by sm90::advance.
+  template <bool K_MAJOR>
+  __device__ __forceinline__ static unsigned long long stage_descriptor(u32 address) {
+    return K_MAJOR ? descriptor(address, 16, 1024) : descriptor(address, CHUNK_BYTES, 1024);
+  }
+
   // A consumer warpgroup: acc += its 64 rows of A times B over all k-tiles, from
   // stage (first + kt) % STAGES as the producer filled them. Every stage is released
   // once the wgmma group that read it has completed, the last one too (a persistent
@@ -190,19 +203,12 @@ struct WgmmaMatmul {
       barrier_wait(full + 8 * s, ((first + kt) / STAGES) & 1);
       fence_accumulators(acc);
       wgmma_fence();
-      // This warpgroup's 64 rows: 64 K-major lines, or MN-major chunk `group`. Each
-      // descriptor is built once a k-tile and moved by one add a k step
-      // (sm90::advance): 32 bytes along a K-major line (16 bf16/f16 or 8 tf32
-      // values), or 16 lines (16 k) of an MN-major chunk.
-      const unsigned long long a_tile =
-          A_K_MAJOR ? descriptor(a + group * 64 * 128, 16, 1024)
-                    : descriptor(a + group * CHUNK_BYTES, CHUNK_BYTES, 1024);
-      const unsigned long long b_tile =
-          B_K_MAJOR ? descriptor(b, 16, 1024) : descriptor(b, CHUNK_BYTES, 1024);
+      // This warpgroup's 64 rows of A; each descriptor moved by one add a k step.
+      const unsigned long long a_tile = stage_descriptor<A_K_MAJOR>(a + group * GROUP_BYTES);
+      const unsigned long long b_tile = stage_descriptor<B_K_MAJOR>(b);
 #pragma unroll
       for (int kk = 0; kk < K_STEPS; ++kk)
-        Wgmma::run(acc, advance(a_tile, kk * (A_K_MAJOR ? 32 : 2048)),
-                   advance(b_tile, kk * (B_K_MAJOR ? 32 : 2048)));
+        Wgmma::run(acc, advance(a_tile, kk * A_STEP_BYTES), advance(b_tile, kk * B_STEP_BYTES));
       wgmma_commit();
       fence_accumulators(acc);
       // k-tile kt - 1's group is complete: its stage may be refilled.
@@ -1183,23 +1189,17 @@ struct WgmmaMatmul {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) fence_accumulators(acc[r]);
       wgmma_fence();
-      // Each descriptor is built once a k-tile and moved by one add a k step
-      // (sm90::advance): 32 bytes along a K-major line, or 16 lines (16 k) of an
-      // MN-major chunk. wgmma reads descriptors from uniform registers; rebuilt per
-      // step, ptxas made them in the thread's registers and moved each over (R2UR).
-      const unsigned long long a_tile =
-          A_K_MAJOR ? descriptor(a, 16, 1024) : descriptor(a, CHUNK_BYTES, 1024);
-      const unsigned long long b_tile =
-          B_K_MAJOR ? descriptor(b, 16, 1024) : descriptor(b, CHUNK_BYTES, 1024);
+      // Each descriptor is built once a k-tile and moved by one add a k step or row
+      // group. wgmma reads descriptors from uniform registers; rebuilt per step,
+      // ptxas made them in the thread's registers and moved each over (R2UR).
+      const unsigned long long a_tile = stage_descriptor<A_K_MAJOR>(a);
+      const unsigned long long b_tile = stage_descriptor<B_K_MAJOR>(b);
 #pragma unroll
       for (int kk = 0; kk < K_STEPS; ++kk) {
-        const unsigned long long desc_b = advance(b_tile, kk * (B_K_MAJOR ? 32 : 2048));
+        const unsigned long long desc_b = advance(b_tile, kk * B_STEP_BYTES);
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r)  // row group r: 64 K-major lines, or MN-major chunk r
-          Wgmma::run(
-              acc[r],
-              advance(a_tile, (A_K_MAJOR ? r * 64 * 128 + kk * 32 : r * CHUNK_BYTES + kk * 2048)),
-              desc_b);
+        for (int r = 0; r < ROWS; ++r)  // row group r of the tile's rows
+          Wgmma::run(acc[r], advance(a_tile, r * GROUP_BYTES + kk * A_STEP_BYTES), desc_b);
       }
       wgmma_commit();
 #pragma unroll
