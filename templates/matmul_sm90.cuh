@@ -59,6 +59,9 @@ namespace sm90 {
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
 // C_ALIGNED: C's rows are 16-byte aligned (the problem's alignment class); it picks
 // the persistent and ping-pong schedules' write-out (write_out).
+// ROLLED (config finish=rolled, persistent and ping-pong schedules): every tile's
+// outputs are finished in a rolled loop after the raw accumulators are staged
+// (write_out_f32), so the epilogue's code is there once, not once per accumulator.
 //
 // SWAP (config swap=ab, run() only): the kernel computes the product transposed,
 // Cᵀ = Bᵀ Aᵀ. Its "A" is the caller's B (the runtime's map_a describes B), its "B"
@@ -69,7 +72,7 @@ namespace sm90 {
 // staged transposed, so the write-out, split-K and the epilogue see the caller's
 // rows and columns (OUT_ROWS x OUT_COLS below) and do not know about the swap.
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
-          typename Wgmma, bool C_ALIGNED = true, bool SWAP = false>
+          typename Wgmma, bool C_ALIGNED = true, bool SWAP = false, bool ROLLED = false>
 struct WgmmaMatmul {
   static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
   static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
@@ -755,6 +758,30 @@ struct WgmmaMatmul {
   // stores a chunk that N cuts one output at a time; the epilogue's operands are read
   // inside the matrix only (column operands are zeros past N, others are read at the
   // nearest output inside N). Else the common case runs without a check.
+  // Phase 1 of write_out_f32: line `line` of the warp's raw accumulators (columns
+  // 32 line .. 32 line + 31 of its 16 rows) into the slab, as pairs. The
+  // accumulators' indices must be constants to stay in registers, so each line's
+  // stores are a case of their own (LINE counts up through the cases) and the lines
+  // themselves, phase 2 with its epilogue among them, are a rolled loop.
+  template <int LINE = 0>
+  __device__ __forceinline__ static void stage_f32_line(int line, const float (&acc)[ACC], int r1,
+                                                        int c1, unsigned char* slab) {
+    if (line == LINE) {
+#pragma unroll
+      for (int jj = 0; jj < SLAB_F32_COLUMNS / 8; ++jj) {
+        const int j = LINE * (SLAB_F32_COLUMNS / 8) + jj;  // accumulator column group
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          matmul::Pair<float>::store(
+              reinterpret_cast<float*>(slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * 4)),
+              acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      }
+      return;
+    }
+    if constexpr (LINE + 1 < BN / SLAB_F32_COLUMNS)
+      stage_f32_line<LINE + 1>(line, acc, r1, c1, slab);
+  }
+
   template <typename Epilogue, bool GUARDED>
   __device__ __forceinline__ static void write_out_f32(const MatmulArgs& args,
                                                        const EpilogueOperands& ops,
@@ -771,18 +798,10 @@ struct WgmmaMatmul {
     const int r2 = lane / 8, chunk = lane % 8;
     TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
     const TC* c0_base = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
-#pragma unroll
+#pragma unroll 1
     for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) {
       __syncwarp();  // the previous line's reads are done
-#pragma unroll
-      for (int jj = 0; jj < SLAB_F32_COLUMNS / 8; ++jj) {
-        const int j = line * (SLAB_F32_COLUMNS / 8) + jj;  // accumulator column group
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          matmul::Pair<float>::store(
-              reinterpret_cast<float*>(slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * 4)),
-              acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-      }
+      stage_f32_line(line, acc, r1, c1, slab);
       __syncwarp();  // the line is staged
 #pragma unroll 1
       for (int pass = 0; pass < 4; ++pass) {
@@ -1039,6 +1058,13 @@ struct WgmmaMatmul {
                                                    const matmul::BlockWork& w, int group,
                                                    unsigned char* slab, bool whole,
                                                    const TensorMap& map_c) {
+    if constexpr (ROLLED) {  // one copy of the epilogue (no bulk stores: nothing to wait for)
+      if (whole)
+        write_out_f32<Epilogue, false>(args, ops, acc, w, group, slab);
+      else
+        write_out_f32<Epilogue, true>(args, ops, acc, w, group, slab);
+      return;
+    }
     if (whole && args.beta == 0.0f && args.c_tma) {  // the copy engine stores the tile
       write_out_16<Epilogue, false>(args, ops, acc, w, group, slab, map_c);
       return;
