@@ -798,8 +798,11 @@ struct WgmmaMatmul {
     const int r2 = lane / 8, chunk = lane % 8;
     TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
     const TC* c0_base = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
-#pragma unroll 1
-    for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) {
+    // One line: staged, then finished and stored. Rolled over the lines (ROLLED:
+    // the epilogue's code once) or unrolled (each line's code its own: the
+    // misaligned class's edge tiles, where 256 x 128 tiles' 96 registers a thread
+    // leave no room for the loop's live values).
+    auto one_line = [&](int line) {
       __syncwarp();  // the previous line's reads are done
       stage_f32_line(line, acc, r1, c1, slab);
       __syncwarp();  // the line is staged
@@ -839,6 +842,13 @@ struct WgmmaMatmul {
           }
         }
       }
+    };
+    if constexpr (ROLLED) {
+#pragma unroll 1
+      for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) one_line(line);
+    } else {
+#pragma unroll
+      for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) one_line(line);
     }
   }
 

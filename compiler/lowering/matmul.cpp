@@ -457,6 +457,14 @@ void validate(const Problem& problem, const Config& config) {
                           : "not a wgmma config"),
         "use mma=wgmma with schedule=persistent, pingpong or streamk, or drop "
         "finish=rolled");
+  // Four consumer warpgroups (bm = 256, not ping-pong) leave 96 registers a thread: the
+  // rolled loop's live values on top of 64 accumulators spill (ptxas, sm_90a).
+  if (config.rolled_finish && !config.pingpong && config.bm == 256)
+    throw UserError(
+        "finish=rolled with bm=256 (four consumer warpgroups of 96 registers a "
+        "thread) spills: the rolled loop's values do not fit beside the "
+        "accumulators",
+        "use bm=64, 128 or 192 with finish=rolled, or drop finish=rolled");
   if (config.swap) {
     if (!config.wgmma || config.persistent)
       throw UserError(

@@ -1255,12 +1255,14 @@ TEST_F(MatmulGpu, StreamK) {
 // (write_out_f32 for whole and edge tiles alike, the warps' own stores in place of the
 // copy engine's): every layout, edges, K = 1, batches, alpha and beta * C0, each
 // epilogue and column operand count, 16-bit, f32 and tf32, the padded path, rows of C
-// longer than N and rows off 16 bytes.
+// longer than N and rows off 16 bytes (bm = 256 persistent cases left out: refused).
 std::vector<Case> RolledFinishCases() {
   std::vector<Case> cases;
   if (!gpu_is_sm90()) return cases;
   for (const auto& list : {PersistentScheduleCases(), PingPongScheduleCases(), StreamKCases()})
     for (Case c : list) {
+      if (Config::parse(c.config).bm == 256 && c.config.find("pingpong") == std::string::npos)
+        continue;  // refused: four consumers' registers (MatmulConfig.RolledFinish)
       c.config += ",finish=rolled";
       cases.push_back(c);
     }

@@ -319,6 +319,7 @@ TEST(MatmulConfig, RolledFinish) {
     }
   };
   refused("mma=wgmma,bm=128,bn=128,stages=4,finish=rolled", "one tile per block");
+  refused("mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent,finish=rolled", "spills");
   refused("bm=128,bn=128,bk=32,warps=8,stages=3,finish=rolled", "not a wgmma config");
 }
 
