@@ -730,39 +730,12 @@ struct WgmmaMatmul {
     }
   }
 
-  // The write-out of C whose rows are not 16-byte aligned (N = 50257): the same warp
-  // slab, but the line is staged as fp32 accumulators and finished on the way out.
-  // Warp w of a group holds rows 16w +
-  // lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in acc[4j + 2 half] and
-  // acc[4j + 2 half + 1]: stored straight from there, a warp instruction would
-  // write 4 bytes to each of 8 rows, and the load-store unit would spend 8 passes on
-  // it (measured on the H200: 5% slower than the one-tile-per-block grid's staged
-  // write-out). So the warp goes through its own slab of shared memory (the stages
-  // belong to the producer, already loading the next tile), one 128-byte line of
-  // 32 columns at a time, in two phases with only __syncwarp between them (no other
-  // warp reads the slab):
-  //   1. the raw fp32 accumulators in, as pairs. This part is unrolled over the
-  //      accumulators (their indices must be constants to stay in registers) and is
-  //      a few stores per line.
-  //   2. out in rows of 16-byte chunks of 4 fp32 values, 8 lanes a row: each lane
-  //      finishes its 4 outputs (alpha, beta * C0, the epilogue with its column
-  //      operands read 4 at a time) and stores them, 4 outputs as wide as the row's
-  //      alignment allows. A rolled loop: the epilogue's code is there once per
-  //      line, not once per output. (write_out_16 inlines it per output: a 128 x 256
-  //      tile's thread runs 128 gelus, ~4,400 instructions the instruction cache
-  //      cannot hold; on the H200 ncu counted 10x the no-instruction stalls, and
-  //      gelu(acc + bias) cost 30% over the plain product there. Here 0.2166 ms
-  //      against 0.2333 at 4096^3; but the plain product loses 5%, and 256 x 128
-  //      tiles with gelu 2.5%: aligned C stays with write_out_16.)
-  // GUARDED: the tile crosses M or N. Phase 2 skips the chunks past M or N and
-  // stores a chunk that N cuts one output at a time; the epilogue's operands are read
-  // inside the matrix only (column operands are zeros past N, others are read at the
-  // nearest output inside N). Else the common case runs without a check.
   // Phase 1 of write_out_f32: line `line` of the warp's raw accumulators (columns
   // 32 line .. 32 line + 31 of its 16 rows) into the slab, as pairs. The
   // accumulators' indices must be constants to stay in registers, so each line's
-  // stores are a case of their own (LINE counts up through the cases) and the lines
-  // themselves, phase 2 with its epilogue among them, are a rolled loop.
+  // stores are a case of their own (LINE counts up through the cases); the lines
+  // themselves, phase 2 with its epilogue among them, may then be a rolled loop
+  // (ROLLED). Unrolled, `line` is a constant and the cases fold away.
   template <int LINE = 0>
   __device__ __forceinline__ static void stage_f32_line(int line, const float (&acc)[ACC], int r1,
                                                         int c1, unsigned char* slab) {
@@ -782,6 +755,36 @@ struct WgmmaMatmul {
       stage_f32_line<LINE + 1>(line, acc, r1, c1, slab);
   }
 
+  // The write-out of C whose rows are not 16-byte aligned (N = 50257): the same warp
+  // slab, but the line is staged as fp32 accumulators and finished on the way out.
+  // Warp w of a group holds rows 16w +
+  // lane / 4 and + 8, columns 8j + 2 (lane % 4) and + 1, in acc[4j + 2 half] and
+  // acc[4j + 2 half + 1]: stored straight from there, a warp instruction would
+  // write 4 bytes to each of 8 rows, and the load-store unit would spend 8 passes on
+  // it (measured on the H200: 5% slower than the one-tile-per-block grid's staged
+  // write-out). So the warp goes through its own slab of shared memory (the stages
+  // belong to the producer, already loading the next tile), one 128-byte line of
+  // 32 columns at a time, in two phases with only __syncwarp between them (no other
+  // warp reads the slab):
+  //   1. the raw fp32 accumulators in, as pairs (stage_f32_line: the accumulators'
+  //      indices must be constants to stay in registers, so each line's few stores
+  //      are code of their own).
+  //   2. out in rows of 16-byte chunks of 4 fp32 values, 8 lanes a row: each lane
+  //      finishes its 4 outputs (alpha, beta * C0, the epilogue with its column
+  //      operands read 4 at a time) and stores them, 4 outputs as wide as the row's
+  //      alignment allows. A rolled loop: the epilogue's code is there once per
+  //      line, not once per output. (write_out_16 inlines it per output: a 128 x 256
+  //      tile's thread runs 128 gelus, ~4,400 instructions the instruction cache
+  //      cannot hold; on the H200 ncu counted 10x the no-instruction stalls, and
+  //      gelu(acc + bias) cost 30% over the plain product there. Here 0.2166 ms
+  //      against 0.2333 at 4096^3; but the plain product loses 5%, and 256 x 128
+  //      tiles with gelu 2.5%: aligned C stays with write_out_16, unless the config
+  //      asks for ROLLED, finish=rolled. Then the lines too are a rolled loop, and
+  //      the epilogue's code is there once.)
+  // GUARDED: the tile crosses M or N. Phase 2 skips the chunks past M or N and
+  // stores a chunk that N cuts one output at a time; the epilogue's operands are read
+  // inside the matrix only (column operands are zeros past N, others are read at the
+  // nearest output inside N). Else the common case runs without a check.
   template <typename Epilogue, bool GUARDED>
   __device__ __forceinline__ static void write_out_f32(const MatmulArgs& args,
                                                        const EpilogueOperands& ops,
