@@ -181,8 +181,7 @@ int square_warps_m(int bm, int bn, int warps) {
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
       "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch, "
-      "swap, "
-      "finish";
+      "swap, finish";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
