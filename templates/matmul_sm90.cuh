@@ -809,12 +809,15 @@ struct WgmmaMatmul {
       __syncwarp();  // the previous line's reads are done
       stage_f32_line(line, acc, r1, c1, slab);
       __syncwarp();  // the line is staged
+      // A lane's 4 columns are the same in every pass: their operands are read once.
+      const int col = col0 + line * SLAB_F32_COLUMNS + 4 * chunk;
+      const int valid = GUARDED ? max(min(args.n - col, 4), 0) : 4;
+      float columns[Epilogue::kColumnSlots][4];
+      Epilogue::template load_columns<4>(columns, w.batch, col, valid, ops);
 #pragma unroll 1
       for (int pass = 0; pass < 4; ++pass) {
         const int r = r2 + 4 * pass, row = row0 + r;
-        const int col = col0 + line * SLAB_F32_COLUMNS + 4 * chunk;
-        if (GUARDED && (row >= args.m || col >= args.n)) continue;
-        const int valid = GUARDED ? min(args.n - col, 4) : 4;
+        if (GUARDED && (row >= args.m || valid == 0)) continue;
         float v[4];
         matmul::Chunk<float>::load16(
             reinterpret_cast<const float*>(slab + slab_offset(r, 16 * chunk)), v);
@@ -822,8 +825,6 @@ struct WgmmaMatmul {
         if (args.beta != 0.0f)
           matmul::load_values<TC, 4>(c0_base + static_cast<long long>(row) * args.ldc0 + col, valid,
                                      c0v);
-        float columns[Epilogue::kColumnSlots][4];
-        Epilogue::template load_columns<4>(columns, w.batch, col, valid, ops);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           float at_q[Epilogue::kColumnSlots];
