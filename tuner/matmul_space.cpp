@@ -485,9 +485,8 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
             with_launch_dims(c);
             // finish=rolled where an epilogue function runs per output: the persistent
             // schedules' write-out finishes outputs in a rolled loop instead of inlining
-            // the function once per accumulator (validate() refuses the shapes that spill,
-            // and consider() prunes them with its reason).
-            if (rolled_matters && c.persistent) {
+            // the function once per accumulator (bm = 256 persistent is refused: spills).
+            if (rolled_matters && c.persistent && (c.pingpong || c.bm != 256)) {
               c.rolled_finish = true;
               with_launch_dims(c);
             }
