@@ -59,9 +59,6 @@ namespace sm90 {
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
 // C_ALIGNED: C's rows are 16-byte aligned (the problem's alignment class); it picks
 // the persistent and ping-pong schedules' write-out (write_out).
-// ROLLED (config finish=rolled, persistent and ping-pong schedules): every tile's
-// outputs are finished in a rolled loop after the raw accumulators are staged
-// (write_out_f32), so the epilogue's code is there once, not once per accumulator.
 //
 // SWAP (config swap=ab, run() only): the kernel computes the product transposed,
 // Cᵀ = Bᵀ Aᵀ. Its "A" is the caller's B (the runtime's map_a describes B), its "B"
@@ -72,7 +69,7 @@ namespace sm90 {
 // staged transposed, so the write-out, split-K and the epilogue see the caller's
 // rows and columns (OUT_ROWS x OUT_COLS below) and do not know about the swap.
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
-          typename Wgmma, bool C_ALIGNED = true, bool SWAP = false, bool ROLLED = false>
+          typename Wgmma, bool C_ALIGNED = true, bool SWAP = false>
 struct WgmmaMatmul {
   static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
   static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
@@ -730,31 +727,6 @@ struct WgmmaMatmul {
     }
   }
 
-  // Phase 1 of write_out_f32: line `line` of the warp's raw accumulators (columns
-  // 32 line .. 32 line + 31 of its 16 rows) into the slab, as pairs. The
-  // accumulators' indices must be constants to stay in registers, so each line's
-  // stores are a case of their own (LINE counts up through the cases); the lines
-  // themselves, phase 2 with its epilogue among them, may then be a rolled loop
-  // (ROLLED). Unrolled, `line` is a constant and the cases fold away.
-  template <int LINE = 0>
-  __device__ __forceinline__ static void stage_f32_line(int line, const float (&acc)[ACC], int r1,
-                                                        int c1, unsigned char* slab) {
-    if (line == LINE) {
-#pragma unroll
-      for (int jj = 0; jj < SLAB_F32_COLUMNS / 8; ++jj) {
-        const int j = LINE * (SLAB_F32_COLUMNS / 8) + jj;  // accumulator column group
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          matmul::Pair<float>::store(
-              reinterpret_cast<float*>(slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * 4)),
-              acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-      }
-      return;
-    }
-    if constexpr (LINE + 1 < BN / SLAB_F32_COLUMNS)
-      stage_f32_line<LINE + 1>(line, acc, r1, c1, slab);
-  }
-
   // The write-out of C whose rows are not 16-byte aligned (N = 50257): the same warp
   // slab, but the line is staged as fp32 accumulators and finished on the way out.
   // Warp w of a group holds rows 16w +
@@ -766,9 +738,9 @@ struct WgmmaMatmul {
   // belong to the producer, already loading the next tile), one 128-byte line of
   // 32 columns at a time, in two phases with only __syncwarp between them (no other
   // warp reads the slab):
-  //   1. the raw fp32 accumulators in, as pairs (stage_f32_line: the accumulators'
-  //      indices must be constants to stay in registers, so each line's few stores
-  //      are code of their own).
+  //   1. the raw fp32 accumulators in, as pairs. This part is unrolled over the
+  //      accumulators (their indices must be constants to stay in registers) and is
+  //      a few stores per line.
   //   2. out in rows of 16-byte chunks of 4 fp32 values, 8 lanes a row: each lane
   //      finishes its 4 outputs (alpha, beta * C0, the epilogue with its column
   //      operands read 4 at a time) and stores them, 4 outputs as wide as the row's
@@ -778,9 +750,7 @@ struct WgmmaMatmul {
   //      cannot hold; on the H200 ncu counted 10x the no-instruction stalls, and
   //      gelu(acc + bias) cost 30% over the plain product there. Here 0.2166 ms
   //      against 0.2333 at 4096^3; but the plain product loses 5%, and 256 x 128
-  //      tiles with gelu 2.5%: aligned C stays with write_out_16, unless the config
-  //      asks for ROLLED, finish=rolled. Then the lines too are a rolled loop, and
-  //      the epilogue's code is there once.)
+  //      tiles with gelu 2.5%: aligned C stays with write_out_16.)
   // GUARDED: the tile crosses M or N. Phase 2 skips the chunks past M or N and
   // stores a chunk that N cuts one output at a time; the epilogue's operands are read
   // inside the matrix only (column operands are zeros past N, others are read at the
@@ -801,23 +771,25 @@ struct WgmmaMatmul {
     const int r2 = lane / 8, chunk = lane % 8;
     TC* c_base = static_cast<TC*>(args.c) + w.batch * args.stride_c;
     const TC* c0_base = static_cast<const TC*>(args.c0) + w.batch * args.stride_c0;
-    // One line: staged, then finished and stored. Rolled over the lines (ROLLED:
-    // the epilogue's code once) or unrolled (each line's code its own: the
-    // misaligned class's edge tiles, where 256 x 128 tiles' 96 registers a thread
-    // leave no room for the loop's live values).
-    auto one_line = [&](int line) {
+#pragma unroll
+    for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) {
       __syncwarp();  // the previous line's reads are done
-      stage_f32_line(line, acc, r1, c1, slab);
+#pragma unroll
+      for (int jj = 0; jj < SLAB_F32_COLUMNS / 8; ++jj) {
+        const int j = line * (SLAB_F32_COLUMNS / 8) + jj;  // accumulator column group
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          matmul::Pair<float>::store(
+              reinterpret_cast<float*>(slab + slab_offset(r1 + 8 * half, (8 * jj + c1) * 4)),
+              acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      }
       __syncwarp();  // the line is staged
-      // A lane's 4 columns are the same in every pass: their operands are read once.
-      const int col = col0 + line * SLAB_F32_COLUMNS + 4 * chunk;
-      const int valid = GUARDED ? max(min(args.n - col, 4), 0) : 4;
-      float columns[Epilogue::kColumnSlots][4];
-      Epilogue::template load_columns<4>(columns, w.batch, col, valid, ops);
 #pragma unroll 1
       for (int pass = 0; pass < 4; ++pass) {
         const int r = r2 + 4 * pass, row = row0 + r;
-        if (GUARDED && (row >= args.m || valid == 0)) continue;
+        const int col = col0 + line * SLAB_F32_COLUMNS + 4 * chunk;
+        if (GUARDED && (row >= args.m || col >= args.n)) continue;
+        const int valid = GUARDED ? min(args.n - col, 4) : 4;
         float v[4];
         matmul::Chunk<float>::load16(
             reinterpret_cast<const float*>(slab + slab_offset(r, 16 * chunk)), v);
@@ -825,6 +797,8 @@ struct WgmmaMatmul {
         if (args.beta != 0.0f)
           matmul::load_values<TC, 4>(c0_base + static_cast<long long>(row) * args.ldc0 + col, valid,
                                      c0v);
+        float columns[Epilogue::kColumnSlots][4];
+        Epilogue::template load_columns<4>(columns, w.batch, col, valid, ops);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           float at_q[Epilogue::kColumnSlots];
@@ -846,13 +820,6 @@ struct WgmmaMatmul {
           }
         }
       }
-    };
-    if constexpr (ROLLED) {
-#pragma unroll 1
-      for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) one_line(line);
-    } else {
-#pragma unroll
-      for (int line = 0; line < BN / SLAB_F32_COLUMNS; ++line) one_line(line);
     }
   }
 
@@ -1072,13 +1039,6 @@ struct WgmmaMatmul {
                                                    const matmul::BlockWork& w, int group,
                                                    unsigned char* slab, bool whole,
                                                    const TensorMap& map_c) {
-    if constexpr (ROLLED) {  // one copy of the epilogue (no bulk stores: nothing to wait for)
-      if (whole)
-        write_out_f32<Epilogue, false>(args, ops, acc, w, group, slab);
-      else
-        write_out_f32<Epilogue, true>(args, ops, acc, w, group, slab);
-      return;
-    }
     if (whole && args.beta == 0.0f && args.c_tma) {  // the copy engine stores the tile
       write_out_16<Epilogue, false>(args, ops, acc, w, group, slab, map_c);
       return;

@@ -75,10 +75,6 @@ constexpr double kFunctionSecondsPerOutput = 0.165e-9;
 // 2048x50257x768 (0.081 ms over 23.9), +3.2 us per 128x128 tile ping-pong there
 // (0.152 ms over 47.8: twice the outputs per warp, as above).
 constexpr double kFunctionSecondsPerOutput16 = 0.10e-9;
-// finish=rolled: the share of that per-output time a rolled write-out still costs
-// (one copy of the function's code, which the instruction cache holds, finishing 4
-// outputs a lane from staged accumulators). PROVISIONAL: not yet fitted to a GPU.
-constexpr double kRolledFunctionShare = 0.5;
 // DRAM latency under load that a pipeline's loads in flight must cover, seconds.
 constexpr double kDramLatencySeconds = 2.5e-6;
 // The time a load in flight takes to come back from L2, seconds. An SM with
@@ -260,12 +256,12 @@ std::string matmul_efficiency_key(const Problem& p, const Config& c) {
   // (Stream-K's main loops are the persistent schedule's: the model adds the rest.)
   const std::string split = c.splitk > 1 && !c.streamk ? ":splitk" : "";
   if (c.wgmma)
-    return fmt::format("matmul:wgmma{}:{}x{}:s{}{}{}{}", type, c.bm, c.bn, c.stages,
+    return fmt::format("matmul:wgmma{}:{}x{}:s{}{}{}", type, c.bm, c.bn, c.stages,
                        c.pingpong     ? ":pingpong"
                        : c.persistent ? ":persistent"
                        : c.swap       ? ":swap"
                                       : "",
-                       c.rolled_finish ? ":rolled" : "", split);
+                       split);
   return fmt::format("matmul:sync:{}x{}x{}:w{}x{}:s{}{}{}", c.bm, c.bn, c.bk, c.warps_m,
                      c.warps / c.warps_m, c.stages, c.narrow ? ":narrow" : "", split);
 }
@@ -449,8 +445,6 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
     // Searched, not a default until it has passed a trial on this GPU model for a
     // problem of this class (Space::search_only).
     if (c.swap) space.search_only.push_back(text);
-    // finish=rolled: likewise searched, not a default, until it has passed a trial here.
-    if (c.rolled_finish) space.search_only.push_back(text);
     space.candidates.push_back(std::move(text));
   };
   auto with_launch_dims = [&](Config c) {
@@ -470,7 +464,6 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
   const bool k_padded = !p.aligned && p.k % matmul::wgmma_bk(p.input) != 0;
   const bool line_pitch_matters =
       p.input != DType::TF32 && !k_padded && (a_off_line(p) || b_off_line(p));
-  const bool rolled_matters = !p.epilogue.function_name.empty();
   for (int bm : kTileSizes)
     for (int bn : kTileSizes)
       for (int stages : kWgmmaStages)
@@ -483,13 +476,6 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
             c.streamk = schedule == std::string("streamk");
             c.line_pitch = line_pitch;
             with_launch_dims(c);
-            // finish=rolled where an epilogue function runs per output: the persistent
-            // schedules' write-out finishes outputs in a rolled loop instead of inlining
-            // the function once per accumulator (bm = 256 persistent is refused: spills).
-            if (rolled_matters && c.persistent && (c.pingpong || c.bm != 256)) {
-              c.rolled_finish = true;
-              with_launch_dims(c);
-            }
           }
   // swap=ab where M is short (a decode step, M <= 64): the kernel computes Cᵀ = Bᵀ Aᵀ
   // with M on wgmma's N side in one tile column of bn = M rounded up to 16, so no
@@ -613,17 +599,15 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   // as the cooperative one does (0.3663 ms for 128x128 against 0.3682 for 128x256
   // persistent, 2026-12-04), at the same rate.
   const double extra_stores = splits > 1 ? 0.0 : stores_per_chunk(p) - 1;
-  const bool shifted = c.persistent && matmul::dtype_bytes(p.output) == 2 && !c.rolled_finish;
+  const bool shifted = c.persistent && matmul::dtype_bytes(p.output) == 2;
   const double narrow_seconds = extra_stores * write_seconds *
                                 (shifted        ? kNarrowStoreShifted
                                  : c.persistent ? kNarrowStorePersistent
                                                 : kNarrowStoreTile);
   const double per_output =
       matmul::dtype_bytes(p.output) == 2 ? kFunctionSecondsPerOutput16 : kFunctionSecondsPerOutput;
-  const double function_seconds = p.epilogue.function_name.empty()
-                                      ? 0.0
-                                      : per_output * c.bm * c.bn * (c.pingpong ? 2.0 : 1.0) *
-                                            (c.rolled_finish ? kRolledFunctionShare : 1.0);
+  const double function_seconds =
+      p.epilogue.function_name.empty() ? 0.0 : per_output * c.bm * c.bn * (c.pingpong ? 2.0 : 1.0);
   const double serial =
       c.persistent
           ? kFillSeconds + static_cast<double>(units_per_sm) *
@@ -634,13 +618,9 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   if (function_seconds > 0)
     out.notes.push_back(fmt::format(
         "epilogue function: run once per output by the consumer warps in the write-out, "
-        "with the tensor cores idle: {:.1f} us per {}x{} tile{}{}",
+        "with the tensor cores idle: {:.1f} us per {}x{} tile{}",
         function_seconds * 1e6, c.bm, c.bn,
-        c.pingpong ? " (ping-pong: one warpgroup finishes a whole tile, twice the time)" : "",
-        c.rolled_finish ? "; finish=rolled: accumulators staged line by line, the function's "
-                          "code once in a rolled loop (4 outputs a lane), not inlined per "
-                          "accumulator"
-                        : ""));
+        c.pingpong ? " (ping-pong: one warpgroup finishes a whole tile, twice the time)" : ""));
   // (The shifted write-out is named by the persistent schedule's write-out note.)
   if (extra_stores > 0 && !shifted)
     out.notes.push_back(fmt::format(
@@ -749,11 +729,7 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
         std::min<int64_t>(tiles, sms * resident), tiles,
         static_cast<double>(tiles) /
             static_cast<double>(std::min<int64_t>(tiles, sms * resident))));
-  if (c.wgmma && c.rolled_finish)
-    out.notes.push_back(
-        "write-out (finish=rolled): every tile by the consumer warps' own stores, 4 outputs a "
-        "lane from accumulators staged in fp32");
-  else if (c.wgmma && c.persistent)
+  if (c.wgmma && c.persistent)
     out.notes.push_back(
         p.n * matmul::dtype_bytes(p.output) % 16 == 0
             ? "write-out: whole tiles through TMA bulk stores (the consumer warps go on to the "

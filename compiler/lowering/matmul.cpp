@@ -97,21 +97,19 @@ const char* schedule_text(const Config& c) {
 }  // namespace
 
 std::string Config::to_string() const {
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}{}{}", bm, bn,
-                     bk, warps, warps_m, stages, splitk,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}{}", bm, bn, bk,
+                     warps, warps_m, stages, splitk,
                      raster != 8 ? fmt::format(",raster={}", raster) : "",
                      wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "",
-                     line_pitch ? ",pitch=line" : "", swap ? ",swap=ab" : "",
-                     rolled_finish ? ",finish=rolled" : "");
+                     line_pitch ? ",pitch=line" : "", swap ? ",swap=ab" : "");
 }
 
 std::string Config::source_text() const {
   Config kernel = *this;
   kernel.streamk = false;  // a launch argument of the persistent kernel
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}{}{}", bm, bn, bk, warps,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}{}", bm, bn, bk, warps,
                      warps_m, stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
-                     narrow ? ",load=narrow" : "", swap ? ",swap=ab" : "",
-                     rolled_finish ? ",finish=rolled" : "");
+                     narrow ? ",load=narrow" : "", swap ? ",swap=ab" : "");
 }
 
 StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) {
@@ -180,8 +178,7 @@ int square_warps_m(int bm, int bn, int warps) {
 
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
-      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch, "
-      "swap, finish";
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch, swap";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -231,15 +228,6 @@ Config Config::parse(const std::string& text) {
                         "swap=ab: the product computed transposed (Cᵀ = Bᵀ Aᵀ: bm tiles N, bn "
                         "tiles M; mma=wgmma, schedule=tile); swap=none: as written");
       config.swap = value == "ab";
-      continue;
-    }
-    if (key == "finish") {
-      if (value != "inline" && value != "rolled")
-        throw UserError("matmul config finish='" + value + "' is not inline or rolled",
-                        "finish=inline: each output finished where its accumulator sits; "
-                        "finish=rolled: accumulators staged, outputs finished in a rolled loop "
-                        "(mma=wgmma, schedule=persistent, pingpong or streamk)");
-      config.rolled_finish = value == "rolled";
       continue;
     }
     char* end = nullptr;
@@ -447,23 +435,6 @@ void validate(const Problem& problem, const Config& config) {
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "
         "engine (TMA) needs 16-byte-aligned rows",
         "drop mma=wgmma (misaligned operands are padded for wgmma)");
-  if (config.rolled_finish && (!config.wgmma || !config.persistent))
-    throw UserError(
-        "finish=rolled is a write-out of the wgmma engine's persistent schedules; "
-        "config " +
-            config.to_string() + " is " +
-            (config.wgmma ? "one tile per block (it stages its tile already)"
-                          : "not a wgmma config"),
-        "use mma=wgmma with schedule=persistent, pingpong or streamk, or drop "
-        "finish=rolled");
-  // Four consumer warpgroups (bm = 256, not ping-pong) leave 96 registers a thread: the
-  // rolled loop's live values on top of 64 accumulators spill (ptxas, sm_90a).
-  if (config.rolled_finish && !config.pingpong && config.bm == 256)
-    throw UserError(
-        "finish=rolled with bm=256 (four consumer warpgroups of 96 registers a "
-        "thread) spills: the rolled loop's values do not fit beside the "
-        "accumulators",
-        "use bm=64, 128 or 192 with finish=rolled, or drop finish=rolled");
   if (config.swap) {
     if (!config.wgmma || config.persistent)
       throw UserError(
@@ -720,14 +691,12 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   out.problem = problem.kernel_class();
   out.config = config.source_text();
   const bool tf32 = problem.input == DType::TF32;
-  out.name =
-      fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}{}", matmul::to_string(problem.input),
-                  problem.layout(), config.bm, config.bn, config.bk, config.stages,
-                  config.pingpong     ? "_pingpong"
-                  : config.persistent ? "_persistent"
-                  : config.swap       ? "_swapped"
-                                      : "",
-                  config.rolled_finish ? "_rolled" : "");
+  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.stages,
+                         config.pingpong     ? "_pingpong"
+                         : config.persistent ? "_persistent"
+                         : config.swap       ? "_swapped"
+                                             : "");
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
   out.arch_specific = true;
@@ -771,14 +740,8 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       kernel_operands(problem, config).a_k_major ? "true" : "false",
       kernel_operands(problem, config).b_k_major ? "true" : "false",
-      problem.aligned ? "true" : "false",
-      config.swap            ? ", true"
-      : config.rolled_finish ? ", false, true"
-                             : "",
-      problem.aligned ? "are" : "are not",
-      config.swap            ? "; SWAP"
-      : config.rolled_finish ? "; ROLLED: outputs finished in a rolled loop"
-                             : "");
+      problem.aligned ? "true" : "false", config.swap ? ", true" : "",
+      problem.aligned ? "are" : "are not", config.swap ? "; SWAP" : "");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",

@@ -126,26 +126,17 @@ struct Config {
   // m64n16 wgmma on B's rows rather than m64nN on 16 rows of A padded to 64. C is
   // still written in its own rows (the tile is staged transposed). Stages 2 to 12.
   bool swap = false;
-  // wgmma only, schedule=persistent | pingpong | streamk (finish=rolled): the consumer
-  // warps stage each line of raw fp32 accumulators through their slab and finish the
-  // outputs (alpha, beta * C0, the epilogue) 4 at a time in a rolled loop
-  // (WgmmaMatmul::write_out_f32), instead of finishing each accumulator where it sits
-  // (finish=inline, the default). The epilogue's code is then there once rather than
-  // once per accumulator: a 64 x 256 tile's thread inlines 128 gelus otherwise, more
-  // code than the instruction cache holds. It costs fp32 staging and the warps' own
-  // stores in place of the copy engine's, so it pays only for heavy epilogues.
-  bool rolled_finish = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
   // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",load=narrow",
-  // ",pitch=line", ",swap=ab" or ",finish=rolled")
+  // ",pitch=line" or ",swap=ab")
   std::string to_string() const;
   // The part of to_string() the kernel's source depends on (without splitk, raster
   // and pitch, which are launch arguments).
   std::string source_text() const;
   // Parses "key=value,..." over a default Config; keys: bm bn bk warps wm stages splitk
   // raster mma (sync | wgmma) schedule (tile | persistent | pingpong | streamk) load (async |
-  // narrow) pitch (any | line) swap (none | ab) finish (inline | rolled). When
+  // narrow) pitch (any | line) swap (none | ab). When
   // warps is given without wm, wm is chosen to make warp tiles square-ish; with mma=wgmma, bk,
   // warps and wm follow from bm. Unknown keys and malformed values are UserErrors naming the valid
   // keys.

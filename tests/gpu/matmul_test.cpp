@@ -1250,29 +1250,6 @@ TEST_F(MatmulGpu, StreamK) {
   run_all(StreamKCases());
 }
 
-// finish=rolled: the persistent, ping-pong and stream-K cases above again, with every
-// tile's outputs finished in a rolled loop over fp32 accumulators staged line by line
-// (write_out_f32 for whole and edge tiles alike, the warps' own stores in place of the
-// copy engine's): every layout, edges, K = 1, batches, alpha and beta * C0, each
-// epilogue and column operand count, 16-bit, f32 and tf32, the padded path, rows of C
-// longer than N and rows off 16 bytes (bm = 256 persistent cases left out: refused).
-std::vector<Case> RolledFinishCases() {
-  std::vector<Case> cases;
-  if (!gpu_is_sm90()) return cases;
-  for (const auto& list : {PersistentScheduleCases(), PingPongScheduleCases(), StreamKCases()})
-    for (Case c : list) {
-      if (Config::parse(c.config).bm == 256 && c.config.find("pingpong") == std::string::npos)
-        continue;  // refused: four consumers' registers (MatmulConfig.RolledFinish)
-      c.config += ",finish=rolled";
-      cases.push_back(c);
-    }
-  return cases;
-}
-TEST_F(MatmulGpu, RolledFinish) {
-  if (!gpu_is_sm90()) GTEST_SKIP() << "finish=rolled is a write-out of the wgmma engine (sm_90)";
-  run_all(RolledFinishCases());
-}
-
 // swap=ab: the product computed transposed (Cᵀ = Bᵀ Aᵀ, WgmmaMatmul's SWAP), M on
 // wgmma's N side in tiles of 16 to 64. Decode-like M of 1, 16 and 17 and M = 64,
 // edges in N (odd: 2-byte columns), both layouts it takes (nn, nt), f16 and an f32
@@ -1433,7 +1410,6 @@ class PrecompileMatmulKernels : public ::testing::Environment {
         {"EveryDefaultConfig", EveryDefaultConfigCases},
         {"PersistentSchedule", PersistentScheduleCases},
         {"StreamK", StreamKCases},
-        {"RolledFinish", RolledFinishCases},
         {"LeadingDimensionsLargerThanRows", LeadingDimensionsLargerThanRowsCases},
     };
     std::vector<std::pair<Problem, Config>> work;

@@ -38,16 +38,6 @@ Problem square(int64_t size) {
   return p;
 }
 
-// validate() refuses `text` for `p` with a UserError whose message contains `why`.
-void expect_refused(const Problem& p, const std::string& text, const std::string& why) {
-  try {
-    validate(p, Config::parse(text));
-    ADD_FAILURE() << text << " accepted";
-  } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-  }
-}
-
 TEST(MatmulConfig, PrintsAndParsesCanonically) {
   Config c = Config::parse("bm=128,bn=256,bk=32,warps=8,stages=4,splitk=1");
   EXPECT_EQ(c.warps_m, 2);  // 64 x 64 warp tiles
@@ -270,52 +260,26 @@ TEST(MatmulConfig, SwappedProduct) {
   EXPECT_NE(lower(nt, c).source.find("128, 16, 12, true, true, kjit_wgmma, true, true>"),
             std::string::npos);
 
-  expect_refused(decode, "bm=128,bn=128,bk=32,warps=8,stages=4,swap=ab", "not a wgmma config");
-  expect_refused(decode, "mma=wgmma,bm=128,bn=64,stages=4,schedule=persistent,swap=ab",
-                 "persistent");
-  expect_refused(decode, "mma=wgmma,bm=128,bn=24,stages=4,swap=ab", "16, 32, ..., 256");
-  expect_refused(decode, "mma=wgmma,bm=128,bn=16,stages=13,swap=ab", "2 to 12");
-  expect_refused(decode, "mma=wgmma,bm=128,bn=128,stages=9", "2 to 8");
+  auto refused = [&](const Problem& p, const std::string& text, const std::string& why) {
+    try {
+      validate(p, Config::parse(text));
+      ADD_FAILURE() << text << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(decode, "bm=128,bn=128,bk=32,warps=8,stages=4,swap=ab", "not a wgmma config");
+  refused(decode, "mma=wgmma,bm=128,bn=64,stages=4,schedule=persistent,swap=ab", "persistent");
+  refused(decode, "mma=wgmma,bm=128,bn=24,stages=4,swap=ab", "16, 32, ..., 256");
+  refused(decode, "mma=wgmma,bm=128,bn=16,stages=13,swap=ab", "2 to 12");
+  refused(decode, "mma=wgmma,bm=128,bn=128,stages=9", "2 to 8");
   Problem tn = decode;
   set_layout(tn, "tn");
-  expect_refused(tn, "mma=wgmma,bm=128,bn=16,stages=4,swap=ab", "layout tn");
+  refused(tn, "mma=wgmma,bm=128,bn=16,stages=4,swap=ab", "layout tn");
   Problem tf32 = decode;
   tf32.input = DType::TF32;
   tf32.output = DType::F32;
-  expect_refused(tf32, "mma=wgmma,bm=128,bn=16,bk=32,stages=4,swap=ab", "16-bit inputs");
-}
-
-// finish=rolled: prints and parses back, is part of the kernel's source (its own
-// binary, named _rolled, the template's ROLLED), and is refused where there is no
-// persistent write-out to roll: mma.sync and the one-tile-per-block wgmma schedule.
-TEST(MatmulConfig, RolledFinish) {
-  const Config c = Config::parse("mma=wgmma,bm=64,bn=256,stages=5,schedule=pingpong,finish=rolled");
-  EXPECT_TRUE(c.rolled_finish);
-  EXPECT_EQ(c.to_string(),
-            "bm=64,bn=256,bk=64,warps=12,wm=1,stages=5,splitk=1,mma=wgmma,schedule=pingpong,"
-            "finish=rolled");
-  EXPECT_EQ(Config::parse(c.to_string()), c);
-  EXPECT_FALSE(Config::parse("finish=inline").rolled_finish);
-  EXPECT_THROW(Config::parse("finish=unrolled"), UserError);
-  Config inline_finish = c;
-  inline_finish.rolled_finish = false;
-  EXPECT_NE(c.source_text(), inline_finish.source_text());
-
-  Problem p;
-  p.m = p.n = p.k = 1024;
-  EXPECT_NO_THROW(validate(p, c));
-  const KernelSource rolled = lower(p, c);
-  EXPECT_NE(rolled.name.find("_pingpong_rolled"), std::string::npos) << rolled.name;
-  EXPECT_NE(rolled.source.find("64, 256, 5, true, false, kjit_wgmma, true, false, true>"),
-            std::string::npos);
-  EXPECT_EQ(lower(p, inline_finish).source.find("ROLLED"), std::string::npos);
-  EXPECT_NO_THROW(
-      validate(p, Config::parse("mma=wgmma,bm=128,bn=256,stages=4,schedule=streamk,splitk=2,"
-                                "finish=rolled")));
-
-  expect_refused(p, "mma=wgmma,bm=128,bn=128,stages=4,finish=rolled", "one tile per block");
-  expect_refused(p, "mma=wgmma,bm=256,bn=128,stages=4,schedule=persistent,finish=rolled", "spills");
-  expect_refused(p, "bm=128,bn=128,bk=32,warps=8,stages=3,finish=rolled", "not a wgmma config");
+  refused(tf32, "mma=wgmma,bm=128,bn=16,bk=32,stages=4,swap=ab", "16-bit inputs");
 }
 
 // schedule=streamk: the persistent kernel with the last wave's tiles split splitk

@@ -457,45 +457,6 @@ TEST(Space, SwappedProductIsOfferedForShortM) {
   EXPECT_EQ(plain.waves.units, 64);
 }
 
-// finish=rolled is offered only where an epilogue function runs per output, for the
-// persistent schedules (not bm = 256 persistent, which validate() refuses), as a
-// search-only twin of each inline config, learned apart and named by explain's notes.
-TEST(Space, RolledFinishIsOfferedForEpilogueFunctions) {
-  auto rolled = [](const Space& s) {
-    std::vector<std::string> out;
-    for (const std::string& c : s.candidates)
-      if (c.find("finish=rolled") != std::string::npos) out.push_back(c);
-    return out;
-  };
-  EXPECT_TRUE(rolled(MatmulTuning(matmul_problem(4096, 4096, 4096)).space(h200)).empty());
-  matmul::Problem gelu = matmul_problem(4096, 4096, 4096);
-  gelu.epilogue =
-      matmul::epilogue_from_ir("bias:bf16[n]; y = gelu(acc + bias)", gelu.input).epilogue;
-  const MatmulTuning t(gelu);
-  const Space s = t.space(h200);
-  const std::vector<std::string> twins = rolled(s);
-  ASSERT_FALSE(twins.empty());
-  for (const std::string& c : twins) {
-    const matmul::Config config = matmul::Config::parse(c);
-    EXPECT_TRUE(config.persistent) << c;
-    EXPECT_TRUE(config.pingpong || config.bm != 256) << c;
-    EXPECT_NE(std::find(s.search_only.begin(), s.search_only.end(), c), s.search_only.end()) << c;
-    matmul::Config inline_twin = config;
-    inline_twin.rolled_finish = false;
-    EXPECT_NE(std::find(s.candidates.begin(), s.candidates.end(), inline_twin.to_string()),
-              s.candidates.end())
-        << c;
-  }
-  const std::string pingpong =
-      "bm=64,bn=256,bk=64,warps=12,wm=1,stages=5,splitk=1,mma=wgmma,schedule=pingpong";
-  const Prediction x = t.predict(pingpong + ",finish=rolled", h200, {});
-  EXPECT_NE(x.efficiency_key, t.predict(pingpong, h200, {}).efficiency_key);
-  bool named = false;
-  for (const std::string& note : x.notes)
-    named = named || note.find("finish=rolled") != std::string::npos;
-  EXPECT_TRUE(named);
-}
-
 TEST(Space, EveryCandidateIsCanonicalValidAndUnique) {
   for (const matmul::Problem& p :
        {matmul_problem(4096, 4096, 4096), matmul_problem(4097, 4097, 4097),
