@@ -426,6 +426,21 @@ std::vector<Case> LeadingDimensionsLargerThanRowsCases() {
                        .config = std::string("mma=wgmma,bm=128,bn=256,stages=4") + schedule,
                        .pad_c = 1});
     }
+  // Rows of 1001 outputs on the persistent schedules: the misaligned class (B of "nn"
+  // padded) and aligned operands ("nt"), both with C_ALIGNED false, into a contiguous
+  // C (whole tiles from shifted rows) and into rows padded to 1008 (whole tiles
+  // through the copy engine). The last tile column goes through the warps' own
+  // stores, which must stop at N (a build of 2026-12-07 wrote the rest of the edge
+  // tile's last 4-output chunk into the gap: 2048 x 50257 x 768 into rows of 50264).
+  if (gpu_is_sm90())
+    for (const char* config : {"mma=wgmma,bm=64,bn=256,stages=5,schedule=pingpong",
+                               "mma=wgmma,bm=128,bn=128,stages=5,schedule=pingpong",
+                               "mma=wgmma,bm=128,bn=256,stages=4,schedule=persistent",
+                               "mma=wgmma,bm=128,bn=256,stages=4,splitk=2,schedule=streamk"})
+      for (const char* layout : {"nn", "nt"})
+        for (int64_t pad_c : {0, 7})
+          cases.push_back(
+              {.m = 192, .n = 1001, .k = 256, .layout = layout, .config = config, .pad_c = pad_c});
   return cases;
 }
 TEST_F(MatmulGpu, LeadingDimensionsLargerThanRows) {
