@@ -737,10 +737,10 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   // C_ALIGNED picks the persistent schedules' write-out. C's rows are 16-byte aligned
   // where A and B are (the class) and a row of N outputs is a whole number of 16-byte
   // chunks; else (2048 x 50257 x 768 "nt": aligned operands, rows of 50257) whole
-  // tiles go out from shifted rows. (The aligned kernel's guarded stores into rows of
-  // 50257: 0.533 ms at N = 50256, where the misaligned class took 0.340 with its copy
-  // of B; H100, 2026-12-07.) Either kernel is correct for any C, and both store a C
-  // with aligned rows (a padded ldc) through the copy engine.
+  // tiles go out from shifted rows. On the H100 (2026-12-07, 64 x 256 ping-pong) the
+  // aligned kernel's guarded stores into rows of 50257 took 0.533 ms at N = 50256;
+  // the "nt" product from shifted rows takes 0.284. Either kernel is correct for any
+  // C, and both store a C with aligned rows (a padded ldc) through the copy engine.
   const bool c_aligned =
       problem.aligned && problem.n * matmul::dtype_bytes(problem.output) % 16 == 0;
   s += fmt::format(
@@ -748,9 +748,8 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       "kjit_matmul_tile;  // ..., C_ALIGNED: C's rows {} 16-byte aligned{}\n\n",
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       kernel_operands(problem, config).a_k_major ? "true" : "false",
-      kernel_operands(problem, config).b_k_major ? "true" : "false",
-      c_aligned ? "true" : "false", config.swap ? ", true" : "", c_aligned ? "are" : "are not",
-      config.swap ? "; SWAP" : "");
+      kernel_operands(problem, config).b_k_major ? "true" : "false", c_aligned ? "true" : "false",
+      config.swap ? ", true" : "", c_aligned ? "are" : "are not", config.swap ? "; SWAP" : "");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",

@@ -430,8 +430,9 @@ std::vector<Case> LeadingDimensionsLargerThanRowsCases() {
   // padded) and aligned operands ("nt"), both with C_ALIGNED false, into a contiguous
   // C (whole tiles from shifted rows) and into rows padded to 1008 (whole tiles
   // through the copy engine). The last tile column goes through the warps' own
-  // stores, which must stop at N (a build of 2026-12-07 wrote the rest of the edge
-  // tile's last 4-output chunk into the gap: 2048 x 50257 x 768 into rows of 50264).
+  // stores, which must stop at N (a build of 2026-12-07 wrote 6 bytes a row past N:
+  // 2048 x 50257 x 768 into rows of 50264, and the tune of 4097^3 found every config
+  // wrong).
   if (gpu_is_sm90())
     for (const char* config : {"mma=wgmma,bm=64,bn=256,stages=5,schedule=pingpong",
                                "mma=wgmma,bm=128,bn=128,stages=5,schedule=pingpong",
