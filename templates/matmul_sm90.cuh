@@ -57,9 +57,9 @@ namespace sm90 {
 // for 32-bit types). Wgmma: the generated instruction wrapper for one 32-byte k
 // step (m64nBNk16 of 16-bit types, m64nBNk8 of tf32),
 //   static void run(float (&acc)[BN / 2], u64 desc_a, u64 desc_b).
-// C_ALIGNED: C's rows are 16-byte aligned (the operands' alignment class, and rows
-// of N outputs a whole number of 16-byte chunks); it picks the persistent and
-// ping-pong schedules' write-out (write_out).
+// C_ALIGNED: C's rows are 16-byte aligned (the operands' alignment class, and for
+// 16-bit outputs rows of N outputs a whole number of 16-byte chunks); it picks the
+// persistent and ping-pong schedules' write-out (write_out).
 //
 // SWAP (config swap=ab, run() only): the kernel computes the product transposed,
 // Cᵀ = Bᵀ Aᵀ. Its "A" is the caller's B (the runtime's map_a describes B), its "B"

@@ -734,15 +734,17 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   s += "// A is " + std::string(a_k_major ? "M x K (K-major)" : "K x M (M-major)") + ", B is " +
        (b_k_major ? "N x K (K-major)" : "K x N (N-major)") +
        (config.swap ? ": the kernel's A operand is B, its B operand A" : "") + "\n";
-  // C_ALIGNED picks the persistent schedules' write-out. C's rows are 16-byte aligned
-  // where A and B are (the class) and a row of N outputs is a whole number of 16-byte
-  // chunks; else (2048 x 50257 x 768 "nt": aligned operands, rows of 50257) whole
-  // tiles go out from shifted rows. On the H100 (2026-12-07, 64 x 256 ping-pong) the
-  // aligned kernel's guarded stores into rows of 50257 took 0.533 ms at N = 50256;
-  // the "nt" product from shifted rows takes 0.284. Either kernel is correct for any
-  // C, and both store a C with aligned rows (a padded ldc) through the copy engine.
-  const bool c_aligned =
-      problem.aligned && problem.n * matmul::dtype_bytes(problem.output) % 16 == 0;
+  // C_ALIGNED picks the persistent schedules' write-out. For 16-bit outputs C's rows
+  // count as 16-byte aligned where A and B are (the class) and a row of N outputs is
+  // a whole number of 16-byte chunks; else (2048 x 50257 x 768 "nt": aligned
+  // operands, rows of 50257) whole tiles go out from shifted rows. On the H100
+  // (2026-12-07, 64 x 256 ping-pong) the aligned kernel's guarded stores into rows of
+  // 50257 took 0.533 ms at N = 50256; the "nt" product from shifted rows takes 0.284.
+  // (f32 outputs have no shifted write-out, and keep the class.) Either kernel is
+  // correct for any C, and both store a C with aligned rows (a padded ldc) through
+  // the copy engine.
+  const int64_t out_bytes = matmul::dtype_bytes(problem.output);
+  const bool c_aligned = problem.aligned && (out_bytes != 2 || problem.n * out_bytes % 16 == 0);
   s += fmt::format(
       "typedef kjit::sm90::WgmmaMatmul<{}, {}, {}, {}, {}, {}, {}, kjit_wgmma, {}{}> "
       "kjit_matmul_tile;  // ..., C_ALIGNED: C's rows {} 16-byte aligned{}\n\n",
