@@ -12,20 +12,7 @@
 # BUILD: a build folder (or a packed copy, tools/device/pack.sh); OUT: where the
 # logs and JSON go. Prints the tables last.
 set -uo pipefail
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  usage
-  exit 0
-fi
-if [[ $# -ne 2 ]]; then
-  usage >&2
-  exit 2
-fi
-build=$1 out=$2
-mkdir -p "$out"
-store=$(mktemp -d)
-chmod 700 "$store"
-export KJIT_CACHE_DIR=$store
+source "$(dirname "$0")/build_out_args.sh" "$@"
 here=$(dirname "$0")
 
 start=$SECONDS
