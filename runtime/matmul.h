@@ -111,6 +111,9 @@ class Matmul {
   // Split-K arrival counters, one per (batch, tile); zero between launches (the
   // last split of each tile sets its counter back).
   cuda::DeviceBuffer arrivals_;
+  // pad=ahead: per piece of the operands the kernel copies, a done flag, then a claim
+  // flag per 4 k-tiles; cleared before every launch.
+  cuda::DeviceBuffer pad_flags_;
 };
 
 }  // namespace kjit::matmul

@@ -178,6 +178,49 @@ TEST(MatmulConfig, PersistentSchedule) {
             std::string::npos);
 }
 
+// pad=ahead: prints and parses back; a kernel of its own (the copy thread, 32 KiB
+// more shared memory, a PadMaps parameter) only where operands are padded; K not
+// padded; the persistent schedules with bm <= 128 only, and a clear error elsewhere.
+TEST(MatmulConfig, PadAhead) {
+  const Config c = Config::parse("mma=wgmma,bm=128,bn=256,stages=3,schedule=persistent,pad=ahead");
+  EXPECT_TRUE(c.pad_ahead);
+  EXPECT_EQ(c.to_string(),
+            "bm=128,bn=256,bk=64,warps=12,wm=2,stages=3,splitk=1,mma=wgmma,schedule=persistent,"
+            "pad=ahead");
+  EXPECT_EQ(Config::parse(c.to_string()), c);
+  EXPECT_FALSE(Config::parse("pad=copy").pad_ahead);
+  EXPECT_THROW(Config::parse("pad=fused"), UserError);
+  Problem misaligned = square(4097);
+  misaligned.aligned = false;
+  const Problem aligned = square(4096);
+  EXPECT_NO_THROW(validate(misaligned, c));
+  EXPECT_TRUE(pads_ahead(misaligned, c));
+  EXPECT_FALSE(pads_k(misaligned, c));  // the copy engine reads zeros past K
+  Config copy = c;
+  copy.pad_ahead = false;
+  EXPECT_TRUE(pads_k(misaligned, copy));
+  EXPECT_FALSE(pads_ahead(aligned, c));  // nothing padded: the plain kernel
+  EXPECT_EQ(lower(aligned, c).name, lower(aligned, copy).name);
+  EXPECT_EQ(lower(aligned, c).source.find("PadMaps"), std::string::npos);
+  EXPECT_EQ(lower(aligned, c).dynamic_shared_bytes, lower(aligned, copy).dynamic_shared_bytes);
+  const KernelSource ahead = lower(misaligned, c);
+  EXPECT_NE(ahead.name.find("_padahead"), std::string::npos);
+  EXPECT_NE(ahead.source.find("kjit::PadMaps pad_maps"), std::string::npos);
+  EXPECT_NE(ahead.source.find("map_c, &pad_maps)"), std::string::npos);
+  EXPECT_EQ(ahead.dynamic_shared_bytes, lower(misaligned, copy).dynamic_shared_bytes + 32768 + 8);
+  auto refused = [&](const std::string& text, const std::string& says) {
+    try {
+      validate(misaligned, Config::parse(text));
+      ADD_FAILURE() << text << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("mma=wgmma,bm=128,bn=256,stages=3,pad=ahead", "persistent");
+  refused("bm=128,bn=128,bk=32,warps=8,stages=4,pad=ahead", "persistent");
+  refused("mma=wgmma,bm=256,bn=128,stages=3,schedule=persistent,pad=ahead", "bm=256");
+}
+
 // pitch=line: prints and parses back, leaves the kernel's source alone (a run-time
 // choice), pads the operands of an aligned problem without padding K, and is an
 // option of the 16-bit wgmma engine only.
