@@ -448,9 +448,6 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
     // Searched, not a default until it has passed a trial on this GPU model for a
     // problem of this class (Space::search_only).
     if (c.swap) space.search_only.push_back(text);
-    // pad=ahead: the same until measured on this GPU model (the model takes its copy
-    // as hidden, which only a trial can confirm per problem).
-    if (c.pad_ahead) space.search_only.push_back(text);
     space.candidates.push_back(std::move(text));
   };
   auto with_launch_dims = [&](Config c) {
@@ -482,13 +479,6 @@ Space MatmulTuning::space(const cuda::DeviceProperties& device) const {
             c.streamk = schedule == std::string("streamk");
             c.line_pitch = line_pitch;
             with_launch_dims(c);
-            // pad=ahead where the persistent schedules copy something (bm <= 128:
-            // the copy thread's registers).
-            const Copied copied = copied_operands(p, c);
-            if (c.persistent && bm <= 128 && (copied.a || copied.b)) {
-              c.pad_ahead = true;
-              with_launch_dims(c);
-            }
           }
   // swap=ab where M is short (a decode step, M <= 64): the kernel computes Cᵀ = Bᵀ Aᵀ
   // with M on wgmma's N side in one tile column of bn = M rounded up to 16, so no
