@@ -165,6 +165,15 @@ bool overlaps(const Operand& c, const Operand& x, int64_t batch) {
 
 }  // namespace
 
+PadPhase pad_phase(CUdeviceptr pointer, int64_t ld, int64_t rows, int64_t element, int phase) {
+  PadPhase out;
+  const CUdeviceptr start = pointer + static_cast<CUdeviceptr>(phase * ld * element);
+  out.base = start & ~CUdeviceptr{15};
+  out.shift = static_cast<int>((start - out.base) / static_cast<CUdeviceptr>(element));
+  out.rows = phase < rows ? ceil_div(rows - phase, 8) : 0;
+  return out;
+}
+
 Tensors resolve(const Problem& p, Tensors t) {
   auto check_ld = [](const char* name, int64_t& ld, int64_t cols) {
     if (ld == 0) ld = cols;
@@ -603,15 +612,13 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
                               static_cast<uint32_t>((k_major ? tile_rows : config.bk) / 8), 1};
       const int phases = static_cast<int>(std::min<int64_t>(8, job.rows));
       for (int phase = 0; phase < phases; ++phase) {
-        const int64_t rows = ceil_div(job.rows - phase, 8);
-        const CUdeviceptr start = job.src + static_cast<CUdeviceptr>(phase * job.ld_src * elem);
-        const CUdeviceptr base = start & ~CUdeviceptr{15};
-        const int shift = static_cast<int>((start - base) / elem);
-        pad_maps.shift[op][phase] = shift;
-        const int64_t src_counts[] = {job.cols + shift, rows, p.batch};
+        const PadPhase source = pad_phase(job.src, job.ld_src, job.rows, elem, phase);
+        pad_maps.shift[op][phase] = source.shift;
+        const int64_t src_counts[] = {job.cols + source.shift, source.rows, p.batch};
         const int64_t src_strides[] = {8 * job.ld_src, job.stride_src};
-        pad_maps.src[op][phase] = cuda::tiled_map(type, elem, base, src_counts, src_strides, box,
-                                                  CU_TENSOR_MAP_SWIZZLE_NONE);
+        pad_maps.src[op][phase] = cuda::tiled_map(type, elem, source.base, src_counts, src_strides,
+                                                  box, CU_TENSOR_MAP_SWIZZLE_NONE);
+        const int64_t rows = source.rows;
         const int64_t dst_counts[] = {job.cols, rows, p.batch};
         const int64_t dst_strides[] = {8 * job.ld_dst, job.rows_dst * job.ld_dst};
         pad_maps.dst[op][phase] = cuda::tiled_map(

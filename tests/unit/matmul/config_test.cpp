@@ -221,6 +221,33 @@ TEST(MatmulConfig, PadAhead) {
   refused("mma=wgmma,bm=256,bn=128,stages=3,schedule=persistent,pad=ahead", "bm=256");
 }
 
+// pad=ahead's phases: every stored row r of phase r % 8 starts where that phase's
+// tensor map puts it (its base, 16-byte aligned, plus (r / 8) strides of 8 rows,
+// plus `shift` elements), for pointers and rows at every offset off 16 bytes, and
+// each phase counts its own rows (none past the operand's).
+TEST(MatmulConfig, PadAheadPhasesLandOnEveryRow) {
+  for (const CUdeviceptr pointer :
+       {CUdeviceptr{0x10000}, CUdeviceptr{0x10002}, CUdeviceptr{0x1000e}})
+    for (const int64_t ld : {1, 3, 8, 12, 4097, 4104, 50257})
+      for (const int64_t rows : {1, 3, 8, 17, 4097}) {
+        SCOPED_TRACE(fmt::format("pointer 0x{:x}, ld {}, rows {}", pointer, ld, rows));
+        int64_t counted = 0;
+        for (int phase = 0; phase < 8; ++phase) {
+          const PadPhase x = pad_phase(pointer, ld, rows, 2, phase);
+          EXPECT_EQ(x.base % 16, 0u);
+          EXPECT_GE(x.shift, 0);
+          EXPECT_LT(x.shift, 8);
+          EXPECT_EQ(x.rows, phase < rows ? (rows - phase + 7) / 8 : 0);
+          counted += x.rows;
+          for (int64_t r = phase; r < rows; r += 8)
+            EXPECT_EQ(pointer + static_cast<CUdeviceptr>(r * ld * 2),
+                      x.base + static_cast<CUdeviceptr>((r / 8) * 8 * ld * 2 + x.shift * 2))
+                << "row " << r;
+        }
+        EXPECT_EQ(counted, rows);
+      }
+}
+
 // pitch=line: prints and parses back, leaves the kernel's source alone (a run-time
 // choice), pads the operands of an aligned problem without padding K, and is an
 // option of the 16-bit wgmma engine only.
