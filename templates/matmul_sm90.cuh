@@ -1290,11 +1290,12 @@ struct WgmmaMatmul {
             }
             pending = line + kt;
           }
+          // The claim's last piece is published before the walk goes on: the next
+          // claims may all be taken, and producers wait for this piece meanwhile.
+          bulk_wait_all<0>();
+          pad_publish(pending);
+          pending = nullptr;
         }
-    }
-    if (pending) {
-      bulk_wait_all<0>();
-      pad_publish(pending);
     }
   }
 
