@@ -38,11 +38,8 @@ struct DeviceArgs {
   int streamk_tiles;
   int streamk_splits;
   float alpha, beta;
-  CUdeviceptr pad_flags;
-  int pad_copy[2];
-  int pad_phases[2];
 };
-static_assert(sizeof(DeviceArgs) == 200, "DeviceArgs must mirror kjit::MatmulArgs");
+static_assert(sizeof(DeviceArgs) == 176, "DeviceArgs must mirror kjit::MatmulArgs");
 
 // Mirror of kjit::EpilogueOperands.
 struct DeviceOperands {
@@ -58,16 +55,6 @@ struct DeviceStageJob {
   long long rows, cols, ld_src, stride_src, ld_dst, transpose;
 };
 static_assert(sizeof(DeviceStageJob) == 64, "DeviceStageJob must mirror kjit::matmul::StageJob");
-
-// Mirror of kjit::PadMaps (pad=ahead): [A, B][phase].
-struct DevicePadMaps {
-  CUtensorMap src[2][8];
-  CUtensorMap dst[2][8];
-  int shift[2][8];
-};
-// 32 maps and the shifts, rounded up to CUtensorMap's 128-byte alignment (the device
-// struct is __align__(128) for the same size).
-static_assert(sizeof(DevicePadMaps) == 32 * 128 + 128, "DevicePadMaps must mirror kjit::PadMaps");
 
 // Mirror of kjit::matmul::PadJob.
 struct DevicePadJob {
@@ -164,15 +151,6 @@ bool overlaps(const Operand& c, const Operand& x, int64_t batch) {
 }
 
 }  // namespace
-
-PadPhase pad_phase(CUdeviceptr pointer, int64_t ld, int64_t rows, int64_t element, int phase) {
-  PadPhase out;
-  const CUdeviceptr start = pointer + static_cast<CUdeviceptr>(phase * ld * element);
-  out.base = start & ~CUdeviceptr{15};
-  out.shift = static_cast<int>((start - out.base) / static_cast<CUdeviceptr>(element));
-  out.rows = phase < rows ? ceil_div(rows - phase, 8) : 0;
-  return out;
-}
 
 Tensors resolve(const Problem& p, Tensors t) {
   auto check_ld = [](const char* name, int64_t& ld, int64_t cols) {
@@ -555,23 +533,8 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
     }
   }
 
-  DevicePadMaps pad_maps{};
   if (pads_operands(p, config)) {
     const int64_t k_padded = pads_k(p, config) ? round_up(p.k, config.bk) : p.k;
-    const bool copies_a =
-        !reads_in_place(p, config, static_cast<int64_t>(t.a), t.lda, t.stride_a, p.a_transposed);
-    const bool copies_b =
-        !reads_in_place(p, config, static_cast<int64_t>(t.b), t.ldb, t.stride_b, !p.b_transposed);
-    // pad=ahead: the kernel copies them itself where each phase of their rows is a
-    // tensor map (WgmmaMatmul::pad_ahead_units): batch strides whole 16-byte chunks,
-    // eight rows' strides below the copy engine's limit. Elsewhere the padding kernel
-    // copies them first, as with pad=copy.
-    auto phases_mappable = [&](int64_t ld, int64_t stride) {
-      return (p.batch == 1 || (stride * elem) % 16 == 0) && 8 * ld * elem < cuda::kMaxStrideBytes &&
-             (p.batch == 1 || stride * elem < cuda::kMaxStrideBytes);
-    };
-    const bool ahead = pads_ahead(p, config) && (!copies_a || phases_mappable(t.lda, t.stride_a)) &&
-                       (!copies_b || phases_mappable(t.ldb, t.stride_b));
     std::vector<DevicePadJob> jobs;
     auto pad = [&](cuda::DeviceBuffer& scratch, CUdeviceptr src, int64_t rows, int64_t cols,
                    int64_t ld, int64_t stride, bool k_is_rows) {
@@ -601,62 +564,22 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
       jobs.push_back(job);
       return job;
     };
-    // pad=ahead's maps of operand `op` (0: A, 1: B) and its scratch: phase p is rows
-    // p, p + 8, ... (kjit::PadMaps); a box is what one k-tile of one tile reads of
-    // it: 64 columns by tile rows / 8 of a K-major operand, tile columns by 8 rows of
-    // an M/N-major one. No swizzle: the boxes only pass through shared memory.
-    auto map_phases = [&](int op, const DevicePadJob& job, bool k_major, int tile_rows) {
-      const CUtensorMapDataType type = p.input == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-      const uint32_t box[] = {static_cast<uint32_t>(k_major ? config.bk : tile_rows),
-                              static_cast<uint32_t>((k_major ? tile_rows : config.bk) / 8), 1};
-      const int phases = static_cast<int>(std::min<int64_t>(8, job.rows));
-      for (int phase = 0; phase < phases; ++phase) {
-        const PadPhase source = pad_phase(job.src, job.ld_src, job.rows, elem, phase);
-        pad_maps.shift[op][phase] = source.shift;
-        const int64_t src_counts[] = {job.cols + source.shift, source.rows, p.batch};
-        const int64_t src_strides[] = {8 * job.ld_src, job.stride_src};
-        pad_maps.src[op][phase] = cuda::tiled_map(type, elem, source.base, src_counts, src_strides,
-                                                  box, CU_TENSOR_MAP_SWIZZLE_NONE);
-        const int64_t rows = source.rows;
-        const int64_t dst_counts[] = {job.cols, rows, p.batch};
-        const int64_t dst_strides[] = {8 * job.ld_dst, job.rows_dst * job.ld_dst};
-        pad_maps.dst[op][phase] = cuda::tiled_map(
-            type, elem, job.dst + static_cast<CUdeviceptr>(phase * job.ld_dst * elem), dst_counts,
-            dst_strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
-      }
-      args.pad_copy[op] = 1;
-      args.pad_phases[op] = phases;
-    };
-    if (copies_a) {
+    if (!reads_in_place(p, config, static_cast<int64_t>(t.a), t.lda, t.stride_a, p.a_transposed)) {
       const DevicePadJob job =
           pad(scratch_a_, t.a, a_rows(p), a_cols(p), t.lda, t.stride_a, p.a_transposed);
       args.a = job.dst;
       args.lda = job.ld_dst;
       args.stride_a = job.rows_dst * job.ld_dst;
-      if (ahead) map_phases(0, job, !p.a_transposed, config.bm);
     }
-    if (copies_b) {
+    if (!reads_in_place(p, config, static_cast<int64_t>(t.b), t.ldb, t.stride_b, !p.b_transposed)) {
       const DevicePadJob job =
           pad(scratch_b_, t.b, b_rows(p), b_cols(p), t.ldb, t.stride_b, !p.b_transposed);
       args.b = job.dst;
       args.ldb = job.ld_dst;
       args.stride_b = job.rows_dst * job.ld_dst;
-      if (ahead) map_phases(1, job, p.b_transposed, config.bn);
     }
     args.k = static_cast<int>(k_padded);
-    if (ahead && !jobs.empty()) {
-      // Per tile row of A and tile column of B of each batch, a done flag per k-tile
-      // (a piece), then a claim flag per 4 k-tiles (WgmmaMatmul::pad_ahead_units):
-      // all zero before the kernel starts.
-      const int64_t k_tiles = ceil_div(p.k, config.bk);
-      const int64_t lines = p.batch * (ceil_div(p.m, config.bm) + ceil_div(p.n, config.bn));
-      const size_t words = static_cast<size_t>(lines * (k_tiles + ceil_div(k_tiles, 4)));
-      if (pad_flags_.bytes() < words * sizeof(unsigned))
-        pad_flags_ = cuda::DeviceBuffer(words * sizeof(unsigned));
-      KJIT_CU(cuMemsetD32Async, pad_flags_.get(), 0, words, stream);
-      args.pad_flags = pad_flags_.get();
-    } else if (!jobs.empty()) {
+    if (!jobs.empty()) {
       int64_t most_chunks = 0;
       for (const DevicePadJob& job : jobs)
         most_chunks = std::max<int64_t>(most_chunks, job.rows_dst * job.ld_dst / 8);
@@ -799,8 +722,7 @@ void Matmul::launch(const Tensors& given, CUstream stream) {
   launch.block = {static_cast<unsigned>(v->source.block_threads), 1, 1};
   launch.dynamic_shared_bytes = static_cast<unsigned>(v->source.dynamic_shared_bytes);
   launch.stream = stream;
-  void* kernel_args[] = {&args, &ops, nullptr, nullptr, nullptr, nullptr};
-  if (pads_ahead(p, config)) kernel_args[5] = &pad_maps;  // the kernel's last parameter
+  void* kernel_args[] = {&args, &ops, nullptr, nullptr, nullptr};
   CUtensorMap map_a, map_b, map_c{};
   if (config.wgmma) {
     // The copy engine reads A and B (after padding, if any) through tensor maps:

@@ -49,18 +49,6 @@ Tensors resolve(const Problem& problem, Tensors tensors);
 // leading dimensions and batch strides multiples of 8 elements (16 bytes).
 bool is_aligned(const Problem& problem, const Tensors& tensors);
 
-// pad=ahead: phase `phase` (< 8) of a stored operand whose rows of `element`-byte
-// values start at `pointer` + r x ld elements: its rows phase, phase + 8, ... are
-// 8 x ld elements apart, so the copy engine reads them through one tensor map based
-// at `base` (the 16-byte boundary at or below row `phase`'s start), each row
-// `shift` elements into the map's rows; `rows` of them (of the operand's `rows`).
-struct PadPhase {
-  CUdeviceptr base = 0;
-  int shift = 0;
-  int64_t rows = 0;
-};
-PadPhase pad_phase(CUdeviceptr pointer, int64_t ld, int64_t rows, int64_t element, int phase);
-
 // UserError, with required vs limit and a hint, when the config does not fit the
 // device (shared memory, threads). Registers are checked after compilation.
 void check_fits_device(const Problem& problem, const Config& config,
@@ -123,9 +111,6 @@ class Matmul {
   // Split-K arrival counters, one per (batch, tile); zero between launches (the
   // last split of each tile sets its counter back).
   cuda::DeviceBuffer arrivals_;
-  // pad=ahead: per piece of the operands the kernel copies, a done flag, then a claim
-  // flag per 4 k-tiles; cleared before every launch.
-  cuda::DeviceBuffer pad_flags_;
 };
 
 }  // namespace kjit::matmul

@@ -64,16 +64,6 @@ struct MatmulArgs {
   int streamk_splits;   // tiles (past the last full wave) are split into streamk_splits
                         // K ranges, one work unit each (0 and 1: no split)
   float alpha, beta;
-  // pad=ahead (sm90 persistent schedules): flags in lines, one per tile row of A and
-  // tile column of B of each batch: a done flag per k-tile (a piece, set once it is
-  // in the scratch), then a claim flag per PAD_K_GROUP k-tiles (set by the block that
-  // copies them); zero at launch (the runtime clears them). pad_copy[0] / [1]: A / B
-  // is copied by the kernel (from PadMaps' sources into the scratch args.a /
-  // args.b); pad_phases[op]: its stored rows, at most 8 (rows p, p + 8, ... are
-  // phase p).
-  unsigned* pad_flags;
-  int pad_copy[2];
-  int pad_phases[2];
 };
 
 // Extra operands of the epilogue, read by the generated Epilogue type.

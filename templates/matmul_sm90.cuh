@@ -49,21 +49,6 @@
 
 namespace kjit {
 
-// pad=ahead: how the persistent schedules' copy thread sees the operands it copies
-// (WgmmaMatmul::pad_ahead_units). Rows of 4097 bf16 values start 2 bytes further off
-// a 16-byte boundary each, and the copy engine takes only strides of whole 16-byte
-// chunks; but rows p, p + 8, p + 16, ... are 8 x 8194 bytes apart, a stride it
-// takes. So each phase p (p < 8) of an operand is a tensor map of its own: based at
-// the 16-byte boundary at or below row p's start, rows 8 x ld apart, each row
-// shift[p] elements into the map's (widened) rows. The scratch has the same eight
-// maps over rows a whole number of 128-byte lines apart. A box loaded through src
-// and stored through dst moves rows p, p + 8, ... of a piece unchanged.
-struct __align__(128) PadMaps {  // 128: the host's CUtensorMap alignment (its mirror)
-  TensorMap src[2][8];  // [A, B][p]: (columns + shift[p], rows of phase p, batch), no swizzle
-  TensorMap dst[2][8];  // the scratch: (columns, rows of phase p, batch), the same boxes
-  int shift[2][8];      // elements from a source map's row start to the stored row's
-};
-
 namespace sm90 {
 
 // T: bf16, f16, or float (read as tf32); TC: output type; BM = 64 x consumer
@@ -76,11 +61,6 @@ namespace sm90 {
 // 16-bit outputs rows of N outputs a whole number of 16-byte chunks); it picks the
 // persistent and ping-pong schedules' write-out (write_out).
 //
-// PAD_AHEAD (config pad=ahead, persistent schedules only): the kernel copies the
-// operands that the runtime marks (args.pad_copy) into their scratch itself, a piece
-// ahead of the main loops that read them (pad_ahead_units), instead of a padding
-// kernel copying them first.
-//
 // SWAP (config swap=ab, run() only): the kernel computes the product transposed,
 // Cᵀ = Bᵀ Aᵀ. Its "A" is the caller's B (the runtime's map_a describes B), its "B"
 // the caller's A (map_b, K-major), so the tile's BM rows walk the caller's N and its
@@ -90,7 +70,7 @@ namespace sm90 {
 // staged transposed, so the write-out, split-K and the epilogue see the caller's
 // rows and columns (OUT_ROWS x OUT_COLS below) and do not know about the swap.
 template <typename T, typename TC, int BM, int BN, int STAGES, bool A_K_MAJOR, bool B_K_MAJOR,
-          typename Wgmma, bool C_ALIGNED = true, bool SWAP = false, bool PAD_AHEAD = false>
+          typename Wgmma, bool C_ALIGNED = true, bool SWAP = false>
 struct WgmmaMatmul {
   static constexpr int BK = 128 / sizeof(T);  // one 128-byte swizzle line per row
   static constexpr int K_STEPS = 4;           // wgmma k steps of 32 bytes per k-tile
@@ -109,11 +89,7 @@ struct WgmmaMatmul {
   static constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8 > 255
                                               ? 255
                                               : (65536 / THREADS) / 8 * 8;
-  // (pad=ahead: 72, for the copy thread's walk and the producer's look at the pieces'
-  // flags; two consumers then keep 216. It takes BM <= 128: three or four consumers
-  // would keep too few, and at 56 the copy thread spilled.)
-  static constexpr int PRODUCER_REGISTERS = PAD_AHEAD ? 72 : 40;
-  static_assert(!PAD_AHEAD || CONSUMERS <= 2, "pad=ahead takes BM <= 128");
+  static constexpr int PRODUCER_REGISTERS = 40;
   static constexpr int CONSUMER_REGISTERS =
       (LAUNCH_REGISTERS + 128 * (LAUNCH_REGISTERS - PRODUCER_REGISTERS) / CONSUMER_THREADS) / 8 * 8;
   static constexpr int CHUNK_BYTES = 64 * 128;  // one 64-row chunk of an MN-major operand
@@ -151,19 +127,7 @@ struct WgmmaMatmul {
   static constexpr int SLAB_F32_COLUMNS = 32;
   static constexpr int SLAB_ROW_BYTES = 128;
   static constexpr int SLAB_BYTES = 16 * SLAB_ROW_BYTES;
-  // pad=ahead: the copy thread's ring, one piece (eight boxes of at most 4 KiB: a
-  // K-major operand's 64 columns by tile rows / 8, an M/N-major one's tile columns by
-  // 8 rows), after the slabs, and its mbarrier after the others.
-  static constexpr int PAD_BOX_BYTES = 4096;
-  static constexpr int PAD_RING_BYTES = PAD_AHEAD ? 8 * PAD_BOX_BYTES : 0;
-  static constexpr int PAD_SHARED_BYTES = PAD_AHEAD ? PAD_RING_BYTES + 8 : 0;
-  static constexpr int PAD_K_GROUP = 4;  // k-tiles of one tile row / column per claim
-  static constexpr int PAD_LOOK = 4;     // k-tiles' flags the producer reads at once
-  static_assert(BK * (BM / 8) * static_cast<int>(sizeof(T)) <= PAD_BOX_BYTES &&
-                    BN * (BK / 8) * static_cast<int>(sizeof(T)) <= PAD_BOX_BYTES,
-                "a pad=ahead box fits its ring slot");
-  static constexpr int PERSISTENT_SHARED_BYTES =
-      SHARED_BYTES + 4 * CONSUMERS * SLAB_BYTES + PAD_SHARED_BYTES;
+  static constexpr int PERSISTENT_SHARED_BYTES = SHARED_BYTES + 4 * CONSUMERS * SLAB_BYTES;
   // Whole tiles of a misaligned problem's 16-bit C go out through plain bulk stores
   // from shifted rows where C's rows are off 16 bytes (write_out_shifted).
   static constexpr bool SHIFTED_WRITE_OUT = !C_ALIGNED && sizeof(TC) == 2;
@@ -172,8 +136,7 @@ struct WgmmaMatmul {
   // two more mbarriers (whose turn it is) before the eight warps' slabs.
   static constexpr int ROWS = BM / 64;
   static constexpr int PINGPONG_THREADS = 384;
-  static constexpr int PINGPONG_SHARED_BYTES =
-      SHARED_BYTES + 2 * 8 + 8 * SLAB_BYTES + PAD_SHARED_BYTES;
+  static constexpr int PINGPONG_SHARED_BYTES = SHARED_BYTES + 2 * 8 + 8 * SLAB_BYTES;
   static constexpr int PINGPONG_LAUNCH_REGISTERS = (65536 / PINGPONG_THREADS) / 8 * 8;  // 168
   static constexpr int PINGPONG_CONSUMER_REGISTERS =  // 232: 128 x 40 + 256 x 232 <= 65536
       (PINGPONG_LAUNCH_REGISTERS +
@@ -184,28 +147,15 @@ struct WgmmaMatmul {
   // the k-tiles this block has loaded before (a persistent block walks several tiles
   // through one pipeline): k-tile kt of this tile uses stage (first + kt) % STAGES,
   // in round (first + kt) / STAGES, whose parity the barriers track.
-  // With pad=ahead (PAD_AHEAD and `pad.copied`), each k-tile's loads wait until its
-  // pieces of the copied operands are in the scratch (pad_wait).
-  struct PadWait;
   __device__ __forceinline__ static void produce(const TensorMap& map_a, const TensorMap& map_b,
                                                  u32 stages, u32 full, u32 empty, int m0, int n0,
                                                  int batch, int k_begin, int k_tiles,
                                                  int first = 0) {
-    PadWait none{};
-    produce(map_a, map_b, stages, full, empty, m0, n0, batch, k_begin, k_tiles, first, none);
-  }
-  __device__ __forceinline__ static void produce(const TensorMap& map_a, const TensorMap& map_b,
-                                                 u32 stages, u32 full, u32 empty, int m0, int n0,
-                                                 int batch, int k_begin, int k_tiles, int first,
-                                                 PadWait& pad) {
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = (first + kt) % STAGES;
       const u32 a = stages + s * STAGE_BYTES;
       const u32 b = a + A_BYTES;
       const int k0 = k_begin + kt * BK;
-      if constexpr (PAD_AHEAD) {
-        if (pad.copied) pad_wait(pad, k_begin / BK + kt, k_begin / BK + k_tiles);
-      }
       barrier_wait(empty + 8 * s, (((first + kt) / STAGES) & 1) ^ 1);
       barrier_arrive_expect_bytes(full + 8 * s, STAGE_BYTES);
       if (A_K_MAJOR) {
@@ -1130,189 +1080,26 @@ struct WgmmaMatmul {
     for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
       const int k_tiles = (w.k_end - w.k_begin + BK - 1) / BK;
-      PadWait pad{};
-      if constexpr (PAD_AHEAD) pad = pad_wait_for(args, w, tiles_m, tiles_n);
       produce(map_a, map_b, stages, full, empty, w.tile_m * BM, w.tile_n * BN, w.batch, w.k_begin,
-              k_tiles, first, pad);
+              k_tiles, first);
       first += k_tiles;
     }
   }
 
-  // ---- pad=ahead: the misaligned operands copied while the tensor cores run -------
-  // The padded path copies A and/or B into scratch with rows on 128-byte lines. With
-  // pad=copy a kernel of its own does it first (~35 us for 4097^3 on the H200, the
-  // tensor cores idle). With pad=ahead the persistent kernel does it itself: one
-  // thread of the producer warpgroup (warp 1; the producer thread is warp 0) walks
-  // the same units as the producer and copies their pieces, a piece being what one
-  // k-tile of one tile reads of one operand. The copy engine moves them: eight boxes
-  // a piece (the phases of PadMaps) from the caller's rows into the ring, then from
-  // the ring into the scratch: the thread issues 16 copies and waits once a piece,
-  // and holds no data in registers (a copy through registers by the producer's
-  // three spare warps ran at ~0.25 TB/s: docs/perf/2026-12-03-h200-fused-padding.md).
-  //
-  // Each piece is copied once, by the block that claims it first; the others skip
-  // it. A claim (an atomic on a flag) covers PAD_K_GROUP k-tiles of one tile row of A
-  // or column of B, so that the walk over pieces that others took is cheap. The
-  // copier publishes a piece once its stores are complete (cp.async.bulk.wait_group,
-  // a proxy fence, a release store of its flag); the producer checks the flags
-  // before each k-tile's loads (pad_wait). No deadlock: a copy thread waits only for
-  // its own copies, and every block whose producer needs a piece has a copy thread
-  // that reaches the piece in its walk and claims it if nobody has.
-  __device__ __forceinline__ static unsigned load_relaxed(const unsigned* flag) {
-    unsigned v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag));
-    return v;
-  }
-
-  // The producer's view of one unit's pieces: a flag per k-tile of its tile row of A
-  // and its tile column of B (nullptr: read in place), and how many k-tiles from the
-  // first are known to be in the scratch.
-  struct PadWait {
-    const unsigned* done[2];
-    int ready;
-    bool copied;  // either operand is copied (else nothing to wait for)
-  };
-  __device__ __forceinline__ static PadWait pad_wait_for(const MatmulArgs& args,
-                                                         const matmul::BlockWork& w, int tiles_m,
-                                                         int tiles_n) {
-    const int k_tiles = (args.k + BK - 1) / BK;
-    const int line_flags = k_tiles + (k_tiles + PAD_K_GROUP - 1) / PAD_K_GROUP;
-    const long long line = static_cast<long long>(w.batch) * (tiles_m + tiles_n);
-    PadWait wait;
-    wait.done[0] = args.pad_copy[0] ? args.pad_flags + (line + w.tile_m) * line_flags : nullptr;
-    wait.done[1] =
-        args.pad_copy[1] ? args.pad_flags + (line + tiles_m + w.tile_n) * line_flags : nullptr;
-    wait.ready = w.k_begin / BK;
-    wait.copied = args.pad_copy[0] || args.pad_copy[1];
-    return wait;
-  }
-
-  // Returns once k-tile kt's pieces are in the scratch: reads the flags of up to
-  // PAD_LOOK k-tiles at once (one round trip to L2 for several k-tiles), then
-  // acquires what their copiers released, and orders it before this thread's copies
-  // (the copy engine reads the scratch through the async proxy).
-  __device__ __forceinline__ static void pad_wait(PadWait& wait, int kt, int kt_end) {
-    if (kt < wait.ready) return;
-    // Both operands' flags (one of them twice where only one is copied), all loads
-    // issued before any is used.
-    const unsigned* a = wait.done[0] ? wait.done[0] : wait.done[1];
-    const unsigned* b = wait.done[1] ? wait.done[1] : wait.done[0];
-    for (;;) {
-      unsigned copied_a[PAD_LOOK], copied_b[PAD_LOOK];
-#pragma unroll
-      for (int i = 0; i < PAD_LOOK; ++i) {
-        const int k = min(kt + i, kt_end - 1);
-        copied_a[i] = load_relaxed(a + k);
-        copied_b[i] = load_relaxed(b + k);
-      }
-      int ready = 0;
-#pragma unroll
-      for (int i = 0; i < PAD_LOOK; ++i)
-        if (kt + i < kt_end && (copied_a[i] & copied_b[i]) != 0u && ready == i) ready = i + 1;
-      if (ready > 0) {
-        wait.ready = kt + ready;
-        break;
-      }
-      __nanosleep(128);
-    }
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-  }
-
-  // Copies piece (op, tile, kt) of batch `batch` through the ring: eight boxes in,
-  // one wait, eight boxes out (one bulk async-group; the caller waits for it).
-  __device__ __forceinline__ static void pad_copy_piece(const MatmulArgs& args, const PadMaps& maps,
-                                                        int op, int tile, int kt, int batch,
-                                                        u32 ring, u32 bar, u32& parity) {
-    const bool k_major = op == 0 ? A_K_MAJOR : B_K_MAJOR;
-    const int tile_rows = op == 0 ? BM : BN;
-    // The piece in stored (column, row) terms: a K-major operand's tile rows by the
-    // k-tile's columns, an M/N-major one's k-tile rows by the tile's columns.
-    const int col0 = k_major ? kt * BK : tile * tile_rows;
-    const int row0 = k_major ? tile * tile_rows : kt * BK;
-    const u32 box_bytes = static_cast<u32>(BK * tile_rows / 8 * sizeof(T));
-    const int phases = args.pad_phases[op];
-    bulk_wait_read<0>();  // the last piece's stores have read the ring
-    barrier_arrive_expect_bytes(bar, phases * box_bytes);
-    for (int p = 0; p < phases; ++p)  // rows row0 + p, + 8, ...: row row0 / 8 of phase p
-      tma_load(ring + p * PAD_BOX_BYTES, maps.src[op][p], bar, col0 + maps.shift[op][p], row0 / 8,
-               batch);
-    barrier_wait(bar, parity);
-    parity ^= 1;
-    for (int p = 0; p < phases; ++p)
-      tma_store(maps.dst[op][p], ring + p * PAD_BOX_BYTES, col0, row0 / 8, batch);
-    bulk_commit();
-  }
-
-  // Marks a piece copied: its stores are complete (the caller waited), ordered
-  // before the release store of its flag.
-  __device__ __forceinline__ static void pad_publish(unsigned* flag) {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(1u) : "memory");
-  }
-
-  // The copy thread: the block's units in the producer's order, and of each the
-  // claims of its k-tiles (A's piece, then B's), copying those it wins. The flags
-  // (args.pad_flags) come in lines, one per tile row of A and tile column of B of
-  // each batch ([batch][tile rows of A, then tile columns of B]): a done flag per
-  // k-tile, then a claim flag per PAD_K_GROUP k-tiles.
-  __device__ __forceinline__ static void pad_ahead_units(const MatmulArgs& args,
-                                                         const PadMaps& maps, u32 ring, u32 bar,
-                                                         int tiles_m, int tiles_n,
-                                                         long long units) {
-    for (int op = 0; op < 2; ++op)
-      if (args.pad_copy[op])
-        for (int p = 0; p < args.pad_phases[op]; ++p) {
-          prefetch_tensor_map(maps.src[op][p]);
-          prefetch_tensor_map(maps.dst[op][p]);
-        }
-    const int k_tiles = (args.k + BK - 1) / BK;
-    const int line_flags = k_tiles + (k_tiles + PAD_K_GROUP - 1) / PAD_K_GROUP;
-    u32 parity = 0;
-    unsigned* pending = nullptr;  // the done flag of the piece whose stores are in flight
-    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
-      const matmul::BlockWork w = unit_work(args, unit, tiles_m, tiles_n);
-      const int kt_end = (w.k_end + BK - 1) / BK;
-      for (int g = w.k_begin / BK / PAD_K_GROUP; g * PAD_K_GROUP < kt_end; ++g)
-        for (int op = 0; op < 2; ++op) {
-          if (!args.pad_copy[op]) continue;
-          const int tile = op == 0 ? w.tile_m : w.tile_n;
-          unsigned* line = args.pad_flags + (static_cast<long long>(w.batch) * (tiles_m + tiles_n) +
-                                             (op == 0 ? tile : tiles_m + tile)) *
-                                                line_flags;
-          if (atomicCAS(line + k_tiles + g, 0u, 1u) != 0u) continue;  // taken
-          const int last = min(k_tiles, (g + 1) * PAD_K_GROUP);
-          for (int kt = g * PAD_K_GROUP; kt < last; ++kt) {
-            pad_copy_piece(args, maps, op, tile, kt, w.batch, ring, bar, parity);
-            if (pending) {
-              bulk_wait_all<1>();  // the piece before this one is stored
-              pad_publish(pending);
-            }
-            pending = line + kt;
-          }
-          // The claim's last piece is published before the walk goes on: the next
-          // claims may all be taken, and producers wait for this piece meanwhile.
-          bulk_wait_all<0>();
-          pad_publish(pending);
-          pending = nullptr;
-        }
-    }
-  }
-
   template <typename Epilogue>
-  __device__ __forceinline__ static void run_persistent(
-      const MatmulArgs& args, const EpilogueOperands& ops, const TensorMap& map_a,
-      const TensorMap& map_b, const TensorMap& map_c, const PadMaps* pad_maps = nullptr) {
+  __device__ __forceinline__ static void run_persistent(const MatmulArgs& args,
+                                                        const EpilogueOperands& ops,
+                                                        const TensorMap& map_a,
+                                                        const TensorMap& map_b,
+                                                        const TensorMap& map_c) {
     extern __shared__ __align__(1024) unsigned char kjit_wgmma_shared[];
     const u32 base = mma::shared_address(kjit_wgmma_shared);
     // The stages, the consumer warps' slabs (1024-byte aligned, as bulk stores of
-    // 128-byte-swizzled boxes need), pad=ahead's ring, then the mbarriers.
+    // 128-byte-swizzled boxes need), then the mbarriers.
     const u32 stages = (base + 1023) & ~1023u;
     const u32 slabs = stages + STAGES * STAGE_BYTES;
-    const u32 ring = slabs + 4 * CONSUMERS * SLAB_BYTES;
-    const u32 full = ring + PAD_RING_BYTES;
+    const u32 full = slabs + 4 * CONSUMERS * SLAB_BYTES;
     const u32 empty = full + 8 * STAGES;
-    const u32 ring_full = empty + 8 * STAGES;  // pad=ahead: the ring's boxes have landed
     if (threadIdx.x == 0) {
       prefetch_tensor_map(map_a);
       prefetch_tensor_map(map_b);
@@ -1321,7 +1108,6 @@ struct WgmmaMatmul {
         barrier_init(full + 8 * s, 1);
         barrier_init(empty + 8 * s, 4 * CONSUMERS);
       }
-      if constexpr (PAD_AHEAD) barrier_init(ring_full, 1);
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -1339,10 +1125,6 @@ struct WgmmaMatmul {
     if (group < 0) {
       if constexpr (CONSUMERS > 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
-      if constexpr (PAD_AHEAD) {
-        if (threadIdx.x == 32 && (args.pad_copy[0] || args.pad_copy[1]))
-          pad_ahead_units(args, *pad_maps, ring, ring_full, tiles_m, tiles_n, units);
-      }
       if (threadIdx.x != 0) return;  // the producer's other warps have nothing to do
       produce_units(args, map_a, map_b, stages, full, empty, tiles_m, tiles_n, units);
       return;
@@ -1433,21 +1215,20 @@ struct WgmmaMatmul {
   }
 
   template <typename Epilogue>
-  __device__ __forceinline__ static void run_pingpong(
-      const MatmulArgs& args, const EpilogueOperands& ops, const TensorMap& map_a,
-      const TensorMap& map_b, const TensorMap& map_c, const PadMaps* pad_maps = nullptr) {
+  __device__ __forceinline__ static void run_pingpong(const MatmulArgs& args,
+                                                      const EpilogueOperands& ops,
+                                                      const TensorMap& map_a,
+                                                      const TensorMap& map_b,
+                                                      const TensorMap& map_c) {
     static_assert(ROWS * ACC <= 128, "ping-pong: a warpgroup holds a whole tile, BM x BN <= 16384");
     extern __shared__ __align__(1024) unsigned char kjit_wgmma_shared[];
     const u32 base = mma::shared_address(kjit_wgmma_shared);
-    // The stages, the eight consumer warps' slabs (1024-byte aligned), pad=ahead's
-    // ring, the mbarriers.
+    // The stages, the eight consumer warps' slabs (1024-byte aligned), the mbarriers.
     const u32 stages = (base + 1023) & ~1023u;
     const u32 slabs = stages + STAGES * STAGE_BYTES;
-    const u32 ring = slabs + 8 * SLAB_BYTES;
-    const u32 full = ring + PAD_RING_BYTES;
+    const u32 full = slabs + 8 * SLAB_BYTES;
     const u32 empty = full + 8 * STAGES;
     const u32 order = empty + 8 * STAGES;  // order[g]: warpgroup g may start its next tile
-    const u32 ring_full = order + 16;      // pad=ahead: the ring's boxes have landed
     if (threadIdx.x == 0) {
       prefetch_tensor_map(map_a);
       prefetch_tensor_map(map_b);
@@ -1458,7 +1239,6 @@ struct WgmmaMatmul {
       }
       barrier_init(order, 4);  // one arrive per warp of the other warpgroup (consume_tile)
       barrier_init(order + 8, 4);
-      if constexpr (PAD_AHEAD) barrier_init(ring_full, 1);
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -1473,10 +1253,6 @@ struct WgmmaMatmul {
     int first = 0;    // k-tiles through the pipeline so far, both warpgroups' (the ring is shared)
     if (group < 0) {  // the producer: every unit of the block, in order, as run_persistent
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
-      if constexpr (PAD_AHEAD) {
-        if (threadIdx.x == 32 && (args.pad_copy[0] || args.pad_copy[1]))
-          pad_ahead_units(args, *pad_maps, ring, ring_full, tiles_m, tiles_n, units);
-      }
       if (threadIdx.x != 0) return;
       produce_units(args, map_a, map_b, stages, full, empty, tiles_m, tiles_n, units);
       return;

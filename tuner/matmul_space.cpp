@@ -208,9 +208,6 @@ bool b_off_line(const Problem& p) {
 // How much longer the main loop runs with such an operand read in place (fitted to
 // the B of 4096^3 above).
 constexpr double kOffLineMainLoop = 0.25;
-// pad=ahead: a piece's copy (eight boxes in, eight out) before the first main loop
-// can start, a few DRAM round trips (an estimate; the copy itself is taken as hidden).
-constexpr double kPadAheadFirstPieceSeconds = 3e-6;
 
 // Which packed operands the launch copies into scratch first, as the runtime
 // decides (runtime/matmul.cpp): those with rows off 16 bytes, every one whose K is
@@ -663,27 +660,18 @@ Prediction MatmulTuning::predict(const Config& c, const cuda::DeviceProperties& 
   double memory = std::max({dram / pull_bytes_per_s, l2 / rates.l2_bytes_per_s, feed});
 
   // Kernels before: the padding copy, tf32 staging; the split-K reduction after.
-  // (pad=ahead: the kernel copies during its main loops, its bytes on the DRAM's
-  // account, and the first pieces' round trips before the first main loop.)
   double extra = kLaunchSeconds;
   if (copied.a || copied.b) {
     const double copy = 2.0 * in * p.batch *
                         (static_cast<double>(copied.a ? p.m * k : 0) + (copied.b ? k * p.n : 0));
-    const char* which = copied.a && copied.b ? "A and B" : copied.a ? "A" : "B";
-    if (c.pad_ahead) {
-      extra += kPadAheadFirstPieceSeconds;
-      memory = std::max(memory, (dram + copy) / pull_bytes_per_s);
-      out.notes.push_back(
-          fmt::format("padded path: {} copied into scratch with 128-byte rows by the kernel itself "
-                      "(pad=ahead: a piece ahead of the main loops that read it, {:.1f} MB read)",
-                      which, copy / 2e6));
-    } else {
-      extra += kLaunchSeconds + copy / rates.dram_bytes_per_s;
-      out.notes.push_back(fmt::format(
-          "padded path: {} copied into scratch with 128-byte rows first ({:.1f} MB read){}", which,
-          copy / 2e6,
-          c.line_pitch ? " (pitch=line: the copy engine's boxes then sit on lines)" : ""));
-    }
+    extra += kLaunchSeconds + copy / rates.dram_bytes_per_s;
+    out.notes.push_back(fmt::format(
+        "padded path: {} copied into scratch with 128-byte rows first ({:.1f} MB read){}",
+        copied.a && copied.b ? "A and B"
+        : copied.a           ? "A"
+                             : "B",
+        copy / 2e6,
+        c.line_pitch ? " (pitch=line: the copy engine's boxes then sit on lines)" : ""));
   }
   if (p.input == DType::TF32) {
     const double copy = 2.0 * 4 * p.batch * (p.m * p.k + p.k * p.n);

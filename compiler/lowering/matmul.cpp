@@ -97,20 +97,19 @@ const char* schedule_text(const Config& c) {
 }  // namespace
 
 std::string Config::to_string() const {
-  return fmt::format(
-      "bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}{}{}", bm, bn, bk, warps,
-      warps_m, stages, splitk, raster != 8 ? fmt::format(",raster={}", raster) : "",
-      wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "",
-      line_pitch ? ",pitch=line" : "", swap ? ",swap=ab" : "", pad_ahead ? ",pad=ahead" : "");
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={},splitk={}{}{}{}{}{}{}", bm, bn, bk,
+                     warps, warps_m, stages, splitk,
+                     raster != 8 ? fmt::format(",raster={}", raster) : "",
+                     wgmma ? ",mma=wgmma" : "", schedule_text(*this), narrow ? ",load=narrow" : "",
+                     line_pitch ? ",pitch=line" : "", swap ? ",swap=ab" : "");
 }
 
 std::string Config::source_text() const {
   Config kernel = *this;
   kernel.streamk = false;  // a launch argument of the persistent kernel
-  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}{}{}", bm, bn, bk, warps,
+  return fmt::format("bm={},bn={},bk={},warps={},wm={},stages={}{}{}{}{}", bm, bn, bk, warps,
                      warps_m, stages, wgmma ? ",mma=wgmma" : "", schedule_text(kernel),
-                     narrow ? ",load=narrow" : "", swap ? ",swap=ab" : "",
-                     pad_ahead ? ",pad=ahead" : "");
+                     narrow ? ",load=narrow" : "", swap ? ",swap=ab" : "");
 }
 
 StreamK streamk_split(int64_t tiles, int64_t blocks, int64_t k_tiles, int most) {
@@ -130,11 +129,7 @@ bool pads_operands(const Problem& p, const Config& c) {
 }
 
 bool pads_k(const Problem& p, const Config& c) {
-  return !p.aligned && pads_operands(p, c) && !c.pad_ahead;
-}
-
-bool pads_ahead(const Problem& p, const Config& c) {
-  return c.pad_ahead && pads_operands(p, c);
+  return !p.aligned && pads_operands(p, c);
 }
 
 bool reads_in_place(const Problem& p, const Config& c, int64_t pointer, int64_t ld,
@@ -183,8 +178,7 @@ int square_warps_m(int bm, int bn, int warps) {
 
 Config Config::parse(const std::string& text) {
   static const char* kValidKeys =
-      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch, "
-      "swap, pad";
+      "valid keys: bm, bn, bk, warps, wm, stages, splitk, raster, mma, schedule, load, pitch, swap";
   Config config;
   bool warps_m_given = false, warps_given = false, bk_given = false;
   for (const auto& [key, value] :
@@ -234,16 +228,6 @@ Config Config::parse(const std::string& text) {
                         "swap=ab: the product computed transposed (Cᵀ = Bᵀ Aᵀ: bm tiles N, bn "
                         "tiles M; mma=wgmma, schedule=tile); swap=none: as written");
       config.swap = value == "ab";
-      continue;
-    }
-    if (key == "pad") {
-      if (value != "copy" && value != "ahead")
-        throw UserError("matmul config pad='" + value + "' is not copy or ahead",
-                        "pad=copy: operands the padded path copies go through a kernel of their "
-                        "own first; pad=ahead: the persistent kernel copies them itself while "
-                        "its tensor cores run (mma=wgmma, schedule=persistent, pingpong or "
-                        "streamk)");
-      config.pad_ahead = value == "ahead";
       continue;
     }
     char* end = nullptr;
@@ -314,9 +298,7 @@ int wgmma_shared_bytes(const Problem& problem, const Config& config) {
   const int slabs = config.pingpong     ? 2 * 8 + 8 * slab  // + the two turn mbarriers
                     : config.persistent ? config.bm / 64 * 4 * slab
                                         : 0;
-  // pad=ahead (PAD_SHARED_BYTES): the copy's ring of 8 boxes of 4 KiB and its mbarrier.
-  const int ring = pads_ahead(problem, config) ? 8 * 4096 + 8 : 0;
-  return 1024 + pipeline_bytes(problem, config) + 2 * config.stages * 8 + slabs + ring;
+  return 1024 + pipeline_bytes(problem, config) + 2 * config.stages * 8 + slabs;
 }
 
 // Bytes of one epilogue pass (mirrors TensorCoreMatmul::STAGED_BYTES).
@@ -448,19 +430,6 @@ void validate(const Problem& problem, const Config& config) {
             config.to_string() + " is " +
             (config.wgmma ? "a tf32 one (staged into K-major rows instead)" : "not a wgmma config"),
         "drop pitch=line");
-  if (config.pad_ahead && (!config.wgmma || !config.persistent))
-    throw UserError(
-        "pad=ahead is done by the producer warpgroup of the wgmma engine's "
-        "persistent schedules; config " +
-            config.to_string() + " has none",
-        "add mma=wgmma and schedule=persistent (or pingpong, streamk), or drop "
-        "pad=ahead");
-  if (config.pad_ahead && config.bm > 128)
-    throw UserError(fmt::format("pad=ahead: the producer warpgroup keeps 72 registers a thread "
-                                "for the copy, which leaves the {} consumer warpgroups of bm={} "
-                                "too few",
-                                config.bm / 64, config.bm),
-                    "use bm=64 or bm=128 with pad=ahead, or pad=copy");
   if (config.narrow && config.wgmma)
     throw UserError(
         "load=narrow is a mode of the mma.sync engine; the wgmma engine's copy "
@@ -722,15 +691,12 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   out.problem = problem.kernel_class();
   out.config = config.source_text();
   const bool tf32 = problem.input == DType::TF32;
-  const bool ahead = pads_ahead(problem, config);
-  out.name =
-      fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}{}", matmul::to_string(problem.input),
-                  problem.layout(), config.bm, config.bn, config.bk, config.stages,
-                  config.pingpong     ? "_pingpong"
-                  : config.persistent ? "_persistent"
-                  : config.swap       ? "_swapped"
-                                      : "",
-                  ahead ? "_padahead" : "");
+  out.name = fmt::format("kjit_matmul_{}_{}_{}x{}x{}_wgmma_s{}{}", matmul::to_string(problem.input),
+                         problem.layout(), config.bm, config.bn, config.bk, config.stages,
+                         config.pingpong     ? "_pingpong"
+                         : config.persistent ? "_persistent"
+                         : config.swap       ? "_swapped"
+                                             : "");
   out.block_threads = config.threads();
   out.dynamic_shared_bytes = shared_bytes(problem, config);
   out.arch_specific = true;
@@ -755,12 +721,6 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
         "//            (wgmma's N = {}: a short M is not padded to 64 rows). The fp32 tile is\n"
         "//            staged transposed, and C is written in its own rows as usual.\n",
         config.bm, config.bn, config.bn);
-  if (ahead)
-    s += "// pad=ahead: the operands the runtime marks (args.pad_copy: rows off 16 bytes) are\n"
-         "//            copied into line-pitched scratch by this kernel, a piece (a k-tile of a\n"
-         "//            tile row or column) ahead of the main loops that read it, by the copy\n"
-         "//            engine under one thread of the producer warpgroup; pad_maps describe\n"
-         "//            the operands' rows in eight phases (kjit::PadMaps)\n";
   s += "#include \"kjit/matmul_sm90.cuh\"\n\n";
   s += epilogue_glue(problem.epilogue, problem.output);
   s += wgmma_wrapper(problem, config);
@@ -791,13 +751,7 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
       device_type(problem.input), device_type(problem.output), config.bm, config.bn, config.stages,
       kernel_operands(problem, config).a_k_major ? "true" : "false",
       kernel_operands(problem, config).b_k_major ? "true" : "false", c_aligned ? "true" : "false",
-      config.swap ? ", true"
-      : ahead     ? ", false, true"
-                  : "",
-      c_aligned ? "are" : "are not",
-      config.swap ? "; SWAP"
-      : ahead     ? "; PAD_AHEAD"
-                  : "");
+      config.swap ? ", true" : "", c_aligned ? "are" : "are not", config.swap ? "; SWAP" : "");
   s += fmt::format(
       "static_assert(kjit_matmul_tile::{} == {}, \"the runtime launches with {} bytes of "
       "dynamic shared memory\");\n\n",
@@ -827,20 +781,18 @@ KernelSource lower_wgmma(const Problem& problem, const Config& config) {
   // (args.c_tma), whole tiles leave through the copy engine (bulk stores).
   s += config.persistent ? "// map_c: C for the copy engine's bulk stores (used when args.c_tma)\n"
                          : "";
-  s += ahead ? "// pad_maps: the copied operands' rows and their scratch's, phase by phase\n" : "";
   s += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 1)\n{}(kjit::MatmulArgs args, "
       "kjit::EpilogueOperands ops,\n"
       "    const __grid_constant__ kjit::TensorMap map_a,\n"
-      "    const __grid_constant__ kjit::TensorMap map_b{}{}) {{\n"
-      "  kjit_matmul_tile::{}<kjit_matmul_epilogue>(args, ops, map_a, map_b{}{});\n}}\n\n",
+      "    const __grid_constant__ kjit::TensorMap map_b{}) {{\n"
+      "  kjit_matmul_tile::{}<kjit_matmul_epilogue>(args, ops, map_a, map_b{});\n}}\n\n",
       out.block_threads, out.name,
       config.persistent ? ",\n    const __grid_constant__ kjit::TensorMap map_c" : "",
-      ahead ? ",\n    const __grid_constant__ kjit::PadMaps pad_maps" : "",
       config.pingpong     ? "run_pingpong"
       : config.persistent ? "run_persistent"
                           : "run",
-      config.persistent ? ", map_c" : "", ahead ? ", &pad_maps" : "");
+      config.persistent ? ", map_c" : "");
   out.source = std::move(s);
   return out;
 }

@@ -126,17 +126,10 @@ struct Config {
   // m64n16 wgmma on B's rows rather than m64nN on 16 rows of A padded to 64. C is
   // still written in its own rows (the tile is staged transposed). Stages 2 to 12.
   bool swap = false;
-  // wgmma only, persistent schedules (pad=ahead): the operands the padded path
-  // copies are copied by the kernel itself, a piece (one k-tile of a tile row or
-  // column) ahead of the main loops that read it, by the copy engine under one
-  // thread of the producer warpgroup (WgmmaMatmul::pad_ahead_units), instead of by
-  // a padding kernel before it (pad=copy). 32 KiB more shared memory (the copy's
-  // ring); K is not padded. No effect where nothing is copied.
-  bool pad_ahead = false;
 
   // "bm=128,bn=128,bk=32,warps=8,wm=2,stages=3,splitk=1" (+ ",raster=N" when not
   // 8, ",mma=wgmma", ",schedule=persistent|pingpong|streamk", ",load=narrow",
-  // ",pitch=line", ",swap=ab" or ",pad=ahead")
+  // ",pitch=line" or ",swap=ab")
   std::string to_string() const;
   // The part of to_string() the kernel's source depends on (without splitk, raster
   // and pitch, which are launch arguments).
@@ -190,12 +183,8 @@ int epilogue_passes(const Problem& problem, const Config& config);
 // ones whose rows are off the 128-byte lines.
 bool pads_operands(const Problem& problem, const Config& config);
 // Whether that copy also rounds K up to whole k-tiles with zeros: on the padded path
-// of a misaligned problem with pad=copy (an aligned one keeps its K, its last
-// k-tile masked; so does pad=ahead, whose copy engine reads zeros past K).
+// of a misaligned problem (an aligned one keeps its K, its last k-tile masked).
 bool pads_k(const Problem& problem, const Config& config);
-// Whether the kernel copies them itself (pad=ahead where something is padded): its
-// source then has the copy thread, and the launch passes it a kjit::PadMaps.
-bool pads_ahead(const Problem& problem, const Config& config);
 // Bytes of one L2 line: the width of the copy engine's 128-byte-swizzled boxes, and
 // the row pitch the padded path gives its scratch operands.
 constexpr int64_t kLineBytes = 128;

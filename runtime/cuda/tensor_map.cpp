@@ -40,7 +40,7 @@ std::vector<uint64_t> tensor_map_strides(int64_t element_bytes, std::span<const 
 
 CUtensorMap tiled_map(CUtensorMapDataType type, int64_t element_bytes, CUdeviceptr base,
                       std::span<const int64_t> counts, std::span<const int64_t> strides,
-                      std::span<const uint32_t> box, CUtensorMapSwizzle swizzle) {
+                      std::span<const uint32_t> box) {
   constexpr size_t kMaxRank = 5;
   KJIT_CHECK(counts.size() <= kMaxRank && box.size() == counts.size(),
              "a tensor map has at most 5 dimensions and one box extent per dimension");
@@ -57,7 +57,7 @@ CUtensorMap tiled_map(CUtensorMapDataType type, int64_t element_bytes, CUdevicep
   CUtensorMap map;
   KJIT_CU(cuTensorMapEncodeTiled, &map, type, static_cast<cuuint32_t>(counts.size()),
           reinterpret_cast<void*>(base), dims.data(), steps.data(), boxes.data(),
-          element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+          element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return map;
 }

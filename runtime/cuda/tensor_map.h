@@ -24,11 +24,10 @@ std::vector<uint64_t> tensor_map_strides(int64_t element_bytes, std::span<const 
                                          std::span<const int64_t> strides);
 
 // A tiled tensor map (cuTensorMapEncodeTiled) over `counts` elements (innermost
-// first) `strides` elements apart, in boxes of `box` elements: 128-byte swizzle (or
-// `swizzle`), 256-byte L2 promotion, zeros read past the tensor's edges.
+// first) `strides` elements apart, in boxes of `box` elements: 128-byte swizzle,
+// 256-byte L2 promotion, zeros read past the tensor's edges.
 CUtensorMap tiled_map(CUtensorMapDataType type, int64_t element_bytes, CUdeviceptr base,
                       std::span<const int64_t> counts, std::span<const int64_t> strides,
-                      std::span<const uint32_t> box,
-                      CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
+                      std::span<const uint32_t> box);
 
 }  // namespace kjit::cuda

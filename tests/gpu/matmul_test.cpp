@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
-#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -155,9 +154,8 @@ class MatmulGpu : public testing::GpuTest {
     }
   }
 
-  // Runs one case and checks it; returns the relative L2 error. `reuse`: launch this
-  // Matmul (built for the case's problem) instead of a new one.
-  double run(const Case& c, Runtime* runtime = nullptr, Matmul* reuse = nullptr) {
+  // Runs one case and checks it; returns the relative L2 error.
+  double run(const Case& c, Runtime* runtime = nullptr) {
     Problem p = shape_of(c);
     std::function<double(double, const std::vector<double>&)> reference;
     if (!c.epilogue.empty()) {
@@ -214,10 +212,7 @@ class MatmulGpu : public testing::GpuTest {
     // Without a config: the tuner's choice for this problem and its alignment class
     // (the runtime's path); with one: that config, fixed.
     Runtime& rt = runtime ? *runtime : testing::GpuTest::runtime();
-    std::optional<Matmul> own;
-    if (!reuse && c.config.empty()) own.emplace(rt, p);
-    if (!reuse && !c.config.empty()) own.emplace(rt, p, Config::parse(c.config));
-    Matmul& matmul = reuse ? *reuse : *own;
+    Matmul matmul = c.config.empty() ? Matmul(rt, p) : Matmul(rt, p, Config::parse(c.config));
     cuda::Stream stream;
     matmul.launch(t, stream.get());
     stream.synchronize();
@@ -1269,77 +1264,6 @@ std::vector<Case> StreamKCases() {
 TEST_F(MatmulGpu, StreamK) {
   if (!gpu_is_sm90()) GTEST_SKIP() << "stream-K is a schedule of the wgmma engine (sm_90)";
   run_all(StreamKCases());
-}
-
-// pad=ahead: the persistent kernel copies the misaligned operands itself (its copy
-// thread, the copy engine, eight phase maps an operand), a piece ahead of the main
-// loops. Every layout; A, B or both copied; rows of 4097 and 50257; K = 1, a K not a
-// whole k-tile, fewer than 8 stored rows (fewer phases); batches whose stride is
-// whole 16-byte chunks (copied in the kernel) and one whose stride is not (the
-// padding kernel instead); every persistent schedule (ping-pong, stream-K's split
-// tiles, which need the same pieces twice); f16 into f32 with an epilogue, alpha and
-// beta; padded rows of A, B and C (NaN in the gaps, which must stay unread and
-// unwritten).
-std::vector<Case> PadAheadCases() {
-  std::vector<Case> cases;
-  if (!gpu_is_sm90()) return cases;
-  const std::string persistent = "mma=wgmma,bm=128,bn=256,stages=3,schedule=persistent,pad=ahead";
-  const std::string pingpong = "mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong,pad=ahead";
-  const std::string pingpong128 = "mma=wgmma,bm=128,bn=128,stages=4,schedule=pingpong,pad=ahead";
-  const std::string streamk =
-      "mma=wgmma,bm=128,bn=256,stages=3,splitk=2,schedule=streamk,pad=ahead";
-  const std::string small = "mma=wgmma,bm=64,bn=64,stages=4,schedule=persistent,pad=ahead";
-  cases.push_back({.m = 4097, .n = 4097, .k = 4097, .config = persistent});
-  cases.push_back({.m = 4097, .n = 4097, .k = 4097, .config = streamk, .split_way = "streamk"});
-  cases.push_back({.m = 512, .n = 50257, .k = 768, .config = pingpong + ",raster=16"});
-  cases.push_back({.m = 300, .n = 50257, .k = 768, .config = persistent, .pad_c = 7});
-  for (const char* layout : {"nn", "nt", "tn", "tt"}) {
-    cases.push_back({.m = 1031, .n = 1025, .k = 1029, .layout = layout, .config = pingpong128});
-    cases.push_back({.m = 33, .n = 65, .k = 31, .layout = layout, .config = small});
-  }
-  cases.push_back({.m = 100, .n = 65, .k = 1, .config = small});
-  cases.push_back({.m = 3, .n = 130, .k = 33, .config = persistent});
-  cases.push_back({.m = 5, .n = 7, .k = 3, .layout = "tt", .config = small});
-  cases.push_back({.m = 200, .n = 304, .k = 77, .batch = 2, .config = persistent});
-  cases.push_back({.m = 129, .n = 127, .k = 17, .batch = 3, .layout = "tt", .config = persistent});
-  cases.push_back({.m = 300,
-                   .n = 257,
-                   .k = 129,
-                   .input = DType::F16,
-                   .output = DType::F32,
-                   .epilogue = "gelu(acc + bias)",
-                   .config = pingpong128,
-                   .alpha = 0.5f,
-                   .beta = 1.0f});
-  cases.push_back({.m = 777,
-                   .n = 555,
-                   .k = 333,
-                   .layout = "nt",
-                   .config = streamk,
-                   .pad_a = 3,
-                   .pad_b = 5,
-                   .pad_c = 9});
-  cases.push_back({.m = 257, .n = 1000, .k = 1000, .config = persistent, .pad_a = 8, .pad_b = 1});
-  return cases;
-}
-TEST_F(MatmulGpu, PadAhead) {
-  if (!gpu_is_sm90()) GTEST_SKIP() << "pad=ahead is a mode of the wgmma engine (sm_90)";
-  run_all(PadAheadCases());
-}
-
-// The copied pieces' flags are cleared before every launch: the same Matmul launched
-// again on new inputs copies them again (a launch that found the last one's flags
-// would read the last inputs' scratch).
-TEST_F(MatmulGpu, PadAheadCopiesAgainOnEveryLaunch) {
-  if (!gpu_is_sm90()) GTEST_SKIP() << "pad=ahead is a mode of the wgmma engine (sm_90)";
-  const Case c{.m = 515,
-               .n = 1031,
-               .k = 777,
-               .config = "mma=wgmma,bm=128,bn=128,stages=4,schedule=persistent,pad=ahead"};
-  const auto [problem, config] = plan(c);
-  precompile({{problem, config}});
-  Matmul matmul(testing::GpuTest::runtime(), problem, config);
-  for (int launch = 0; launch < 3; ++launch) run(c, nullptr, &matmul);  // new inputs each time
 }
 
 // swap=ab: the product computed transposed (Cᵀ = Bᵀ Aᵀ, WgmmaMatmul's SWAP), M on

@@ -102,22 +102,6 @@ std::vector<Case> cases() {
           {p, c, std::string("bf16 nn IR gelu ") + (aligned ? "" : "align=1 ") + c.source_text(),
            true});
     }
-  // pad=ahead (the kernel copies misaligned operands itself: its copy thread keeps 72
-  // registers of the producer warpgroup's): the persistent schedules it takes, bm <=
-  // 128, on rows of 4097, with the IR's gelu (the most registers a consumer needs).
-  for (const char* text : {"mma=wgmma,bm=128,bn=256,stages=3,schedule=persistent,pad=ahead",
-                           "mma=wgmma,bm=128,bn=128,stages=5,schedule=persistent,pad=ahead",
-                           "mma=wgmma,bm=64,bn=256,stages=4,schedule=pingpong,pad=ahead",
-                           "mma=wgmma,bm=128,bn=128,stages=4,schedule=pingpong,pad=ahead",
-                           "mma=wgmma,bm=64,bn=128,stages=6,schedule=persistent,pad=ahead"})
-    for (const char* layout : {"nn", "tt"}) {
-      Problem p = problem_for(DType::BF16, layout, true, true);
-      p.m = p.n = p.k = 4097;
-      p.aligned = false;
-      const Config c = Config::parse(text);
-      out.push_back(
-          {p, c, std::string("bf16 ") + layout + " IR gelu align=1 " + c.source_text(), true});
-    }
   const Config tf32 = Config::parse("mma=wgmma,bm=128,bn=128,bk=32,stages=4,schedule=persistent");
   out.push_back({problem_for(DType::TF32, "nn", true, true), tf32,
                  "tf32 nn IR gelu " + tf32.source_text(), true});
