@@ -165,6 +165,9 @@ Config Config::parse(const std::string& text) {
       config.atomic_dq = value == "atomic";
       continue;
     }
+    // Only the integer keys are left; any other key is unknown, whatever its value.
+    if (key != "bm" && key != "bn" && key != "stages" && key != "warp_rows")
+      throw UserError("attention config has no key '" + key + "'", kValidKeys);
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
@@ -179,10 +182,8 @@ Config Config::parse(const std::string& text) {
       config.bn = v;
     } else if (key == "stages") {
       config.stages = v;
-    } else if (key == "warp_rows") {
+    } else {  // warp_rows
       config.warp_rows = v;
-    } else {
-      throw UserError("attention config has no key '" + key + "'", kValidKeys);
     }
   }
   if (config.wgmma && !bm_given) config.bm = 128;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "kjit/compiler/ir/dtype.h"
@@ -230,6 +232,12 @@ Config Config::parse(const std::string& text) {
       config.swap = value == "ab";
       continue;
     }
+    // The integer keys; any other key is unknown, whatever its value (a word
+    // value must not read as a bad integer for a key that does not exist).
+    static const std::set<std::string> kIntegerKeys = {"bm", "bn",     "bk",     "warps",
+                                                       "wm", "stages", "splitk", "raster"};
+    if (!kIntegerKeys.count(key))
+      throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
@@ -254,10 +262,8 @@ Config Config::parse(const std::string& text) {
       config.stages = v;
     else if (key == "splitk")
       config.splitk = v;
-    else if (key == "raster")
+    else  // raster: the only integer key left (kIntegerKeys)
       config.raster = v;
-    else
-      throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
   }
   if (config.wgmma) {
     // bk, warps and wm follow from bm; given ones must agree (validate() says so).

@@ -164,6 +164,13 @@ TEST(AttentionConfig, ParsesChecksAndPrints) {
   EXPECT_EQ(Config::parse(c.to_string()), c);
   EXPECT_THROW(Config::parse("bk=32"), UserError);
   EXPECT_THROW(Config::parse("bm=x"), UserError);
+  // An unknown key with a word value read as a bad integer for that key.
+  try {
+    Config::parse("mma=wgmma,window=wide");
+    ADD_FAILURE() << "window=wide parsed";
+  } catch (const UserError& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "has no key 'window'");
+  }
   EXPECT_CONTAINS(user_error(base(), Config{40, 64, 2}), "bm=40");
   EXPECT_CONTAINS(user_error(base(), Config{64, 48, 2}), "bn=48");
   EXPECT_CONTAINS(user_error(base(), Config{64, 64, 5}), "stages=5");

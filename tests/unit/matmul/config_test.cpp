@@ -61,6 +61,18 @@ TEST(MatmulConfig, BadTextNamesTheValidKeys) {
   EXPECT_THROW(Config::parse("bm=-4"), UserError);
   // A key given twice was taken silently (the last one won).
   EXPECT_THROW(Config::parse("bm=128,bn=128,bm=64"), UserError);
+  // An unknown key with a word value read as a bad integer ("value 'ahead' for 'pad'
+  // is not a positive integer"), hiding that the key itself does not exist.
+  for (const char* text : {"mma=wgmma,pad=ahead", "tile=big"}) {
+    try {
+      Config::parse(text);
+      FAIL() << text;
+    } catch (const UserError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("unknown matmul config key"), std::string::npos) << what;
+      EXPECT_EQ(what.find("positive integer"), std::string::npos) << what;
+    }
+  }
 }
 
 TEST(MatmulConfig, SpacesAroundItemsAreFine) {
