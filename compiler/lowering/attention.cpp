@@ -165,26 +165,22 @@ Config Config::parse(const std::string& text) {
       config.atomic_dq = value == "atomic";
       continue;
     }
-    // Only the integer keys are left; any other key is unknown, whatever its value.
-    if (key != "bm" && key != "bn" && key != "stages" && key != "warp_rows")
-      throw UserError("attention config has no key '" + key + "'", kValidKeys);
+    // The integer keys, and the field each sets; any other key is unknown, whatever
+    // its value.
+    int* field = key == "bm"          ? &config.bm
+                 : key == "bn"        ? &config.bn
+                 : key == "stages"    ? &config.stages
+                 : key == "warp_rows" ? &config.warp_rows
+                                      : nullptr;
+    if (field == nullptr) throw UserError("attention config has no key '" + key + "'", kValidKeys);
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
       throw UserError(
           "attention config value '" + value + "' for '" + key + "' is not a positive integer",
           "e.g. bm=64");
-    const int v = static_cast<int>(parsed);
-    if (key == "bm") {
-      config.bm = v;
-      bm_given = true;
-    } else if (key == "bn") {
-      config.bn = v;
-    } else if (key == "stages") {
-      config.stages = v;
-    } else {  // warp_rows
-      config.warp_rows = v;
-    }
+    *field = static_cast<int>(parsed);
+    bm_given |= field == &config.bm;
   }
   if (config.wgmma && !bm_given) config.bm = 128;
   return config;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 #include <string>
 #include <tuple>
 
@@ -232,38 +231,28 @@ Config Config::parse(const std::string& text) {
       config.swap = value == "ab";
       continue;
     }
-    // The integer keys; any other key is unknown, whatever its value (a word
-    // value must not read as a bad integer for a key that does not exist).
-    static const std::set<std::string> kIntegerKeys = {"bm", "bn",     "bk",     "warps",
-                                                       "wm", "stages", "splitk", "raster"};
-    if (!kIntegerKeys.count(key))
-      throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
+    // The integer keys, and the field each sets; any other key is unknown, whatever
+    // its value (a word value must not read as a bad integer for a missing key).
+    int* field = key == "bm"       ? &config.bm
+                 : key == "bn"     ? &config.bn
+                 : key == "bk"     ? &config.bk
+                 : key == "warps"  ? &config.warps
+                 : key == "wm"     ? &config.warps_m
+                 : key == "stages" ? &config.stages
+                 : key == "splitk" ? &config.splitk
+                 : key == "raster" ? &config.raster
+                                   : nullptr;
+    if (field == nullptr) throw UserError("unknown matmul config key '" + key + "'", kValidKeys);
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || parsed < 1 || parsed > 1 << 20)
       throw UserError(
           "matmul config value '" + value + "' for '" + key + "' is not a positive integer",
           "e.g. bm=128");
-    const int v = static_cast<int>(parsed);
-    if (key == "bm")
-      config.bm = v;
-    else if (key == "bn")
-      config.bn = v;
-    else if (key == "bk") {
-      config.bk = v;
-      bk_given = true;
-    } else if (key == "warps") {
-      config.warps = v;
-      warps_given = true;
-    } else if (key == "wm") {
-      config.warps_m = v;
-      warps_m_given = true;
-    } else if (key == "stages")
-      config.stages = v;
-    else if (key == "splitk")
-      config.splitk = v;
-    else  // raster: the only integer key left (kIntegerKeys)
-      config.raster = v;
+    *field = static_cast<int>(parsed);
+    bk_given |= field == &config.bk;
+    warps_given |= field == &config.warps;
+    warps_m_given |= field == &config.warps_m;
   }
   if (config.wgmma) {
     // bk, warps and wm follow from bm; given ones must agree (validate() says so).
